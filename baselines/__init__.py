@@ -1,0 +1,31 @@
+"""Baseline speculation-length controllers, the clairvoyant oracle and the spec registry (REFERENCES section 5)."""
+
+from specgym.baselines.assc import ASSC
+from specgym.baselines.base import Controller
+from specgym.baselines.confidence import ConfidenceStop
+from specgym.baselines.cumulative import CumulativeStop
+from specgym.baselines.entropy import EntropyStop
+from specgym.baselines.fixed import FixedK
+from specgym.baselines.hf_heuristic import HFHeuristic
+from specgym.baselines.oracle import oracle_plan, oracle_times, run_lengths
+from specgym.baselines.registry import expand_specs, make_controller, register_prefix
+from specgym.baselines.speclane import SpecLane
+from specgym.baselines.ucb import UCBBandit
+
+__all__ = [
+    "ASSC",
+    "ConfidenceStop",
+    "Controller",
+    "CumulativeStop",
+    "EntropyStop",
+    "FixedK",
+    "HFHeuristic",
+    "SpecLane",
+    "UCBBandit",
+    "expand_specs",
+    "make_controller",
+    "oracle_plan",
+    "oracle_times",
+    "register_prefix",
+    "run_lengths",
+]

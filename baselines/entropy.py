@@ -1,0 +1,57 @@
+"""EntropyStop: AdaEDL-style early draft stopping from the draft's entropy.
+
+Source: Agrawal et al., "AdaEDL: Early Draft Stopping for Speculative Decoding of Large Language Models via an
+Entropy-based Lower Bound on Token Acceptance Probability" (2024). AdaEDL lower-bounds the acceptance probability
+of a draft token by ``1 - sqrt(gamma * H)``, H the entropy of the draft distribution, and stops drafting as soon as
+this bound falls below a threshold lambda. Rule here (REFERENCES section 5): after drafted token j, stop iff
+``1 - sqrt(gamma * draft_entropy_j) < lam`` with gamma = 0.2, lam = 0.5, never before k_min = 1 token, cap k_max.
+The paper additionally adapts lambda online from the observed acceptance; this baseline keeps lambda fixed, as
+REFERENCES specifies.
+"""
+
+from __future__ import annotations
+
+import math
+
+from specgym.baselines.base import Controller
+from specgym.envs.rounds import DraftStep, RequestContext, RoundOutcome
+
+
+class EntropyStop(Controller):
+    """Stop when the entropy-based acceptance lower bound drops below ``lam``.
+
+    Args:
+        gamma: Scale inside the square root (0.2).
+        lam: Threshold on the bound (0.5).
+        k_min: Never stop before this many drafted tokens (1).
+        k_max: Draft cap; ``None`` = ``ctx.k_max``.
+    """
+
+    token_level = True
+
+    def __init__(self, gamma: float = 0.2, lam: float = 0.5, k_min: int = 1, k_max: int | None = None) -> None:
+        self.gamma, self.lam, self.k_min, self.k_max = float(gamma), float(lam), k_min, k_max
+        if self.gamma == 0.2 and self.lam == 0.5:
+            self.name = "entropy"
+        elif self.gamma == 0.2:
+            self.name = f"entropy:{self.lam:g}"
+        else:
+            self.name = f"entropy:{self.lam:g}:{self.gamma:g}"
+        self._cap = k_max or 0
+
+    def reset(self, ctx: RequestContext) -> None:
+        """New request (no state spans requests)."""
+        self.ctx = ctx
+        self._cap = ctx.k_max if self.k_max is None else min(self.k_max, ctx.k_max)
+
+    def propose(self) -> int:
+        """Always the cap; the stop happens token by token."""
+        return self._cap
+
+    def keep_drafting(self, step: DraftStep) -> bool:
+        """Continue iff ``1 - sqrt(gamma * entropy) >= lam`` (or fewer than k_min tokens drafted)."""
+        g = self.gamma * step.entropy
+        return step.index < self.k_min or 1.0 - (math.sqrt(g) if g > 0.0 else 0.0) >= self.lam
+
+    def observe(self, outcome: RoundOutcome) -> None:
+        """Nothing to learn."""

@@ -1,0 +1,137 @@
+"""Oracle: the clairvoyant lower bound on a request's time (REFERENCES section 5). Not a controller.
+
+Knowing every acceptance outcome of a request in advance, the fastest schedule of draft lengths follows from
+dynamic programming over the position ``i`` of the next token (N = completion length):
+
+    V(N) = 0
+    V(i) = min_{K in [0, min(k_max, N - i - 1)]}  time(K) + V(i + min(run_i, K) + 1)
+
+``run_i`` = number of consecutive accepted positions starting at ``i`` (within the request), ``time(K)`` = the
+cost of a round that drafts K tokens (``CostProfile.round_times(k_max)[K]``; ``time(0) = t_AR``). At ``i = N - 1``
+only K = 0 is possible (drafting past the end is useless). V(0) is the physical limit of that (draft, target,
+hardware, workload) combination under the replayed acceptance draws; no causal controller can beat it.
+
+The oracle drafts exactly K tokens (no token-level stop is needed: it knows where the first rejection is).
+Ties between K values go to the smallest K.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specgym.errors import SpecgymError
+
+
+def run_lengths(accepted: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Consecutive accepted positions starting at each position, within its request (vectorised).
+
+    Args:
+        accepted: Flat boolean array over all requests' positions (True = the draft token there is accepted).
+        offsets: ``(R+1,)`` request boundaries; request r owns ``offsets[r]:offsets[r+1]``.
+
+    Returns:
+        int64 array, same shape as ``accepted``.
+    """
+    accepted = np.asarray(accepted, dtype=bool)
+    n = accepted.size
+    idx = np.arange(n, dtype=np.int64)
+    rejected_at = np.where(accepted, n, idx)
+    next_reject = np.minimum.accumulate(rejected_at[::-1])[::-1]
+    end = np.repeat(np.asarray(offsets[1:], dtype=np.int64), np.diff(offsets))
+    return np.minimum(next_reject, end) - idx
+
+
+def _check(round_times: np.ndarray, k_max: int) -> np.ndarray:
+    rt = np.asarray(round_times, dtype=np.float64)
+    if k_max < 0 or rt.ndim != 1 or rt.size < k_max + 1:
+        raise SpecgymError(f"oracle: round_times needs k_max+1 = {k_max + 1} entries (d = 0..k_max), got {rt.shape}")
+    return rt[: k_max + 1]
+
+
+def oracle_times(run: np.ndarray, offsets: np.ndarray, round_times: np.ndarray, k_max: int) -> np.ndarray:
+    """Optimal total time of every request, all requests at once.
+
+    Positions are processed from the longest request's end down to 0; at each ``i`` all requests longer than
+    ``i`` are updated together (requests are sorted by length so the active set is a prefix).
+
+    Args:
+        run: Flat run lengths over all requests (see :func:`run_lengths`).
+        offsets: ``(R+1,)`` request boundaries, ``offsets[0] == 0``, ``offsets[-1] == len(run)``.
+        round_times: ``round_times[d]`` = time of a round drafting d tokens, d = 0..k_max.
+        k_max: Largest draft length.
+
+    Returns:
+        ``(R,)`` float64 array of per-request optimal times (ms if ``round_times`` is in ms).
+    """
+    rt = _check(round_times, k_max)
+    run = np.asarray(run, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or offsets[-1] != run.size:
+        raise SpecgymError("oracle: offsets must be (R+1,) with offsets[0] == 0 and offsets[-1] == len(run)")
+    lengths = np.diff(offsets)
+    if (lengths < 0).any():
+        raise SpecgymError("oracle: offsets must be non-decreasing")
+    n_req = lengths.size
+    if n_req == 0:
+        return np.zeros(0)
+    order = np.argsort(-lengths, kind="stable")
+    len_s = lengths[order]
+    start_s = offsets[:-1][order]  # first position of each (sorted) request in `run`
+    vbase_s = start_s + order  # V(r, i) lives at V[offsets[r] + r + i]; V(r, N_r) = 0
+    values = np.zeros(run.size + n_req, dtype=np.float64)
+    n_longest = int(len_s[0])
+    n_active = np.searchsorted(-len_s, -np.arange(n_longest), side="left")  # requests with N > i: a prefix
+    for i in range(n_longest - 1, -1, -1):
+        m = int(n_active[i])
+        vb = vbase_s[:m] + (i + 1)
+        r_i = run[start_s[:m] + i]
+        room = len_s[:m] - (i + 1)  # N - i - 1: the largest useful K
+        best = rt[0] + values[vb]
+        for k in range(1, k_max + 1):
+            kk = np.minimum(room, k)  # K beyond the room duplicates K = room: no mask needed
+            cost = rt[kk] + values[vb + np.minimum(r_i, kk)]
+            np.minimum(best, cost, out=best)
+        values[vb - 1] = best
+    out = np.empty(n_req, dtype=np.float64)
+    out[order] = values[vbase_s]
+    return out
+
+
+def _values_one(run: np.ndarray, rt: np.ndarray, k_max: int) -> tuple[list[float], list[int]]:
+    n = len(run)
+    v = [0.0] * (n + 1)
+    choice = [0] * n
+    for i in range(n - 1, -1, -1):
+        best, best_k = rt[0] + v[i + 1], 0
+        r_i = int(run[i])
+        for k in range(1, min(k_max, n - i - 1) + 1):
+            c = rt[k] + v[i + min(r_i, k) + 1]
+            if c < best:
+                best, best_k = c, k
+        v[i] = best
+        choice[i] = best_k
+    return v, choice
+
+
+def oracle_plan(run: np.ndarray, round_times: np.ndarray, k_max: int) -> list[int]:
+    """The optimal sequence of K for one request (for plots), following the DP's argmin from position 0.
+
+    Args:
+        run: Run lengths of one request (length N).
+        round_times: ``round_times[d]`` for d = 0..k_max.
+        k_max: Largest draft length.
+    """
+    rt = [float(x) for x in _check(round_times, k_max)]
+    _, choice = _values_one(run, rt, k_max)
+    plan, i = [], 0
+    while i < len(run):
+        k = choice[i]
+        plan.append(k)
+        i += min(int(run[i]), k) + 1
+    return plan
+
+
+def oracle_time_one(run: np.ndarray, round_times: np.ndarray, k_max: int) -> float:
+    """Optimal total time of one request (plain-Python DP; reference for :func:`oracle_times`)."""
+    rt = [float(x) for x in _check(round_times, k_max)]
+    return _values_one(run, rt, k_max)[0][0]

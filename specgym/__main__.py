@@ -1,0 +1,7 @@
+"""``python -m specgym`` = the ``specgym`` command."""
+
+import sys
+
+from specgym.cli import main
+
+sys.exit(main())

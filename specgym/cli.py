@@ -1,0 +1,67 @@
+"""The ``specgym`` console command: one entry point, one subcommand per job.
+
+Each subcommand lives in its own module and registers itself through an ``add_parser(subparsers)`` function;
+heavy imports (torch, transformers, stable-baselines3) happen inside handlers so ``specgym --help`` stays fast.
+User errors (:class:`SpecgymError`) print one line and exit with status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from specgym import __version__
+from specgym.errors import SpecgymError
+
+#: Modules that contribute subcommands, in help order. A module missing its optional dependencies still
+#: registers its parsers; the handler reports what to install.
+SUBCOMMAND_MODULES = (
+    "specgym.cli_workloads",
+    "specgym.cli_eval",
+    "specgym.cli_train",
+    "specgym.cli_live",
+    "specgym.bench",
+    "specgym.demo",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (all subcommands)."""
+    parser = argparse.ArgumentParser(
+        prog="specgym",
+        description="Learn, compare and deploy speculation-length controllers for speculative decoding.",
+    )
+    parser.add_argument("--version", action="version", version=f"specgym {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except SpecgymError as exc:
+        print(f"specgym {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"specgym {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""Atomic file output: write to a temporary file in the same folder, then rename.
+
+A crash or a bad input never leaves a partial file behind, and nothing the user made is overwritten silently.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from specgym.errors import SpecgymError
+
+
+def refuse_overwrite(path: Path, overwrite: bool) -> None:
+    """Raise if ``path`` exists and ``overwrite`` is False."""
+    if path.exists() and not overwrite:
+        raise SpecgymError(f"{path}: already exists (pass --force to overwrite)")
+
+
+@contextmanager
+def atomic_path(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; rename it onto ``path`` only if the block succeeds."""
+    path = Path(path)
+    refuse_overwrite(path, overwrite)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp creates 0600; give the final file normal permissions
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def atomic_write_text(path: Path, text: str, overwrite: bool = False) -> Path:
+    """Write ``text`` to ``path`` atomically."""
+    with atomic_path(path, overwrite=overwrite) as tmp:
+        tmp.write_text(text)
+    return path
+
+
+def atomic_write_bytes(path: Path, data: bytes, overwrite: bool = False) -> Path:
+    """Write ``data`` to ``path`` atomically."""
+    with atomic_path(path, overwrite=overwrite) as tmp:
+        tmp.write_bytes(data)
+    return path

@@ -1,0 +1,41 @@
+"""Shared fixtures: small synthetic workloads and hand-made traces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specgym.envs.cost import CostProfile
+from specgym.envs.synthetic import generate_workload
+from specgym.envs.trace_format import workload_from_requests
+
+
+@pytest.fixture(scope="session")
+def mix_workload():
+    """A small synthetic speclane-mix workload (labelled synthetic)."""
+    return generate_workload("speclane-mix", 300, seed=1)
+
+
+@pytest.fixture(scope="session")
+def regime_workload():
+    """A small synthetic assc-regimes workload."""
+    return generate_workload("assc-regimes", 200, seed=2)
+
+
+@pytest.fixture
+def flat_profile():
+    """draft 1 ms, verify 10 ms flat, no overhead."""
+    return CostProfile(name="flat", draft_ms=1.0, verify_ms=(10.0,) * 17, source="synthetic")
+
+
+def make_trace(p_accepts, profile, temperature=0.0, name="hand"):
+    """A workload from explicit per-request p_accept lists (conf/entropy derived from them)."""
+    reqs = []
+    for i, p in enumerate(p_accepts):
+        p = np.asarray(p, dtype=np.float32)
+        reqs.append({
+            "request_id": f"r{i}", "category": "cat", "temperature": temperature, "prompt_len": 5,
+            "p_accept": p, "draft_conf": np.clip(0.1 + 0.8 * p, 0, 1), "draft_entropy": 1.0 - 0.5 * p,
+            "split": "test",
+        })
+    return workload_from_requests(name, {"kind": "synthetic", "generator": "tests"}, profile, reqs)

@@ -1,0 +1,62 @@
+"""The ``specgym`` command: workloads make/show/list, bench, and one-line errors without tracebacks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from specgym.cli import main
+from specgym.envs.trace_format import load_workload
+
+
+def test_workloads_make_and_show(tmp_path, capsys):
+    out = tmp_path / "w.parquet"
+    assert main(["workloads", "make", "--preset", "assc-regimes", "--requests", "30", "--seed", "4",
+                 "--out", str(out)]) == 0
+    wl = load_workload(out)
+    assert wl.n_requests == 30 and wl.is_synthetic and wl.source["seed"] == 4
+    assert main(["workloads", "show", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "SYNTHETIC" in text and "splits" in text and "reasoning" in text
+    # same seed -> identical file content
+    out2 = tmp_path / "w2.parquet"
+    main(["workloads", "make", "--preset", "assc-regimes", "--requests", "30", "--seed", "4", "--out", str(out2)])
+    assert (load_workload(out2).p_accept == wl.p_accept).all()
+
+
+def test_make_refuses_overwrite_and_leaves_no_partial(tmp_path, capsys):
+    out = tmp_path / "w.parquet"
+    out.write_text("precious")
+    assert main(["workloads", "make", "--preset", "speclane-mix", "--requests", "5", "--out", str(out)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert out.read_text() == "precious"
+    assert main(["workloads", "make", "--preset", "speclane-mix", "--requests", "0",
+                 "--out", str(tmp_path / "z.parquet")]) == 2
+    assert list(tmp_path.iterdir()) == [out]
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["workloads", "show", "/nonexistent/w.parquet"], "w.parquet: workload file not found"),
+    (["workloads", "show", "nope"], "unknown workload 'nope'"),
+])
+def test_errors_are_one_line(argv, msg, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and "\n" not in err and "Traceback" not in err
+
+
+def test_console_script_runs_without_traceback(tmp_path):
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"garbage")
+    proc = subprocess.run([sys.executable, "-m", "specgym", "workloads", "show", str(bad)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "not a readable Parquet file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bench_prints_figures(capsys):
+    assert main(["bench", "--sections", "load,vector", "--workload", "assc-regimes"]) == 0
+    out = capsys.readouterr().out
+    assert "rounds/s" in out and "load" in out

@@ -231,6 +231,9 @@ class SpecDecodeTokenEnv(_ReplayEnvBase):
 
     {features}
 
+    ``tok_room`` uses cap = k_max at the first decision of a round (a deployed controller learns the clipped cap
+    only with the first draft token).
+
     ## Rewards
     ``produced - time_ms / t_AR`` at each verification; 0 for decisions that continue drafting.
 
@@ -264,7 +267,10 @@ class SpecDecodeTokenEnv(_ReplayEnvBase):
         self._prod = self._min = 1.0
 
     def _obs(self) -> np.ndarray:
-        return self.tracker.token_observation(self._drafted, self._cap, self._conf, self._ent, self._prod, self._min)
+        # Before the first draft token a deployed controller cannot know how close the end is (the cap it will
+        # be clipped to), so the first decision sees cap = k_max; later ones see the engine's clipped cap.
+        cap = self._cap if self._drafted > 0 else self.k_max
+        return self.tracker.token_observation(self._drafted, cap, self._conf, self._ent, self._prod, self._min)
 
     def step(self, action):
         """Continue (1) or stop (0); returns the Gymnasium 5-tuple."""

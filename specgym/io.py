@@ -29,9 +29,7 @@ def atomic_path(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp creates 0600; give the final file normal permissions
+    os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp creates 0600; give the final file normal permissions
     try:
         yield tmp_path
         os.replace(tmp_path, path)
@@ -52,3 +50,38 @@ def atomic_write_bytes(path: Path, data: bytes, overwrite: bool = False) -> Path
     with atomic_path(path, overwrite=overwrite) as tmp:
         tmp.write_bytes(data)
     return path
+
+
+@contextmanager
+def atomic_dir(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary folder next to ``path``; it replaces ``path`` only if the block succeeds.
+
+    An existing ``path`` is refused unless ``overwrite``; with ``overwrite`` it is swapped out only after the new
+    contents are complete, so a failure leaves the old folder untouched.
+    """
+    import shutil
+
+    path = Path(path)
+    refuse_overwrite(path, overwrite)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask

@@ -1,0 +1,164 @@
+"""The evaluation harness: every controller on the same requests with the same random numbers, plus the oracle.
+
+``evaluate`` replays each controller over one split of a workload (common random numbers from one seed), always
+computes the fixed-K references (K = 1..k_max, vectorised) and the oracle, and returns a JSON-ready report with
+everything needed to reproduce any row: workload (name, path, sha256, synthetic or recorded), cost profile,
+seeds, k_max and the package version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from specgym import __version__
+from specgym.baselines.oracle import oracle_plan, oracle_times
+from specgym.baselines.registry import expand_specs, make_controller
+from specgym.envs.cost import CostProfile, load_profile
+from specgym.envs.spec_env import cached_workload
+from specgym.envs.trace_engine import TraceEngine
+from specgym.envs.trace_format import Workload, resolve_workload_path
+from specgym.eval.metrics import category_metrics, run_metrics
+from specgym.eval.runner import RunResult, run_controller, run_fixed_vectorised
+
+
+@dataclass
+class EvalConfig:
+    """What to evaluate.
+
+    Attributes:
+        workload: Shipped workload name or path (or a loaded :class:`Workload`).
+        controllers: Comma-separated controller specs (``all`` = every baseline + fixed:1..k_max).
+        split: Request split (``test`` by default; ``all`` for every request).
+        seed: Seed of the common random numbers.
+        k_max: Largest draft cap.
+        profile: Cost profile override (name/path); default the workload's own.
+        max_requests: Evaluate only the first N requests of the split (None = all).
+    """
+
+    workload: str | Workload
+    controllers: str = "all"
+    split: str = "test"
+    seed: int = 0
+    k_max: int = 8
+    profile: str | None = None
+    max_requests: int | None = None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _traced_requests(wl: Workload, requests: np.ndarray) -> dict[str, int]:
+    """The first request of each category in serving order (the K-over-time plot)."""
+    out: dict[str, int] = {}
+    for r in requests.tolist():
+        out.setdefault(str(wl.category[r]), r)
+    return out
+
+
+def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]] | None = None) -> dict[str, Any]:
+    """Run the evaluation; returns the report dict (see :func:`specgym.eval.report.write_report`).
+
+    Args:
+        cfg: What to evaluate.
+        progress: ``progress(controller_name, n_requests)`` returns a per-request callback (progress bars).
+    """
+    if isinstance(cfg.workload, Workload):
+        wl, wl_path, wl_hash = cfg.workload, None, None
+    else:
+        path = resolve_workload_path(cfg.workload)
+        wl, wl_path, wl_hash = cached_workload(path), str(path), _sha256(path)
+    specs = expand_specs(cfg.controllers, cfg.k_max)
+    controllers = [make_controller(s, cfg.k_max) for s in specs]  # fail fast on bad specs
+    profile: CostProfile = load_profile(cfg.profile) if cfg.profile else wl.profile
+    engine = TraceEngine(wl, profile, cfg.k_max, seed=cfg.seed)
+    requests = wl.split_indices(cfg.split)
+    if cfg.max_requests is not None:
+        requests = requests[: cfg.max_requests]
+    traced = _traced_requests(wl, requests)
+    categories = wl.category[requests]
+
+    fixed = {k: run_fixed_vectorised(engine, requests, k) for k in range(0, cfg.k_max + 1)}
+    t_fixed = {k: float(r.time_ms.sum()) for k, r in fixed.items()}
+    best_k = min(range(1, cfg.k_max + 1), key=lambda k: t_fixed[k])
+    t_k4 = t_fixed[min(4, cfg.k_max)]
+    runs = engine.all_runs()
+    sub = wl.subset(requests)
+    sub_runs = np.concatenate([runs[wl.span(r)] for r in requests.tolist()])
+    t_oracle_req = oracle_times(sub_runs, sub.offsets, engine.round_times, cfg.k_max)
+    t_oracle = float(t_oracle_req.sum())
+    t_ar = engine.t_ar
+
+    results: list[RunResult] = []
+    for spec, ctrl in zip(specs, controllers):
+        tick = progress(ctrl.name, len(requests)) if progress else None
+        trace = () if spec.startswith("fixed:") else traced.values()
+        results.append(run_controller(engine, requests, ctrl, trace=trace, on_request=tick))
+
+    rows = [run_metrics(r, t_ar, t_k4, t_fixed[best_k], t_oracle) for r in results]
+    for row, r, spec in zip(rows, results, specs):
+        row["spec"] = spec
+        row["token_level"] = bool(make_controller(spec, cfg.k_max).token_level)
+        row["categories"] = category_metrics(r, categories)
+    rows.sort(key=lambda row: -row["throughput_tok_s"])
+    n_tokens = int(sub.n_positions)
+    oracle_row = {
+        "controller": "oracle",
+        "throughput_tok_s": n_tokens / t_oracle * 1000.0,
+        "speedup_vs_ar": n_tokens * t_ar / t_oracle,
+        "speedup_vs_k4": t_k4 / t_oracle,
+        "speedup_vs_best_fixed": t_fixed[best_k] / t_oracle,
+        "oracle_ratio": 1.0,
+        "tpot_ms_mean": float((t_oracle_req / sub.lengths).mean()),
+        "tpot_ms_p99": float(np.percentile(t_oracle_req / sub.lengths, 99)),
+        "total_time_ms": t_oracle,
+        "tokens": n_tokens,
+    }
+    traces = {}
+    for cat, r in traced.items():
+        traces[cat] = {
+            "request_id": str(wl.request_id[r]),
+            "length": int(wl.lengths[r]),
+            "oracle": _oracle_trace(runs[wl.span(r)], engine, cfg.k_max),
+            "controllers": {res.name: res.traces[r] for res in results if r in res.traces},
+        }
+    p_accept_by_cat = {
+        cat: float(sub.p_accept[np.repeat(categories == cat, sub.lengths)].mean()) for cat in dict.fromkeys(categories.tolist())
+    }
+    return {
+        "specgym_version": __version__,
+        "workload": {
+            "name": wl.name, "label": wl.label, "synthetic": wl.is_synthetic, "path": wl_path, "sha256": wl_hash,
+            "source": wl.source, "split": cfg.split, "requests": int(len(requests)), "tokens": n_tokens,
+            "mean_p_accept_by_category": p_accept_by_cat,
+        },
+        "profile": profile.to_dict(),
+        "seed": cfg.seed,
+        "k_max": cfg.k_max,
+        "controllers": specs,
+        "max_requests": cfg.max_requests,
+        "reference": {"t_ar_ms": t_ar, "best_fixed_k": best_k, "fixed_time_ms": {str(k): v for k, v in t_fixed.items()}},
+        "oracle": oracle_row,
+        "rows": rows,
+        "traces": traces,
+    }
+
+
+def _oracle_trace(run: np.ndarray, engine: TraceEngine, k_max: int) -> list[tuple[int, int, int, int]]:
+    """The oracle's rounds on one request: (position, K, drafted, accepted)."""
+    plan = oracle_plan(run, engine.round_times, k_max)
+    out, i = [], 0
+    for k in plan:
+        acc = min(int(run[i]), k)
+        out.append((i, k, k, acc))
+        i += acc + 1
+    return out

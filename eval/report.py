@@ -1,0 +1,74 @@
+"""Report files of an evaluation: ``report.json``, ``report.md`` and PNG plots, written atomically."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from specgym.io import atomic_dir
+
+COLUMNS = (
+    ("controller", "controller", "{}"),
+    ("throughput_tok_s", "tok/s", "{:.2f}"),
+    ("speedup_vs_ar", "vs AR", "{:.3f}x"),
+    ("speedup_vs_k4", "vs K=4", "{:.3f}x"),
+    ("speedup_vs_best_fixed", "vs best fixed", "{:.3f}x"),
+    ("oracle_ratio", "oracle ratio", "{:.3f}"),
+    ("headroom_closed", "headroom closed", "{:+.1%}"),
+    ("draft_waste", "waste", "{:.3f}"),
+    ("mean_accept_len", "accept len", "{:.2f}"),
+    ("mean_k", "mean K", "{:.2f}"),
+    ("tpot_ms_mean", "TPOT ms", "{:.2f}"),
+    ("tpot_ms_p99", "TPOT p99", "{:.2f}"),
+)
+
+
+def _cell(row: dict[str, Any], key: str, fmt: str) -> str:
+    v = row.get(key)
+    return "–" if v is None else fmt.format(v)
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    """The report's one table: the oracle first (the physical limit), then controllers by throughput."""
+    head = "| " + " | ".join(c[1] for c in COLUMNS) + " |"
+    sep = "|" + "|".join("---" if i == 0 else "---:" for i in range(len(COLUMNS))) + "|"
+    oracle = dict(report["oracle"], controller="**oracle** (clairvoyant limit)")
+    lines = [head, sep, "| " + " | ".join(_cell(oracle, k, f) for k, _, f in COLUMNS) + " |"]
+    for row in report["rows"]:
+        lines.append("| " + " | ".join(_cell(row, k, f) for k, _, f in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def markdown_report(report: dict[str, Any]) -> str:
+    """The whole ``report.md``."""
+    wl, prof, ref = report["workload"], report["profile"], report["reference"]
+    synthetic = " **(synthetic workload)**" if wl["synthetic"] else ""
+    return "\n".join([
+        f"# specgym evaluation: {wl['label']}",
+        "",
+        f"- workload: `{wl['name']}`{synthetic}, split `{wl['split']}`: {wl['requests']} requests, "
+        f"{wl['tokens']} tokens",
+        f"- cost profile: `{prof['name']}` ({prof['source']}): draft {prof['draft_ms']:g} ms, "
+        f"t_AR {ref['t_ar_ms']:g} ms",
+        f"- seed {report['seed']}, k_max {report['k_max']}, best fixed K = {ref['best_fixed_k']}, "
+        f"specgym {report['specgym_version']}",
+        "- times are simulated by the replay engine from the cost profile; speedups are ratios of total time",
+        "",
+        markdown_table(report),
+        "",
+        "Plots: `throughput.png`, `k_over_time.png`, `acceptance_by_category.png`.",
+        "",
+    ])
+
+
+def write_report(report: dict[str, Any], out: Path, overwrite: bool = False, plots: bool = True) -> Path:
+    """Write ``report.json``, ``report.md`` and the plots into ``out`` (all or nothing)."""
+    from specgym.eval.plots import write_plots
+
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        (tmp / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+        (tmp / "report.md").write_text(markdown_report(report))
+        if plots:
+            write_plots(report, tmp)
+    return out

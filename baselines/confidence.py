@@ -11,7 +11,7 @@ Adaptive threshold, from ``update_candidate_strategy``:
     if len(self.probs) > len(self.matches): self.matches.append(0)
     ...drop the probs beyond len(self.matches)...
     fpr, tpr, thresholds = roc_curve(self.matches, self.probs); fnr = 1 - tpr
-    costs = fpr + 3 * fnr                      # "A cost of 25% is assigned to false positives and 75% to false negatives"
+    costs = fpr + 3 * fnr      # "A cost of 25% is assigned to false positives and 75% to false negatives"
     threshold = thresholds[argmin(costs)]
 
 Rule here: the cap is k_max; after drafted token j, ``keep_drafting`` returns False iff ``conf_j < tau``.

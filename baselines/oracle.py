@@ -19,26 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from specgym.envs.trace_engine import run_lengths  # noqa: F401  (re-exported: the oracle plans over run lengths)
 from specgym.errors import SpecgymError
-
-
-def run_lengths(accepted: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Consecutive accepted positions starting at each position, within its request (vectorised).
-
-    Args:
-        accepted: Flat boolean array over all requests' positions (True = the draft token there is accepted).
-        offsets: ``(R+1,)`` request boundaries; request r owns ``offsets[r]:offsets[r+1]``.
-
-    Returns:
-        int64 array, same shape as ``accepted``.
-    """
-    accepted = np.asarray(accepted, dtype=bool)
-    n = accepted.size
-    idx = np.arange(n, dtype=np.int64)
-    rejected_at = np.where(accepted, n, idx)
-    next_reject = np.minimum.accumulate(rejected_at[::-1])[::-1]
-    end = np.repeat(np.asarray(offsets[1:], dtype=np.int64), np.diff(offsets))
-    return np.minimum(next_reject, end) - idx
 
 
 def _check(round_times: np.ndarray, k_max: int) -> np.ndarray:

@@ -3,8 +3,10 @@
 Grammar: ``NAME`` or ``NAME:ARG`` (split at the first ``:``). Built in:
 ``fixed:K`` (0..k_max), ``assc``, ``speclane``, ``hf-heuristic``, ``confidence[:TAU|:adaptive]``,
 ``cumulative[:H]``, ``entropy[:LAM[:GAMMA]]``, ``ucb``. ``all`` (in :func:`expand_specs`) = every baseline with
-its defaults plus ``fixed:1..fixed:k_max``. Other modules add prefixes with :func:`register_prefix` (e.g. the PPO
-agent registers ``ppo:DIR``). Every bad spec raises :class:`SpecgymError` with one line listing the valid forms.
+its defaults plus ``fixed:1..fixed:k_max``. ``assc`` gets the range [2, k_max] (the seed's [2, 8] is its example
+for k_max = 8); the other adaptive baselines cap at the request's ``ctx.k_max``. Other modules add prefixes with
+:func:`register_prefix` (e.g. the PPO agent registers ``ppo:DIR``). Every bad spec raises :class:`SpecgymError`
+with one line listing the valid forms.
 """
 
 from __future__ import annotations

@@ -51,12 +51,13 @@ def run_lengths(accepted: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         accepted: flat bool array of per-position outcomes.
         offsets: ``(R+1,)`` request boundaries in the flat array.
     """
+    accepted = np.asarray(accepted, dtype=bool)
     n = len(accepted)
     idx = np.arange(n, dtype=np.int64)
     barrier = np.where(accepted, n, idx)
     next_reject = np.minimum.accumulate(barrier[::-1])[::-1]
-    ends = np.repeat(offsets[1:], np.diff(offsets))
-    return (np.minimum(next_reject, ends) - idx).astype(np.int32)
+    ends = np.repeat(np.asarray(offsets[1:], dtype=np.int64), np.diff(offsets))
+    return np.minimum(next_reject, ends) - idx
 
 
 class TraceEngine:

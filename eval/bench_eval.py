@@ -62,7 +62,10 @@ def bench_controllers_section(args, workload: str, console) -> dict[str, Any]:
     rows, figures = [], {}
     for spec in ("fixed:4",) + ALL_BASELINES:
         f = decision_overhead_us(make_controller(spec, 8), ctx, outcomes)
-        target = TARGETS["controller_us_speclane"] if spec == "speclane" else TARGETS["controller_us_rule"]
+        # Rule-based controllers: <= 5 us. Controllers that fit a model every round (SpecLane's Lambert W,
+        # the adaptive ROC threshold, which re-fits like transformers does) get SpecLane's 20 us budget.
+        fitted = spec in ("speclane", "confidence:adaptive")
+        target = TARGETS["controller_us_speclane"] if fitted else TARGETS["controller_us_rule"]
         met = "met" if f["us_per_decision"] <= target else "MISSED"
         extra = f", {f['us_per_token_check']:.2f} us/token check" if "us_per_token_check" in f else ""
         rows.append((spec, f"{f['us_per_decision']:.2f} us{extra}", f"<= {target:g} us ({met})"))

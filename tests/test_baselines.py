@@ -180,15 +180,19 @@ def test_speclane_explores_each_arm_once_then_ucb1():
 def test_speclane_switches_to_model_after_32_tokens():
     c = SpecLane()
     c.reset(ctx())
-    for _ in range(6):  # 6 rounds x 5 tokens = 30 < 32: still UCB
+    generated, rounds = 0, 0
+    while generated < 32:  # full acceptance: arms 2, 4, 6, 8 produce 3, 5, 7, 9 tokens
+        assert c.in_warmup
         k = c.propose()
-        c.observe(out(k, drafted=max(k, 4), accepted=4))
-    assert c.in_warmup
-    k = c.propose()
-    c.observe(out(k, drafted=max(k, 4), accepted=4))  # 35 >= 32
-    assert not c.in_warmup
+        assert k in (2, 4, 6, 8)
+        c.observe(out(k, accepted=k))
+        generated += k + 1
+        rounds += 1
+    assert rounds >= 4 and not c.in_warmup
     expected = optimal_k_closed_form(c.alpha, 3.8, 31.0, 1, 8)
     assert c.propose() == expected == c.best_k(c.alpha)
+    c.reset(ctx())
+    assert c.in_warmup and c.propose() == 2  # warm-up restarts with each request
 
 
 def test_speclane_ema_positions_reached():
@@ -384,7 +388,7 @@ def test_ucb_bandit_explores_then_keeps_state_across_requests():
     c = UCBBandit()
     c.reset(ctx())
     seen = []
-    for k_expected in range(1, 9):
+    for _ in range(8):
         k = c.propose()
         seen.append(k)
         c.observe(out(k, accepted=min(k, 3), time_ms=31.0 + 3.8 * k))

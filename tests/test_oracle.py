@@ -37,7 +37,8 @@ def brute_force(run, rt, k_max, i=0) -> float:
     n = len(run)
     if i >= n:
         return 0.0
-    return min(rt[k] + brute_force(run, rt, k_max, i + min(int(run[i]), k) + 1) for k in range(min(k_max, n - i - 1) + 1))
+    ks = range(min(k_max, n - i - 1) + 1)
+    return min(rt[k] + brute_force(run, rt, k_max, i + min(int(run[i]), k) + 1) for k in ks)
 
 
 def test_run_lengths_naive():

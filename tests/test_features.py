@@ -1,0 +1,68 @@
+"""Feature tracker: bounds, names, meaning of a few features, and the token-mode extension."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specgym.envs.features import (
+    ROUND_FEATURES, TOKEN_FEATURES, FeatureTracker, feature_bounds, feature_names,
+)
+from specgym.envs.rounds import RequestContext, RoundOutcome
+
+
+def _ctx(temp=0.0):
+    return RequestContext("r", "c", temp, 10, 8, 2.0, (0.0,) + (20.0,) * 9)
+
+
+def _o(drafted, accepted, conf=0.9, ent=0.3, k=None):
+    return RoundOutcome(0, k if k is not None else drafted, drafted, accepted, accepted + 1, 10.0,
+                        np.full(drafted, conf, np.float32), np.full(drafted, ent, np.float32))
+
+
+def test_names_and_bounds_align():
+    assert len(feature_names("k")) == len(ROUND_FEATURES)
+    assert len(feature_names("token")) == len(ROUND_FEATURES) + len(TOKEN_FEATURES)
+    low, high = feature_bounds("token")
+    assert (low < high).all() and np.isfinite(high).all()
+
+
+def test_observations_stay_in_bounds_under_extremes():
+    t = FeatureTracker(8)
+    t.reset(_ctx(temp=5.0))
+    low, high = feature_bounds("k")
+    for o in [_o(8, 8, 1.0, 0.0)] * 50 + [_o(8, 0, 0.0, 50.0)] * 50 + [_o(0, 0)] * 5:
+        t.update(o)
+        obs = t.observation()
+        assert obs.dtype == np.float32 and (obs >= low).all() and (obs <= high).all()
+    tlow, thigh = feature_bounds("token")
+    tok = t.token_observation(3, 8, 0.2, 20.0, 0.01, 0.1)
+    assert (tok >= tlow).all() and (tok <= thigh).all()
+
+
+def test_feature_meanings():
+    t = FeatureTracker(8)
+    t.reset(_ctx(temp=0.8))
+    names = feature_names("k")
+    obs = dict(zip(names, t.observation()))
+    assert obs["no_history"] == 1.0 and obs["temperature"] == pytest.approx(0.8)
+    assert obs["cost_ratio"] == pytest.approx(0.1) and obs["verify_slope"] == 0.0
+    t.update(_o(4, 4, conf=0.8))
+    t.update(_o(4, 4, conf=0.8))
+    obs = dict(zip(names, t.observation()))
+    assert obs["no_history"] == 0.0 and obs["full_streak"] == pytest.approx(2 / 8)
+    assert obs["last_accepted"] == pytest.approx(0.5) and obs["last_conf_mean"] == pytest.approx(0.8)
+    assert obs["acc_rate_ema_fast"] > obs["acc_rate_ema_mid"] > obs["acc_rate_ema_slow"] > 0.5
+    t.update(_o(4, 0))
+    obs = dict(zip(names, t.observation()))
+    assert obs["full_streak"] == 0 and obs["zero_streak"] == pytest.approx(1 / 8)
+
+
+def test_reset_clears_history():
+    t = FeatureTracker(8)
+    t.reset(_ctx())
+    fresh = t.observation()
+    t.update(_o(5, 2))
+    assert not np.array_equal(t.observation(), fresh)
+    t.reset(_ctx())
+    np.testing.assert_array_equal(t.observation(), fresh)

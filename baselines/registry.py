@@ -1,7 +1,7 @@
 """Controller specs: the strings the CLI and the evaluation harness use to name a controller.
 
 Grammar: ``NAME`` or ``NAME:ARG`` (split at the first ``:``). Built in:
-``fixed:K`` (0..k_max), ``assc``, ``speclane``, ``hf-heuristic``, ``confidence[:TAU|:adaptive]``,
+``fixed:K`` (0..k_max), ``assc``, ``speclane[:ratio]``, ``hf-heuristic``, ``confidence[:TAU|:adaptive]``,
 ``cumulative[:H]``, ``entropy[:LAM[:GAMMA]]``, ``ucb``. ``all`` (in :func:`expand_specs`) = every baseline with
 its defaults plus ``fixed:1..fixed:k_max``. ``assc`` gets the range [2, k_max] (the seed's [2, 8] is its example
 for k_max = 8); the other adaptive baselines cap at the request's ``ctx.k_max``. Other modules add prefixes with
@@ -152,6 +152,16 @@ def _assc(arg: str | None, k_max: int) -> Controller:
     return ASSC(k_max=max(2, k_max))
 
 
+def _speclane(arg: str | None, k_max: int) -> Controller:
+    if arg is None:
+        return SpecLane()
+    if arg == "ratio":
+        ctrl = SpecLane(estimator="ratio")
+        ctrl.name = "speclane:ratio"
+        return ctrl
+    raise SpecgymError(f"speclane takes no argument or 'ratio', got {arg!r}")
+
+
 def _confidence(arg: str | None, k_max: int) -> Controller:
     if arg is not None and arg.lower() == "adaptive":
         return ConfidenceStop(adaptive=True)
@@ -172,7 +182,7 @@ def _entropy(arg: str | None, k_max: int) -> Controller:
 for _prefix, _factory, _usage in (
     ("fixed", _fixed, "fixed:K (K=0..K_MAX)"),
     ("assc", _assc, "assc"),
-    ("speclane", _no_arg(SpecLane), "speclane"),
+    ("speclane", _speclane, "speclane[:ratio]"),
     ("hf-heuristic", _no_arg(HFHeuristic), "hf-heuristic"),
     ("confidence", _confidence, "confidence[:TAU|:adaptive]"),
     ("cumulative", _cumulative, "cumulative[:H]"),

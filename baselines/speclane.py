@@ -33,6 +33,11 @@ Choices where the write-up is ambiguous (documented and tested):
   ``drafted == 0`` does not update it.
 * An arm is credited only when the engine played it unclipped (``planned_k == arm``); a clipped round near the
   end of a request is not a sample of that arm. Arms above ``ctx.k_max`` are clipped to it (duplicates merged).
+* ``estimator="ema"`` (default, the write-up's rule) averages per-round ratios ``a / reached``. That mean of
+  ratios is biased low: a round that accepts everything counts 1, but a round stopped at the first rejection
+  counts ``a / (a + 1)``, so at alpha = 0.9 with K = 8 it settles near 0.77 and SpecLane drafts too little.
+  ``estimator="ratio"`` keeps EMAs of ``a`` and ``reached`` separately and divides them (a ratio of sums, the
+  maximum-likelihood estimate of a geometric acceptance), which removes most of the bias.
 * The warm-up lasts while fewer than ``warmup_tokens`` tokens have been produced in the request; the round that
   crosses 32 is the last UCB round.
 """
@@ -146,6 +151,8 @@ class SpecLane(Controller):
         ucb_c: Exploration constant inside the square root: ``sqrt(ucb_c * ln t / n)`` (2, UCB1).
         k_min: Smallest K of the model phase (1).
         k_max: Largest K of the model phase; ``None`` = ``ctx.k_max``.
+        estimator: ``"ema"`` (EMA of per-round ``a / reached``, the write-up's rule) or ``"ratio"`` (EMA of
+            ``a`` over EMA of ``reached``, nearly unbiased); see the module docstring.
     """
 
     name = "speclane"
@@ -160,7 +167,11 @@ class SpecLane(Controller):
         ucb_c: float = 2.0,
         k_min: int = 1,
         k_max: int | None = None,
+        estimator: str = "ema",
     ) -> None:
+        if estimator not in ("ema", "ratio"):
+            raise ValueError(f"SpecLane estimator must be 'ema' or 'ratio', got {estimator!r}")
+        self.estimator = estimator
         self.alpha0, self.beta, self.warmup_tokens = alpha0, beta, warmup_tokens
         self.arms, self.ucb_c, self.k_min, self.k_max = tuple(arms), ucb_c, k_min, k_max
         self.alpha = alpha0
@@ -176,6 +187,7 @@ class SpecLane(Controller):
         self._t = 0
         self._arm: int | None = None
         self.alpha = self.alpha0
+        self._ema_acc, self._ema_reached = self.alpha0, 1.0
         self._generated = 0
         self._t_ar = ctx.t_ar_ms
         self._d = ctx.draft_ms
@@ -222,7 +234,12 @@ class SpecLane(Controller):
         if drafted > 0:
             a = outcome.accepted
             reached = a + 1 if a < drafted else drafted
-            self.alpha = self.beta * self.alpha + (1.0 - self.beta) * (a / reached)
+            if self.estimator == "ema":
+                self.alpha = self.beta * self.alpha + (1.0 - self.beta) * (a / reached)
+            else:
+                self._ema_acc = self.beta * self._ema_acc + (1.0 - self.beta) * a
+                self._ema_reached = self.beta * self._ema_reached + (1.0 - self.beta) * reached
+                self.alpha = self._ema_acc / self._ema_reached
         i = self._arm
         if i is not None and outcome.planned_k == self._arms[i] and outcome.time_ms > 0.0:
             self._n[i] += 1

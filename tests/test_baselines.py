@@ -509,3 +509,58 @@ def test_register_prefix_hook():
             register_prefix("bad:name", factory)
     finally:
         registry._REGISTRY.pop("testppo", None)
+
+
+# ------------------------------------------------------------------------------------ statistical sanity (replay)
+def _steady(alpha: float, n: int = 300):
+    from specgym.envs.synthetic import CategorySpec, generate_workload, spec_with
+
+    spec = spec_with("geometric", categories=(CategorySpec("steady", 1.0, alpha, 0.0),), min_len=128, max_len=384)
+    return generate_workload(spec, n, seed=0)
+
+
+def _speedup_vs_best_fixed(wl, spec: str) -> float:
+    from specgym.eval.harness import EvalConfig, evaluate
+
+    rep = evaluate(EvalConfig(workload=wl, controllers=spec, split="all"))
+    return rep["rows"][0]["speedup_vs_best_fixed"]
+
+
+@pytest.mark.parametrize("alpha", [0.55, 0.8])
+def test_fixed_k_throughput_matches_closed_form(alpha):
+    """Fixed-K tokens/s on a steady geometric workload = E[produced] / round time (within 1.5%)."""
+    from specgym.envs.trace_engine import TraceEngine
+    from specgym.eval.runner import run_fixed_vectorised
+
+    wl = _steady(alpha)
+    eng = TraceEngine(wl, seed=0)
+    for k in (1, 3, 6):
+        res = run_fixed_vectorised(eng, np.arange(wl.n_requests), k)
+        expected = (1 - alpha ** (k + 1)) / (1 - alpha) / eng.round_times[k] * 1000
+        measured = res.tokens.sum() / res.time_ms.sum() * 1000
+        assert measured == pytest.approx(expected, rel=0.015)  # end-of-request clipping costs a little
+
+
+@pytest.mark.parametrize("alpha", [0.55, 0.7, 0.9])
+def test_speclane_close_to_best_fixed_on_steady_workloads(alpha):
+    """With the ratio estimator SpecLane lands within 3% of the best fixed K on steady workloads (alpha >= 0.7).
+
+    The write-up's estimator (EMA of per-round ratios, the default) is biased low and lands 3-7% below; at
+    alpha = 0.55 even the ratio estimator lands ~3.2% below (UCB warm-up over K in {2,4,6,8} and the short EMA).
+    The test pins these facts so a regression in either direction shows.
+    """
+    wl = _steady(alpha)
+    ratio = _speedup_vs_best_fixed(wl, "speclane:ratio")
+    default = _speedup_vs_best_fixed(wl, "speclane")
+    assert ratio >= (0.97 if alpha >= 0.7 else 0.96)
+    assert 0.92 <= default < 1.0
+    if alpha >= 0.7:
+        assert ratio > default  # the bias costs most at high acceptance
+
+
+def test_speclane_beats_best_fixed_on_assc_regimes():
+    from specgym.envs.synthetic import generate_workload
+
+    wl = generate_workload("assc-regimes", 300, seed=0)
+    assert _speedup_vs_best_fixed(wl, "speclane") > 1.03
+    assert _speedup_vs_best_fixed(wl, "speclane:ratio") > 1.03

@@ -6,6 +6,11 @@ what it saw in training. Only information a real serving loop has at decision ti
 already verified, draft features of tokens already proposed, the request's temperature and the cost profile.
 Never the completion length or a future outcome.
 
+Draft features of the last round are taken over the *judged* tokens only: the accepted prefix plus the first
+rejected token (``min(accepted + 1, drafted)``). Tokens drafted after the first rejection are excluded: in a live
+engine they were conditioned on a wrong token, and in replay their confidences come from the correct-prefix trace,
+which would reveal the next round's first draft token (version 1 leaked it; a policy learned to exploit it).
+
 Bump :data:`FEATURE_VERSION` whenever a feature's meaning, order or scaling changes: exported policies record it
 and refuse to run against another version.
 """
@@ -19,7 +24,7 @@ import numpy as np
 
 from specgym.envs.rounds import RequestContext, RoundOutcome
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
 ENTROPY_SCALE = 8.0  # nats; entropies are clipped to this and scaled to [0, 1]
 _EMA_FAST, _EMA_MID, _EMA_SLOW, _EMA_FEAT = 0.5, 0.8, 0.95, 0.8
 _LOG_TOKENS, _LOG_ROUNDS = math.log1p(4096.0), math.log1p(2048.0)
@@ -44,10 +49,10 @@ ROUND_FEATURES: tuple[Feature, ...] = (
     Feature("last_drafted", 0, 1, "tokens drafted in the last round / k_max"),
     Feature("last_accepted", 0, 1, "tokens accepted in the last round / k_max"),
     Feature("last_full_accept", 0, 1, "1 if every drafted token of the last round was accepted"),
-    Feature("last_conf_mean", 0, 1, "mean draft confidence of the last round's drafted tokens"),
-    Feature("last_conf_min", 0, 1, "min draft confidence of the last round's drafted tokens"),
-    Feature("last_conf_last", 0, 1, "draft confidence of the last drafted token of the last round"),
-    Feature("last_entropy_mean", 0, 1, "mean draft entropy of the last round / 8 nats (clipped)"),
+    Feature("last_conf_mean", 0, 1, "mean draft confidence of the last round's judged tokens (accepted + first rejected)"),
+    Feature("last_conf_min", 0, 1, "min draft confidence of the last round's judged tokens"),
+    Feature("last_conf_last", 0, 1, "draft confidence of the last judged token of the last round"),
+    Feature("last_entropy_mean", 0, 1, "mean draft entropy of the last round's judged tokens / 8 nats (clipped)"),
     Feature("conf_ema", 0, 1, "EMA (beta 0.8) of per-round mean draft confidence"),
     Feature("entropy_ema", 0, 1, "EMA (beta 0.8) of per-round mean draft entropy / 8 nats"),
     Feature("produced_ema", 0, 1, "EMA (beta 0.8) of tokens produced per round / (k_max + 1)"),
@@ -146,12 +151,13 @@ class FeatureTracker:
             self.last_full = 1.0 if full else 0.0
             self.full_streak = self.full_streak + 1 if full else 0
             self.zero_streak = self.zero_streak + 1 if o.accepted == 0 else 0
-            conf = o.draft_conf.tolist()
-            ent = o.draft_entropy.tolist()
-            self.last_conf_mean = sum(conf) / d
+            judged = reached  # accepted prefix + the first rejected token; later tokens are never judged
+            conf = o.draft_conf[:judged].tolist()
+            ent = o.draft_entropy[:judged].tolist()
+            self.last_conf_mean = sum(conf) / judged
             self.last_conf_min = min(conf)
             self.last_conf_last = conf[-1]
-            self.last_ent = min(sum(ent) / d, ENTROPY_SCALE) / ENTROPY_SCALE
+            self.last_ent = min(sum(ent) / judged, ENTROPY_SCALE) / ENTROPY_SCALE
             self.conf_ema = _EMA_FEAT * self.conf_ema + (1 - _EMA_FEAT) * self.last_conf_mean
             self.ent_ema = _EMA_FEAT * self.ent_ema + (1 - _EMA_FEAT) * self.last_ent
             self.no_history = 0.0

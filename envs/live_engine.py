@@ -20,8 +20,11 @@ Draft features of each drafted token (``RoundOutcome.draft_conf`` / ``draft_entr
 probability and entropy of ``softmax(logits)``; sampling: the draft's probability of the token it sampled and the
 entropy of ``softmax(logits / T)``. The recorder computes trace columns with exactly the same definitions.
 
-Timing: ``timing="wall"`` measures each round with ``time.perf_counter`` (CUDA-synchronised on GPU); passing a
-:class:`CostProfile` instead prices each round with the cost model (deterministic, for tests and simulations).
+Timing: ``timing="wall"`` measures each round with ``time.perf_counter`` (CUDA-synchronised on GPU);
+``timing="cpu"`` measures the calling thread's CPU time (``time.thread_time``): on a CPU shared with other jobs it
+excludes the time the process was preempted, and with one torch thread it is the compute the round cost (CPU
+device only); passing a :class:`CostProfile` prices each round with the cost model (deterministic, for tests and
+simulations).
 The engine never stops at EOS unless ``stop_at_eos=True`` (traces need fixed-length completions).
 """
 
@@ -32,7 +35,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -214,8 +217,8 @@ class LiveEngine:
             raise SpecgymError(f"k_max={k_max} is beyond the models' context of {self.context} tokens")
         if isinstance(timing, CostProfile):
             timing.check_k_max(k_max)
-        elif timing != "wall":
-            raise SpecgymError(f"timing must be 'wall' or a CostProfile, got {timing!r}")
+        elif timing not in ("wall", "cpu"):
+            raise SpecgymError(f"timing must be 'wall', 'cpu' or a CostProfile, got {timing!r}")
         self.timing = timing
         self.profile = profile if profile is not None else (timing if isinstance(timing, CostProfile) else None)
         if self.profile is not None:
@@ -223,6 +226,9 @@ class LiveEngine:
         self.eos_token_id = eos_token_id
         self.device = target.device
         self._cuda = self.device.type == "cuda"
+        if timing == "cpu" and self._cuda:
+            raise SpecgymError("timing='cpu' measures CPU time and is meaningless on a CUDA device; use 'wall'")
+        self._clock = time.thread_time if timing == "cpu" else time.perf_counter
         self.vocab = min(draft.get_output_embeddings().weight.shape[0], target.get_output_embeddings().weight.shape[0])
         self._torch = torch
 
@@ -267,6 +273,11 @@ class LiveEngine:
             )
 
     # ------------------------------------------------------------------------------------------ decoding
+    def start(self, prompt_ids: Sequence[int], max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
+              stop_at_eos: bool = False) -> "LiveRequest":
+        """Prefill both models with the prompt and return a request to play round by round."""
+        return LiveRequest(self, prompt_ids, max_new_tokens, temperature, seed, stop_at_eos)
+
     def run_request(self, prompt_ids: Sequence[int], controller: Controller | None, max_new_tokens: int,
                     temperature: float = 0.0, seed: int = 0, request_id: str = "live", category: str = "live",
                     stop_at_eos: bool = False, k_schedule: Sequence[int] | None = None) -> LiveResult:
@@ -285,136 +296,172 @@ class LiveEngine:
         Returns:
             A :class:`LiveResult` with the completion tokens and one :class:`RoundOutcome` per round.
         """
-        torch = self._torch
-        prompt = [int(t) for t in prompt_ids]
-        n = int(max_new_tokens)
-        self.check_request(len(prompt), n)
-        if temperature < 0 or not math.isfinite(temperature):
-            raise SpecgymError(f"temperature must be >= 0, got {temperature}")
-        greedy = temperature == 0
-        gen = None
-        if not greedy:
-            gen = torch.Generator(device=self.device)
-            gen.manual_seed(int(seed))
+        req = self.start(prompt_ids, max_new_tokens, temperature, seed, stop_at_eos)
         if controller is not None:
-            controller.reset(self.context_for(request_id, len(prompt), temperature, category))
+            controller.reset(self.context_for(request_id, len(req.prompt), temperature, category))
+        keep = controller.keep_drafting if controller is not None and getattr(controller, "token_level", False) \
+            else None
         sched = list(k_schedule) if k_schedule is not None else None
-        token_level = controller is not None and getattr(controller, "token_level", False)
-        priced = isinstance(self.timing, CostProfile)
-
-        from transformers import DynamicCache
-
-        with torch.inference_mode():
-            t0 = time.perf_counter()
-            tcache = DynamicCache()
-            dcache = DynamicCache()
-            seq = list(prompt)
-            if len(seq) > 1:
-                self._fwd(self.target, seq[:-1], tcache)
-                self._fwd(self.draft, seq[:-1], dcache)
-            self._sync()
-            prefill_ms = (time.perf_counter() - t0) * 1000.0
-            result = LiveResult(tokens=[], prefill_ms=prefill_ms)
-            i = 0
-            rnd = 0
-            while i < n:
-                if sched is not None:
-                    k = sched[rnd] if rnd < len(sched) else 0
-                elif controller is not None:
-                    k = int(controller.propose())
-                else:
-                    k = 0
-                if k < 0:
-                    raise SpecgymError(f"controller proposed K={k}; K must be >= 0")
-                cap = min(k, self.k_max, n - i - 1)
-                r0 = time.perf_counter()
-                drafts: list[int] = []
-                q_probs: list = []
-                confs: list[float] = []
-                ents: list[float] = []
-                if cap > 0:
-                    # catch the draft cache up with the accepted sequence, then propose one token at a time
-                    feed = seq[dcache.get_seq_length():]
-                    for j in range(1, cap + 1):
-                        logits = self._fwd(self.draft, feed, dcache)[-1]
-                        if greedy:
-                            probs = torch.softmax(logits, -1)
-                            tok = int(torch.argmax(logits))
-                            conf = float(probs[tok])
-                        else:
-                            probs = torch.softmax(logits / temperature, -1)
-                            tok = int(torch.multinomial(probs, 1, generator=gen))
-                            conf = float(probs[tok])
-                            q_probs.append(probs)
-                        ent = float(-(probs * torch.log(probs.clamp_min(1e-30))).sum())
-                        drafts.append(tok)
-                        confs.append(conf)
-                        ents.append(ent)
-                        if j < cap and token_level and not controller.keep_drafting(
-                                DraftStep(j, cap, i + j - 1, conf, ent)):
-                            break
-                        feed = [tok]
-                drafted = len(drafts)
-                # verify: the target sees [last token, d_1..d_drafted]
-                tlogits = self._fwd(self.target, [seq[-1]] + drafts, tcache)
-                if greedy:
-                    targ = torch.argmax(tlogits, -1).tolist()
-                    accepted = 0
-                    while accepted < drafted and drafts[accepted] == targ[accepted]:
-                        accepted += 1
-                    extra = targ[accepted]
-                else:
-                    p_all = torch.softmax(tlogits / temperature, -1)
-                    accepted = 0
-                    extra = None
-                    while accepted < drafted:
-                        x = drafts[accepted]
-                        p, q = p_all[accepted], q_probs[accepted]
-                        px, qx = float(p[x]), float(q[x])
-                        u = float(torch.rand((), generator=gen, device=self.device))
-                        if qx > 0 and u < min(1.0, px / qx):
-                            accepted += 1
-                            continue
-                        resid = torch.clamp(p - q, min=0)
-                        s = float(resid.sum())
-                        resid = resid / s if s > 0 else p
-                        extra = int(torch.multinomial(resid, 1, generator=gen))
-                        break
-                    if extra is None:
-                        extra = int(torch.multinomial(p_all[drafted], 1, generator=gen))
-                new = drafts[:accepted] + [extra]
-                # roll back both caches to the accepted prefix
-                tcache.crop(-(drafted - accepted))
-                dlen = dcache.get_seq_length()
-                keep = len(seq) + min(accepted, max(drafted - 1, 0))
-                if dlen > keep:
-                    dcache.crop(-(dlen - keep))
-                seq.extend(new)
-                self._sync()
-                wall_ms = (time.perf_counter() - r0) * 1000.0
-                produced = accepted + 1
-                i_end = i + produced
-                if stop_at_eos and self.eos_token_id is not None and self.eos_token_id in new:
-                    produced = new.index(self.eos_token_id) + 1  # tokens after EOS are discarded
-                    accepted = produced - 1
-                    new = new[:produced]
-                    i_end = n
-                result.tokens.extend(new)
-                time_ms = self.timing.round_time(drafted) if priced else wall_ms
-                outcome = RoundOutcome(i, cap, drafted, accepted, produced, time_ms,
-                                       np.asarray(confs, dtype=np.float32), np.asarray(ents, dtype=np.float32),
-                                       done=i_end >= n)
-                result.rounds.append(outcome)
-                result.time_ms += time_ms
-                if controller is not None:
-                    controller.observe(outcome)
-                i = i_end
-                rnd += 1
-            if len(result.tokens) > n:
-                result.tokens = result.tokens[:n]
-        return result
+        rnd = 0
+        while not req.done:
+            if sched is not None:
+                k = sched[rnd] if rnd < len(sched) else 0
+            elif controller is not None:
+                k = int(controller.propose())
+            else:
+                k = 0
+            outcome = req.play(k, keep)
+            if controller is not None:
+                controller.observe(outcome)
+            rnd += 1
+        return req.result
 
     def run_plain(self, prompt_ids: Sequence[int], max_new_tokens: int, temperature: float = 0.0,
                   seed: int = 0) -> LiveResult:
         """Plain autoregressive decoding with the target alone (KV cache), the baseline of every speedup."""
         return self.run_request(prompt_ids, None, max_new_tokens, temperature, seed)
+
+
+class LiveRequest:
+    """One request being decoded: call :meth:`play` with a draft cap until :attr:`done` (like ``ReplayRequest``).
+
+    Attributes:
+        position: Next completion position ``i``.
+        length: Completion length ``N``.
+        done: True once the completion is finished.
+        result: The :class:`LiveResult` so far (tokens, rounds, time).
+    """
+
+    def __init__(self, engine: LiveEngine, prompt_ids: Sequence[int], max_new_tokens: int, temperature: float,
+                 seed: int, stop_at_eos: bool):
+        import torch
+        from transformers import DynamicCache
+
+        self.engine = engine
+        self.prompt = [int(t) for t in prompt_ids]
+        self.length = int(max_new_tokens)
+        engine.check_request(len(self.prompt), self.length)
+        if temperature < 0 or not math.isfinite(temperature):
+            raise SpecgymError(f"temperature must be >= 0, got {temperature}")
+        self.temperature = float(temperature)
+        self.greedy = temperature == 0
+        self.gen = None
+        if not self.greedy:
+            self.gen = torch.Generator(device=engine.device)
+            self.gen.manual_seed(int(seed))
+        self.stop_at_eos = stop_at_eos
+        self.position = 0
+        self.done = False
+        with torch.inference_mode():
+            t0 = engine._clock()
+            self.tcache = DynamicCache()
+            self.dcache = DynamicCache()
+            self.seq = list(self.prompt)
+            if len(self.seq) > 1:
+                engine._fwd(engine.target, self.seq[:-1], self.tcache)
+                engine._fwd(engine.draft, self.seq[:-1], self.dcache)
+            engine._sync()
+            self.result = LiveResult(tokens=[], prefill_ms=(engine._clock() - t0) * 1000.0)
+
+    def clip(self, k: int) -> int:
+        """The draft cap the engine will use for a requested ``k``."""
+        if k < 0:
+            raise SpecgymError(f"draft length K must be >= 0, got {k}")
+        return min(int(k), self.engine.k_max, self.length - self.position - 1)
+
+    def play(self, k: int, keep_drafting: Callable[[DraftStep], bool] | None = None) -> RoundOutcome:
+        """Play one round with draft cap ``k``; ``keep_drafting`` may stop after draft token ``j < cap``."""
+        if self.done:
+            raise SpecgymError("request already finished; start a new one")
+        eng = self.engine
+        torch = eng._torch
+        with torch.inference_mode():
+            return self._play(eng, torch, self.clip(k), keep_drafting)
+
+    def _play(self, eng: LiveEngine, torch, cap: int, keep_drafting) -> RoundOutcome:
+        i, n, seq = self.position, self.length, self.seq
+        greedy, temperature, gen = self.greedy, self.temperature, self.gen
+        tcache, dcache = self.tcache, self.dcache
+        r0 = eng._clock()
+        drafts: list[int] = []
+        q_probs: list = []
+        confs: list[float] = []
+        ents: list[float] = []
+        if cap > 0:
+            # catch the draft cache up with the accepted sequence, then propose one token at a time
+            feed = seq[dcache.get_seq_length():]
+            for j in range(1, cap + 1):
+                logits = eng._fwd(eng.draft, feed, dcache)[-1]
+                if greedy:
+                    probs = torch.softmax(logits, -1)
+                    tok = int(torch.argmax(logits))
+                else:
+                    probs = torch.softmax(logits / temperature, -1)
+                    tok = int(torch.multinomial(probs, 1, generator=gen))
+                    q_probs.append(probs)
+                conf = float(probs[tok])
+                ent = float(-(probs * torch.log(probs.clamp_min(1e-30))).sum())
+                drafts.append(tok)
+                confs.append(conf)
+                ents.append(ent)
+                if j < cap and keep_drafting is not None and not keep_drafting(DraftStep(j, cap, i + j - 1, conf, ent)):
+                    break
+                feed = [tok]
+        drafted = len(drafts)
+        # verify: the target sees [last token, d_1..d_drafted]
+        tlogits = eng._fwd(eng.target, [seq[-1]] + drafts, tcache)
+        if greedy:
+            targ = torch.argmax(tlogits, -1).tolist()
+            accepted = 0
+            while accepted < drafted and drafts[accepted] == targ[accepted]:
+                accepted += 1
+            extra = targ[accepted]
+        else:
+            p_all = torch.softmax(tlogits / temperature, -1)
+            accepted = 0
+            extra = None
+            while accepted < drafted:
+                x = drafts[accepted]
+                p, q = p_all[accepted], q_probs[accepted]
+                px, qx = float(p[x]), float(q[x])
+                u = float(torch.rand((), generator=gen, device=eng.device))
+                if qx > 0 and u < min(1.0, px / qx):
+                    accepted += 1
+                    continue
+                resid = torch.clamp(p - q, min=0)
+                s = float(resid.sum())
+                resid = resid / s if s > 0 else p
+                extra = int(torch.multinomial(resid, 1, generator=gen))
+                break
+            if extra is None:
+                extra = int(torch.multinomial(p_all[drafted], 1, generator=gen))
+        new = drafts[:accepted] + [extra]
+        # roll back both caches to the accepted prefix (transformers 5.x: crop takes minus the tokens to remove)
+        if drafted > accepted:
+            tcache.crop(-(drafted - accepted))
+        dlen = dcache.get_seq_length()
+        keep = len(seq) + min(accepted, max(drafted - 1, 0))
+        if dlen > keep:
+            dcache.crop(-(dlen - keep))
+        seq.extend(new)
+        eng._sync()
+        measured_ms = (eng._clock() - r0) * 1000.0
+        produced = accepted + 1
+        i_end = i + produced
+        if self.stop_at_eos and eng.eos_token_id is not None and eng.eos_token_id in new:
+            produced = new.index(eng.eos_token_id) + 1  # tokens after EOS are discarded
+            accepted = produced - 1
+            new = new[:produced]
+            i_end = n
+        time_ms = eng.timing.round_time(drafted) if isinstance(eng.timing, CostProfile) else measured_ms
+        self.position = i_end
+        self.done = i_end >= n
+        outcome = RoundOutcome(i, cap, drafted, accepted, produced, time_ms, np.asarray(confs, dtype=np.float32),
+                               np.asarray(ents, dtype=np.float32), done=self.done)
+        res = self.result
+        res.tokens.extend(new)
+        if len(res.tokens) > n:
+            del res.tokens[n:]
+        res.rounds.append(outcome)
+        res.time_ms += time_ms
+        return outcome

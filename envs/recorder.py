@@ -326,6 +326,8 @@ def record_workload(
         "trace_positions_per_s": rec.positions / rec.trace_s if rec.trace_s > 0 else float("nan"),
         "end_to_end_positions_per_s": rec.positions / wall if wall > 0 and rec.positions else float("nan"),
         "loop_share": loop_share(completions),
+        "loop_share_by_category": {c: loop_share([x for x, r in zip(completions, requests) if r["category"] == c])
+                                   for c in dict.fromkeys(r["category"] for r in requests)},
         "mean_p_accept": float(np.mean(np.concatenate([np.asarray(r["p_accept"]) for r in requests]))),
     }
     source = {"kind": "recorded", "draft_model": pair.draft_name, "target_model": pair.target_name,
@@ -333,7 +335,8 @@ def record_workload(
               "generator": f"live engine, fixed K={gen_k}", "device": pair.device, "dtype": pair.dtype,
               "prompts": str(prompts_path) if prompts_path else None}
     wl = workload_from_requests(name or out.stem, source, profile, requests, split_seed=seed,
-                                extra={"loop_share": stats["loop_share"], **(extra or {})})
+                                extra={"loop_share": stats["loop_share"],
+                                       "loop_share_by_category": stats["loop_share_by_category"], **(extra or {})})
     save_workload(wl, out, overwrite=overwrite)
     partial.unlink()
     return wl, stats

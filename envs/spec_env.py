@@ -286,7 +286,9 @@ class SpecDecodeTokenEnv(_ReplayEnvBase):
                 info = self._base_info()
                 info["verified"] = False
                 return self._obs(), 0.0, False, False, info
-        o = self.req.verify(self._cap, self._drafted)
+        # A stop before the first draft token is a plain autoregressive step (K = 0), as a deployed controller
+        # would report it; otherwise the round's cap is the engine's clipped k_max.
+        o = self.req.verify(self._cap if self._drafted > 0 else 0, self._drafted)
         info = self._round_info(o)
         reward = self._reward(o) + self._auto_reward
         self._auto_reward = 0.0

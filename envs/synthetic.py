@@ -10,7 +10,7 @@ Draft confidence carries real but imperfect signal about the outcome:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np

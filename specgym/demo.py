@@ -1,34 +1,109 @@
-"""``specgym demo``: the main job on the shipped default workload."""
+"""``specgym demo`` (``make demo``): the whole story on the shipped default workload in a few minutes.
+
+1. Train a PPO policy in K mode (and in token mode unless ``--no-token``) with a small budget on the train split
+   (``specgym train``), keeping the best model by validation speedup.
+2. Export each to a pickle-free artifact (``specgym export``).
+3. Evaluate them with every baseline, the fixed-K references and the oracle on the test split, through the
+   same code path as ``specgym eval`` (report, JSON, plots).
+4. Print the table and where everything is.
+
+Outputs: ``runs/demo-WORKLOAD-{k,token}/`` (runs, tensorboard logs, exported ``policy/``) and
+``out/demo-WORKLOAD/`` (report). A demo re-run replaces its own previous outputs (marked by a ``.specgym-demo``
+file), never a folder it did not create.
+"""
 
 from __future__ import annotations
 
 import argparse
+import time
+from pathlib import Path
+
+from specgym.errors import SpecgymError
+
+MARKER = ".specgym-demo"
+DEFAULT_STEPS = {"k": 300_000, "token": 800_000}  # ~2-3 min in all on 2 busy cores
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``demo``."""
-    p = sub.add_parser("demo", help="run the whole story on the shipped default workload")
+    p = sub.add_parser("demo", help="train, export and evaluate PPO policies on the shipped default workload")
+    p.add_argument("--workload", default=None, help="workload name or path (default: the default workload)")
+    p.add_argument("--k-steps", type=int, default=DEFAULT_STEPS["k"], help="K-mode training timesteps")
+    p.add_argument("--token-steps", type=int, default=DEFAULT_STEPS["token"], help="token-mode training timesteps")
+    p.add_argument("--no-token", action="store_true", help="train the K-mode policy only")
+    p.add_argument("--runs", type=Path, default=Path("runs"), help="where the demo's run folders go")
+    p.add_argument("--out", type=Path, default=Path("out"), help="where the demo's report folder goes")
+    p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_run)
+
+
+def _claim(path: Path) -> bool:
+    """True if ``path`` may be (re)written by the demo: absent, or created by a previous demo."""
+    if not path.exists():
+        return False
+    if not (path / MARKER).is_file():
+        raise SpecgymError(f"{path}: exists and was not written by 'specgym demo'; move it away or use other "
+                           f"--runs/--out folders")
+    return True
+
+
+def _mark(path: Path) -> None:
+    (path / MARKER).write_text("written by 'specgym demo'; a demo re-run may replace this folder\n")
 
 
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from specgym.cli_workloads import summarize
+    from specgym.cli_eval import run_eval_command
+    from specgym.cli_train import _need_sb3
     from specgym.envs.spec_env import cached_workload
-    from specgym.envs.trace_engine import TraceEngine, VectorReplay
     from specgym.paths import default_workload_name
 
-    console = Console()
-    wl = cached_workload(default_workload_name())
-    console.print(summarize(wl))
-    test = wl.split_indices("test")
-    engine = TraceEngine(wl, k_max=8, seed=0)
-    console.print(f"\nfixed-K replay on the test split ({len(test)} requests, {wl.label}):")
-    for k in range(0, 9):
-        v = VectorReplay(engine, test)
-        v.run_fixed(k)
-        tokens = int((v.pos - v.start).sum())
-        console.print(f"  K={k}: {tokens / v.time_ms.sum() * 1000:7.2f} tok/s, "
-                      f"speedup vs AR {tokens * engine.t_ar / v.time_ms.sum():.3f}x")
+    _need_sb3()
+    from specgym.training.export import export_run
+    from specgym.training.ppo import TrainRequest, train
+
+    console = Console(stderr=True)
+    t_start = time.perf_counter()
+    workload = args.workload or default_workload_name()
+    wl = cached_workload(workload)
+    stem = Path(workload).stem
+    modes = ["k"] if args.no_token else ["k", "token"]
+    steps = {"k": args.k_steps, "token": args.token_steps}
+    runs = {m: args.runs / f"demo-{stem}-{m}" for m in modes}
+    report_dir = args.out / f"demo-{stem}"
+    replace = {p: _claim(p) for p in [*runs.values(), report_dir]}  # refuse foreign folders before any work
+
+    console.rule(f"[bold]specgym demo[/bold]: {wl.label}")
+    summaries = {}
+    for i, mode in enumerate(modes, 1):
+        console.print(f"\n[bold]{i}. train PPO, {mode} mode[/bold] ({steps[mode]:,} timesteps, train split; "
+                      f"validation on the val split)", highlight=False)
+        summaries[mode] = train(TrainRequest(workload=workload, mode=mode, out=runs[mode], timesteps=steps[mode],
+                                             seed=args.seed, force=replace[runs[mode]]), console)
+        _mark(runs[mode])
+        export_run(runs[mode], runs[mode] / "policy", overwrite=True)
+        console.print(f"exported: {runs[mode] / 'policy'}", highlight=False)
+
+    console.print(f"\n[bold]{len(modes) + 1}. evaluate on the test split[/bold] (every baseline, fixed K=1..8, "
+                  f"the policies and the oracle)\n")
+    policies = ",".join(f"ppo:{runs[m] / 'policy'}" for m in modes)
+    eval_args = argparse.Namespace(workload=workload, controllers=f"all,{policies}", split="test", seed=args.seed,
+                                   k_max=8, profile=None, max_requests=None, out=report_dir,
+                                   force=replace[report_dir], no_plots=False)
+    run_eval_command(eval_args)
+    _mark(report_dir)
+
+    elapsed = time.perf_counter() - t_start
+    print(f"\nwhere everything is (demo took {elapsed / 60:.1f} min):")
+    print(f"  {'report:':<19}{report_dir}/report.md (report.json, plots: {report_dir}/*.png)")
+    for m in modes:
+        print(f"  {m + '-mode run:':<19}{runs[m]}/ (summary.md, config.yaml, model.zip, vecnormalize.pkl)")
+        print(f"  {m + '-mode policy:':<19}{runs[m]}/policy/ (policy.npz + policy.json; ppo:{runs[m]}/policy)")
+    print(f"  {'tensorboard:':<19}tensorboard --logdir {args.runs}")
+    print("\nvalidation verdicts (small demo budget; full-budget figures: README / 'specgym train' defaults):")
+    for m in modes:
+        v = summaries[m]["val"]
+        note = "BELOW the best fixed K" if summaries[m]["below_best_fixed"] else "above the best fixed K"
+        print(f"  {m}-mode policy: {v['speedup_vs_best_fixed']:.3f}x vs best fixed K on val ({note})")
     return 0

@@ -11,6 +11,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import specgym  # noqa: F401
+from specgym.envs.features import feature_names
 from specgym.envs.spec_env import SpecDecodeEnv, SpecDecodeTokenEnv
 from specgym.envs.wrappers import SB3ActionWrapper
 from specgym.errors import SpecgymError
@@ -141,3 +142,12 @@ def test_k_min_and_sb3_wrapper():
     assert info["planned_k"] == 2  # agent action 0 -> K = k_min = 2 (first round, no clipping)
     _, _, _, _, info = wrapped.step(4)
     assert info["planned_k"] == 6
+
+
+def test_token_env_stop_before_drafting_reports_k_zero(mix_workload):
+    """A stop at j = 0 is recorded as the K = 0 round a deployed controller would report."""
+    env = SpecDecodeTokenEnv(workload=mix_workload, split="all")
+    env.reset(options={"request": 1})
+    _, _, _, _, info = env.step(0)
+    assert info["planned_k"] == 0 and info["drafted"] == 0
+    assert dict(zip(feature_names("token"), env._obs()))["last_k"] == 0.0

@@ -66,3 +66,22 @@ def test_reset_clears_history():
     assert not np.array_equal(t.observation(), fresh)
     t.reset(_ctx())
     np.testing.assert_array_equal(t.observation(), fresh)
+
+
+def test_tokens_after_the_first_rejection_are_not_observed():
+    """Confidences of tokens drafted after the first rejection never reach the features (no look-ahead).
+
+    In replay those values come from the correct-prefix trace, i.e. they are the next round's draft features.
+    """
+    def obs_after(tail_conf: float) -> np.ndarray:
+        t = FeatureTracker(8)
+        t.reset(_ctx())
+        conf = np.array([0.9, 0.8, 0.3, tail_conf, tail_conf], np.float32)  # accepted 2, token 3 rejected
+        t.update(RoundOutcome(0, 5, 5, 2, 3, 10.0, conf, 1.0 - conf))
+        return t.observation()
+
+    np.testing.assert_array_equal(obs_after(0.05), obs_after(0.99))
+    names = feature_names("k")
+    obs = dict(zip(names, obs_after(0.5)))
+    assert obs["last_conf_min"] == pytest.approx(0.3) and obs["last_conf_last"] == pytest.approx(0.3)
+    assert obs["last_conf_mean"] == pytest.approx((0.9 + 0.8 + 0.3) / 3)

@@ -1,0 +1,340 @@
+"""The deployed PPO policy: a numpy-only :class:`Controller` loaded from an exported artifact.
+
+An artifact is a folder with two files, written by ``specgym export`` (:mod:`specgym.training.export`):
+
+* ``policy.npz`` -- the actor MLP's weights (torch layout ``W[out, in]``) and the observation normalisation
+  statistics, stored as plain arrays (loaded with ``allow_pickle=False``: no code runs on load);
+* ``policy.json`` -- format and feature version, mode, feature names, k range and action mapping, activation,
+  layer names, observation normalisation settings, the training workload and metrics, and the SHA-256 of
+  ``policy.npz`` (a tampered weights file is refused).
+
+The controller computes its observation with :class:`~specgym.envs.features.FeatureTracker`, the code the
+training environments use, normalises it exactly as SB3's ``VecNormalize`` does
+(``clip((obs - mean) / sqrt(var + eps), -clip_obs, clip_obs)``) and takes the argmax of the actor's logits
+(``model.predict(deterministic=True)``). Nothing here imports torch or stable-baselines3.
+
+Modes:
+
+* ``k``: ``propose()`` returns ``k_min + argmax(logits(obs))``.
+* ``token``: decisions follow :class:`~specgym.envs.spec_env.SpecDecodeTokenEnv`. ``propose()`` is the decision
+  at ``j = 0`` (the env shows ``cap = k_max`` there): stop -> ``0`` (a plain autoregressive step), continue ->
+  ``k_max`` (the engine clips it); ``keep_drafting(step)`` is the decision at ``j = step.index`` with the
+  engine's clipped cap ``step.cap`` and the running product/minimum of the round's draft confidences.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specgym.baselines.base import Controller
+from specgym.envs.features import FEATURE_VERSION, FeatureTracker, feature_names
+from specgym.envs.rounds import DraftStep, RequestContext, RoundOutcome
+from specgym.errors import SpecgymError
+
+ARTIFACT_FORMAT = "specgym-policy"
+ARTIFACT_VERSION = 1
+WEIGHTS_FILE = "policy.npz"
+META_FILE = "policy.json"
+ACTIVATIONS = ("tanh", "relu")
+
+
+@dataclass
+class PolicyArtifact:
+    """An exported policy in memory (what ``policy.npz`` + ``policy.json`` hold).
+
+    Attributes:
+        mode: ``k`` or ``token``.
+        k_min: Smallest draft cap of the K-mode action space (action ``a`` means ``K = k_min + a``).
+        k_max: Largest draft cap; features are scaled by it, so deployment must use the same value.
+        weights: ``[W0, W1, ...]`` hidden layers then the action layer, torch layout ``(out, in)``.
+        biases: Matching bias vectors.
+        activation: Hidden-layer activation (``tanh`` or ``relu``).
+        obs_mean, obs_var: VecNormalize running statistics (None = no observation normalisation).
+        clip_obs, epsilon: VecNormalize's clip and epsilon.
+        feature_version: :data:`FEATURE_VERSION` the policy was trained with.
+        features: Ordered feature names it was trained with.
+        meta: Free-form training record (workload, timesteps, metrics...).
+    """
+
+    mode: str
+    k_min: int
+    k_max: int
+    weights: list[np.ndarray]
+    biases: list[np.ndarray]
+    activation: str = "tanh"
+    obs_mean: np.ndarray | None = None
+    obs_var: np.ndarray | None = None
+    clip_obs: float = 10.0
+    epsilon: float = 1e-8
+    feature_version: int = FEATURE_VERSION
+    features: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_actions(self) -> int:
+        """Size of the action layer."""
+        return int(self.weights[-1].shape[0])
+
+    def action_mapping(self) -> dict[str, Any]:
+        """How an action index maps to a decision (recorded in ``policy.json``)."""
+        if self.mode == "k":
+            return {"type": "draft_cap", "values": list(range(self.k_min, self.k_min + self.n_actions))}
+        return {"type": "stop_or_continue", "values": ["stop", "continue"]}
+
+    def validate(self) -> None:
+        """Check internal consistency (shapes, mode, features); raise :class:`SpecgymError` naming the problem."""
+        if self.mode not in ("k", "token"):
+            raise SpecgymError(f"policy mode must be 'k' or 'token', got {self.mode!r}")
+        if self.activation not in ACTIVATIONS:
+            raise SpecgymError(f"policy activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.feature_version != FEATURE_VERSION:
+            raise SpecgymError(f"policy was trained with feature version {self.feature_version}, this specgym "
+                               f"computes version {FEATURE_VERSION}: retrain and re-export it")
+        expected = feature_names(self.mode)
+        if list(self.features) != expected:
+            raise SpecgymError(f"policy feature list does not match specgym's {self.mode}-mode features "
+                               f"(version {FEATURE_VERSION}): retrain and re-export it")
+        if len(self.weights) != len(self.biases) or not self.weights:
+            raise SpecgymError("policy weights and biases do not pair up")
+        dim = len(expected)
+        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            if w.ndim != 2 or b.shape != (w.shape[0],) or w.shape[1] != dim:
+                raise SpecgymError(f"policy layer {i} has inconsistent shapes {w.shape} / {b.shape} (input {dim})")
+            if not (np.all(np.isfinite(w)) and np.all(np.isfinite(b))):
+                raise SpecgymError(f"policy layer {i} holds non-finite weights")
+            dim = w.shape[0]
+        want = 2 if self.mode == "token" else self.k_max - self.k_min + 1
+        if self.n_actions != want:
+            raise SpecgymError(f"policy has {self.n_actions} actions, {self.mode} mode with k in "
+                               f"[{self.k_min}, {self.k_max}] needs {want}")
+        if not 0 <= self.k_min <= self.k_max:
+            raise SpecgymError(f"policy k range [{self.k_min}, {self.k_max}] is invalid")
+        if self.obs_mean is not None:
+            n = len(expected)
+            if self.obs_mean.shape != (n,) or self.obs_var is None or self.obs_var.shape != (n,):
+                raise SpecgymError("policy observation statistics do not match the feature count")
+            if np.any(self.obs_var < 0) or not np.all(np.isfinite(self.obs_mean)):
+                raise SpecgymError("policy observation statistics are invalid")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def artifact_arrays(art: PolicyArtifact) -> dict[str, np.ndarray]:
+    """The arrays stored in ``policy.npz`` (names referenced by ``policy.json``)."""
+    arrays: dict[str, np.ndarray] = {}
+    for i, (w, b) in enumerate(zip(art.weights, art.biases)):
+        arrays[f"layer{i}_weight"] = np.asarray(w, np.float32)
+        arrays[f"layer{i}_bias"] = np.asarray(b, np.float32)
+    if art.obs_mean is not None:
+        arrays["obs_mean"] = np.asarray(art.obs_mean, np.float64)
+        arrays["obs_var"] = np.asarray(art.obs_var, np.float64)
+    return arrays
+
+
+def artifact_meta(art: PolicyArtifact, weights_sha256: str) -> dict[str, Any]:
+    """The ``policy.json`` document of an artifact."""
+    return {
+        "format": ARTIFACT_FORMAT,
+        "format_version": ARTIFACT_VERSION,
+        "mode": art.mode,
+        "feature_version": art.feature_version,
+        "features": list(art.features),
+        "obs_dim": len(art.features),
+        "k_min": art.k_min,
+        "k_max": art.k_max,
+        "action_mapping": art.action_mapping(),
+        "network": {
+            "activation": art.activation,
+            "layers": [[int(w.shape[1]), int(w.shape[0])] for w in art.weights],
+            "arrays": [f"layer{i}_{p}" for i in range(len(art.weights)) for p in ("weight", "bias")],
+            "output": "logits; the decision is their argmax (deterministic policy)",
+        },
+        "obs_normalization": {
+            "enabled": art.obs_mean is not None,
+            "formula": "clip((obs - obs_mean) / sqrt(obs_var + epsilon), -clip_obs, clip_obs)",
+            "clip_obs": art.clip_obs,
+            "epsilon": art.epsilon,
+        },
+        "weights_file": WEIGHTS_FILE,
+        "weights_sha256": weights_sha256,
+        **art.meta,
+    }
+
+
+def write_artifact(art: PolicyArtifact, out: str | Path, overwrite: bool = False) -> Path:
+    """Write ``policy.npz`` and ``policy.json`` into the folder ``out`` atomically (all or nothing)."""
+    from specgym.io import atomic_dir
+
+    art.validate()
+    out = Path(out)
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        npz = tmp / WEIGHTS_FILE
+        with open(npz, "wb") as f:
+            np.savez(f, **artifact_arrays(art))
+        meta = artifact_meta(art, _sha256(npz))
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+    return out
+
+
+def load_policy(path: str | Path, expect_mode: str | None = None) -> PolicyArtifact:
+    """Load and check an exported policy folder (or its ``policy.json``).
+
+    Args:
+        path: The artifact folder.
+        expect_mode: Refuse a policy of another mode (``k``/``token``).
+
+    Raises:
+        SpecgymError: Missing files, unknown format, checksum mismatch (tampered weights), feature version or
+            feature list mismatch, mode mismatch, inconsistent shapes.
+    """
+    path = Path(path)
+    folder = path.parent if path.name == META_FILE else path
+    meta_path, npz_path = folder / META_FILE, folder / WEIGHTS_FILE
+    if not meta_path.is_file() or not npz_path.is_file():
+        raise SpecgymError(f"{folder}: not an exported policy (needs {META_FILE} and {WEIGHTS_FILE}; "
+                           f"run 'specgym export RUN --out {folder}')")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SpecgymError(f"{meta_path}: invalid JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != ARTIFACT_FORMAT:
+        raise SpecgymError(f"{meta_path}: not a {ARTIFACT_FORMAT} file")
+    if meta.get("format_version") != ARTIFACT_VERSION:
+        raise SpecgymError(f"{meta_path}: artifact format version {meta.get('format_version')!r} is not supported "
+                           f"(this specgym reads version {ARTIFACT_VERSION})")
+    if meta.get("weights_sha256") != _sha256(npz_path):
+        raise SpecgymError(f"{npz_path}: checksum does not match {META_FILE} (file modified or corrupt)")
+    if expect_mode is not None and meta.get("mode") != expect_mode:
+        raise SpecgymError(f"{folder}: policy mode is {meta.get('mode')!r}, expected {expect_mode!r}")
+    try:
+        with np.load(npz_path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        n = len(meta["network"]["layers"])
+        weights = [arrays[f"layer{i}_weight"] for i in range(n)]
+        biases = [arrays[f"layer{i}_bias"] for i in range(n)]
+        norm = meta["obs_normalization"]
+        known = {"format", "format_version", "mode", "feature_version", "features", "obs_dim", "k_min", "k_max",
+                 "action_mapping", "network", "obs_normalization", "weights_file", "weights_sha256"}
+        art = PolicyArtifact(
+            mode=meta["mode"], k_min=int(meta["k_min"]), k_max=int(meta["k_max"]), weights=weights, biases=biases,
+            activation=meta["network"]["activation"],
+            obs_mean=arrays.get("obs_mean") if norm["enabled"] else None,
+            obs_var=arrays.get("obs_var") if norm["enabled"] else None,
+            clip_obs=float(norm["clip_obs"]), epsilon=float(norm["epsilon"]),
+            feature_version=int(meta["feature_version"]), features=list(meta["features"]),
+            meta={k: v for k, v in meta.items() if k not in known},
+        )
+    except (KeyError, TypeError, ValueError, OSError) as exc:
+        raise SpecgymError(f"{folder}: malformed policy artifact ({type(exc).__name__}: {exc})") from None
+    art.validate()
+    return art
+
+
+class PolicyController(Controller):
+    """Runs an exported policy as a :class:`Controller` (K mode or token mode), numpy only.
+
+    Args:
+        artifact: The loaded policy (:func:`load_policy`) or one built in memory during training.
+        name: Display name (default ``ppo-MODE``).
+    """
+
+    def __init__(self, artifact: PolicyArtifact, name: str | None = None):
+        artifact.validate()
+        self.artifact = artifact
+        self.mode = artifact.mode
+        self.token_level = artifact.mode == "token"
+        self.name = name or f"ppo-{artifact.mode}"
+        self.k_min, self.k_max = artifact.k_min, artifact.k_max
+        # Pre-transposed float32 layers: h = act(h @ W.T + b), as torch's Linear computes.
+        self._layers = [(np.ascontiguousarray(w.T, dtype=np.float32), np.asarray(b, np.float32))
+                        for w, b in zip(artifact.weights, artifact.biases)]
+        self._act = np.tanh if artifact.activation == "tanh" else (lambda x, out: np.maximum(x, 0, out=out))
+        if artifact.obs_mean is not None:
+            self._mean = np.asarray(artifact.obs_mean, np.float64)
+            self._std = np.sqrt(np.asarray(artifact.obs_var, np.float64) + artifact.epsilon)
+        else:
+            self._mean = self._std = None
+        self._clip = float(artifact.clip_obs)
+        self.tracker = FeatureTracker(self.k_max)
+        self._prod = self._min = 1.0
+
+    # --- the network -------------------------------------------------------------------------------------
+    def normalize(self, obs: np.ndarray) -> np.ndarray:
+        """VecNormalize's observation transform (float64, as SB3 computes it), cast to float32 for the MLP."""
+        if self._mean is None:
+            return np.asarray(obs, np.float32)
+        x = np.subtract(obs, self._mean, dtype=np.float64)
+        np.divide(x, self._std, out=x)
+        # np.clip's Python wrapper costs microseconds; two ufuncs compute the same thing.
+        np.maximum(x, -self._clip, out=x)
+        np.minimum(x, self._clip, out=x)
+        return x.astype(np.float32)
+
+    def logits(self, obs: np.ndarray) -> np.ndarray:
+        """Action logits of raw (un-normalised) observations, shape ``(..., n_actions)``."""
+        h = self.normalize(obs)
+        *hidden, (w_out, b_out) = self._layers
+        act = self._act
+        for w, b in hidden:
+            h = h.dot(w)
+            h += b
+            h = act(h, out=h)
+        h = h.dot(w_out)
+        h += b_out
+        return h
+
+    def act(self, obs: np.ndarray) -> int:
+        """The deterministic action index (argmax of the logits) for one raw observation."""
+        return int(self.logits(obs).argmax())
+
+    # --- the Controller interface ------------------------------------------------------------------------
+    def reset(self, ctx: RequestContext) -> None:
+        """Start a request: clear the feature history, read the static features from ``ctx``."""
+        if ctx.k_max < self.k_max:
+            raise SpecgymError(f"policy {self.name} was trained with k_max={self.k_max}, the engine allows only "
+                               f"{ctx.k_max}")
+        self.ctx = ctx
+        self.tracker.reset(ctx)
+
+    def propose(self) -> int:
+        """K mode: the policy's draft cap. Token mode: the ``j = 0`` decision (0 = plain step, else k_max)."""
+        if self.mode == "k":
+            return self.k_min + self.act(self.tracker.observation())
+        self._prod = self._min = 1.0
+        obs = self.tracker.token_observation(0, self.k_max, 0.0, 0.0, 1.0, 1.0)
+        return 0 if self.act(obs) == 0 else self.k_max
+
+    def keep_drafting(self, step: DraftStep) -> bool:
+        """Token mode: continue after draft token ``step.index``? (K mode: always.)"""
+        if self.mode == "k":
+            return True
+        self._prod *= step.conf
+        self._min = min(self._min, step.conf)
+        obs = self.tracker.token_observation(step.index, step.cap, step.conf, step.entropy, self._prod, self._min)
+        return self.act(obs) == 1
+
+    def observe(self, outcome: RoundOutcome) -> None:
+        """Fold the verified round into the features."""
+        self.tracker.update(outcome)
+
+
+def random_artifact(mode: str, k_max: int = 8, k_min: int = 0, net_arch: tuple[int, ...] = (64, 64),
+                    activation: str = "tanh", seed: int = 0) -> PolicyArtifact:
+    """A randomly initialised policy of the given architecture (for timing benchmarks and tests, never results)."""
+    rng = np.random.default_rng(seed)
+    n_in = len(feature_names(mode))
+    n_out = 2 if mode == "token" else k_max - k_min + 1
+    dims = [n_in, *net_arch, n_out]
+    weights = [rng.normal(0, 1 / np.sqrt(a), (b, a)).astype(np.float32) for a, b in zip(dims[:-1], dims[1:])]
+    biases = [np.zeros(b, np.float32) for b in dims[1:]]
+    return PolicyArtifact(mode=mode, k_min=k_min, k_max=k_max, weights=weights, biases=biases, activation=activation,
+                          obs_mean=np.full(n_in, 0.5), obs_var=np.full(n_in, 0.1), features=feature_names(mode),
+                          meta={"training": {"note": "randomly initialised, untrained (benchmark only)"}})

@@ -1,0 +1,208 @@
+"""PPO training runs (``specgym train``): files, tensorboard scalars, resume, Ctrl-C checkpoint, no overwrite.
+
+Budgets are tiny (a few thousand steps): these tests check the machinery, not the learning (the slow test in
+``test_export.py`` checks that a policy actually learns).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("stable_baselines3")
+pytest.importorskip("tensorboard")
+
+from specgym.cli import main  # noqa: E402
+from specgym.errors import SpecgymError  # noqa: E402
+from specgym.training.ppo import (  # noqa: E402
+    TokenValueReward, TrainRequest, parse_overrides, resolve_config, train,
+)
+
+TINY = {"n_envs": 2, "n_steps": 256, "batch_size": 128, "n_epochs": 2, "eval_freq": 1024, "eval_max_requests": 10}
+
+
+def _tiny(tmp_path: Path, name: str = "run", mode: str = "k", steps: int = 2048, **kw) -> TrainRequest:
+    return TrainRequest(workload="assc-regimes", mode=mode, out=tmp_path / name, timesteps=steps, seed=0,
+                        overrides=dict(TINY), quiet=True, **kw)
+
+
+def _scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (tb,) = list((run / "tb").iterdir())
+    ea = EventAccumulator(str(tb))
+    ea.Reload()
+    return {t: [(e.step, e.value) for e in ea.Scalars(t)] for t in ea.Tags()["scalars"]}
+
+
+@pytest.mark.parametrize("mode", ["k", "token"])
+def test_short_run_writes_everything(tmp_path, mode):
+    summary = train(_tiny(tmp_path, mode=mode))
+    run = tmp_path / "run"
+    for name in ("config.yaml", "model.zip", "vecnormalize.pkl", "best_model.zip", "best_vecnormalize.pkl",
+                 "state.json", "summary.json", "summary.md"):
+        assert (run / name).is_file(), name
+    assert list((run / "tb").glob("*/events.out.tfevents.*"))
+    scalars = _scalars(run)
+    for tag in ("specdec/speedup_vs_ar", "specdec/mean_k", "specdec/accept_len", "specdec/draft_waste",
+                "eval/speedup_vs_best_fixed", "eval/oracle_ratio", "eval/throughput_tok_s", "train/value_loss"):
+        assert tag in scalars, tag
+    import yaml
+
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["mode"] == mode and cfg["n_envs"] == 2 and cfg["timesteps"] == 2048
+    assert cfg["workload_name"] == "assc-regimes" and len(cfg["workload_sha256"]) == 64
+    assert 0 < cfg["token_value_resolved"] < 1
+    assert cfg["learning_rate"] == resolve_config(mode, "assc-regimes")["learning_rate"]
+    with open(run / "vecnormalize.pkl", "rb") as f:
+        vec = pickle.load(f)
+    assert vec.obs_rms.count > 2048
+    state = json.loads((run / "state.json").read_text())
+    assert state["status"] == "complete" and state["timesteps_done"] >= 2048
+    # an honest verdict is always present, whichever way it goes
+    assert summary["verdict"] and ("BELOW" in summary["verdict"][0]) == summary["below_best_fixed"]
+    assert "best fixed K" in (run / "summary.md").read_text()
+
+
+def test_resume_continues_steps_and_statistics(tmp_path):
+    train(_tiny(tmp_path, steps=1024))
+    run = tmp_path / "run"
+    with open(run / "vecnormalize.pkl", "rb") as f:
+        count_before = pickle.load(f).obs_rms.count
+    train(TrainRequest(workload="ignored", mode="k", out=run, timesteps=3072, resume=True, quiet=True))
+    state = json.loads((run / "state.json").read_text())
+    assert state["timesteps_done"] >= 3072
+    with open(run / "vecnormalize.pkl", "rb") as f:
+        count_after = pickle.load(f).obs_rms.count
+    assert count_after >= count_before + 2048  # statistics continued, not restarted
+    steps = [s for s, _ in _scalars(run)["specdec/mean_k"]]
+    assert steps == sorted(steps) and max(steps) >= 3072 and min(steps) <= 1024  # one continuous log
+
+
+def test_ctrl_c_saves_checkpoint_then_resume(tmp_path, monkeypatch):
+    calls = {"n": 0}
+    original = TokenValueReward.step
+
+    def interrupting(self, action):
+        calls["n"] += 1
+        if calls["n"] == 1500:
+            raise KeyboardInterrupt
+        return original(self, action)
+
+    monkeypatch.setattr(TokenValueReward, "step", interrupting)
+    with pytest.raises(KeyboardInterrupt):
+        train(_tiny(tmp_path, steps=4096))
+    run = tmp_path / "run"
+    state = json.loads((run / "state.json").read_text())
+    assert state["status"] == "interrupted" and (run / "model.zip").is_file() and (run / "vecnormalize.pkl").is_file()
+    done = state["timesteps_done"]
+    assert 0 < done < 4096
+    monkeypatch.setattr(TokenValueReward, "step", original)
+    train(TrainRequest(workload="ignored", mode="k", out=run, resume=True, quiet=True))
+    state = json.loads((run / "state.json").read_text())
+    assert state["status"] == "complete" and state["timesteps_done"] >= 4096
+
+
+def test_existing_run_folder_is_never_overwritten(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "precious.txt").write_text("keep me")
+    with pytest.raises(SpecgymError, match="already exists"):
+        train(_tiny(tmp_path))
+    assert main(["train", "--workload", "assc-regimes", "--timesteps", "512", "--out", str(run)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert (run / "precious.txt").read_text() == "keep me"
+    with pytest.raises(SpecgymError, match="nothing to resume"):
+        train(_tiny(tmp_path, resume=True))
+
+
+def test_config_resolution_and_overrides(tmp_path):
+    base = resolve_config("token", "speclane-mix")
+    assert base["mode"] == "token" and base["gamma"] > 0.99
+    over = resolve_config("k", "assc-regimes", overrides=parse_overrides(["learning_rate=1e-4", "net_arch=[32]",
+                                                                           "normalize={norm_reward: false}"]))
+    assert over["learning_rate"] == 1e-4 and over["net_arch"] == [32]
+    assert over["normalize"]["norm_reward"] is False and over["normalize"]["norm_obs"] is True
+    cfg_file = tmp_path / "hp.yaml"
+    cfg_file.write_text("default:\n  n_envs: 3\nassc-regimes:\n  n_envs: 5\n")
+    with pytest.raises(SpecgymError, match="missing"):
+        resolve_config("k", "assc-regimes", cfg_file)
+    full = Path(__file__).resolve().parent.parent / "training" / "configs" / "k.yaml"
+    cfg_file.write_text(full.read_text() + "\nassc-regimes:\n  n_envs: 5\n")
+    assert resolve_config("k", "assc-regimes", cfg_file)["n_envs"] == 5
+    assert resolve_config("k", "speclane-mix", cfg_file)["n_envs"] == 16
+    with pytest.raises(SpecgymError, match="unknown hyperparameter"):
+        resolve_config("k", "assc-regimes", overrides={"learnin_rate": 1.0})
+    with pytest.raises(SpecgymError, match="KEY=VALUE"):
+        parse_overrides(["learning_rate"])
+    with pytest.raises(SpecgymError, match="wrong type"):
+        resolve_config("k", "assc-regimes", overrides={"n_envs": "many"})
+
+
+def test_token_value_reward_keeps_the_objective():
+    """Return = token_value * N - T/t_AR: same ordering of policies as the env's N - T/t_AR for a fixed request."""
+    import gymnasium as gym
+
+    import specgym  # noqa: F401
+
+    for k in (1, 4):
+        totals = []
+        for tv in (1.0, 0.5):
+            env = TokenValueReward(gym.make("specgym/SpecDecode-v0", workload="assc-regimes"), tv)
+            env.reset(options={"request": 3})
+            ret, done, info = 0.0, False, {}
+            while not done:
+                _, r, done, _, info = env.step(k)
+                ret += r
+            totals.append((ret, info["length"], info["episode_time_ms"]))
+        (r1, n, t), (r05, _, _) = totals
+        assert r1 - r05 == pytest.approx(0.5 * n, rel=1e-9)
+
+
+def test_token_shaping_preserves_the_return():
+    """draft_cost + conf_potential shaping (gamma = 1) changes per-step rewards, never an episode's return."""
+    import numpy as np
+
+    from specgym.envs.spec_env import SpecDecodeTokenEnv
+    from specgym.training.ppo import TokenShaping
+
+    rng = np.random.default_rng(0)
+    for shaping in (["draft_cost"], ["conf_potential"], ["draft_cost", "conf_potential"]):
+        plain = TokenValueReward(SpecDecodeTokenEnv({"workload": "assc-regimes"}), 0.6)
+        shaped = TokenShaping(TokenValueReward(SpecDecodeTokenEnv({"workload": "assc-regimes"}), 0.6),
+                              shaping, 0.6, 1.0)
+        for req in (0, 5):
+            plain.reset(options={"request": req})
+            shaped.reset(options={"request": req})
+            r_plain, r_shaped, differs, done = 0.0, 0.0, False, False
+            while not done:
+                a = int(rng.random() < 0.7)
+                _, r1, done, _, _ = plain.step(a)
+                _, r2, done2, _, _ = shaped.step(a)
+                assert done == done2
+                r_plain += r1
+                r_shaped += r2
+                differs |= abs(r1 - r2) > 1e-9
+            assert differs and r_shaped == pytest.approx(r_plain, abs=1e-9)
+
+
+def test_demo_replaces_only_its_own_outputs(tmp_path):
+    from specgym.demo import MARKER, _claim
+
+    assert _claim(tmp_path / "absent") is False
+    own = tmp_path / "demo-x-k"
+    own.mkdir()
+    (own / MARKER).write_text("demo")
+    assert _claim(own) is True
+    foreign = tmp_path / "demo-x-token"
+    foreign.mkdir()
+    with pytest.raises(SpecgymError, match="not written by 'specgym demo'"):
+        _claim(foreign)
+    precious = tmp_path / "demo-assc-regimes-k"
+    precious.mkdir()
+    (precious / "mine.txt").write_text("keep")
+    assert main(["demo", "--runs", str(tmp_path), "--out", str(tmp_path / "out"), "--workload", "assc-regimes"]) == 2
+    assert (precious / "mine.txt").read_text() == "keep" and not (tmp_path / "out").exists()

@@ -1,0 +1,110 @@
+"""Export a trained SB3 PPO run to a self-contained, pickle-free policy artifact (``policy.npz`` + ``policy.json``).
+
+What is exported: the actor path of the SB3 ``MlpPolicy`` (``mlp_extractor.policy_net`` then ``action_net``; the
+feature extractor of a Box observation is a flatten, i.e. the identity) and the observation statistics of the
+run's ``VecNormalize``. The critic is not needed to act and is dropped. The runtime side is
+:class:`specgym.agents.policy_controller.PolicyController` (numpy only).
+
+This module imports torch and stable-baselines3 (the ``train`` extra); loading the artifact does not.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specgym.agents.policy_controller import PolicyArtifact, write_artifact
+from specgym.envs.features import FEATURE_VERSION, feature_names
+from specgym.errors import SpecgymError
+
+
+def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, k_max: int,
+                        meta: dict[str, Any] | None = None) -> PolicyArtifact:
+    """Build a :class:`PolicyArtifact` from an in-memory SB3 PPO model and its ``VecNormalize`` (or None).
+
+    Args:
+        model: ``stable_baselines3.PPO`` with an ``MlpPolicy``.
+        vecnorm: The ``VecNormalize`` the model was trained under (None if observations were not normalised).
+        mode: ``k`` or ``token``.
+        k_min, k_max: The K range of the env (action ``a`` in K mode means ``K = k_min + a``).
+        meta: Training record stored in ``policy.json``.
+    """
+    import torch.nn as nn
+
+    policy = model.policy
+    layers = [m for m in policy.mlp_extractor.policy_net if isinstance(m, nn.Linear)]
+    acts = {type(m).__name__ for m in policy.mlp_extractor.policy_net if not isinstance(m, nn.Linear)}
+    if acts - {"Tanh", "ReLU"} or len(acts) > 1:
+        raise SpecgymError(f"cannot export activations {sorted(acts)} (supported: Tanh, ReLU)")
+    activation = "relu" if acts == {"ReLU"} else "tanh"
+    layers.append(policy.action_net)
+    weights = [lin.weight.detach().cpu().numpy().astype(np.float32).copy() for lin in layers]
+    biases = [lin.bias.detach().cpu().numpy().astype(np.float32).copy() for lin in layers]
+    mean = var = None
+    clip_obs, eps = 10.0, 1e-8
+    if vecnorm is not None and vecnorm.norm_obs:
+        mean = np.asarray(vecnorm.obs_rms.mean, np.float64).copy()
+        var = np.asarray(vecnorm.obs_rms.var, np.float64).copy()
+        clip_obs, eps = float(vecnorm.clip_obs), float(vecnorm.epsilon)
+    art = PolicyArtifact(mode=mode, k_min=k_min, k_max=k_max, weights=weights, biases=biases, activation=activation,
+                         obs_mean=mean, obs_var=var, clip_obs=clip_obs, epsilon=eps,
+                         feature_version=FEATURE_VERSION, features=feature_names(mode), meta=dict(meta or {}))
+    art.validate()
+    return art
+
+
+def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = "best",
+               overwrite: bool = False) -> Path:
+    """Export a training run folder (``specgym export``).
+
+    Args:
+        run_dir: ``runs/NAME`` written by ``specgym train``.
+        out: Artifact folder (default ``RUN/policy``).
+        which: ``best`` (the best model by validation speedup; falls back to the final one when no validation
+            ran) or ``final`` (the last saved model).
+        overwrite: Replace an existing artifact folder.
+    """
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from specgym.training.ppo import RunFiles, read_summary, read_yaml
+
+    run = RunFiles(Path(run_dir))
+    if not run.config.is_file() or not run.model.is_file():
+        raise SpecgymError(f"{run_dir}: not a training run (needs config.yaml and model.zip from 'specgym train')")
+    if which not in ("best", "final"):
+        raise SpecgymError(f"--which must be 'best' or 'final', got {which!r}")
+    cfg = read_yaml(run.config)
+    model_path, stats_path, picked = run.model, run.vecnorm, "final"
+    if which == "best" and run.best_model.is_file():
+        model_path, stats_path, picked = run.best_model, run.best_vecnorm, "best"
+    model = PPO.load(model_path, device="cpu")
+    vecnorm = None
+    if stats_path.is_file():
+        import pickle
+
+        with open(stats_path, "rb") as f:  # our own file, written by specgym train
+            vecnorm = pickle.load(f)
+        if not isinstance(vecnorm, VecNormalize):
+            raise SpecgymError(f"{stats_path}: not VecNormalize statistics")
+    elif cfg.get("normalize", {}).get("norm_obs"):
+        raise SpecgymError(f"{stats_path}: missing (the run normalised observations)")
+    summary = read_summary(run)
+    meta = {
+        "training": {
+            "run": Path(run_dir).resolve().name,
+            "model": picked,
+            "algorithm": "PPO (stable-baselines3)",
+            "workload": cfg.get("workload_name"),
+            "workload_path": cfg.get("workload_path"),
+            "workload_sha256": cfg.get("workload_sha256"),
+            "timesteps": int(model.num_timesteps),
+            "seed": cfg.get("seed"),
+            "config": cfg,
+        },
+        "metrics": (summary or {}).get("val", {}),
+    }
+    art = artifact_from_model(model, vecnorm, cfg["mode"], int(cfg["k_min"]), int(cfg["k_max"]), meta)
+    return write_artifact(art, out or run.root / "policy", overwrite=overwrite)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specgym.baselines.base import Controller
+from specgym.baselines.base import TokenStopController
 from specgym.envs.rounds import DraftStep, RequestContext, RoundOutcome
 
 
@@ -60,7 +60,7 @@ def roc_threshold(conf: np.ndarray, accepted: np.ndarray, fp_cost: float = 1.0, 
     return float(c[ends[int(np.argmin(cost))]])
 
 
-class ConfidenceStop(Controller):
+class ConfidenceStop(TokenStopController):
     """Draft up to k_max, stop after the first token with draft confidence below tau (optionally ROC-adapted).
 
     Args:
@@ -74,8 +74,6 @@ class ConfidenceStop(Controller):
         keep_samples_across_requests: Keep samples over ``reset`` (transformers clears them per generate call).
         k_max: Draft cap; ``None`` = ``ctx.k_max``.
     """
-
-    token_level = True
 
     def __init__(
         self,
@@ -99,7 +97,7 @@ class ConfidenceStop(Controller):
         self._conf = np.zeros(max_samples, dtype=np.float64)
         self._lab = np.zeros(max_samples, dtype=bool)
         self._clear()
-        self._cap = k_max or 0
+        super().__init__(k_max)
 
     def _clear(self) -> None:
         self._size = 0  # valid samples in the ring buffer
@@ -109,14 +107,9 @@ class ConfidenceStop(Controller):
 
     def reset(self, ctx: RequestContext) -> None:
         """New request; samples are cleared unless kept across requests, tau is kept."""
-        self.ctx = ctx
-        self._cap = ctx.k_max if self.k_max is None else min(self.k_max, ctx.k_max)
+        super().reset(ctx)
         if not self.keep_samples_across_requests:
             self._clear()
-
-    def propose(self) -> int:
-        """Always the cap; the stop happens token by token."""
-        return self._cap
 
     def keep_drafting(self, step: DraftStep) -> bool:
         """Continue iff the token just drafted has confidence >= tau."""

@@ -10,11 +10,11 @@ draft length bounded to [k_min, k_max] = [1, k_max] (never stop before k_min tok
 
 from __future__ import annotations
 
-from specgym.baselines.base import Controller
-from specgym.envs.rounds import DraftStep, RequestContext, RoundOutcome
+from specgym.baselines.base import TokenStopController
+from specgym.envs.rounds import DraftStep
 
 
-class CumulativeStop(Controller):
+class CumulativeStop(TokenStopController):
     """Stop when the estimated probability of a rejection within the round exceeds ``h``.
 
     Args:
@@ -23,22 +23,11 @@ class CumulativeStop(Controller):
         k_max: Draft cap; ``None`` = ``ctx.k_max``.
     """
 
-    token_level = True
-
     def __init__(self, h: float = 0.3, k_min: int = 1, k_max: int | None = None) -> None:
         self.h, self.k_min, self.k_max = float(h), k_min, k_max
         self.name = f"cumulative:{self.h:g}"
-        self._cap = k_max or 0
+        super().__init__(k_max)
         self._prod = 1.0
-
-    def reset(self, ctx: RequestContext) -> None:
-        """New request (no state spans requests)."""
-        self.ctx = ctx
-        self._cap = ctx.k_max if self.k_max is None else min(self.k_max, ctx.k_max)
-
-    def propose(self) -> int:
-        """Always the cap; the stop happens token by token."""
-        return self._cap
 
     def keep_drafting(self, step: DraftStep) -> bool:
         """Accumulate the product of confidences of this round; continue while ``1 - prod <= h``."""
@@ -46,5 +35,3 @@ class CumulativeStop(Controller):
         self._prod = prod
         return step.index < self.k_min or 1.0 - prod <= self.h
 
-    def observe(self, outcome: RoundOutcome) -> None:
-        """Nothing to learn."""

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 
-from specgym.baselines.base import Controller
-from specgym.envs.rounds import DraftStep, RequestContext, RoundOutcome
+from specgym.baselines.base import TokenStopController
+from specgym.envs.rounds import DraftStep
 
 
-class EntropyStop(Controller):
+class EntropyStop(TokenStopController):
     """Stop when the entropy-based acceptance lower bound drops below ``lam``.
 
     Args:
@@ -27,8 +27,6 @@ class EntropyStop(Controller):
         k_max: Draft cap; ``None`` = ``ctx.k_max``.
     """
 
-    token_level = True
-
     def __init__(self, gamma: float = 0.2, lam: float = 0.5, k_min: int = 1, k_max: int | None = None) -> None:
         self.gamma, self.lam, self.k_min, self.k_max = float(gamma), float(lam), k_min, k_max
         if self.gamma == 0.2 and self.lam == 0.5:
@@ -37,21 +35,10 @@ class EntropyStop(Controller):
             self.name = f"entropy:{self.lam:g}"
         else:
             self.name = f"entropy:{self.lam:g}:{self.gamma:g}"
-        self._cap = k_max or 0
-
-    def reset(self, ctx: RequestContext) -> None:
-        """New request (no state spans requests)."""
-        self.ctx = ctx
-        self._cap = ctx.k_max if self.k_max is None else min(self.k_max, ctx.k_max)
-
-    def propose(self) -> int:
-        """Always the cap; the stop happens token by token."""
-        return self._cap
+        super().__init__(k_max)
 
     def keep_drafting(self, step: DraftStep) -> bool:
         """Continue iff ``1 - sqrt(gamma * entropy) >= lam`` (or fewer than k_min tokens drafted)."""
         g = self.gamma * step.entropy
         return step.index < self.k_min or 1.0 - (math.sqrt(g) if g > 0.0 else 0.0) >= self.lam
 
-    def observe(self, outcome: RoundOutcome) -> None:
-        """Nothing to learn."""

@@ -8,7 +8,7 @@ TORCH   := torch==2.13.0
 STAMP   := $(VENV)/.specgym-installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install demo test test-fast bench models profile record clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,26 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/specgym bench
+
+# --- rebuilding the shipped model pair and its traces (long; one thread each, offline) -----------------------
+LIVE_ENV := HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+SPECGYM  := $(LIVE_ENV) $(VENV)/bin/specgym
+PROMPTS  := data/workloads/tinypair-prompts.jsonl
+PROFILE  := data/profiles/cpu-tinypair.json
+
+models: $(STAMP)   # ~90 min: corpus, tokenizer, target (78 min), draft (7 min), export, prompts, model card
+	$(SPECGYM) train-lm-pair --stages corpus,tokenizer,tokens,target
+	$(SPECGYM) train-lm-pair --stages draft --draft 1,128,2 --draft-role draft_ce --no-distill --draft-budget-min 7
+	$(SPECGYM) train-lm-pair --stages export,prompts,card --draft-role draft_ce
+
+profile: $(STAMP)  # ~1 min: measured cost profile of the shipped pair on this machine
+	$(SPECGYM) profile --out $(PROFILE) --name cpu-tinypair --clock cpu --force
+
+record: $(STAMP)   # ~12 min: the two shipped recorded workloads (greedy and T=0.8)
+	$(SPECGYM) record --prompts $(PROMPTS) --max-new-tokens 128-256 --temperature 0 --name tinypair-greedy \
+		--profile $(PROFILE) --gen-k 1 --quiet --force --out data/workloads/tinypair-greedy.parquet
+	$(SPECGYM) record --prompts $(PROMPTS) --max-new-tokens 128-256 --temperature 0.8 --name tinypair-t08 \
+		--profile $(PROFILE) --gen-k 1 --seed 1 --quiet --force --out data/workloads/tinypair-t08.parquet
 
 clean:
 	rm -rf $(VENV) runs out .pytest_cache .hypothesis

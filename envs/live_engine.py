@@ -42,9 +42,9 @@ import numpy as np
 from specgym.baselines.base import Controller
 from specgym.envs.cost import CostProfile
 from specgym.envs.rounds import DraftStep, RequestContext, RoundOutcome
+from specgym.envs.trace_engine import check_k_max
 from specgym.errors import SpecgymError
 
-K_MAX_LIMIT = 16
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -207,8 +207,7 @@ class LiveEngine:
                  profile: CostProfile | None = None, eos_token_id: int | None = None):
         import torch
 
-        if isinstance(k_max, bool) or not isinstance(k_max, int) or not 1 <= k_max <= K_MAX_LIMIT:
-            raise SpecgymError(f"k_max must be an integer in [1, {K_MAX_LIMIT}], got {k_max!r}")
+        check_k_max(k_max)
         self.draft = draft
         self.target = target
         self.k_max = k_max

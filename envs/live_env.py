@@ -8,7 +8,8 @@ a live step costs milliseconds instead of microseconds.
 Round time (and so the reward ``produced - time_ms / t_AR``) comes from ``timing``: ``"profile"`` prices rounds
 with the cost profile (deterministic), ``"wall"``/``"cpu"`` measure them. ``t_AR`` is always the profile's.
 
-Register with :func:`register_live_env` (id ``specgym/SpecDecodeLive-v0``); heavy imports happen on construction.
+Registered by ``import specgym`` as ``specgym/SpecDecodeLive-v0`` (``nondeterministic=True``); heavy imports
+happen on construction.
 """
 
 from __future__ import annotations
@@ -125,11 +126,3 @@ class SpecDecodeLiveEnv(gym.Env):
         if self.render_mode != "ansi" or self.req is None:
             return None
         return self.pair.tokenizer.decode(self.req.result.tokens)
-
-
-def register_live_env() -> None:
-    """Register ``specgym/SpecDecodeLive-v0`` with Gymnasium (idempotent)."""
-    from gymnasium.envs.registration import register, registry
-
-    if ENV_ID not in registry:
-        register(id=ENV_ID, entry_point="specgym.envs.live_env:SpecDecodeLiveEnv")

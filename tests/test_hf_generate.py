@@ -1,0 +1,91 @@
+"""generate() integration: a controller drives transformers' assisted generation (installed transformers 5.x).
+
+Models are tiny RANDOMLY-INITIALISED GPT-2s (specgym.envs.toy_pair).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from specgym.agents.hf_generate import generate_with_controller  # noqa: E402
+from specgym.baselines.registry import make_controller  # noqa: E402
+from specgym.envs.cost import CostProfile  # noqa: E402
+from specgym.envs.live_engine import LiveEngine  # noqa: E402
+from specgym.envs.toy_pair import toy_models, toy_tokenizer  # noqa: E402
+
+torch.set_num_threads(1)
+PROFILE = CostProfile(name="toy", draft_ms=0.5, verify_ms=tuple(5.0 + 0.1 * n for n in range(17)), source="synthetic")
+SPECS = ["fixed:0", "fixed:1", "fixed:4", "assc", "speclane", "hf-heuristic", "confidence", "cumulative", "entropy",
+         "ucb"]
+
+
+@pytest.fixture(scope="module")
+def toy():
+    tok = toy_tokenizer()
+    draft, target = toy_models(len(tok), seed=0)
+    # transformers' assistant stops drafting at the draft's own EOS even when the target ignores EOS
+    # (eos_token_id=None below); the live engine never does. Take EOS out of the draft's generation config so that
+    # both loops see the same rounds.
+    draft.generation_config.eos_token_id = None
+    return tok, draft, target
+
+
+def _kw(ids, n):
+    return dict(attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False, eos_token_id=None,
+                pad_token_id=1)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_output_identical_to_plain_greedy(toy, spec):
+    tok, draft, target = toy
+    for prompt in ["def f(x):\n  return", "the cat sat on", "1 + 2 ="]:
+        ids = torch.tensor([tok(prompt)["input_ids"]])
+        ref = target.generate(ids, **_kw(ids, 48))
+        rounds = []
+        out = generate_with_controller(target, draft, ids, make_controller(spec, 8), rounds=rounds, profile=PROFILE,
+                                       **_kw(ids, 48))
+        assert torch.equal(out, ref)
+        assert sum(r.produced for r in rounds) == 48
+        assert all(0 <= r.accepted <= r.drafted <= r.planned_k <= 8 for r in rounds)
+        assert rounds[-1].done
+    assert not hasattr(target, "_get_candidate_generator") or "_get_candidate_generator" not in vars(target)
+
+
+@pytest.mark.parametrize("spec", ["fixed:3", "assc", "confidence", "entropy"])
+def test_rounds_match_live_engine(toy, spec):
+    """The same controller sees the same rounds in transformers' loop and in the live engine (greedy)."""
+    tok, draft, target = toy
+    ids = tok("def f(x):\n  return")["input_ids"]
+    rounds = []
+    t_ids = torch.tensor([ids])
+    generate_with_controller(target, draft, t_ids, make_controller(spec, 8), rounds=rounds, profile=PROFILE,
+                             **_kw(t_ids, 40))
+    live = LiveEngine(draft, target, k_max=8, timing=PROFILE).run_request(ids, make_controller(spec, 8), 40)
+    n = len(live.rounds)
+    assert [(r.position, r.planned_k, r.drafted, r.accepted) for r in rounds[:n]] == \
+        [(r.position, r.planned_k, r.drafted, r.accepted) for r in live.rounds[:n]]
+    for a, b in zip(rounds[:n], live.rounds[:n]):
+        torch.testing.assert_close(torch.from_numpy(a.draft_conf), torch.from_numpy(b.draft_conf), rtol=1e-4,
+                                   atol=1e-5)
+
+
+def test_confidence_threshold_disabled(toy):
+    """transformers' default assistant_confidence_threshold (0.4) must not cut drafts: fixed:8 drafts 8."""
+    tok, draft, target = toy
+    ids = torch.tensor([tok("abc")["input_ids"]])
+    rounds = []
+    generate_with_controller(target, draft, ids, make_controller("fixed:8", 8), rounds=rounds, **_kw(ids, 40))
+    assert all(r.drafted == r.planned_k == min(8, 40 - r.position - 1) for r in rounds)
+
+
+def test_sampling_runs(toy):
+    tok, draft, target = toy
+    ids = torch.tensor([tok("abc")["input_ids"]])
+    rounds = []
+    out = generate_with_controller(target, draft, ids, make_controller("fixed:4", 8), rounds=rounds,
+                                   attention_mask=torch.ones_like(ids), max_new_tokens=30, do_sample=True,
+                                   temperature=0.8, eos_token_id=None, pad_token_id=1)
+    assert out.shape[1] == ids.shape[1] + 30 and sum(r.produced for r in rounds) == 30

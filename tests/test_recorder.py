@@ -1,0 +1,185 @@
+"""Recorder, profiler and the live CLI commands on a tiny RANDOMLY-INITIALISED pair (specgym.envs.toy_pair)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from specgym.envs.cost import CostProfile, load_profile  # noqa: E402
+from specgym.envs.live_engine import load_pair  # noqa: E402
+from specgym.envs.profiler import measure_profile  # noqa: E402
+from specgym.envs.recorder import (PromptSpec, is_looped, parse_length, read_prompts,  # noqa: E402
+                                   record_workload)
+from specgym.envs.toy_pair import save_toy_pair, toy_models  # noqa: E402
+from specgym.envs.trace_format import load_workload  # noqa: E402
+from specgym.errors import SpecgymError  # noqa: E402
+
+torch.set_num_threads(1)
+PROFILE = CostProfile(name="toy", draft_ms=0.5, verify_ms=tuple(5.0 + 0.1 * n for n in range(17)), source="synthetic")
+TEXTS = ["def f(x):\n    return x", "the cat sat on the mat.", "12 + 7 = 19", "import os\nimport sys\n",
+         "class a:\n  pass\n"]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    d, t = save_toy_pair(tmp_path_factory.mktemp("toy") / "pair", seed=0)
+    return load_pair(str(d), str(t))
+
+
+def _specs():
+    return [PromptSpec(f"q{i}", t, ["code", "prose", "math"][i % 3]) for i, t in enumerate(TEXTS)]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_round_trip(pair, tmp_path, temperature):
+    out = tmp_path / "w.parquet"
+    wl, stats = record_workload(pair, _specs(), out, "20-40", temperature, PROFILE, seed=3)
+    back = load_workload(out)
+    assert back.n_requests == 5 and back.source["kind"] == "recorded"
+    assert back.source["target_model"] == pair.target_name and back.source["temperature"] == temperature
+    assert np.all((back.lengths >= 20) & (back.lengths <= 40))
+    for col in ("p_accept", "draft_conf", "draft_entropy", "target_entropy"):
+        np.testing.assert_array_equal(getattr(back, col), getattr(wl, col))
+    assert list(back.category) == ["code", "prose", "math", "code", "prose"]
+    assert back.prompt_text[0] == TEXTS[0]
+    assert back.profile == PROFILE
+    if temperature == 0:
+        assert set(np.unique(back.p_accept)) <= {0.0, 1.0}
+    else:
+        assert 0 < back.p_accept.min() and back.p_accept.max() <= 1.0
+    assert not (out.parent / (out.name + ".partial.jsonl")).exists()
+    assert stats["positions"] == back.n_positions
+
+
+def test_resume_after_interrupt(pair, tmp_path):
+    out = tmp_path / "r.parquet"
+    calls = []
+
+    def boom(i, n):
+        calls.append(i)
+        if i == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        record_workload(pair, _specs(), out, 30, 0.0, PROFILE, progress=boom)
+    assert not out.exists() and (tmp_path / "r.parquet.partial.jsonl").exists()
+    wl, stats = record_workload(pair, _specs(), out, 30, 0.0, PROFILE)
+    assert stats["resumed"] == 2
+    ref, _ = record_workload(pair, _specs(), tmp_path / "ref.parquet", 30, 0.0, PROFILE)
+    np.testing.assert_array_equal(wl.p_accept, ref.p_accept)
+    # different settings with a stale partial file: a clear error
+    with pytest.raises(KeyboardInterrupt):
+        record_workload(pair, _specs(), tmp_path / "s.parquet", 30, 0.0, PROFILE, progress=boom)
+    with pytest.raises(SpecgymError, match="different settings"):
+        record_workload(pair, _specs(), tmp_path / "s.parquet", 30, 0.5, PROFILE)
+
+
+def test_prompt_file_errors(tmp_path):
+    good = tmp_path / "p.jsonl"
+    good.write_text('{"prompt": "abc", "category": "code"}\n\n{"prompt": "def", "id": "x"}\n')
+    specs = read_prompts(good)
+    assert [s.request_id for s in specs] == ["p00000", "x"] and specs[0].category == "code"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "abc"}\n{"prompt": "ok"}\n{"prompt": "broken"\n')
+    with pytest.raises(SpecgymError, match=r"bad\.jsonl:3: not valid JSON"):
+        read_prompts(bad)
+    bad.write_text('{"text": "abc"}\n')
+    with pytest.raises(SpecgymError, match=r":1: field 'prompt'"):
+        read_prompts(bad)
+    bad.write_text('{"prompt": "a", "id": "x"}\n{"prompt": "b", "id": "x"}\n')
+    with pytest.raises(SpecgymError, match=r":2: duplicate id"):
+        read_prompts(bad)
+    bad.write_text('{"prompt": "a", "max_new_tokens": 0}\n')
+    with pytest.raises(SpecgymError, match="max_new_tokens"):
+        read_prompts(bad)
+    with pytest.raises(SpecgymError, match="not found"):
+        read_prompts(tmp_path / "nope.jsonl")
+    with pytest.raises(SpecgymError, match="LO-HI"):
+        parse_length("12-x")
+    assert parse_length("128-256") == (128, 256)
+
+
+def test_context_overflow_is_clear(pair, tmp_path):
+    with pytest.raises(SpecgymError, match="context"):
+        record_workload(pair, [PromptSpec("a", "x" * 100)], tmp_path / "c.parquet", 200, 0.0, PROFILE)
+
+
+def test_loop_detector():
+    assert is_looped([1, 2, 3] * 30)
+    assert not is_looped(list(range(100)))
+
+
+def test_profiler(pair):
+    prof = measure_profile(pair, k_max=4, context=32, repeats=5, warmup=2)
+    assert prof.source == "measured" and len(prof.verify_ms) == 5
+    assert prof.draft_ms > 0 and all(v > 0 for v in prof.verify_ms) and prof.round_overhead_ms >= 0
+    assert "cpu" in prof.hardware
+    with pytest.raises(SpecgymError, match="context"):
+        measure_profile(pair, k_max=16, context=250)
+
+
+def test_cli_record_profile_generate(pair, tmp_path, capsys):
+    from specgym.cli_live import main
+
+    prof_path = tmp_path / "prof.json"
+    PROFILE_JSON = json.dumps(PROFILE.to_dict())
+    prof_path.write_text(PROFILE_JSON)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": t, "category": "code"}) + "\n" for t in TEXTS[:3]))
+    out = tmp_path / "cli.parquet"
+    common = ["--draft", pair.draft_name, "--target", pair.target_name]
+    assert main(["record", *common, "--prompts", str(prompts), "--max-new-tokens", "16", "--temperature", "0",
+                 "--out", str(out), "--profile", str(prof_path), "--quiet"]) == 0
+    assert load_workload(out).n_requests == 3
+    assert main(["record", *common, "--prompts", str(prompts), "--max-new-tokens", "16", "--out", str(out),
+                 "--profile", str(prof_path), "--quiet"]) == 2  # exists, no --force
+    prompts.write_text('{"prompt": "a"}\nnot json\n')
+    assert main(["record", *common, "--prompts", str(prompts), "--out", str(tmp_path / "x.parquet"),
+                 "--profile", str(prof_path)]) == 2
+    assert "p.jsonl:2" in capsys.readouterr().err
+    assert main(["profile", *common, "--out", str(tmp_path / "m.json"), "--k-max", "4", "--context", "32",
+                 "--repeats", "3"]) == 0
+    assert load_profile(tmp_path / "m.json").source == "measured"
+    assert main(["generate", *common, "--prompt", "def f(x):", "--k", "3", "--max-new-tokens", "20", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["greedy_identical"] and res["tokens"] == 20
+    assert main(["generate", "--draft", str(tmp_path / "missing"), "--target", pair.target_name,
+                 "--prompt", "x"]) == 2
+    assert "model path not found" in capsys.readouterr().err
+
+
+def test_toy_models_are_labelled_random():
+    d, t = toy_models(50)
+    assert d.config.n_layer == 1 and t.config.n_layer == 2
+
+
+from specgym.paths import PROFILES_DIR, WORKLOADS_DIR  # noqa: E402
+
+
+@pytest.mark.parametrize("name,temperature", [("tinypair-greedy", 0.0), ("tinypair-t08", 0.8)])
+def test_shipped_recorded_workloads(name, temperature):
+    path = WORKLOADS_DIR / f"{name}.parquet"
+    if not path.exists():
+        pytest.skip(f"{path} not recorded yet")
+    wl = load_workload(path)
+    assert wl.source["kind"] == "recorded" and not wl.is_synthetic
+    assert wl.n_requests >= 600
+    assert wl.lengths.min() >= 128 and wl.lengths.max() <= 256
+    assert set(wl.categories()) == {"code", "prose", "math"}
+    assert np.all(wl.temperature == np.float32(temperature))
+    assert wl.profile.source == "measured"
+    assert "loop_share" in wl.extra
+
+
+def test_shipped_profiles():
+    cpu = PROFILES_DIR / "cpu-tinypair.json"
+    if cpu.exists():
+        prof = load_profile(cpu)
+        assert prof.source == "measured" and len(prof.verify_ms) >= 9 and prof.hardware
+    gpu = load_profile(PROFILES_DIR / "gpu-like-published.json")
+    assert gpu.source == "published" and "ILLUSTRATIVE" in gpu.description and 0.05 <= gpu.cost_ratio <= 0.1

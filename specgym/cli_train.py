@@ -20,6 +20,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", default=None, help="hyperparameter YAML (default training/configs/MODE.yaml)")
     p.add_argument("--hyperparams", nargs="+", default=None, metavar="KEY=VALUE",
                    help="override hyperparameters, e.g. learning_rate=1e-4 net_arch=[128,128]")
+    p.add_argument("--init-from", default=None, metavar="SPEC",
+                   help="behaviour-clone the actor from a baseline (e.g. confidence:0.4) before PPO "
+                        "(config key bc_init; 'none' disables a config's bc_init)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted/finished run in --out")
     p.add_argument("--force", action="store_true", help="replace an existing run folder")
     p.set_defaults(func=_train)
@@ -41,6 +44,15 @@ def _need_sb3() -> None:
         raise SpecgymError(f"training needs {exc.name}: pip install 'specgym[train]'") from None
 
 
+def _overrides(args: argparse.Namespace) -> dict:
+    from specgym.training.ppo import parse_overrides
+
+    over = parse_overrides(args.hyperparams)
+    if args.init_from is not None:
+        over["bc_init"] = None if args.init_from.lower() == "none" else args.init_from
+    return over
+
+
 def _train(args: argparse.Namespace) -> int:
     _need_sb3()
     from specgym.paths import default_workload_name
@@ -51,7 +63,7 @@ def _train(args: argparse.Namespace) -> int:
     workload = args.workload or default_workload_name()
     out = args.out or Path("runs") / f"{Path(workload).stem}-{args.mode}"
     req = TrainRequest(workload=workload, mode=args.mode, out=out, timesteps=args.timesteps, seed=args.seed,
-                       config_file=args.config, overrides=parse_overrides(args.hyperparams), resume=args.resume,
+                       config_file=args.config, overrides=_overrides(args), resume=args.resume,
                        force=args.force)
     train(req)
     print(f"run folder: {out}  (summary.md, tensorboard: tensorboard --logdir {out.parent})")

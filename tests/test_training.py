@@ -206,3 +206,32 @@ def test_demo_replaces_only_its_own_outputs(tmp_path):
     (precious / "mine.txt").write_text("keep")
     assert main(["demo", "--runs", str(tmp_path), "--out", str(tmp_path / "out"), "--workload", "assc-regimes"]) == 2
     assert (precious / "mine.txt").read_text() == "keep" and not (tmp_path / "out").exists()
+
+
+def test_bc_init_clones_the_baseline_rule(tmp_path):
+    """bc_init: demonstrations match the rule at every decision, the clone reproduces it, the clone is validated."""
+    import numpy as np
+
+    from specgym.envs.features import feature_names
+    from specgym.envs.spec_env import cached_workload
+    from specgym.envs.trace_format import resolve_workload_path
+    from specgym.training.bc_init import demonstrations
+
+    wl = cached_workload(resolve_workload_path("assc-regimes"))
+    obs, lab = demonstrations("confidence:0.4", wl, "token", 0, 8, passes=1)
+    names = feature_names("token")
+    has = obs[:, names.index("tok_has_token")] > 0
+    assert lab[~has].all()  # confidence:0.4 always drafts the first token
+    assert ((obs[has, names.index("tok_conf")] >= 0.4) == lab[has].astype(bool)).all()
+    with pytest.raises(SpecgymError, match="token-level"):
+        demonstrations("fixed:3", wl, "token", 0, 8, passes=1)
+    with pytest.raises(SpecgymError, match="bc_init|unknown controller"):
+        resolve_config("token", "assc-regimes", overrides={"bc_init": "nonsense:1"})
+    summary = train(TrainRequest(workload="assc-regimes", mode="token", out=tmp_path / "bc", timesteps=1024, seed=0,
+                                 quiet=True, overrides={**TINY, "bc_init": "confidence:0.4", "bc_passes": 1,
+                                                        "bc_epochs": 3, "bc_warmup": 512}))
+    state = json.loads((tmp_path / "bc" / "state.json").read_text())
+    assert state["bc_init"]["accuracy"] > 0.97
+    assert state["val_history"][0]["timesteps"] == 0  # the clone itself was validated
+    assert summary["val"]["speedup_vs_confidence"] > 0.97
+    assert np.isfinite(summary["val"]["throughput_tok_s"])

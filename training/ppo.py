@@ -22,6 +22,11 @@ Choices (documented here because they shape results):
   at a good rate), the Dinkelbach-style fix for a ratio objective. ``1.0`` reproduces the env's reward.
 * Observations and rewards are normalised by ``VecNormalize`` (gamma-discounted return scaling); the
   statistics are saved with every model and exported.
+* **Behaviour-cloning initialisation (``bc_init``, ``specgym train --init-from SPEC``).** Token mode by default:
+  the actor is first cloned from a baseline's decisions on the train split (``confidence:TAU`` with TAU tuned on
+  the train split), the critic is warmed up with the actor frozen (``bc_warmup`` steps), then PPO fine-tunes at a
+  low learning rate; the clone is validated before PPO starts. PPO from scratch stayed 1-2 % below the
+  confidence-stop rules (work_tmp/ppo_results.md). See :mod:`specgym.training.bc_init`.
 * Training draws requests from the ``train`` split; validation uses ``val``; reports use ``test``.
 * ``torch.set_num_threads(1)``: the networks are tiny and the machine is shared.
 """
@@ -53,7 +58,10 @@ HP_KEYS = {
     "vf_coef": float, "max_grad_norm": float, "net_arch": list, "activation": str, "normalize": dict,
     "token_value": (str, float), "k_min": int, "k_max": int, "outcome_seed": (int, type(None)),
     "eval_freq": int, "eval_max_requests": (int, type(None)), "timesteps": int, "shaping": list,
+    "bc_init": (str, type(None)), "bc_warmup": int, "bc_epochs": int, "bc_passes": int,
 }
+# Optional keys (older config files may lack them): behaviour-cloning initialisation, see training/bc_init.py.
+HP_DEFAULTS = {"bc_init": None, "bc_warmup": 0, "bc_epochs": 10, "bc_passes": 2}
 SHAPINGS = ("draft_cost", "conf_potential")
 NORMALIZE_KEYS = {"norm_obs": bool, "norm_reward": bool, "clip_obs": float, "clip_reward": float}
 
@@ -135,6 +143,8 @@ def resolve_config(mode: str, workload_name: str, config_file: str | Path | None
     _check_hp(over, "--hyperparams")
     for key, value in over.items():
         cfg[key] = {**cfg.get(key, {}), **value} if key == "normalize" else value
+    for key, value in HP_DEFAULTS.items():
+        cfg.setdefault(key, value)
     missing = sorted(set(HP_KEYS) - set(cfg))
     if missing:
         raise SpecgymError(f"{path}: hyperparameter(s) {missing} missing (no default)")
@@ -151,7 +161,11 @@ def resolve_config(mode: str, workload_name: str, config_file: str | Path | None
         raise SpecgymError(f"shaping: unknown term(s) {bad_shaping}; valid: {list(SHAPINGS)}")
     if isinstance(cfg["token_value"], str) and cfg["token_value"] != "auto":
         raise SpecgymError(f"token_value must be 'auto' or a number, got {cfg['token_value']!r}")
-    for key in ("n_envs", "n_steps", "batch_size", "n_epochs", "k_max"):
+    if cfg["bc_init"] is not None:
+        from specgym.baselines.registry import make_controller
+
+        make_controller(cfg["bc_init"], cfg["k_max"])  # a bad spec fails here, before any work
+    for key in ("n_envs", "n_steps", "batch_size", "n_epochs", "k_max", "bc_epochs", "bc_passes"):
         if cfg[key] < 1:
             raise SpecgymError(f"{key} must be >= 1, got {cfg[key]}")
     if not all(isinstance(h, int) and h > 0 for h in cfg["net_arch"]) or not cfg["net_arch"]:
@@ -506,6 +520,12 @@ def _callbacks():
             self.last = int(state.get("last_eval_step", 0))
             self.history: list[dict[str, Any]] = state.setdefault("val_history", [])
 
+        eval_at_start = False
+
+        def _on_training_start(self) -> None:
+            if self.eval_at_start:
+                self.evaluate_now()
+
         def _on_step(self) -> bool:
             if self.freq > 0 and self.num_timesteps - self.last >= self.freq:
                 self.evaluate_now()
@@ -661,12 +681,30 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
     else:
         venv = make_training_env(cfg, wl, seed)
         model = build_model(cfg, venv, seed, run.tb)
+        if cfg.get("bc_init"):
+            from specgym.training.bc_init import clone_into, demonstrations
+
+            t_bc = time.perf_counter()
+            obs, labels = demonstrations(cfg["bc_init"], wl, cfg["mode"], cfg["k_min"], cfg["k_max"],
+                                         passes=int(cfg["bc_passes"]), seed=seed)
+            bc = clone_into(model, venv, obs, labels, epochs=int(cfg["bc_epochs"]), seed=seed)
+            bc["seconds"] = round(time.perf_counter() - t_bc, 1)
+            state["bc_init"] = {"spec": cfg["bc_init"], **bc}
+            console.print(f"behaviour cloning from {cfg['bc_init']}: {bc['samples']:,} decisions, train accuracy "
+                          f"{bc['accuracy']:.4f} ({bc['seconds']:.1f} s)", highlight=False)
     start = int(model.num_timesteps)
     metrics_cb, val_cb, progress_cb = _callbacks()
     t_ar = make_env_fn(cfg, wl)().unwrapped.t_ar
     val = val_cb(run, cfg, wl, state, console)
     progress = progress_cb(target, start, console)
-    callbacks = CallbackList([metrics_cb(t_ar), val, progress])
+    cbs = [metrics_cb(t_ar), val, progress]
+    if int(cfg.get("bc_warmup") or 0) > start and cfg.get("bc_init"):
+        from specgym.training.bc_init import critic_warmup_callback
+
+        cbs.append(critic_warmup_callback(int(cfg["bc_warmup"])))
+    # validate the cloned policy before PPO starts: the kept best model is never worse (on val) than the clone
+    val.eval_at_start = bool(cfg.get("bc_init")) and start == 0 and val.freq > 0
+    callbacks = CallbackList(cbs)
     console.print(f"[bold]specgym train[/bold] {cfg['mode']} mode on {wl.label} (train split): "
                   f"{start:,} -> {target:,} timesteps, n_envs {cfg['n_envs']}, token_value "
                   f"{cfg['token_value_resolved']:.3f}; run folder {run.root}", highlight=False)

@@ -8,7 +8,7 @@ TORCH   := torch==2.13.0
 STAMP   := $(VENV)/.specgym-installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-fast bench models profile record clean
+.PHONY: install demo test test-fast bench results models profile record clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,19 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/specgym bench
+
+# --- the README's results table: PPO (K and token mode) on every shipped workload vs all baselines (~20 min) ---
+RESULT_WORKLOADS ?= speclane-mix assc-regimes tinypair-greedy tinypair-t08
+
+results: $(STAMP)
+	for wl in $(RESULT_WORKLOADS); do \
+	  for mode in k token; do \
+	    $(VENV)/bin/specgym train --workload $$wl --mode $$mode --out runs/ppo-$$wl-$$mode --force && \
+	    $(VENV)/bin/specgym export runs/ppo-$$wl-$$mode --out runs/ppo-$$wl-$$mode/policy --force || exit 1; \
+	  done; \
+	  $(VENV)/bin/specgym eval --workload $$wl --force --out out/results-$$wl \
+	    --controllers all,ppo:runs/ppo-$$wl-k/policy,ppo:runs/ppo-$$wl-token/policy || exit 1; \
+	done
 
 # --- rebuilding the shipped model pair and its traces (long; one thread each, offline) -----------------------
 LIVE_ENV := HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1

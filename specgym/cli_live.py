@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from specgym.errors import SpecgymError
@@ -236,22 +235,3 @@ def add_live_subcommands(subparsers) -> None:
 
 #: ``specgym.cli`` registers subcommand modules through ``add_parser``.
 add_parser = add_live_subcommands
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone entry point (``python -m specgym.cli_live ...``) until the main CLI is wired."""
-    parser = argparse.ArgumentParser(prog="specgym")
-    add_live_subcommands(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
-    try:
-        return int(args.func(args) or 0)
-    except SpecgymError as exc:
-        print(f"specgym {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

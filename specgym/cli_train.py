@@ -56,7 +56,7 @@ def _overrides(args: argparse.Namespace) -> dict:
 def _train(args: argparse.Namespace) -> int:
     _need_sb3()
     from specgym.paths import default_workload_name
-    from specgym.training.ppo import TrainRequest, parse_overrides, train
+    from specgym.training.ppo import TrainRequest, train
 
     if args.resume and args.out is None:
         raise SpecgymError("--resume needs --out RUN_FOLDER")

@@ -72,6 +72,17 @@ class SyntheticSpec:
         return asdict(self)
 
 
+def steady_spec(alpha: float, min_len: int, max_len: int, category: str = "steady",
+                profile: str = "speclane-table") -> "SyntheticSpec":
+    """A steady geometric workload: every position accepts with probability ``alpha``, independently.
+
+    Sampled (not greedy) traces storing ``p_accept = alpha``; draft features carry no signal. The reference case
+    of the closed-form expectation ``(1 - a^(K+1)) / (1 - a)``.
+    """
+    return SyntheticSpec(categories=(CategorySpec(category, 1.0, alpha, 0.0),), min_len=min_len, max_len=max_len,
+                         concentration=1e9, greedy=False, sigma=0.0, kappa=0.0, profile=profile)
+
+
 PRESETS: dict[str, SyntheticSpec] = {
     "speclane-mix": SyntheticSpec(
         categories=(
@@ -95,26 +106,8 @@ PRESETS: dict[str, SyntheticSpec] = {
     ),
     # Every request at acceptance 0.55, i.i.d. per position: the workload that reproduces the fixed-K rows of the
     # SpecLane write-up's table (K=4 -> 45.5 tok/s, K=8 -> 36.0 tok/s), unlike the mix it says it used.
-    "speclane-uniform": SyntheticSpec(
-        categories=(CategorySpec("uniform", 1.0, 0.55, 0.0),),
-        min_len=128,
-        max_len=384,
-        concentration=1e9,
-        greedy=False,
-        sigma=0.0,
-        kappa=0.0,
-        profile="speclane-table",
-    ),
-    "geometric": SyntheticSpec(
-        categories=(CategorySpec("steady", 1.0, 0.7, 0.0),),
-        min_len=256,
-        max_len=256,
-        concentration=1e9,
-        greedy=False,
-        sigma=0.0,
-        kappa=0.0,
-        profile="speclane-table",
-    ),
+    "speclane-uniform": steady_spec(0.55, 128, 384, category="uniform"),
+    "geometric": steady_spec(0.7, 256, 256),
 }
 
 

@@ -513,10 +513,9 @@ def test_register_prefix_hook():
 
 # ------------------------------------------------------------------------------------ statistical sanity (replay)
 def _steady(alpha: float, n: int = 300):
-    from specgym.envs.synthetic import CategorySpec, generate_workload, spec_with
+    from specgym.envs.synthetic import generate_workload, steady_spec
 
-    spec = spec_with("geometric", categories=(CategorySpec("steady", 1.0, alpha, 0.0),), min_len=128, max_len=384)
-    return generate_workload(spec, n, seed=0)
+    return generate_workload(steady_spec(alpha, 128, 384), n, seed=0)
 
 
 def _speedup_vs_best_fixed(wl, spec: str) -> float:

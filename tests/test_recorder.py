@@ -124,7 +124,7 @@ def test_profiler(pair):
 
 
 def test_cli_record_profile_generate(pair, tmp_path, capsys):
-    from specgym.cli_live import main
+    from specgym.cli import main
 
     prof_path = tmp_path / "prof.json"
     PROFILE_JSON = json.dumps(PROFILE.to_dict())

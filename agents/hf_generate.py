@@ -5,12 +5,13 @@ One call::
     from specgym.agents.hf_generate import generate_with_controller
     out = generate_with_controller(target, draft, input_ids, controller, max_new_tokens=128)
 
-runs ``target.generate(input_ids, assistant_model=draft, ...)`` with a candidate generator that asks the
-controller for the number of draft tokens each round (``propose``), lets a token-level controller stop drafting
-after any draft token (``keep_drafting``, through a stopping criterion on the assistant's generate), and reports
-every verified round to the controller (``observe``) as a :class:`RoundOutcome`. transformers' own adaptivity is
-disabled (``num_assistant_tokens_schedule="constant"``, ``assistant_confidence_threshold=0``), so the controller
-alone decides. With ``do_sample=False`` the output is identical to plain greedy ``target.generate()``.
+runs ``target.generate(input_ids, assistant_model=draft, ...)`` with a candidate generator that runs the controller
+through an :class:`~specgym.envs.core.request.Episode` (the steps of the ``drive`` loop every specgym engine uses):
+K each round (``propose``), a token-level controller may stop drafting after any draft token (``keep_drafting``,
+through a stopping criterion on the assistant's generate), and every verified round is reported (``observe``) as a
+:class:`RoundOutcome`. transformers' own adaptivity is disabled (``num_assistant_tokens_schedule="constant"``,
+``assistant_confidence_threshold=0``), so the controller alone decides. With ``do_sample=False`` the output is
+identical to plain greedy ``target.generate()``.
 
 How it hooks in (transformers 5.x): ``generate`` builds its candidate generator with the model's
 ``_get_candidate_generator``; the helper shadows that method on the target instance for the duration of the call
@@ -22,7 +23,9 @@ transformers' assistant stops drafting at EOS (the draft model's generation conf
 ``eos_token_id`` is None; the controller then sees ``drafted < planned_k`` for that round.
 
 Round time in the :class:`RoundOutcome` is the wall clock from ``get_candidates`` to ``update_candidate_strategy``
-(draft + verify of that round).
+(draft + verify of that round). Draft features come from
+:func:`~specgym.envs.engines.draft_stats.draft_stats` over the assistant's scores (already tempered by its logits
+processors), the definition the live engine and the recorder use.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from specgym.baselines.base import Controller
-from specgym.envs.cost import CostProfile
-from specgym.envs.rounds import DraftStep, RequestContext, RoundOutcome
+from specgym.envs.core.controller import Controller
+from specgym.envs.core.cost import CostProfile, placeholder_profile
+from specgym.envs.core.request import Episode
+from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome
+from specgym.envs.engines.draft_stats import draft_stats
 from specgym.errors import SpecgymError
 
 try:  # transformers is an optional dependency (extra "hf")
@@ -44,28 +49,27 @@ try:  # transformers is an optional dependency (extra "hf")
 except ImportError:  # pragma: no cover - reported by generate_with_controller
     AssistedCandidateGenerator = object  # type: ignore[misc,assignment]
     StoppingCriteria = object  # type: ignore[misc,assignment]
-    StoppingCriteriaList = None  # type: ignore[assignment]
+    StoppingCriteriaList = None  # type: ignore[assignment,misc]
 
 
 class _ControllerStop(StoppingCriteria):
     """Stopping criterion on the assistant's generate: records draft features and asks ``keep_drafting``."""
 
-    def __init__(self, gen: "ControllerCandidateGenerator"):
+    def __init__(self, gen: ControllerCandidateGenerator):
         self.gen = gen
 
     def __call__(self, input_ids, scores, **kwargs):
         g = self.gen
-        logits = scores[-1][0].float()
-        probs = torch.softmax(logits, -1)
-        tok = int(input_ids[0, -1])
-        conf = float(probs[tok])
-        ent = float(-(probs * torch.log(probs.clamp_min(1e-30))).sum())
+        # the scores are the assistant's processed logits: already tempered, so no further temperature here
+        st = draft_stats(scores[-1][:1], 1.0, tokens=input_ids[:1, -1])
+        conf, ent = float(st.conf[0]), float(st.entropy[0])
         g._conf.append(conf)
         g._ent.append(ent)
         j = len(g._conf)
         stop = False
-        if g.controller.token_level and j < g._cap:
-            stop = not g.controller.keep_drafting(DraftStep(j, g._cap, g._position + j - 1, conf, ent))
+        keep = g.episode.keep_drafting
+        if keep is not None and j < g._cap:
+            stop = not keep(DraftStep(j, g._cap, g._position + j - 1, conf, ent))
         return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
 
 
@@ -80,10 +84,9 @@ class ControllerCandidateGenerator(AssistedCandidateGenerator):
         *args, **kwargs: ``AssistedCandidateGenerator``'s own arguments.
     """
 
-    def __init__(self, *args, controller: Controller, k_max: int = 8, profile: CostProfile | None = None,
+    def __init__(self, *args, controller: Controller, k_max: int = DEFAULT_K_MAX, profile: CostProfile | None = None,
                  rounds: list | None = None, temperature: float = 0.0, **kwargs):
         super().__init__(*args, **kwargs)
-        self.controller = controller
         self.k_max = k_max
         self.rounds = rounds
         # the controller alone decides: no built-in schedule, no confidence-threshold stopping
@@ -93,14 +96,9 @@ class ControllerCandidateGenerator(AssistedCandidateGenerator):
         self.assistant_confidence_threshold = 0.0
         input_ids = args[0] if args else kwargs["input_ids"]
         self.prompt_len = int(input_ids.shape[-1])
-        if profile is not None:
-            verify = profile.verify_table(k_max)
-            ctx = RequestContext("generate", "live", temperature, self.prompt_len, k_max, profile.draft_ms, verify,
-                                 profile.round_overhead_ms)
-        else:
-            ctx = RequestContext("generate", "live", temperature, self.prompt_len, k_max, 1.0,
-                                 (0.0,) + (10.0,) * (k_max + 1))
-        controller.reset(ctx)
+        ctx = RequestContext("generate", "live", temperature, self.prompt_len, k_max,
+                             profile if profile is not None else placeholder_profile(k_max))
+        self.episode = Episode(controller, ctx)
         self._cap = 0
         self._position = 0
         self._conf: list[float] = []
@@ -110,9 +108,7 @@ class ControllerCandidateGenerator(AssistedCandidateGenerator):
     def get_candidates(self, input_ids, **kwargs):
         """Ask the controller for K, clip it, and draft up to that many tokens."""
         self._t0 = time.perf_counter()
-        k = int(self.controller.propose())
-        if k < 0:
-            raise SpecgymError(f"controller proposed K={k}; K must be >= 0")
+        k = self.episode.propose()
         cur = int(input_ids.shape[-1])
         self._position = cur - self.prompt_len
         remaining = self.main_model_max_length - cur  # tokens still to generate, this round's included
@@ -137,12 +133,12 @@ class ControllerCandidateGenerator(AssistedCandidateGenerator):
         )
         if self.rounds is not None:
             self.rounds.append(outcome)
-        self.controller.observe(outcome)
+        self.episode.observe(outcome)
 
 
-def generate_with_controller(target, draft, input_ids, controller: Controller, *, k_max: int = 8,
-                             profile: CostProfile | None = None, rounds: list | None = None,
-                             **generate_kwargs: Any):
+def generate_with_controller(target: Any, draft: Any, input_ids: Any, controller: Controller, *,
+                             k_max: int = DEFAULT_K_MAX, profile: CostProfile | None = None,
+                             rounds: list | None = None, **generate_kwargs: Any) -> Any:
     """``target.generate(input_ids, assistant_model=draft, **generate_kwargs)`` with ``controller`` choosing K.
 
     Args:

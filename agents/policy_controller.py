@@ -8,23 +8,28 @@ An artifact is a folder with two files, written by ``specgym export`` (:mod:`spe
   layer names, observation normalisation settings, the training workload and metrics, and the SHA-256 of
   ``policy.npz`` (a tampered weights file is refused).
 
-The controller computes its observation with :class:`~specgym.envs.features.FeatureTracker`, the code the
-training environments use, normalises it exactly as SB3's ``VecNormalize`` does
-(``clip((obs - mean) / sqrt(var + eps), -clip_obs, clip_obs)``) and takes the argmax of the actor's logits
-(``model.predict(deterministic=True)``). Nothing here imports torch or stable-baselines3.
+The controller computes its observation with :class:`~specgym.envs.core.features.FeatureTracker` and (token mode)
+:class:`~specgym.envs.core.features.TokenDecisionState`, the code the training environments use, normalises it
+exactly as SB3's ``VecNormalize`` does (``clip((obs - mean) / sqrt(var + eps), -clip_obs, clip_obs)``) and takes the
+argmax of the actor's logits (``model.predict(deterministic=True)``). Nothing here imports torch or
+stable-baselines3.
 
 Modes:
 
 * ``k``: ``propose()`` returns ``k_min + argmax(logits(obs))``.
-* ``token``: decisions follow :class:`~specgym.envs.spec_env.SpecDecodeTokenEnv`. ``propose()`` is the decision
-  at ``j = 0`` (the env shows ``cap = k_max`` there): stop -> ``0`` (a plain autoregressive step), continue ->
-  ``k_max`` (the engine clips it); ``keep_drafting(step)`` is the decision at ``j = step.index`` with the
-  engine's clipped cap ``step.cap`` and the running product/minimum of the round's draft confidences.
+* ``token``: decisions follow :class:`~specgym.envs.gym.spec_env.SpecDecodeTokenEnv`. ``propose()`` is the decision
+  at ``j = 0``: stop -> ``0`` (a plain autoregressive step), continue -> ``k_max`` (the engine clips it);
+  ``keep_drafting(step)`` is the decision at ``j = step.index``.
+
+A policy trained with ``k_max`` runs on any engine whose cap is at least that (its features are scaled by its own
+``k_max``; it never proposes more); :meth:`PolicyController.check_engine_k_max` is the one check.
+
+Shipped policies live in ``specgym.data``'s ``policies/NAME/`` folders and are named ``ppo:NAME``
+(:func:`resolve_policy`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,10 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from specgym.baselines.base import Controller
-from specgym.envs.features import FEATURE_VERSION, FeatureTracker, feature_names
-from specgym.envs.rounds import DraftStep, RequestContext, RoundOutcome
+from specgym.envs.core.controller import Controller
+from specgym.envs.core.features import FEATURE_VERSION, FeatureTracker, TokenDecisionState, feature_names
+from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome
 from specgym.errors import SpecgymError
+from specgym.io import sha256_file
+from specgym.paths import POLICIES_DIR
 
 ARTIFACT_FORMAT = "specgym-policy"
 ARTIFACT_VERSION = 1
@@ -123,8 +130,21 @@ class PolicyArtifact:
                 raise SpecgymError("policy observation statistics are invalid")
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def list_policies() -> list[str]:
+    """Names of the shipped policies."""
+    return sorted(p.name for p in POLICIES_DIR.glob("*") if (p / META_FILE).is_file())
+
+
+def resolve_policy(name_or_path: str | Path) -> Path:
+    """A policy folder: an existing path, else a shipped policy's name."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    shipped = POLICIES_DIR / str(name_or_path)
+    if len(path.parts) == 1 and (shipped / META_FILE).is_file():
+        return shipped
+    raise SpecgymError(f"policy {str(name_or_path)!r} not found (neither a folder nor a shipped policy; shipped: "
+                       f"{', '.join(list_policies()) or 'none'})")
 
 
 def artifact_arrays(art: PolicyArtifact) -> dict[str, np.ndarray]:
@@ -178,8 +198,8 @@ def write_artifact(art: PolicyArtifact, out: str | Path, overwrite: bool = False
     with atomic_dir(out, overwrite=overwrite) as tmp:
         npz = tmp / WEIGHTS_FILE
         with open(npz, "wb") as f:
-            np.savez(f, **artifact_arrays(art))
-        meta = artifact_meta(art, _sha256(npz))
+            np.savez(f, **artifact_arrays(art))  # type: ignore[arg-type]  # numpy stub types **kwds as bool
+        meta = artifact_meta(art, sha256_file(npz))
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1) + "\n")
     return out
 
@@ -210,7 +230,7 @@ def load_policy(path: str | Path, expect_mode: str | None = None) -> PolicyArtif
     if meta.get("format_version") != ARTIFACT_VERSION:
         raise SpecgymError(f"{meta_path}: artifact format version {meta.get('format_version')!r} is not supported "
                            f"(this specgym reads version {ARTIFACT_VERSION})")
-    if meta.get("weights_sha256") != _sha256(npz_path):
+    if meta.get("weights_sha256") != sha256_file(npz_path):
         raise SpecgymError(f"{npz_path}: checksum does not match {META_FILE} (file modified or corrupt)")
     if expect_mode is not None and meta.get("mode") != expect_mode:
         raise SpecgymError(f"{folder}: policy mode is {meta.get('mode')!r}, expected {expect_mode!r}")
@@ -257,19 +277,19 @@ class PolicyController(Controller):
         self._layers = [(np.ascontiguousarray(w.T, dtype=np.float32), np.asarray(b, np.float32))
                         for w, b in zip(artifact.weights, artifact.biases)]
         self._act = np.tanh if artifact.activation == "tanh" else (lambda x, out: np.maximum(x, 0, out=out))
+        self._mean: np.ndarray | None = None
+        self._std: np.ndarray | None = None
         if artifact.obs_mean is not None:
             self._mean = np.asarray(artifact.obs_mean, np.float64)
             self._std = np.sqrt(np.asarray(artifact.obs_var, np.float64) + artifact.epsilon)
-        else:
-            self._mean = self._std = None
         self._clip = float(artifact.clip_obs)
         self.tracker = FeatureTracker(self.k_max)
-        self._prod = self._min = 1.0
+        self.decisions = TokenDecisionState(self.k_max)
 
     # --- the network -------------------------------------------------------------------------------------
     def normalize(self, obs: np.ndarray) -> np.ndarray:
         """VecNormalize's observation transform (float64, as SB3 computes it), cast to float32 for the MLP."""
-        if self._mean is None:
+        if self._mean is None or self._std is None:
             return np.asarray(obs, np.float32)
         x = np.subtract(obs, self._mean, dtype=np.float64)
         np.divide(x, self._std, out=x)
@@ -296,11 +316,15 @@ class PolicyController(Controller):
         return int(self.logits(obs).argmax())
 
     # --- the Controller interface ------------------------------------------------------------------------
+    def check_engine_k_max(self, k_max: int) -> None:
+        """Raise unless an engine capped at ``k_max`` can run this policy (it needs ``k_max >= its own``)."""
+        if k_max < self.k_max:
+            raise SpecgymError(f"policy {self.name} was trained with k_max={self.k_max}, the engine allows only "
+                               f"{k_max} (pass --k-max {self.k_max})")
+
     def reset(self, ctx: RequestContext) -> None:
         """Start a request: clear the feature history, read the static features from ``ctx``."""
-        if ctx.k_max < self.k_max:
-            raise SpecgymError(f"policy {self.name} was trained with k_max={self.k_max}, the engine allows only "
-                               f"{ctx.k_max}")
+        self.check_engine_k_max(ctx.k_max)
         self.ctx = ctx
         self.tracker.reset(ctx)
 
@@ -308,25 +332,22 @@ class PolicyController(Controller):
         """K mode: the policy's draft cap. Token mode: the ``j = 0`` decision (0 = plain step, else k_max)."""
         if self.mode == "k":
             return self.k_min + self.act(self.tracker.observation())
-        self._prod = self._min = 1.0
-        obs = self.tracker.token_observation(0, self.k_max, 0.0, 0.0, 1.0, 1.0)
-        return 0 if self.act(obs) == 0 else self.k_max
+        self.decisions.begin_round()
+        return 0 if self.act(self.decisions.observation(self.tracker)) == 0 else self.k_max
 
     def keep_drafting(self, step: DraftStep) -> bool:
         """Token mode: continue after draft token ``step.index``? (K mode: always.)"""
         if self.mode == "k":
             return True
-        self._prod *= step.conf
-        self._min = min(self._min, step.conf)
-        obs = self.tracker.token_observation(step.index, step.cap, step.conf, step.entropy, self._prod, self._min)
-        return self.act(obs) == 1
+        self.decisions.add(step)
+        return self.act(self.decisions.observation(self.tracker)) == 1
 
     def observe(self, outcome: RoundOutcome) -> None:
         """Fold the verified round into the features."""
         self.tracker.update(outcome)
 
 
-def random_artifact(mode: str, k_max: int = 8, k_min: int = 0, net_arch: tuple[int, ...] = (64, 64),
+def random_artifact(mode: str, k_max: int = DEFAULT_K_MAX, k_min: int = 0, net_arch: tuple[int, ...] = (64, 64),
                     activation: str = "tanh", seed: int = 0) -> PolicyArtifact:
     """A randomly initialised policy of the given architecture (for timing benchmarks and tests, never results)."""
     rng = np.random.default_rng(seed)

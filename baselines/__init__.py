@@ -1,7 +1,7 @@
-"""Baseline speculation-length controllers, the clairvoyant oracle and the spec registry (REFERENCES section 5)."""
+"""Baseline speculation-length controllers, the clairvoyant oracle and the spec registry."""
 
 from specgym.baselines.assc import ASSC
-from specgym.baselines.base import Controller
+from specgym.envs.core.controller import Controller
 from specgym.baselines.confidence import ConfidenceStop
 from specgym.baselines.cumulative import CumulativeStop
 from specgym.baselines.entropy import EntropyStop

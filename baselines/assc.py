@@ -1,6 +1,6 @@
-"""ASSC, the Adaptive Speculative Step Controller of seed write-up 000 (REFERENCES section 5).
+"""ASSC, the Adaptive Speculative Step Controller of seed write-up 000.
 
-Source: /work/shared/seeds/000_*.txt (Chinese blog post, "AdaptiveSpeculativeController"). Its rule, as its code
+Source: a Chinese-language blog post describing an "AdaptiveSpeculativeController". Its rule, as its code
 states it, after each verification with planned K and accepted a:
 
     ema = beta * ema + (1 - beta) * a / K                    (beta = 0.7, ema starts at 0.75)
@@ -27,8 +27,8 @@ Choices where the seed is ambiguous (documented and tested):
 
 from __future__ import annotations
 
-from specgym.baselines.base import Controller
-from specgym.envs.rounds import RequestContext, RoundOutcome
+from specgym.envs.core.controller import Controller
+from specgym.envs.core.rounds import RequestContext, RoundOutcome
 
 
 class ASSC(Controller):

@@ -1,4 +1,4 @@
-"""ConfidenceStop: stop drafting after a low-confidence draft token (REFERENCES section 5).
+"""ConfidenceStop: stop drafting after a low-confidence draft token.
 
 Source: transformers' ``assistant_confidence_threshold`` (``AssistedCandidateGenerator``,
 ``src/transformers/generation/candidate_generator.py``, read at commit 00a11b6a0745b442473aef0221e098d022b8158c;
@@ -25,7 +25,7 @@ Choices (documented and tested):
 * Positive class = accepted; a token is "predicted positive" (keep drafting) iff ``conf >= tau``. So
   fpr = share of rejected tokens we would have kept drafting past (wasted draft + verify work) and
   fnr = share of accepted tokens at which we would have stopped (lost tokens); fnr costs 3x.
-* Refit starts once **both** classes have more than ``min_class_samples`` (5) samples (REFERENCES; transformers
+* Refit starts once **both** classes have more than ``min_class_samples`` (5) samples (transformers
   only needs > 5 samples in all and one of each). Thresholds are the distinct observed confidences (as
   ``roc_curve`` without dropping collinear points); ties in cost go to the highest threshold (``argmin`` over
   descending thresholds, like transformers).
@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from specgym.baselines.base import TokenStopController
-from specgym.envs.rounds import DraftStep, RequestContext, RoundOutcome
+from specgym.baselines.token_stop import TokenStopController
+from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
 
 
 def roc_threshold(conf: np.ndarray, accepted: np.ndarray, fp_cost: float = 1.0, fn_cost: float = 3.0) -> float:

@@ -3,15 +3,15 @@
 Source: Huang, Guo, Wang, "SpecDec++: Boosting Speculative Decoding via Adaptive Candidate Lengths" (2024). SpecDec++
 trains an acceptance-prediction head on the draft model and stops drafting as soon as the predicted probability
 that at least one drafted token of the current round is rejected, ``1 - prod_j p_accept_j``, exceeds a threshold
-``h``. Here (REFERENCES section 5) the draft's own confidence of each drafted token stands in for the trained
+``h``. Here the draft's own confidence of each drafted token stands in for the trained
 acceptance head: after drafted token j, stop iff ``1 - prod_{m<=j} draft_conf_m > h`` (h = 0.3), with the
 draft length bounded to [k_min, k_max] = [1, k_max] (never stop before k_min tokens; the cap is k_max).
 """
 
 from __future__ import annotations
 
-from specgym.baselines.base import TokenStopController
-from specgym.envs.rounds import DraftStep
+from specgym.baselines.token_stop import TokenStopController
+from specgym.envs.core.rounds import DraftStep
 
 
 class CumulativeStop(TokenStopController):

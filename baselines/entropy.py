@@ -3,18 +3,18 @@
 Source: Agrawal et al., "AdaEDL: Early Draft Stopping for Speculative Decoding of Large Language Models via an
 Entropy-based Lower Bound on Token Acceptance Probability" (2024). AdaEDL lower-bounds the acceptance probability
 of a draft token by ``1 - sqrt(gamma * H)``, H the entropy of the draft distribution, and stops drafting as soon as
-this bound falls below a threshold lambda. Rule here (REFERENCES section 5): after drafted token j, stop iff
+this bound falls below a threshold lambda. Rule here: after drafted token j, stop iff
 ``1 - sqrt(gamma * draft_entropy_j) < lam`` with gamma = 0.2, lam = 0.5, never before k_min = 1 token, cap k_max.
-The paper additionally adapts lambda online from the observed acceptance; this baseline keeps lambda fixed, as
-REFERENCES specifies.
+The paper additionally adapts lambda online from the observed acceptance; this baseline keeps lambda fixed (the
+non-adaptive variant), so it stays a pure function of the draft's entropy.
 """
 
 from __future__ import annotations
 
 import math
 
-from specgym.baselines.base import TokenStopController
-from specgym.envs.rounds import DraftStep
+from specgym.baselines.token_stop import TokenStopController
+from specgym.envs.core.rounds import DraftStep
 
 
 class EntropyStop(TokenStopController):

@@ -1,4 +1,4 @@
-"""FixedK: the static speculation length every serving engine ships with (REFERENCES section 5).
+"""FixedK: the static speculation length every serving engine ships with.
 
 Rule: propose the same draft cap ``k`` every round. ``k = 0`` is plain autoregressive decoding. This is the
 reference point of every comparison (speedup vs fixed K=4, vs the best fixed K).
@@ -6,8 +6,8 @@ reference point of every comparison (speedup vs fixed K=4, vs the best fixed K).
 
 from __future__ import annotations
 
-from specgym.baselines.base import Controller
-from specgym.envs.rounds import RequestContext, RoundOutcome
+from specgym.envs.core.controller import Controller
+from specgym.envs.core.rounds import RequestContext, RoundOutcome
 from specgym.errors import SpecgymError
 
 

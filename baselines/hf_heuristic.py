@@ -1,4 +1,4 @@
-"""HFHeuristic: transformers' ``num_assistant_tokens_schedule="heuristic_transient"`` (REFERENCES section 5).
+"""HFHeuristic: transformers' ``num_assistant_tokens_schedule="heuristic_transient"``.
 
 Source: huggingface/transformers, ``src/transformers/generation/candidate_generator.py``,
 ``AssistedCandidateGenerator.update_candidate_strategy`` (read at commit 00a11b6a0745b442473aef0221e098d022b8158c):
@@ -18,15 +18,15 @@ historical default ``num_assistant_tokens=5``; newer versions default to 20 with
 actually produced, not with the cap) K += 2, else K = max(1, K - 1).
 
 Choices: transformers' counter is unbounded above (only the max-length budget clips the draft); here the state
-itself is capped at ``k_max`` (REFERENCES: "cap at k_max"), so one failure after a long streak steps down from
-k_max instead of from an unbounded value. A round with ``drafted == 0`` (engine clipped the cap to 0 at the last
-token) is skipped: it carries no evidence.
+itself is capped at ``k_max`` (every controller respects the engine's cap), so one failure after a long streak steps
+down from k_max instead of from an unbounded value. A round with ``drafted == 0`` (engine clipped the cap to 0 at
+the last token) is skipped: it carries no evidence.
 """
 
 from __future__ import annotations
 
-from specgym.baselines.base import Controller
-from specgym.envs.rounds import RequestContext, RoundOutcome
+from specgym.envs.core.controller import Controller
+from specgym.envs.core.rounds import RequestContext, RoundOutcome
 
 
 class HFHeuristic(Controller):

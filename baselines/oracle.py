@@ -1,4 +1,4 @@
-"""Oracle: the clairvoyant lower bound on a request's time (REFERENCES section 5). Not a controller.
+"""Oracle: the clairvoyant lower bound on a request's time Not a controller.
 
 Knowing every acceptance outcome of a request in advance, the fastest schedule of draft lengths follows from
 dynamic programming over the position ``i`` of the next token (N = completion length):
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specgym.envs.trace_engine import run_lengths  # noqa: F401  (re-exported: the oracle plans over run lengths)
+from specgym.envs.engines.trace_engine import run_lengths  # noqa: F401  (re-exported: the oracle plans over run lengths)
 from specgym.errors import SpecgymError
 
 
@@ -103,8 +103,7 @@ def oracle_plan(run: np.ndarray, round_times: np.ndarray, k_max: int) -> list[in
         round_times: ``round_times[d]`` for d = 0..k_max.
         k_max: Largest draft length.
     """
-    rt = [float(x) for x in _check(round_times, k_max)]
-    _, choice = _values_one(run, rt, k_max)
+    _, choice = _values_one(run, _check(round_times, k_max), k_max)
     plan, i = [], 0
     while i < len(run):
         k = choice[i]
@@ -115,5 +114,4 @@ def oracle_plan(run: np.ndarray, round_times: np.ndarray, k_max: int) -> list[in
 
 def oracle_time_one(run: np.ndarray, round_times: np.ndarray, k_max: int) -> float:
     """Optimal total time of one request (plain-Python DP; reference for :func:`oracle_times`)."""
-    rt = [float(x) for x in _check(round_times, k_max)]
-    return _values_one(run, rt, k_max)[0][0]
+    return _values_one(run, _check(round_times, k_max), k_max)[0][0]

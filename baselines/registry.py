@@ -2,20 +2,21 @@
 
 Grammar: ``NAME`` or ``NAME:ARG`` (split at the first ``:``). Built in:
 ``fixed:K`` (0..k_max), ``assc``, ``speclane[:ratio]``, ``hf-heuristic``, ``confidence[:TAU|:adaptive]``,
-``cumulative[:H]``, ``entropy[:LAM[:GAMMA]]``, ``ucb``. ``all`` (in :func:`expand_specs`) = every baseline with
-its defaults plus ``fixed:1..fixed:k_max``. ``assc`` gets the range [2, k_max] (the seed's [2, 8] is its example
-for k_max = 8); the other adaptive baselines cap at the request's ``ctx.k_max``. Other modules add prefixes with
-:func:`register_prefix` (e.g. the PPO agent registers ``ppo:DIR``). Every bad spec raises :class:`SpecgymError`
-with one line listing the valid forms.
+``cumulative[:H]``, ``entropy[:LAM[:GAMMA]]``, ``ucb``, and ``ppo:NAME_OR_DIR`` (an exported policy: a shipped
+policy's name or a folder; a bare policy folder works too). ``all`` (in :func:`expand_specs`) = every baseline with
+its defaults plus ``fixed:1..fixed:k_max``. ``assc`` gets the range [2, k_max] (the write-up's [2, 8] is its example
+for k_max = 8); the other adaptive baselines cap at the request's ``ctx.k_max``. Users add their own prefixes with
+:func:`register_prefix`. Every bad spec raises :class:`SpecgymError` with one line listing the valid forms.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from specgym.baselines.assc import ASSC
-from specgym.baselines.base import Controller
 from specgym.baselines.confidence import ConfidenceStop
 from specgym.baselines.cumulative import CumulativeStop
 from specgym.baselines.entropy import EntropyStop
@@ -23,6 +24,8 @@ from specgym.baselines.fixed import FixedK
 from specgym.baselines.hf_heuristic import HFHeuristic
 from specgym.baselines.speclane import SpecLane
 from specgym.baselines.ucb import UCBBandit
+from specgym.envs.core.controller import Controller
+from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.errors import SpecgymError
 
 Factory = Callable[[str | None, int], Controller]
@@ -66,7 +69,7 @@ def register_prefix(prefix: str, factory: Factory, usage: str | None = None, *, 
     _REGISTRY[prefix] = _Entry(factory, usage or f"{prefix}:ARG", builtin=False)
 
 
-def valid_specs_line(k_max: int = 8) -> str:
+def valid_specs_line(k_max: int = DEFAULT_K_MAX) -> str:
     """One line naming every valid spec form."""
     forms = [e.usage.replace("K_MAX", str(k_max)) for e in _REGISTRY.values()]
     return "valid: " + ", ".join(forms) + ", all"
@@ -81,12 +84,18 @@ def _split(spec: str) -> tuple[str, str | None]:
     return name.strip().lower(), (arg.strip() if sep else None)
 
 
-def make_controller(spec: str, k_max: int = 8) -> Controller:
+def _is_policy_dir(spec: str) -> bool:
+    return (Path(spec) / "policy.json").is_file()
+
+
+def make_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> Controller:
     """Build the controller a spec names (see the module docstring for the grammar).
 
     Raises:
         SpecgymError: Unknown name or bad argument; the message lists the valid forms on one line.
     """
+    if _is_policy_dir(spec):
+        spec = f"ppo:{spec}"
     name, arg = _split(spec)
     entry = _REGISTRY.get(name)
     if entry is None:
@@ -97,7 +106,7 @@ def make_controller(spec: str, k_max: int = 8) -> Controller:
         raise _bad(spec, str(exc), k_max) from None
 
 
-def expand_specs(specs: str, k_max: int = 8) -> list[str]:
+def expand_specs(specs: str, k_max: int = DEFAULT_K_MAX) -> list[str]:
     """Expand a comma-separated list of specs (``all`` included) into validated specs, in order, deduplicated.
 
     Built-in specs are validated by building them (cheap); registered prefixes are only checked to exist, so
@@ -111,6 +120,8 @@ def expand_specs(specs: str, k_max: int = 8) -> list[str]:
         if item.lower() == "all":
             expanded = [*ALL_BASELINES, *(f"fixed:{k}" for k in range(1, k_max + 1))]
         else:
+            if _is_policy_dir(item):
+                item = f"ppo:{item}"
             name, _ = _split(item)
             entry = _REGISTRY.get(name)
             if entry is None:
@@ -124,11 +135,14 @@ def expand_specs(specs: str, k_max: int = 8) -> list[str]:
     return out
 
 
-def _float(arg: str, what: str) -> float:
+def _float(arg: str, what: str, lo: float = -math.inf, hi: float = math.inf) -> float:
     try:
-        return float(arg)
+        value = float(arg)
     except ValueError:
         raise SpecgymError(f"{what} must be a number, got {arg!r}") from None
+    if not (lo <= value <= hi):
+        raise SpecgymError(f"{what} must be in [{lo:g}, {hi:g}], got {arg!r}")
+    return value
 
 
 def _no_arg(cls: type[Controller]) -> Factory:
@@ -165,18 +179,30 @@ def _speclane(arg: str | None, k_max: int) -> Controller:
 def _confidence(arg: str | None, k_max: int) -> Controller:
     if arg is not None and arg.lower() == "adaptive":
         return ConfidenceStop(adaptive=True)
-    return ConfidenceStop(tau=0.4 if arg is None else _float(arg, "confidence TAU"))
+    return ConfidenceStop(tau=0.4 if arg is None else _float(arg, "confidence TAU", 0.0, 1.0))
 
 
 def _cumulative(arg: str | None, k_max: int) -> Controller:
-    return CumulativeStop(h=0.3 if arg is None else _float(arg, "cumulative H"))
+    return CumulativeStop(h=0.3 if arg is None else _float(arg, "cumulative H", 0.0, 1.0))
 
 
 def _entropy(arg: str | None, k_max: int) -> Controller:
     if arg is None:
         return EntropyStop()
     lam, _, gamma = arg.partition(":")
-    return EntropyStop(lam=_float(lam, "entropy LAM"), gamma=_float(gamma, "entropy GAMMA") if gamma else 0.2)
+    return EntropyStop(lam=_float(lam, "entropy LAM", 0.0, 1.0),
+                       gamma=_float(gamma, "entropy GAMMA", 0.0) if gamma else 0.2)
+
+
+def _ppo(arg: str | None, k_max: int) -> Controller:
+    """``ppo:NAME`` (a shipped policy) or ``ppo:DIR`` (an exported policy folder), named as the user typed it."""
+    if not arg:
+        raise SpecgymError("ppo needs a shipped policy name or an exported policy folder, e.g. ppo:runs/NAME/policy")
+    from specgym.agents.policy_controller import PolicyController, load_policy, resolve_policy
+
+    ctrl = PolicyController(load_policy(resolve_policy(arg)), name=f"ppo:{arg}")
+    ctrl.check_engine_k_max(k_max)
+    return ctrl
 
 
 for _prefix, _factory, _usage in (
@@ -188,5 +214,6 @@ for _prefix, _factory, _usage in (
     ("cumulative", _cumulative, "cumulative[:H]"),
     ("entropy", _entropy, "entropy[:LAM[:GAMMA]]"),
     ("ucb", _no_arg(UCBBandit), "ucb"),
+    ("ppo", _ppo, "ppo:NAME|DIR (exported policy)"),
 ):
     _REGISTRY[_prefix] = _Entry(_factory, _usage, builtin=True)

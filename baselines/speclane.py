@@ -1,13 +1,13 @@
-"""SpecLane, the adaptive speculation-length controller of seed write-up 002 (REFERENCES section 5).
+"""SpecLane: EMA acceptance estimate, UCB1 warm-up, closed-form optimal K.
 
-Source: /work/shared/seeds/002_*.txt (Chinese write-up of github.com/aryanputta/speclane). Its rule:
+Source: the SpecLane write-up (github.com/aryanputta/speclane; a Chinese-language description of it). Its rule:
 
 1. Estimate the acceptance rate alpha online with an EMA (beta = 0.8, start 0.6) of
    ``accepted / positions_reached``, ``positions_reached = min(accepted + 1, drafted)`` (the number of drafted
    positions the target actually judged: all accepted ones plus the first rejected one, if any).
-2. For the first 32 generated tokens of a request, when the EMA is not yet reliable, play UCB1 over the arms
-   K in {2, 4, 6, 8}: each arm once, then ``argmax_k mean_reward_k + sqrt(2 ln t / n_k)``, with the round reward
-   ``produced / (time / t_AR)``.
+2. For the first 32 generated tokens of a request, when the EMA is not yet reliable, play UCB1
+   (:class:`~specgym.baselines.bandit.UCB1`) over the arms K in {2, 4, 6, 8}: each arm once, then
+   ``argmax_k mean_reward_k + sqrt(2 ln t / n_k)``, with the round reward ``produced / (time / t_AR)``.
 3. Afterwards K = the integer maximiser on [1, k_max] of the geometric-acceptance throughput model
    ``G(K) = (1 - alpha^(K+1)) / ((1 - alpha) (c_d K + c_v))``.
 
@@ -22,10 +22,10 @@ If r < 1 there is no stationary point (z < -1/e): G decreases on K >= 1 and K* =
 
 Choices where the write-up is ambiguous (documented and tested):
 
-* Costs come from the request context: ``c_d = draft_ms``, ``c_v(K) = verify_ms[K + 1] + round_overhead_ms``
+* Costs come from the request's cost profile: ``c_d = draft_ms``, ``c_v(K) = verify(K + 1) + round_overhead_ms``
   (the per-round overhead is part of the fixed verify cost). The closed form is used when ``c_v(K)`` is the same
-  for K = 1..k_max (``verify_ms[2..k_max+1]``, the entries that enter G on [1, k_max]; ``verify_ms[1] = t_AR`` is
-  never used since K = 0 is outside SpecLane's range); otherwise G is enumerated.
+  for K = 1..k_max (``verify(2..k_max+1)``, the entries that enter G on [1, k_max]; ``verify(1) = t_AR`` is never
+  used since K = 0 is outside SpecLane's range); otherwise G is enumerated.
 * Edge cases: alpha >= 1 -> G is increasing iff c_v >= c_d, so k_max (or 1); alpha <= 0 -> 1;
   draft_ms == 0 -> k_max (longer drafts are free).
 * EMA, bandit statistics and the token counter are per request (reset in ``reset``), as in the write-up ("for the
@@ -47,8 +47,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from specgym.baselines.base import Controller
-from specgym.envs.rounds import RequestContext, RoundOutcome
+from specgym.baselines.bandit import UCB1
+from specgym.envs.core.controller import Controller
+from specgym.envs.core.rounds import RequestContext, RoundOutcome
 
 _INV_E = math.exp(-1.0)
 
@@ -182,17 +183,15 @@ class SpecLane(Controller):
         hi = ctx.k_max if self.k_max is None else min(self.k_max, ctx.k_max)
         self._hi, self._lo = hi, min(self.k_min, hi)
         self._arms = tuple(sorted({min(a, hi) for a in self.arms}))
-        self._n = [0] * len(self._arms)
-        self._sum = [0.0] * len(self._arms)
-        self._t = 0
+        self.bandit = UCB1(len(self._arms), self.ucb_c)
         self._arm: int | None = None
         self.alpha = self.alpha0
         self._ema_acc, self._ema_reached = self.alpha0, 1.0
         self._generated = 0
-        self._t_ar = ctx.t_ar_ms
-        self._d = ctx.draft_ms
-        vm = ctx.verify_ms
-        self._cv = [0.0] + [vm[k + 1] + ctx.round_overhead_ms for k in range(1, hi + 1)]
+        prof = ctx.profile
+        self._t_ar = prof.t_ar_ms
+        self._d = prof.draft_ms
+        self._cv = [0.0] + [prof.verify(k + 1) + prof.round_overhead_ms for k in range(1, hi + 1)]
         self._flat = all(c == self._cv[1] for c in self._cv[1:]) if hi >= 1 else True
 
     @property
@@ -203,7 +202,7 @@ class SpecLane(Controller):
     def propose(self) -> int:
         """UCB1 arm during warm-up, else the model-optimal K for the current alpha."""
         if self._generated < self.warmup_tokens:
-            i = self._pick_arm()
+            i = self.bandit.select()
             self._arm = i
             return self._arms[i]
         self._arm = None
@@ -214,19 +213,6 @@ class SpecLane(Controller):
         if self._flat:
             return optimal_k_closed_form(alpha, self._d, self._cv[1] if self._hi else 0.0, self._lo, self._hi)
         return optimal_k_enumerate(alpha, self._d, self._cv, self._lo, self._hi)
-
-    def _pick_arm(self) -> int:
-        n = self._n
-        for i, c in enumerate(n):
-            if c == 0:
-                return i
-        scale = self.ucb_c * math.log(self._t)
-        best_i, best_v = 0, -math.inf
-        for i, c in enumerate(n):
-            v = self._sum[i] / c + math.sqrt(scale / c)
-            if v > best_v:
-                best_i, best_v = i, v
-        return best_i
 
     def observe(self, outcome: RoundOutcome) -> None:
         """Update the EMA, credit the UCB arm (if it was played unclipped) and count produced tokens."""
@@ -242,7 +228,5 @@ class SpecLane(Controller):
                 self.alpha = self._ema_acc / self._ema_reached
         i = self._arm
         if i is not None and outcome.planned_k == self._arms[i] and outcome.time_ms > 0.0:
-            self._n[i] += 1
-            self._sum[i] += outcome.produced * self._t_ar / outcome.time_ms
-            self._t += 1
+            self.bandit.update(i, outcome.produced * self._t_ar / outcome.time_ms)
         self._generated += outcome.produced

@@ -1,12 +1,11 @@
-"""UCBBandit: BanditSpec-style UCB1 over the draft length, learning across requests (REFERENCES section 5).
+"""UCBBandit: BanditSpec-style UCB1 over the draft length, learning across requests.
 
 Source: Hou et al., "BanditSpec: Adaptive Speculative Decoding via Bandit Algorithms" (2025), which casts the
 choice of a speculative-decoding hyperparameter (here the draft length K) as a multi-armed bandit solved with
 UCB (``UCBSpec``) while generation runs. Rule here: arms K = 1..k_max; after a round with arm K the reward is
-``produced / (time / t_AR)`` (tokens per AR-step-equivalent of time); choose each arm once, then
-``argmax_K mean_K + sqrt(2 ln t / n_K)`` with per-arm pull counts n_K and total pulls t. REFERENCES notes that the
-public reference code divides the exploration term by the *total* count, which makes it (nearly) greedy; this
-implementation uses the per-arm counts of textbook UCB1.
+``produced / (time / t_AR)`` (tokens per AR-step-equivalent of time); the choice is
+:class:`~specgym.baselines.bandit.UCB1` over those rewards. The public reference code divides the exploration term
+by the *total* count, which makes it (nearly) greedy; this implementation uses the per-arm counts of textbook UCB1.
 
 Choices (documented and tested):
 
@@ -18,10 +17,9 @@ Choices (documented and tested):
 
 from __future__ import annotations
 
-import math
-
-from specgym.baselines.base import Controller
-from specgym.envs.rounds import RequestContext, RoundOutcome
+from specgym.baselines.bandit import UCB1
+from specgym.envs.core.controller import Controller
+from specgym.envs.core.rounds import RequestContext, RoundOutcome
 
 
 class UCBBandit(Controller):
@@ -39,14 +37,13 @@ class UCBBandit(Controller):
     def __init__(self, k_min: int = 1, k_max: int | None = None, c: float = 2.0) -> None:
         self.k_min, self.k_max, self.c = k_min, k_max, c
         self.arms: tuple[int, ...] = ()
-        self.clear()
+        self.bandit = UCB1(0, c)
+        self._arm: int | None = None
 
     def clear(self) -> None:
         """Forget all bandit statistics (a new run)."""
-        self.counts = [0] * len(self.arms)
-        self.sums = [0.0] * len(self.arms)
-        self.total = 0
-        self._arm: int | None = None
+        self.bandit.clear()
+        self._arm = None
 
     def reset(self, ctx: RequestContext) -> None:
         """New request; the bandit statistics are kept."""
@@ -55,34 +52,18 @@ class UCBBandit(Controller):
         arms = tuple(range(min(self.k_min, hi), hi + 1))
         if arms != self.arms:
             self.arms = arms
-            self.clear()
-        self._t_ar = ctx.t_ar_ms
+            self.bandit = UCB1(len(arms), self.c)
+        self._t_ar = ctx.profile.t_ar_ms
         self._arm = None
 
     def propose(self) -> int:
         """Play an untried arm, else the arm with the highest upper confidence bound."""
-        counts = self.counts
-        best_i = -1
-        for i, n in enumerate(counts):
-            if n == 0:
-                best_i = i
-                break
-        else:
-            scale = self.c * math.log(self.total)
-            best_v = -math.inf
-            sums = self.sums
-            for i, n in enumerate(counts):
-                v = sums[i] / n + math.sqrt(scale / n)
-                if v > best_v:
-                    best_i, best_v = i, v
-        self._arm = best_i
-        return self.arms[best_i]
+        self._arm = self.bandit.select()
+        return self.arms[self._arm]
 
     def observe(self, outcome: RoundOutcome) -> None:
         """Credit the played arm with ``produced * t_AR / time``."""
         i = self._arm
         if i is None or outcome.planned_k != self.arms[i] or outcome.time_ms <= 0.0:
             return
-        self.counts[i] += 1
-        self.sums[i] += outcome.produced * self._t_ar / outcome.time_ms
-        self.total += 1
+        self.bandit.update(i, outcome.produced * self._t_ar / outcome.time_ms)

@@ -1,11 +1,8 @@
-"""Engines, trace format, features and Gymnasium environments."""
+"""The speculative-decoding world a controller acts in, grouped by layer:
 
-from specgym.envs.cost import CostProfile, load_profile
-from specgym.envs.rounds import DraftStep, RequestContext, RoundOutcome
-from specgym.envs.trace_engine import ReplayRequest, TraceEngine, VectorReplay
-from specgym.envs.trace_format import Workload, load_workload, save_workload
-
-__all__ = [
-    "CostProfile", "DraftStep", "ReplayRequest", "RequestContext", "RoundOutcome", "TraceEngine",
-    "VectorReplay", "Workload", "load_profile", "load_workload", "save_workload",
-]
+* :mod:`~specgym.envs.core`: round records, cost model, controller interface, request shape, the ``drive`` loop,
+  observation features;
+* :mod:`~specgym.envs.workloads`: data (trace format, synthetic generator, shipped workloads);
+* :mod:`~specgym.envs.engines`: engines (trace replay, live decoding, recorder, profiler);
+* :mod:`~specgym.envs.gym`: the Gymnasium environments.
+"""

@@ -8,22 +8,28 @@ seeds, k_max and the package version.
 
 from __future__ import annotations
 
-import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from specgym import __version__
 from specgym.baselines.oracle import oracle_plan, oracle_times
 from specgym.baselines.registry import expand_specs, make_controller
-from specgym.envs.cost import CostProfile, load_profile
-from specgym.envs.spec_env import cached_workload
-from specgym.envs.trace_engine import TraceEngine
-from specgym.envs.trace_format import Workload, resolve_workload_path
+from specgym.envs.core.controller import Controller
+from specgym.envs.core.cost import CostProfile, load_profile
+from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.workloads.trace_format import Workload, cached_workload, resolve_workload_path
 from specgym.eval.metrics import category_metrics, run_metrics
 from specgym.eval.runner import RunResult, run_controller, run_fixed_vectorised
+from specgym.eval.stats import PairedBootstrap
+from specgym.errors import SpecgymError
+from specgym.io import sha256_file
+
+
+Specs = str | Sequence[str | Controller | tuple[str, Controller]]
 
 
 @dataclass
@@ -32,29 +38,40 @@ class EvalConfig:
 
     Attributes:
         workload: Shipped workload name or path (or a loaded :class:`Workload`).
-        controllers: Comma-separated controller specs (``all`` = every baseline + fixed:1..k_max).
+        controllers: Comma-separated controller specs (``all`` = every baseline + fixed:1..k_max), or a sequence
+            of specs and :class:`Controller` objects (an in-memory policy, a controller of your own).
         split: Request split (``test`` by default; ``all`` for every request).
         seed: Seed of the common random numbers.
         k_max: Largest draft cap.
         profile: Cost profile override (name/path); default the workload's own.
         max_requests: Evaluate only the first N requests of the split (None = all).
+        bootstrap: Bootstrap resamples for the paired 95% confidence intervals of every ratio (0 = none).
+        per_request: Also return every controller's per-request times (``report["per_request_time_ms"]``).
     """
 
     workload: str | Workload
-    controllers: str = "all"
+    controllers: Specs = "all"
     split: str = "test"
     seed: int = 0
-    k_max: int = 8
+    k_max: int = DEFAULT_K_MAX
     profile: str | None = None
     max_requests: int | None = None
+    bootstrap: int = 2000
+    per_request: bool = False
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def resolve_controllers(specs: Specs, k_max: int) -> list[tuple[str, Controller]]:
+    """``(label, controller)`` pairs; specs are validated (and built) before any replay starts."""
+    items = [specs] if isinstance(specs, str) else list(specs)
+    out: list[tuple[str, Controller]] = []
+    for item in items:
+        if isinstance(item, Controller):
+            out.append((item.name, item))
+        elif isinstance(item, tuple):  # an already resolved (label, controller) pair
+            out.append(item)
+        else:
+            out += [(s, make_controller(s, k_max)) for s in expand_specs(item, k_max)]
+    return out
 
 
 def _traced_requests(wl: Workload, requests: np.ndarray) -> dict[str, int]:
@@ -76,14 +93,18 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
         wl, wl_path, wl_hash = cfg.workload, None, None
     else:
         path = resolve_workload_path(cfg.workload)
-        wl, wl_path, wl_hash = cached_workload(path), str(path), _sha256(path)
-    specs = expand_specs(cfg.controllers, cfg.k_max)
-    controllers = [make_controller(s, cfg.k_max) for s in specs]  # fail fast on bad specs
+        wl, wl_path, wl_hash = cached_workload(path), str(path), sha256_file(path)
+    named = resolve_controllers(cfg.controllers, cfg.k_max)  # fail fast on bad specs
+    specs = [label for label, _ in named]
     profile: CostProfile = load_profile(cfg.profile) if cfg.profile else wl.profile
     engine = TraceEngine(wl, profile, cfg.k_max, seed=cfg.seed)
     requests = wl.split_indices(cfg.split)
     if cfg.max_requests is not None:
+        if cfg.max_requests < 1:
+            raise SpecgymError(f"max_requests must be >= 1, got {cfg.max_requests}")
         requests = requests[: cfg.max_requests]
+    if len(requests) == 0:
+        raise SpecgymError(f"workload {wl.name!r} has no requests in split {cfg.split!r}")
     traced = _traced_requests(wl, requests)
     categories = wl.category[requests]
 
@@ -99,16 +120,20 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
     t_ar = engine.t_ar
 
     results: list[RunResult] = []
-    for spec, ctrl in zip(specs, controllers):
-        tick = progress(ctrl.name, len(requests)) if progress else None
+    for spec, ctrl in named:
+        tick = progress(spec, len(requests)) if progress else None
         trace = () if spec.startswith("fixed:") else traced.values()
         results.append(run_controller(engine, requests, ctrl, trace=trace, on_request=tick))
 
     rows = [run_metrics(r, t_ar, t_k4, t_fixed[best_k], t_oracle) for r in results]
-    for row, r, spec in zip(rows, results, specs):
+    boot = PairedBootstrap(len(requests), cfg.bootstrap, seed=0)  # fixed: reports are reproducible
+    refs = {"speedup_vs_ar": sub.lengths * t_ar, "speedup_vs_k4": fixed[min(4, cfg.k_max)].time_ms,
+            "speedup_vs_best_fixed": fixed[best_k].time_ms, "oracle_ratio": t_oracle_req}
+    for row, r, (spec, ctrl) in zip(rows, results, named):
         row["spec"] = spec
-        row["token_level"] = bool(make_controller(spec, cfg.k_max).token_level)
+        row["token_level"] = bool(ctrl.token_level)
         row["categories"] = category_metrics(r, categories)
+        row["ci95"] = {key: boot.ratio_ci(ref, r.time_ms) for key, ref in refs.items()}
     rows.sort(key=lambda row: -row["throughput_tok_s"])
     n_tokens = int(sub.n_positions)
     oracle_row = {
@@ -124,17 +149,18 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
         "tokens": n_tokens,
     }
     traces = {}
-    for cat, r in traced.items():
+    for cat, req in traced.items():
         traces[cat] = {
-            "request_id": str(wl.request_id[r]),
-            "length": int(wl.lengths[r]),
-            "oracle": _oracle_trace(runs[wl.span(r)], engine, cfg.k_max),
-            "controllers": {res.name: res.traces[r] for res in results if r in res.traces},
+            "request_id": str(wl.request_id[req]),
+            "length": int(wl.lengths[req]),
+            "oracle": _oracle_trace(runs[wl.span(req)], engine, cfg.k_max),
+            "controllers": {res.name: res.traces[req] for res in results if req in res.traces},
         }
     p_accept_by_cat = {
-        cat: float(sub.p_accept[np.repeat(categories == cat, sub.lengths)].mean()) for cat in dict.fromkeys(categories.tolist())
+        cat: float(sub.p_accept[np.repeat(categories == cat, sub.lengths)].mean())
+        for cat in dict.fromkeys(categories.tolist())
     }
-    return {
+    report = {
         "specgym_version": __version__,
         "workload": {
             "name": wl.name, "label": wl.label, "synthetic": wl.is_synthetic, "path": wl_path, "sha256": wl_hash,
@@ -146,11 +172,18 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
         "k_max": cfg.k_max,
         "controllers": specs,
         "max_requests": cfg.max_requests,
-        "reference": {"t_ar_ms": t_ar, "best_fixed_k": best_k, "fixed_time_ms": {str(k): v for k, v in t_fixed.items()}},
+        "reference": {"t_ar_ms": t_ar, "best_fixed_k": best_k,
+                      "fixed_time_ms": {str(k): v for k, v in t_fixed.items()}},
         "oracle": oracle_row,
         "rows": rows,
         "traces": traces,
     }
+    report["bootstrap"] = {"resamples": cfg.bootstrap, "level": 0.95, "seed": 0, "unit": "request"}
+    if cfg.per_request:
+        report["per_request_time_ms"] = {spec: res.time_ms for (spec, _), res in zip(named, results)}
+        report["per_request_time_ms"].update({f"fixed:{k}": f.time_ms for k, f in fixed.items()})
+        report["per_request_time_ms"]["oracle"] = t_oracle_req
+    return report
 
 
 def _oracle_trace(run: np.ndarray, engine: TraceEngine, k_max: int) -> list[tuple[int, int, int, int]]:

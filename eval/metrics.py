@@ -1,4 +1,4 @@
-"""Metrics of a workload run (REFERENCES section 6). Requests are served one at a time.
+"""Metrics of a workload run. Requests are served one at a time.
 
 * ``throughput_tok_s`` = total produced tokens / total time.
 * ``speedup_vs_ar`` = T_AR / T with T_AR = N * t_AR; ``speedup_vs_k4`` and ``speedup_vs_best_fixed`` likewise

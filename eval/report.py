@@ -24,9 +24,18 @@ COLUMNS = (
 )
 
 
+CI_COLUMNS = ("speedup_vs_ar", "speedup_vs_best_fixed")  # shown with their 95% interval in the markdown table
+
+
 def _cell(row: dict[str, Any], key: str, fmt: str) -> str:
     v = row.get(key)
-    return "–" if v is None else fmt.format(v)
+    if v is None:
+        return "–"
+    text = fmt.format(v)
+    ci = (row.get("ci95") or {}).get(key)
+    if key in CI_COLUMNS and ci is not None:
+        text += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+    return text
 
 
 def markdown_table(report: dict[str, Any]) -> str:
@@ -53,7 +62,9 @@ def markdown_report(report: dict[str, Any]) -> str:
         f"t_AR {ref['t_ar_ms']:g} ms",
         f"- seed {report['seed']}, k_max {report['k_max']}, best fixed K = {ref['best_fixed_k']}, "
         f"specgym {report['specgym_version']}",
-        "- times are simulated by the replay engine from the cost profile; speedups are ratios of total time",
+        "- times are simulated by the replay engine from the cost profile; speedups are ratios of total time; "
+        f"[lo, hi] = paired bootstrap 95% interval over requests ({report['bootstrap']['resamples']} resamples; "
+        "every ratio's interval is in report.json under ci95); column meanings: docs/semantics.md",
         "",
         markdown_table(report),
         "",

@@ -1,21 +1,21 @@
 """Run one controller over a set of requests of a replay engine and collect per-request totals.
 
-This is the decoding loop of the evaluation harness, the replay twin of the live engine's loop:
-``reset(ctx)`` -> (``propose`` -> play the round, with ``keep_drafting`` for token-level controllers ->
-``observe``) until the request is done. Requests are served one at a time, in order, so controllers that keep
-state across requests (the bandit) see them as a server would.
+Each request is decoded by :func:`~specgym.envs.core.request.drive`, the loop the live engine and the transformers
+integration run too. Requests are served one at a time, in order, so controllers that keep state across requests
+(the bandit) see them as a server would.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from specgym.baselines.base import Controller
 from specgym.baselines.fixed import FixedK
-from specgym.envs.trace_engine import TraceEngine, VectorReplay
+from specgym.envs.core.controller import Controller
+from specgym.envs.core.request import drive
+from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
 
 
 @dataclass
@@ -58,7 +58,7 @@ def run_controller(
     trace: Iterable[int] = (),
     on_request: Callable[[], None] | None = None,
 ) -> RunResult:
-    """Serve ``requests`` one at a time with ``controller``.
+    """Serve ``requests`` one at a time with ``controller`` (each through :func:`~specgym.envs.core.request.drive`).
 
     Args:
         engine: Replay engine (workload, profile, seed).
@@ -82,24 +82,14 @@ def run_controller(
     drafted = np.zeros(n, np.int64)
     accepted = np.zeros(n, np.int64)
     traces: dict[int, list[tuple[int, int, int, int]]] = {}
-    stop = controller.keep_drafting if controller.token_level else None
-    propose, observe = controller.propose, controller.observe
     for idx, r in enumerate(requests.tolist()):
-        controller.reset(engine.context(r))
-        req = engine.start(r)
-        t = 0.0
-        nr = nd = na = 0
-        rec = traces.setdefault(r, []) if r in trace else None
-        while not req.done:
-            o = req.play(propose(), stop)
-            observe(o)
-            t += o.time_ms
-            nr += 1
-            nd += o.drafted
-            na += o.accepted
-            if rec is not None:
-                rec.append((o.position, o.planned_k, o.drafted, o.accepted))
-        tokens[idx], time_ms[idx], rounds[idx], drafted[idx], accepted[idx] = req.length, t, nr, nd, na
+        on_round = None
+        if r in trace:
+            rec = traces[r] = []
+            on_round = lambda o, rec=rec: rec.append((o.position, o.planned_k, o.drafted, o.accepted))  # noqa: E731
+        tot = drive(controller, engine.start(r), on_round)
+        tokens[idx], time_ms[idx], rounds[idx], drafted[idx], accepted[idx] = (
+            tot.tokens, tot.time_ms, tot.rounds, tot.drafted, tot.accepted)
         if on_request is not None:
             on_request()
     return RunResult(controller.name, requests, tokens, time_ms, rounds, drafted, accepted, traces)

@@ -1,31 +1,51 @@
 """specgym: learning the speculation length of speculative decoding.
 
-Public API: workloads and cost profiles, the replay engine, the Gymnasium environments (registered on import as
-``specgym/SpecDecode-v0``, ``specgym/SpecDecodeToken-v0`` and, over real models, ``specgym/SpecDecodeLive-v0``)
-and the controller interface.
+Public API: workloads and cost profiles, the replay engine, the controller interface and the one decoding loop
+(:func:`drive`), the controller registry (:func:`make_controller`) and the Gymnasium environments, registered on
+import as ``specgym/SpecDecode-v1``, ``specgym/SpecDecodeToken-v1`` and, over real models,
+``specgym/SpecDecodeLive-v1``.
 """
 
-from gymnasium.envs.registration import register, registry
+__version__ = "0.2.0"
 
-from specgym.envs.cost import CostProfile, load_profile
-from specgym.envs.rounds import DraftStep, RequestContext, RoundOutcome
-from specgym.envs.trace_engine import TraceEngine, VectorReplay
-from specgym.envs.trace_format import Workload, load_workload, save_workload
-from specgym.errors import SpecgymError
+import os as _os
 
-__version__ = "0.1.0"
+# In a source checkout the subpackages live in the top-level folders (envs/, eval/, data/...) that pyproject's
+# package-dir maps onto specgym.*; when the checkout itself is on sys.path (python started in its root), this
+# folder is imported directly, so map them here the same way.
+_root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(_os.path.join(_root, "envs")):
+    __path__.append(_root)  # noqa: F821  (__path__ is defined for packages)
+
+from gymnasium.envs.registration import register, registry  # noqa: E402
+
+from specgym.envs.core import (  # noqa: E402
+    DEFAULT_K_MAX, Controller, CostProfile, DraftStep, Request, RequestContext, RoundOutcome, drive, load_profile,
+)
+from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay  # noqa: E402
+from specgym.envs.workloads.trace_format import Workload, load_workload, save_workload  # noqa: E402
+from specgym.errors import InvalidAction, SpecgymError  # noqa: E402
 
 # id -> (entry point, nondeterministic). The live env runs real models and measures time: not reproducible.
 _ENVS = {
-    "specgym/SpecDecode-v0": ("specgym.envs.spec_env:SpecDecodeEnv", False),
-    "specgym/SpecDecodeToken-v0": ("specgym.envs.spec_env:SpecDecodeTokenEnv", False),
-    "specgym/SpecDecodeLive-v0": ("specgym.envs.live_env:SpecDecodeLiveEnv", True),
+    "specgym/SpecDecode-v1": ("specgym.envs.gym.spec_env:SpecDecodeEnv", False),
+    "specgym/SpecDecodeToken-v1": ("specgym.envs.gym.spec_env:SpecDecodeTokenEnv", False),
+    "specgym/SpecDecodeLive-v1": ("specgym.envs.gym.live_env:SpecDecodeLiveEnv", True),
 }
 for _id, (_entry, _nondeterministic) in _ENVS.items():
     if _id not in registry:
         register(id=_id, entry_point=_entry, nondeterministic=_nondeterministic)
 
+
+def make_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> Controller:
+    """The controller a spec string names (``fixed:4``, ``assc``, ``ppo:NAME``...); see ``specgym eval --help``."""
+    from specgym.baselines.registry import make_controller as _make
+
+    return _make(spec, k_max)
+
+
 __all__ = [
-    "CostProfile", "DraftStep", "RequestContext", "RoundOutcome", "SpecgymError", "TraceEngine", "VectorReplay",
-    "Workload", "load_profile", "load_workload", "save_workload", "__version__",
+    "DEFAULT_K_MAX", "Controller", "CostProfile", "DraftStep", "InvalidAction", "Request", "RequestContext",
+    "RoundOutcome", "SpecgymError", "TraceEngine", "VectorReplay", "Workload", "__version__", "drive",
+    "load_profile", "load_workload", "make_controller", "save_workload",
 ]

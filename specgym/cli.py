@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from specgym import __version__
 from specgym.errors import SpecgymError
@@ -18,18 +18,21 @@ from specgym.errors import SpecgymError
 #: Modules that contribute subcommands, in help order. A module missing its optional dependencies still
 #: registers its parsers; the handler reports what to install.
 SUBCOMMAND_MODULES = (
-    "specgym.cli_workloads",
-    "specgym.cli_eval",
-    "specgym.cli_train",
-    "specgym.cli_live",
-    "specgym.bench",
-    "specgym.demo",
+    "specgym.commands.workloads",
+    "specgym.commands.eval",
+    "specgym.commands.train",
+    "specgym.commands.live",
+    "specgym.commands.lm_pair",
+    "specgym.commands.bench",
+    "specgym.commands.demo",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (all subcommands)."""
-    parser = argparse.ArgumentParser(
+    from specgym.commands.args import Parser
+
+    parser = Parser(
         prog="specgym",
         description="Learn, compare and deploy speculation-length controllers for speculative decoding.",
     )
@@ -49,7 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # bad options (one line on stderr) or --help / --version
+        return int(exc.code or 0)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

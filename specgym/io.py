@@ -9,7 +9,7 @@ import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from specgym.errors import SpecgymError
 
@@ -79,6 +79,17 @@ def atomic_dir(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes (read in 1 MiB chunks)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _umask() -> int:

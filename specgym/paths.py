@@ -1,18 +1,60 @@
-"""Where the shipped data lives (``data/`` at the repository root, or ``$SPECGYM_DATA``)."""
+"""Where the shipped data lives: the ``specgym.data`` package (``data/`` in a checkout), or ``$SPECGYM_DATA``.
+
+The data travels inside the wheel, so an installed specgym finds its workloads, cost profiles, models and policies
+without a checkout (``importlib.resources``). Commands that *write* shipped data (``make models``, ``make record``)
+take explicit output paths under ``data/`` of the checkout instead.
+"""
 
 from __future__ import annotations
 
 import os
+from importlib.resources import files
 from pathlib import Path
 
-DATA_DIR = Path(os.environ.get("SPECGYM_DATA", Path(__file__).resolve().parent.parent / "data"))
+
+def _data_dir() -> Path:
+    env = os.environ.get("SPECGYM_DATA")
+    return Path(env) if env else Path(str(files("specgym.data")))
+
+
+DATA_DIR = _data_dir()
 WORKLOADS_DIR = DATA_DIR / "workloads"
 PROFILES_DIR = DATA_DIR / "profiles"
 MODELS_DIR = DATA_DIR / "models"
+POLICIES_DIR = DATA_DIR / "policies"
 
 #: Workloads in order of preference for commands run without ``--workload``: the recorded greedy trace of the
 #: shipped model pair when present, else the synthetic SpecLane mix.
 DEFAULT_WORKLOADS = ("tinypair-greedy", "speclane-mix")
+
+
+#: Shipped model pairs in order of preference for the live commands: the pair where speculation pays on a CPU,
+#: else the small overhead-bound one.
+DEFAULT_PAIRS = ("midpair", "tinypair")
+
+
+def default_pair_name() -> str:
+    """The shipped model pair the live commands use without ``--draft``/``--target``."""
+    for name in DEFAULT_PAIRS:
+        if (MODELS_DIR / name / "target" / "config.json").exists():
+            return name
+    return DEFAULT_PAIRS[-1]
+
+
+def pair_profile(pair: str) -> Path | None:
+    """The measured CPU profile shipped with a pair (``cpu-<pair>.json``), if any."""
+    path = PROFILES_DIR / f"cpu-{pair}.json"
+    return path if path.exists() else None
+
+
+def portable_name(path: str | Path) -> str:
+    """How metadata names a file: ``models/tinypair/draft`` for shipped data (no machine-specific prefix), else the
+    path as given (a hub name stays a hub name)."""
+    p = Path(path)
+    try:
+        return p.resolve().relative_to(DATA_DIR.resolve()).as_posix()
+    except (ValueError, OSError):
+        return str(path)
 
 
 def default_workload_name() -> str:

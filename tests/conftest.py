@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specgym.envs.cost import CostProfile
-from specgym.envs.synthetic import generate_workload
-from specgym.envs.trace_format import workload_from_requests
+from specgym.envs.core.cost import CostProfile
+from specgym.envs.workloads.synthetic import generate_workload
+from specgym.envs.workloads.trace_format import workload_from_requests
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +28,13 @@ def flat_profile():
     return CostProfile(name="flat", draft_ms=1.0, verify_ms=(10.0,) * 17, source="synthetic")
 
 
-def make_trace(p_accepts, profile, temperature=0.0, name="hand"):
+@pytest.fixture(scope="session")
+def make_trace():
+    """Build a workload from explicit per-request p_accept lists: ``make_trace(p_accepts, profile, ...)``."""
+    return build_trace
+
+
+def build_trace(p_accepts, profile, temperature=0.0, name="hand"):
     """A workload from explicit per-request p_accept lists (conf/entropy derived from them)."""
     reqs = []
     for i, p in enumerate(p_accepts):

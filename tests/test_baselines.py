@@ -1,4 +1,4 @@
-"""Rule-by-rule tests of the baseline controllers and the spec registry (REFERENCES section 5)."""
+"""Rule-by-rule tests of the baseline controllers and the spec registry."""
 
 from __future__ import annotations
 
@@ -30,13 +30,14 @@ from specgym.baselines.speclane import (
     optimal_k_enumerate,
     optimal_k_real,
 )
-from specgym.envs.rounds import DraftStep, RequestContext, RoundOutcome
+from specgym.envs.core.cost import CostProfile
+from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
 from specgym.errors import SpecgymError
 
 
 def ctx(k_max: int = 8, draft_ms: float = 3.8, verify: float | list[float] = 31.0, overhead: float = 0.0):
     vm = [verify] * (k_max + 1) if isinstance(verify, float) else list(verify)
-    return RequestContext("r0", "chat", 0.0, 16, k_max, draft_ms, (0.0, *vm), overhead)
+    return RequestContext("r0", "chat", 0.0, 16, k_max, CostProfile("t", draft_ms, tuple(vm), overhead))
 
 
 def out(planned_k, drafted=None, accepted=0, time_ms=None, conf=None, ent=None, position=0):
@@ -393,14 +394,14 @@ def test_ucb_bandit_explores_then_keeps_state_across_requests():
         seen.append(k)
         c.observe(out(k, accepted=min(k, 3), time_ms=31.0 + 3.8 * k))
     assert seen == list(range(1, 9))
-    counts = list(c.counts)
+    counts = list(c.bandit.counts)
     c.reset(ctx())
-    assert c.counts == counts and c.total == 8  # kept across requests
-    means = [s / n for s, n in zip(c.sums, c.counts)]
+    assert c.bandit.counts == counts and c.bandit.total == 8  # kept across requests
+    means = [s / n for s, n in zip(c.bandit.sums, c.bandit.counts)]
     bonus = math.sqrt(2 * math.log(8))
     assert c.propose() == 1 + int(np.argmax([m + bonus for m in means]))
     c.clear()
-    assert c.total == 0 and c.propose() == 1
+    assert c.bandit.total == 0 and c.propose() == 1
 
 
 def test_ucb_bandit_converges_and_skips_clipped_rounds():
@@ -412,14 +413,14 @@ def test_ucb_bandit_converges_and_skips_clipped_rounds():
         ok = rng.uniform(size=k) < 0.6  # i.i.d. acceptance 0.6
         a = k if ok.all() else int(np.argmin(ok))
         c.observe(out(k, accepted=a))
-    best = 1 + int(np.argmax(c.counts))
+    best = 1 + int(np.argmax(c.bandit.counts))
     g = [gain(k, 0.6, 3.8, 31.0) for k in range(1, 9)]
     assert g[best - 1] >= 0.97 * max(g)
-    assert c.counts[best - 1] > 0.2 * c.total
-    total = c.total
+    assert c.bandit.counts[best - 1] > 0.2 * c.bandit.total
+    total = c.bandit.total
     k = c.propose()
     c.observe(out(k - 1 if k > 1 else 0, accepted=0))  # clipped by the engine: not credited
-    assert c.total == total
+    assert c.bandit.total == total
 
 
 def test_all_controllers_stay_in_range_with_small_k_max():
@@ -513,7 +514,7 @@ def test_register_prefix_hook():
 
 # ------------------------------------------------------------------------------------ statistical sanity (replay)
 def _steady(alpha: float, n: int = 300):
-    from specgym.envs.synthetic import generate_workload, steady_spec
+    from specgym.envs.workloads.synthetic import generate_workload, steady_spec
 
     return generate_workload(steady_spec(alpha, 128, 384), n, seed=0)
 
@@ -528,7 +529,7 @@ def _speedup_vs_best_fixed(wl, spec: str) -> float:
 @pytest.mark.parametrize("alpha", [0.55, 0.8])
 def test_fixed_k_throughput_matches_closed_form(alpha):
     """Fixed-K tokens/s on a steady geometric workload = E[produced] / round time (within 1.5%)."""
-    from specgym.envs.trace_engine import TraceEngine
+    from specgym.envs.engines.trace_engine import TraceEngine
     from specgym.eval.runner import run_fixed_vectorised
 
     wl = _steady(alpha)
@@ -558,7 +559,7 @@ def test_speclane_close_to_best_fixed_on_steady_workloads(alpha):
 
 
 def test_speclane_beats_best_fixed_on_assc_regimes():
-    from specgym.envs.synthetic import generate_workload
+    from specgym.envs.workloads.synthetic import generate_workload
 
     wl = generate_workload("assc-regimes", 300, seed=0)
     assert _speedup_vs_best_fixed(wl, "speclane") > 1.03

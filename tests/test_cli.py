@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from specgym.cli import main
-from specgym.envs.trace_format import load_workload
+from specgym.envs.workloads.trace_format import load_workload
 
 
 def test_workloads_make_and_show(tmp_path, capsys):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specgym.envs.cost import CostProfile, list_profiles, load_profile, save_profile
+from specgym.envs.core.cost import CostProfile, list_profiles, load_profile, save_profile
 from specgym.errors import SpecgymError
 
 

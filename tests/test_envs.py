@@ -11,13 +11,12 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import specgym  # noqa: F401
-from specgym.envs.features import feature_names
-from specgym.envs.spec_env import SpecDecodeEnv, SpecDecodeTokenEnv
-from specgym.envs.wrappers import SB3ActionWrapper
+from specgym.envs.core.features import feature_names
+from specgym.envs.gym.spec_env import SpecDecodeEnv, SpecDecodeTokenEnv
+from specgym.envs.gym.wrappers import SB3ActionWrapper
 from specgym.errors import SpecgymError
-from tests.conftest import make_trace
 
-IDS = ["specgym/SpecDecode-v0", "specgym/SpecDecodeToken-v0"]
+IDS = ["specgym/SpecDecode-v1", "specgym/SpecDecodeToken-v1"]
 
 
 @pytest.mark.parametrize("env_id", IDS)
@@ -58,7 +57,7 @@ def test_pickle_round_trip(env_cls):
     assert a[1] == b[1]
 
 
-def test_episode_return_equals_n_minus_time(flat_profile):
+def test_episode_return_equals_n_minus_time(make_trace, flat_profile):
     wl = make_trace([[1, 1, 0, 1, 1, 1, 1, 0, 1, 1] * 5], flat_profile)
     env = SpecDecodeEnv(workload=wl, split="all")
     env.reset(options={"request": "r0"})
@@ -86,8 +85,7 @@ def test_token_env_matches_k_env_when_drafting_k(flat_profile, regime_workload):
             kret += r
         done = False
         while not done:
-            obs = tenv.tracker  # noqa: F841
-            drafted = tenv._drafted
+            drafted = tenv.decisions.drafted
             _, r, done, _, _ = tenv.step(1 if drafted < k else 0)
             tret += r
         assert kret == pytest.approx(tret)
@@ -102,11 +100,11 @@ def test_token_env_stop_at_zero_is_autoregressive(mix_workload):
     assert r == pytest.approx(1 - 1.0)
 
 
-def test_observation_uses_only_past(mix_workload):
+def test_observation_uses_only_past(make_trace, mix_workload):
     """Two requests that agree on the verified prefix give identical observations (no look-ahead)."""
     p1 = [1, 1, 1, 0] + [1] * 20
     p2 = [1, 1, 1, 0] + [0] * 20
-    from specgym.envs.cost import load_profile
+    from specgym.envs.core.cost import load_profile
 
     wl = make_trace([p1, p2], load_profile("speclane-table"))
     env = SpecDecodeEnv(workload=wl, split="all")
@@ -133,7 +131,7 @@ def test_config_errors_and_request_selection(mix_workload):
 
 
 def test_k_min_and_sb3_wrapper():
-    env = gym.make("specgym/SpecDecode-v0", k_min=2, k_max=6)
+    env = gym.make("specgym/SpecDecode-v1", k_min=2, k_max=6)
     assert env.action_space == gym.spaces.Discrete(5, start=2)
     wrapped = SB3ActionWrapper(env)
     assert wrapped.action_space == gym.spaces.Discrete(5)
@@ -150,4 +148,4 @@ def test_token_env_stop_before_drafting_reports_k_zero(mix_workload):
     env.reset(options={"request": 1})
     _, _, _, _, info = env.step(0)
     assert info["planned_k"] == 0 and info["drafted"] == 0
-    assert dict(zip(feature_names("token"), env._obs()))["last_k"] == 0.0
+    assert dict(zip(feature_names("token"), env.decisions.observation(env.tracker)))["last_k"] == 0.0

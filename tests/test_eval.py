@@ -9,7 +9,7 @@ import pytest
 
 from specgym.baselines.registry import make_controller
 from specgym.cli import main
-from specgym.envs.trace_engine import TraceEngine
+from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.errors import SpecgymError
 from specgym.eval.harness import EvalConfig, evaluate
 from specgym.eval.plots import PLOT_FILES
@@ -62,7 +62,7 @@ def test_same_seed_identical_report(tmp_path):
 
 def test_seed_changes_sampled_draws_only():
     """Sampled traces replay different acceptance draws per seed; greedy traces are seed-independent."""
-    from specgym.envs.synthetic import generate_workload
+    from specgym.envs.workloads.synthetic import generate_workload
 
     sampled = generate_workload("geometric", 20, seed=0)
     greedy = generate_workload("speclane-mix", 20, seed=0)

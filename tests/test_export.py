@@ -64,7 +64,7 @@ def test_parity_with_sb3_predict_on_recorded_observations(exported):
     model, vec = _model_and_vec(run)
     art = load_policy(art_dir)
     ctrl = PolicyController(art)
-    env_id = "specgym/SpecDecode-v0" if art.mode == "k" else "specgym/SpecDecodeToken-v0"
+    env_id = "specgym/SpecDecode-v1" if art.mode == "k" else "specgym/SpecDecodeToken-v1"
     env = gym.make(env_id, workload="assc-regimes", split="val")
     rng = np.random.default_rng(0)
     obs, _ = env.reset(seed=0)
@@ -100,8 +100,8 @@ def test_controller_replays_exactly_like_the_env(exported):
     import gymnasium as gym
 
     import specgym  # noqa: F401
-    from specgym.envs.spec_env import cached_workload
-    from specgym.envs.trace_engine import TraceEngine
+    from specgym.envs.workloads.trace_format import cached_workload
+    from specgym.envs.engines.trace_engine import TraceEngine
     from specgym.eval.runner import run_controller
 
     run, art_dir = exported
@@ -110,7 +110,7 @@ def test_controller_replays_exactly_like_the_env(exported):
     wl = cached_workload("assc-regimes")
     reqs = wl.split_indices("val")[:40]
     res = run_controller(TraceEngine(wl, k_max=8, seed=0), reqs, ctrl, trace=reqs)
-    env_id = "specgym/SpecDecode-v0" if ctrl.mode == "k" else "specgym/SpecDecodeToken-v0"
+    env_id = "specgym/SpecDecode-v1" if ctrl.mode == "k" else "specgym/SpecDecodeToken-v1"
     env = gym.make(env_id, workload="assc-regimes", split="val", outcome_seed=0)
     for r, t_ctrl in zip(reqs.tolist(), res.time_ms):
         obs, _ = env.reset(options={"request": r})
@@ -194,8 +194,9 @@ def test_tampered_or_mismatched_artifacts_are_refused(exported, tmp_path):
         load_policy(tmp_path)
     from specgym.baselines.registry import make_controller
 
-    with pytest.raises(SpecgymError, match="k_max"):
-        make_controller(f"ppo:{art_dir}", 12)
+    with pytest.raises(SpecgymError, match="k_max"):  # one rule: an engine cap below the policy's own
+        make_controller(f"ppo:{art_dir}", 4)
+    assert make_controller(f"ppo:{art_dir}", 12).name == f"ppo:{art_dir}"  # a larger cap is fine
 
 
 def test_eval_cli_puts_the_policy_in_the_table(exported, tmp_path, capsys):
@@ -206,7 +207,7 @@ def test_eval_cli_puts_the_policy_in_the_table(exported, tmp_path, capsys):
     assert rc == 0
     report = json.loads((out / "report.json").read_text())
     assert any(r["spec"] == f"ppo:{art_dir}" for r in report["rows"])
-    assert "ppo-" in capsys.readouterr().out
+    assert f"ppo:{art_dir}" in capsys.readouterr().out  # the table names the policy as the user typed it
 
 
 def test_export_refuses_overwrite_and_non_runs(exported, tmp_path):
@@ -222,14 +223,14 @@ def test_random_artifact_roundtrip_and_bench(tmp_path):
 
     from rich.console import Console
 
-    from specgym.agents.bench_policy import bench_policy_section
+    from specgym.eval.bench.policy import policy_section
 
     art = random_artifact("token")
     write_artifact(art, tmp_path / "p")
     back = load_policy(tmp_path / "p")
     obs = np.random.default_rng(0).random((50, len(art.features)))
     assert np.array_equal(PolicyController(art).logits(obs), PolicyController(back).logits(obs))
-    figures = bench_policy_section(SimpleNamespace(policy=None), "assc-regimes", Console(quiet=True))
+    figures = policy_section(SimpleNamespace(policy=None), "assc-regimes", Console(quiet=True))
     assert figures["policy_us/k"] > 0 and figures["policy_us/token_token_check"] > 0
 
 
@@ -241,8 +242,6 @@ def test_modest_budget_beats_fixed_k4_on_assc_regimes_test_split(tmp_path):
     train(TrainRequest(workload="assc-regimes", mode="k", out=tmp_path / "run", timesteps=60_000,
                        overrides={"eval_freq": 20_000}, quiet=True))
     art_dir = export_run(tmp_path / "run", tmp_path / "policy")
-    import specgym.agents  # noqa: F401
-
     rep = evaluate(EvalConfig(workload="assc-regimes", controllers=f"fixed:4,ppo:{art_dir}", split="test"))
     rows = {r["spec"]: r for r in rep["rows"]}
     assert rows[f"ppo:{art_dir}"]["throughput_tok_s"] > rows["fixed:4"]["throughput_tok_s"] * 1.02

@@ -5,14 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specgym.envs.features import (
+from specgym.envs.core.features import (
     ROUND_FEATURES, TOKEN_FEATURES, FeatureTracker, feature_bounds, feature_names,
 )
-from specgym.envs.rounds import RequestContext, RoundOutcome
+from specgym.envs.core.cost import CostProfile
+from specgym.envs.core.rounds import RequestContext, RoundOutcome
 
 
 def _ctx(temp=0.0):
-    return RequestContext("r", "c", temp, 10, 8, 2.0, (0.0,) + (20.0,) * 9)
+    return RequestContext("r", "c", temp, 10, 8, CostProfile("t", 2.0, (20.0,) * 9))
 
 
 def _o(drafted, accepted, conf=0.9, ent=0.3, k=None):
@@ -85,3 +86,40 @@ def test_tokens_after_the_first_rejection_are_not_observed():
     obs = dict(zip(names, obs_after(0.5)))
     assert obs["last_conf_min"] == pytest.approx(0.3) and obs["last_conf_last"] == pytest.approx(0.3)
     assert obs["last_conf_mean"] == pytest.approx((0.9 + 0.8 + 0.3) / 3)
+
+
+def test_token_env_and_exported_controller_decide_alike_through_the_shared_state(regime_workload):
+    """The token env and the deployed controller see the same observation at every decision, so the same policy
+    makes the same decisions in training and in deployment (TokenDecisionState + FeatureTracker are shared)."""
+    from specgym.agents.policy_controller import PolicyController, random_artifact
+    from specgym.envs.core.request import drive
+    from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.envs.gym.spec_env import SpecDecodeTokenEnv
+
+    art = random_artifact("token", seed=3)
+    art.weights[-1][1] += 0.3  # a policy that drafts a fair amount
+    for r in range(6):
+        env_log, ctl_log = [], []
+        policy = PolicyController(art)
+        env = SpecDecodeTokenEnv(workload=regime_workload, split="all")
+        obs, _ = env.reset(options={"request": r})
+        done = False
+        while not done:
+            a = policy.act(obs)
+            env_log.append((obs.tobytes(), a))
+            obs, _, done, _, _ = env.step(a)
+
+        class Logged(PolicyController):
+            def act(self, o):
+                a = super().act(o)
+                ctl_log.append((o.tobytes(), a))
+                return a
+
+            def observe(self, outcome):
+                if outcome.forced:  # the env plays forced rounds without asking: drop their j = 0 decision
+                    ctl_log.pop()
+                super().observe(outcome)
+
+        drive(Logged(art), TraceEngine(regime_workload, k_max=8, seed=0).start(r))
+        assert len(env_log) > 20
+        assert env_log == ctl_log

@@ -1,6 +1,6 @@
 """generate() integration: a controller drives transformers' assisted generation (installed transformers 5.x).
 
-Models are tiny RANDOMLY-INITIALISED GPT-2s (specgym.envs.toy_pair).
+Models are tiny RANDOMLY-INITIALISED GPT-2s (specgym.training.lm_pair.toy).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ pytest.importorskip("transformers")
 
 from specgym.agents.hf_generate import generate_with_controller  # noqa: E402
 from specgym.baselines.registry import make_controller  # noqa: E402
-from specgym.envs.cost import CostProfile  # noqa: E402
-from specgym.envs.live_engine import LiveEngine  # noqa: E402
-from specgym.envs.toy_pair import toy_models, toy_tokenizer  # noqa: E402
+from specgym.envs.core.cost import CostProfile  # noqa: E402
+from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
+from specgym.training.lm_pair.toy import toy_models, toy_tokenizer  # noqa: E402
 
 torch.set_num_threads(1)
 PROFILE = CostProfile(name="toy", draft_ms=0.5, verify_ms=tuple(5.0 + 0.1 * n for n in range(17)), source="synthetic")

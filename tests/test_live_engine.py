@@ -1,6 +1,6 @@
 """Live engine: greedy equals target.generate, exact sampling, replay == live, clear errors.
 
-All models here are tiny RANDOMLY-INITIALISED GPT-2s (specgym.envs.toy_pair), not trained models; one test uses
+All models here are tiny RANDOMLY-INITIALISED GPT-2s (specgym.training.lm_pair.toy), not trained models; one test uses
 the shipped trained pair and is skipped when data/models/tinypair is absent.
 """
 
@@ -12,12 +12,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from specgym.baselines.base import Controller  # noqa: E402
+from specgym.envs.core.controller import Controller  # noqa: E402
 from specgym.baselines.registry import make_controller  # noqa: E402
-from specgym.envs.cost import CostProfile  # noqa: E402
-from specgym.envs.live_engine import LiveEngine, check_same_tokenizer, load_pair  # noqa: E402
-from specgym.envs.rounds import DraftStep  # noqa: E402
-from specgym.envs.toy_pair import save_toy_pair, toy_models, toy_tokenizer  # noqa: E402
+from specgym.envs.core.cost import CostProfile  # noqa: E402
+from specgym.envs.engines.live_engine import LiveEngine, check_same_tokenizer, load_pair  # noqa: E402
+from specgym.envs.core.rounds import DraftStep  # noqa: E402
+from specgym.training.lm_pair.toy import save_toy_pair, toy_models, toy_tokenizer  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
 from specgym.paths import MODELS_DIR  # noqa: E402
 
@@ -156,8 +156,8 @@ def test_sampling_reproducible(toy):
 def test_replay_equals_live(toy, tmp_path):
     """The simulator is exact: replaying the recorded greedy trace with the live run's K choices gives identical
     accepted counts round by round (several controllers, random K, token-level stops)."""
-    from specgym.envs.recorder import PromptSpec, record_workload
-    from specgym.envs.trace_engine import TraceEngine
+    from specgym.envs.engines.recorder import PromptSpec, record_workload
+    from specgym.envs.engines.trace_engine import TraceEngine
 
     draft_path, target_path = save_toy_pair(tmp_path / "pair", seed=0)
     pair = load_pair(str(draft_path), str(target_path))
@@ -229,11 +229,11 @@ def test_shipped_pair_greedy_matches_generate():
 
 
 def test_live_gym_env(tmp_path):
-    """SpecDecodeLive-v0 runs real rounds; with profile timing its rewards match the replay env's formula."""
+    """SpecDecodeLive-v1 runs real rounds; with profile timing its rewards match the replay env's formula."""
     import gymnasium as gym
 
     import specgym  # noqa: F401  (registers the ids)
-    from specgym.envs.live_env import ENV_ID
+    from specgym.envs.gym.live_env import ENV_ID
 
     assert gym.spec(ENV_ID).nondeterministic
     d, t = save_toy_pair(tmp_path / "pair")

@@ -1,4 +1,4 @@
-"""The clairvoyant oracle: DP correctness, vectorisation, and that nothing beats it (REFERENCES section 5)."""
+"""The clairvoyant oracle: DP correctness, vectorisation, and that nothing beats it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specgym.baselines.oracle import oracle_plan, oracle_time_one, oracle_times, run_lengths
-from specgym.envs.cost import CostProfile
+from specgym.envs.core.cost import CostProfile
 from specgym.errors import SpecgymError
 
 

@@ -1,4 +1,4 @@
-"""Recorder, profiler and the live CLI commands on a tiny RANDOMLY-INITIALISED pair (specgym.envs.toy_pair)."""
+"""Recorder, profiler and the live CLI commands on a tiny RANDOMLY-INITIALISED pair (specgym.training.lm_pair.toy)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from specgym.envs.cost import CostProfile, load_profile  # noqa: E402
-from specgym.envs.live_engine import load_pair  # noqa: E402
-from specgym.envs.profiler import measure_profile  # noqa: E402
-from specgym.envs.recorder import (PromptSpec, is_looped, parse_length, read_prompts,  # noqa: E402
+from specgym.envs.core.cost import CostProfile, load_profile  # noqa: E402
+from specgym.envs.engines.live_engine import load_pair  # noqa: E402
+from specgym.envs.engines.profiler import measure_profile  # noqa: E402
+from specgym.envs.engines.recorder import (PromptSpec, is_looped, parse_length, read_prompts,  # noqa: E402
                                    record_workload)
-from specgym.envs.toy_pair import save_toy_pair, toy_models  # noqa: E402
-from specgym.envs.trace_format import load_workload  # noqa: E402
+from specgym.training.lm_pair.toy import save_toy_pair, toy_models  # noqa: E402
+from specgym.envs.workloads.trace_format import load_workload  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
 
 torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""Replay engine: round semantics (REFERENCES 1-3), common random numbers, scalar == vectorised."""
+"""Replay engine: round semantics, common random numbers, scalar == vectorised."""
 
 from __future__ import annotations
 
@@ -7,17 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specgym.envs.cost import CostProfile
-from specgym.envs.rounds import DraftStep
-from specgym.envs.synthetic import generate_workload, spec_with
-from specgym.envs.trace_engine import TraceEngine, VectorReplay, run_lengths
+from specgym.envs.core.cost import CostProfile
+from specgym.envs.core.rounds import DraftStep
+from specgym.envs.workloads.synthetic import generate_workload, spec_with
+from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay, run_lengths
 from specgym.errors import SpecgymError
-from tests.conftest import make_trace
 
 PROFILE = CostProfile("flat", draft_ms=1.0, verify_ms=(10.0,) * 17, source="synthetic")
 
 
-def test_greedy_hand_trace_gives_hand_computed_rounds():
+def test_greedy_hand_trace_gives_hand_computed_rounds(make_trace):
     # positions:    0  1  2  3  4  5  6  7  8  9
     wl = make_trace([[1, 1, 0, 1, 1, 1, 1, 0, 1, 1]], PROFILE)
     req = TraceEngine(wl, k_max=4).start(0)
@@ -40,7 +39,7 @@ def test_run_lengths_respect_request_boundaries():
     np.testing.assert_array_equal(run_lengths(acc, np.array([0, 5, 8])), [2, 1, 0, 2, 1, 1, 0, 1])
 
 
-def test_token_level_stop_and_features():
+def test_token_level_stop_and_features(make_trace):
     wl = make_trace([[1, 1, 1, 1, 1, 1]], PROFILE)
     req = TraceEngine(wl, k_max=8).start(0)
     seen: list[DraftStep] = []
@@ -61,7 +60,7 @@ def test_token_level_stop_and_features():
     ks=st.lists(st.integers(0, 10), min_size=1, max_size=30),
     seed=st.integers(0, 1000),
 )
-def test_replay_invariants(ps, ks, seed):
+def test_replay_invariants(make_trace, ps, ks, seed):
     wl = make_trace(ps, PROFILE, temperature=0.8)
     eng = TraceEngine(wl, k_max=8, seed=seed)
     for r in range(wl.n_requests):
@@ -137,7 +136,7 @@ def test_fixed_k_matches_geometric_expectation(alpha, k):
     assert abs(produced.mean() - expected) < 4 * sem + 1e-9
 
 
-def test_bad_k_max():
+def test_bad_k_max(make_trace):
     wl = make_trace([[1, 0]], PROFILE)
     for bad in (0, -1, 17, 2.5):
         with pytest.raises(SpecgymError, match="k_max must be an integer in \\[1, 16\\]"):

@@ -1,11 +1,11 @@
-"""Synthetic workloads: presets match REFERENCES section 7, determinism, labelling, signal in draft confidence."""
+"""Synthetic workloads: presets match their documented parameters, determinism, labelling, confidence signal."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from specgym.envs.synthetic import generate_workload, spec_with
+from specgym.envs.workloads.synthetic import generate_workload, spec_with
 from specgym.errors import SpecgymError
 
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specgym.envs.trace_format import (
+from specgym.envs.workloads.trace_format import (
     META_KEY, load_workload, save_workload, workload_from_requests, workload_to_table,
 )
 from specgym.errors import SpecgymError
@@ -93,8 +93,7 @@ def _with_column(table, name, values):
     return table.set_column(i, name, values)
 
 
-def test_p_accept_out_of_range(tmp_path, flat_profile):
-    from tests.conftest import make_trace
+def test_p_accept_out_of_range(make_trace, tmp_path, flat_profile):
 
     wl = make_trace([[1, 0, 1]], flat_profile)
     table = workload_to_table(wl)
@@ -104,8 +103,7 @@ def test_p_accept_out_of_range(tmp_path, flat_profile):
         load_workload(path)
 
 
-def test_nan_not_allowed(tmp_path, flat_profile):
-    from tests.conftest import make_trace
+def test_nan_not_allowed(make_trace, tmp_path, flat_profile):
 
     wl = make_trace([[1, 0, 1]], flat_profile)
     bad = pa.array([[0.5, float("nan"), 0.2]], pa.list_(pa.float32()))
@@ -114,8 +112,7 @@ def test_nan_not_allowed(tmp_path, flat_profile):
         load_workload(path)
 
 
-def test_inconsistent_offsets(tmp_path, flat_profile):
-    from tests.conftest import make_trace
+def test_inconsistent_offsets(make_trace, tmp_path, flat_profile):
 
     wl = make_trace([[1, 0, 1]], flat_profile)
     bad = pa.array([[0.5, 0.2]], pa.list_(pa.float32()))
@@ -142,7 +139,7 @@ def test_load_10k_requests_fast(tmp_path):
     """Loading a 10k-request workload is far below a second (checked loosely; bench prints the figure)."""
     import time
 
-    from specgym.envs.synthetic import generate_workload
+    from specgym.envs.workloads.synthetic import generate_workload
 
     path = save_workload(generate_workload("speclane-mix", 10_000, seed=0), tmp_path / "big.parquet")
     t0 = time.perf_counter()

@@ -3,18 +3,20 @@
 ``bc_init: confidence:0.4`` (or ``specgym train --init-from SPEC``) does, before PPO starts:
 
 1. **Demonstrations.** The baseline (any controller spec of :mod:`specgym.baselines.registry` of the run's level:
-   token-level specs for token mode, any spec for K mode) is replayed on the *train* split. At every decision the
-   training env would ask for, :class:`RecordingController` renders the observation exactly as the deployed
-   :class:`~specgym.agents.policy_controller.PolicyController` does (same :class:`FeatureTracker` calls) and
-   records the baseline's decision as the label: token mode ``propose() > 0`` at ``j = 0`` and
-   ``keep_drafting(step)`` (and ``j < proposed K``) at ``j >= 1``; K mode ``propose() - k_min`` (clipped to the
-   action range). Forced rounds (no room to draft) are not decisions, as in the env. Outcomes are drawn with
-   ``bc_passes`` different seeds (the env draws fresh outcomes per episode too).
+   token-level specs for token mode, any spec for K mode) is replayed on the *train* split with
+   :func:`~specgym.envs.core.request.drive`. At every decision the training env would ask for,
+   :class:`RecordingController` renders the observation exactly as the deployed
+   :class:`~specgym.agents.policy_controller.PolicyController` does (the same :class:`FeatureTracker` and
+   :class:`TokenDecisionState`) and records the baseline's decision as the label: token mode ``propose() > 0`` at
+   ``j = 0`` and ``keep_drafting(step)`` (and ``j < proposed K``) at ``j >= 1``; K mode ``propose() - k_min``
+   (clipped to the action range). Forced rounds (no room to draft) are not decisions, as in the env. Outcomes are
+   drawn with ``bc_passes`` different seeds (the env draws fresh outcomes per episode too).
 2. **Normalisation.** ``VecNormalize``'s observation statistics are set to the demonstrations' mean/variance, so the
    cloned actor sees the inputs it was fitted on.
 3. **Cloning.** The actor (``mlp_extractor.policy_net`` + ``action_net``) is fitted by cross-entropy (Adam,
    ``bc_epochs`` epochs, minibatch 1024, label smoothing 0.1 so the clone still explores); the critic is untouched.
-4. **Critic warm-up** (``bc_warmup`` timesteps, see :func:`critic_warmup_callback`): PPO first updates only the
+4. **Critic warm-up** (``bc_warmup`` timesteps, :class:`~specgym.training.callbacks.CriticWarmupCallback`): PPO
+   first updates only the
    critic (actor parameters frozen), so the first policy-gradient steps use a critic fitted to the cloned policy
    instead of random advantages that would wash the clone out.
 
@@ -28,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from specgym.baselines.base import Controller
-from specgym.envs.features import FeatureTracker
-from specgym.envs.rounds import DraftStep, RequestContext, RoundOutcome
+from specgym.envs.core.controller import Controller
+from specgym.envs.core.features import FeatureTracker, TokenDecisionState
+from specgym.envs.core.request import drive
+from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
 from specgym.errors import SpecgymError
 
 
@@ -41,11 +44,11 @@ class RecordingController(Controller):
         self.inner, self.mode, self.k_min, self.k_max = inner, mode, k_min, k_max
         self.name, self.token_level = f"record({inner.name})", inner.token_level
         self.tracker = FeatureTracker(k_max)
+        self.decisions = TokenDecisionState(k_max)
         self.obs: list[np.ndarray] = []
         self.labels: list[int] = []
-        self.record = True
+        self._round_start = 0  # index of the current round's first record
         self._k = 0
-        self._prod = self._min = 1.0
 
     def reset(self, ctx: RequestContext) -> None:
         self.ctx = ctx
@@ -53,32 +56,33 @@ class RecordingController(Controller):
         self.tracker.reset(ctx)
 
     def _add(self, obs: np.ndarray, label: int) -> None:
-        if self.record:
-            self.obs.append(obs)
-            self.labels.append(label)
+        self.obs.append(obs)
+        self.labels.append(label)
 
     def propose(self) -> int:
+        self._round_start = len(self.labels)
         k = int(self.inner.propose())
         if self.mode == "k":
             a = min(max(k, self.k_min), self.k_max) - self.k_min
             self._add(self.tracker.observation(), a)
             return a + self.k_min
-        # token mode: the j = 0 decision (the env shows cap = k_max there); continue -> cap k_max, stop at j = k
-        self._k, self._prod, self._min = k, 1.0, 1.0
-        self._add(self.tracker.token_observation(0, self.k_max, 0.0, 0.0, 1.0, 1.0), int(k > 0))
+        # token mode: the j = 0 decision; continue -> cap k_max and stop at j = k
+        self._k = k
+        self.decisions.begin_round()
+        self._add(self.decisions.observation(self.tracker), int(k > 0))
         return self.k_max if k > 0 else 0
 
     def keep_drafting(self, step: DraftStep) -> bool:
         if self.mode == "k":
             return True
-        self._prod *= step.conf
-        self._min = min(self._min, step.conf)
+        self.decisions.add(step)
         keep = step.index < self._k and bool(self.inner.keep_drafting(step))
-        self._add(self.tracker.token_observation(step.index, step.cap, step.conf, step.entropy, self._prod,
-                                                 self._min), int(keep))
+        self._add(self.decisions.observation(self.tracker), int(keep))
         return keep
 
     def observe(self, outcome: RoundOutcome) -> None:
+        if outcome.forced:  # the engine had no room to draft: the env never asks (not a decision)
+            del self.obs[self._round_start:], self.labels[self._round_start:]
         self.inner.observe(outcome)
         self.tracker.update(outcome)
 
@@ -87,7 +91,7 @@ def demonstrations(spec: str, workload: Any, mode: str, k_min: int, k_max: int, 
                    split: str = "train", seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(observations, labels) of the baseline ``spec`` replayed ``passes`` times over ``split``."""
     from specgym.baselines.registry import make_controller
-    from specgym.envs.trace_engine import TraceEngine
+    from specgym.envs.engines.trace_engine import TraceEngine
 
     inner = make_controller(spec, k_max)
     if mode == "token" and not inner.token_level:
@@ -96,12 +100,7 @@ def demonstrations(spec: str, workload: Any, mode: str, k_min: int, k_max: int, 
     engine = TraceEngine(workload, k_max=k_max, seed=seed)
     for p in range(passes):
         for r in workload.split_indices(split):
-            req = engine.start(int(r), seed=seed + 1000 * p + 1)
-            rec.reset(engine.context(int(r)))
-            while not req.done:
-                rec.record = req.clip(k_max) > 0  # forced K = 0 rounds are not decisions in the env
-                k = rec.propose()
-                rec.observe(req.play(k, rec.keep_drafting if inner.token_level else None))
+            drive(rec, engine.start(int(r), seed=seed + 1000 * p + 1))
     return np.asarray(rec.obs, np.float32), np.asarray(rec.labels, np.int64)
 
 
@@ -135,31 +134,6 @@ def clone_into(model: Any, venv: Any, obs: np.ndarray, labels: np.ndarray, epoch
             opt.step()
     with torch.no_grad():
         logits = pol.action_net(pol.mlp_extractor.forward_actor(x))
-        loss = float(torch.nn.functional.cross_entropy(logits, y))
+        final = float(torch.nn.functional.cross_entropy(logits, y))
         acc = float((logits.argmax(1) == y).float().mean())
-    return {"samples": int(len(x)), "loss": loss, "accuracy": acc, "positive_share": float(labels.mean())}
-
-
-def critic_warmup_callback(warmup: int):
-    """SB3 callback: actor parameters frozen (critic-only PPO updates) until ``warmup`` timesteps."""
-    from stable_baselines3.common.callbacks import BaseCallback
-
-    class CriticWarmup(BaseCallback):
-        def _actor_params(self):
-            pol = self.model.policy
-            return list(pol.mlp_extractor.policy_net.parameters()) + list(pol.action_net.parameters())
-
-        def _set(self, frozen: bool) -> None:
-            for p in self._actor_params():
-                p.requires_grad_(not frozen)
-
-        def _on_step(self) -> bool:
-            return True
-
-        def _on_rollout_end(self) -> None:  # runs right before each PPO update
-            self._set(self.num_timesteps < warmup)
-
-        def _on_training_end(self) -> None:
-            self._set(False)
-
-    return CriticWarmup()
+    return {"samples": int(len(x)), "loss": final, "accuracy": acc, "positive_share": float(labels.mean())}

@@ -1,8 +1,8 @@
 """Export a trained SB3 PPO run to a self-contained, pickle-free policy artifact (``policy.npz`` + ``policy.json``).
 
 What is exported: the actor path of the SB3 ``MlpPolicy`` (``mlp_extractor.policy_net`` then ``action_net``; the
-feature extractor of a Box observation is a flatten, i.e. the identity) and the observation statistics of the
-run's ``VecNormalize``. The critic is not needed to act and is dropped. The runtime side is
+feature extractor of a Box observation is a flatten, i.e. the identity) and the observation statistics of the run's
+``VecNormalize``. The critic is not needed to act and is dropped. The runtime side is
 :class:`specgym.agents.policy_controller.PolicyController` (numpy only).
 
 This module imports torch and stable-baselines3 (the ``train`` extra); loading the artifact does not.
@@ -16,8 +16,10 @@ from typing import Any
 import numpy as np
 
 from specgym.agents.policy_controller import PolicyArtifact, write_artifact
-from specgym.envs.features import FEATURE_VERSION, feature_names
+from specgym.envs.core.features import FEATURE_VERSION, feature_names
 from specgym.errors import SpecgymError
+from specgym.training.config import RunConfig
+from specgym.training.run_folder import RunFiles, load_vecnormalize, read_summary
 
 
 def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, k_max: int,
@@ -55,6 +57,32 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
     return art
 
 
+def load_run_model(run: RunFiles, which: str = "best") -> tuple[Any, Any, str, RunConfig]:
+    """``(model, vecnormalize or None, "best"|"final", config)`` of a run folder.
+
+    ``best`` falls back to the final model when no validation ran.
+    """
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    if not run.config.is_file() or not run.model.is_file():
+        raise SpecgymError(f"{run.root}: not a training run (needs config.yaml and model.zip from 'specgym train')")
+    if which not in ("best", "final"):
+        raise SpecgymError(f"--which must be 'best' or 'final', got {which!r}")
+    cfg = RunConfig.from_file(run.config)
+    model_path, stats_path, picked = run.model, run.vecnorm, "final"
+    if which == "best" and run.best_model.is_file():
+        model_path, stats_path, picked = run.best_model, run.best_vecnorm, "best"
+    model = PPO.load(model_path, device="cpu")
+    vecnorm = None
+    if stats_path.is_file() or cfg.ppo.normalize.norm_obs:
+        # statistics only: VecNormalize.load needs a venv with the right spaces, which the model carries
+        from specgym.training.env_factory import SpacesOnlyEnv
+
+        vecnorm = load_vecnormalize(stats_path, DummyVecEnv([lambda: SpacesOnlyEnv(model)]))
+    return model, vecnorm, picked, cfg
+
+
 def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = "best",
                overwrite: bool = False) -> Path:
     """Export a training run folder (``specgym export``).
@@ -66,45 +94,21 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = 
             ran) or ``final`` (the last saved model).
         overwrite: Replace an existing artifact folder.
     """
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.vec_env import VecNormalize
-
-    from specgym.training.ppo import RunFiles, read_summary, read_yaml
-
     run = RunFiles(Path(run_dir))
-    if not run.config.is_file() or not run.model.is_file():
-        raise SpecgymError(f"{run_dir}: not a training run (needs config.yaml and model.zip from 'specgym train')")
-    if which not in ("best", "final"):
-        raise SpecgymError(f"--which must be 'best' or 'final', got {which!r}")
-    cfg = read_yaml(run.config)
-    model_path, stats_path, picked = run.model, run.vecnorm, "final"
-    if which == "best" and run.best_model.is_file():
-        model_path, stats_path, picked = run.best_model, run.best_vecnorm, "best"
-    model = PPO.load(model_path, device="cpu")
-    vecnorm = None
-    if stats_path.is_file():
-        import pickle
-
-        with open(stats_path, "rb") as f:  # our own file, written by specgym train
-            vecnorm = pickle.load(f)
-        if not isinstance(vecnorm, VecNormalize):
-            raise SpecgymError(f"{stats_path}: not VecNormalize statistics")
-    elif cfg.get("normalize", {}).get("norm_obs"):
-        raise SpecgymError(f"{stats_path}: missing (the run normalised observations)")
+    model, vecnorm, picked, cfg = load_run_model(run, which)
     summary = read_summary(run)
     meta = {
         "training": {
             "run": Path(run_dir).resolve().name,
             "model": picked,
             "algorithm": "PPO (stable-baselines3)",
-            "workload": cfg.get("workload_name"),
-            "workload_path": cfg.get("workload_path"),
-            "workload_sha256": cfg.get("workload_sha256"),
+            "workload": cfg.workload_name,
+            "workload_sha256": cfg.workload_sha256,
             "timesteps": int(model.num_timesteps),
-            "seed": cfg.get("seed"),
-            "config": cfg,
+            "seed": cfg.seed,
+            "config": cfg.ppo.to_dict(),
         },
         "metrics": (summary or {}).get("val", {}),
     }
-    art = artifact_from_model(model, vecnorm, cfg["mode"], int(cfg["k_min"]), int(cfg["k_max"]), meta)
+    art = artifact_from_model(model, vecnorm, cfg.mode, cfg.ppo.k_min, cfg.ppo.k_max, meta)
     return write_artifact(art, out or run.root / "policy", overwrite=overwrite)

@@ -1,0 +1,242 @@
+"""Observation features: the one place that turns verified history into a policy's input.
+
+The K-level environment, the token-level environment, the evaluation harness and the exported
+``PolicyController`` all build observations with :class:`FeatureTracker`, so a policy sees in deployment exactly
+what it saw in training. Only information a real serving loop has at decision time is used: outcomes of rounds
+already verified, draft features of tokens already proposed, the request's temperature and the cost profile.
+Never the completion length or a future outcome.
+
+Draft features of the last round are taken over the *judged* tokens only: the accepted prefix plus the first
+rejected token (``min(accepted + 1, drafted)``). Tokens drafted after the first rejection are excluded: in a live
+engine they were conditioned on a wrong token, and in replay their confidences come from the correct-prefix trace,
+which would reveal the next round's first draft token (version 1 leaked it; a policy learned to exploit it).
+
+Bump :data:`FEATURE_VERSION` whenever a feature's meaning, order or scaling changes: exported policies record it
+and refuse to run against another version.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
+
+FEATURE_VERSION = 2
+ENTROPY_SCALE = 8.0  # nats; entropies are clipped to this and scaled to [0, 1]
+_EMA_FAST, _EMA_MID, _EMA_SLOW, _EMA_FEAT = 0.5, 0.8, 0.95, 0.8
+_LOG_TOKENS, _LOG_ROUNDS = math.log1p(4096.0), math.log1p(2048.0)
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One observation entry: name, bounds and meaning."""
+
+    name: str
+    low: float
+    high: float
+    doc: str
+
+
+ROUND_FEATURES: tuple[Feature, ...] = (
+    Feature("acc_rate_ema_fast", 0, 1, "EMA (beta 0.5) of accepted/drafted over verified rounds"),
+    Feature("acc_rate_ema_mid", 0, 1, "EMA (beta 0.8) of accepted/drafted"),
+    Feature("acc_rate_ema_slow", 0, 1, "EMA (beta 0.95) of accepted/drafted"),
+    Feature("alpha_ema", 0, 1, "EMA (beta 0.8) of accepted/min(accepted+1, drafted): per-token acceptance estimate"),
+    Feature("last_k", 0, 1, "draft cap of the last round / k_max"),
+    Feature("last_drafted", 0, 1, "tokens drafted in the last round / k_max"),
+    Feature("last_accepted", 0, 1, "tokens accepted in the last round / k_max"),
+    Feature("last_full_accept", 0, 1, "1 if every drafted token of the last round was accepted"),
+    Feature("last_conf_mean", 0, 1,
+            "mean draft confidence of the last round's judged tokens (accepted + first rejected)"),
+    Feature("last_conf_min", 0, 1, "min draft confidence of the last round's judged tokens"),
+    Feature("last_conf_last", 0, 1, "draft confidence of the last judged token of the last round"),
+    Feature("last_entropy_mean", 0, 1, "mean draft entropy of the last round's judged tokens / 8 nats (clipped)"),
+    Feature("conf_ema", 0, 1, "EMA (beta 0.8) of per-round mean draft confidence"),
+    Feature("entropy_ema", 0, 1, "EMA (beta 0.8) of per-round mean draft entropy / 8 nats"),
+    Feature("produced_ema", 0, 1, "EMA (beta 0.8) of tokens produced per round / (k_max + 1)"),
+    Feature("full_streak", 0, 1, "consecutive fully accepted rounds / 8 (clipped)"),
+    Feature("zero_streak", 0, 1, "consecutive rounds with nothing accepted / 8 (clipped)"),
+    Feature("tokens_generated", 0, 1, "log1p(tokens generated) / log1p(4096) (clipped)"),
+    Feature("rounds_played", 0, 1, "log1p(rounds) / log1p(2048) (clipped)"),
+    Feature("cost_ratio", 0, 2, "draft_ms / t_AR of the cost profile (clipped to 2)"),
+    Feature("verify_slope", 0, 4, "verify(k_max+1) / t_AR - 1: how much verifying more tokens costs (clipped)"),
+    Feature("temperature", 0, 2, "sampling temperature (0 = greedy; clipped to 2)"),
+    Feature("no_history", 0, 1, "1 before the first verified draft round of the request"),
+)
+
+TOKEN_FEATURES: tuple[Feature, ...] = (
+    Feature("tok_index", 0, 1, "tokens drafted so far in this round / k_max"),
+    Feature("tok_has_token", 0, 1, "1 once at least one token was drafted in this round"),
+    Feature("tok_conf", 0, 1, "draft confidence of the token just drafted (0 before the first)"),
+    Feature("tok_entropy", 0, 1, "draft entropy of the token just drafted / 8 nats"),
+    Feature("tok_conf_prod", 0, 1, "product of this round's draft confidences so far (1 before the first)"),
+    Feature("tok_conf_min", 0, 1, "min draft confidence in this round so far (1 before the first)"),
+    Feature("tok_room", 0, 1, "remaining draft room in this round (cap - drafted) / k_max"),
+)
+
+
+def feature_names(mode: str) -> list[str]:
+    """Ordered feature names of a mode (``k`` or ``token``)."""
+    feats = ROUND_FEATURES + (TOKEN_FEATURES if mode == "token" else ())
+    return [f.name for f in feats]
+
+
+def feature_bounds(mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) float32 bounds of a mode's observation vector."""
+    feats = ROUND_FEATURES + (TOKEN_FEATURES if mode == "token" else ())
+    return (np.array([f.low for f in feats], np.float32), np.array([f.high for f in feats], np.float32))
+
+
+def feature_table(mode: str) -> str:
+    """Markdown-ish table of a mode's features, for docstrings and ``specgym features``."""
+    feats = ROUND_FEATURES + (TOKEN_FEATURES if mode == "token" else ())
+    return "\n".join(f"{i:>2}  {f.name:<20} [{f.low:g}, {f.high:g}]  {f.doc}" for i, f in enumerate(feats))
+
+
+class FeatureTracker:
+    """Keeps the running statistics of one request and renders observation vectors.
+
+    Usage: ``reset(ctx)`` at request start, ``update(outcome)`` after each verified round,
+    ``observation()`` before choosing K, ``token_observation(...)`` before each token-level decision.
+    """
+
+    def __init__(self, k_max: int):
+        self.k_max = int(k_max)
+        self._static = (0.0, 0.0, 0.0)
+        self._round_obs: list[float] = []
+        self.reset(None)
+
+    def reset(self, ctx: RequestContext | None) -> None:
+        """Clear the request's history; read the static features (cost ratio, temperature) from ``ctx``."""
+        if ctx is not None:
+            prof = ctx.profile
+            t_ar = prof.t_ar_ms
+            cost = min(prof.draft_ms / t_ar, 2.0)
+            slope = min(max(prof.verify(min(self.k_max + 1, len(prof.verify_ms))) / t_ar - 1.0, 0.0), 4.0)
+            self._static = (cost, slope, min(max(ctx.temperature, 0.0), 2.0))
+        self.acc_fast = self.acc_mid = self.acc_slow = 0.5
+        self.alpha = 0.6
+        self.last_k = self.last_drafted = self.last_accepted = 0.0
+        self.last_full = 0.0
+        self.last_conf_mean = self.last_conf_min = self.last_conf_last = 0.0
+        self.last_ent = 0.0
+        self.conf_ema = 0.5
+        self.ent_ema = 0.0
+        self.produced_ema = 1.0 / (self.k_max + 1)
+        self.full_streak = self.zero_streak = 0
+        self.tokens = 0
+        self.rounds = 0
+        self.no_history = 1.0
+        self._render_round()
+
+    def update(self, o: RoundOutcome) -> None:
+        """Fold one verified round into the statistics."""
+        k = self.k_max
+        self.tokens += o.produced
+        self.rounds += 1
+        self.last_k = min(o.planned_k / k, 1.0)
+        self.last_drafted = o.drafted / k
+        self.last_accepted = o.accepted / k
+        self.produced_ema = _EMA_FEAT * self.produced_ema + (1 - _EMA_FEAT) * (o.produced / (k + 1))
+        d = o.drafted
+        if d > 0:
+            rate = o.accepted / d
+            self.acc_fast = _EMA_FAST * self.acc_fast + (1 - _EMA_FAST) * rate
+            self.acc_mid = _EMA_MID * self.acc_mid + (1 - _EMA_MID) * rate
+            self.acc_slow = _EMA_SLOW * self.acc_slow + (1 - _EMA_SLOW) * rate
+            reached = min(o.accepted + 1, d)
+            self.alpha = _EMA_MID * self.alpha + (1 - _EMA_MID) * (o.accepted / reached)
+            full = o.accepted == d
+            self.last_full = 1.0 if full else 0.0
+            self.full_streak = self.full_streak + 1 if full else 0
+            self.zero_streak = self.zero_streak + 1 if o.accepted == 0 else 0
+            judged = reached  # accepted prefix + the first rejected token; later tokens are never judged
+            conf = o.draft_conf[:judged].tolist()
+            ent = o.draft_entropy[:judged].tolist()
+            self.last_conf_mean = sum(conf) / judged
+            self.last_conf_min = min(conf)
+            self.last_conf_last = conf[-1]
+            self.last_ent = min(sum(ent) / judged, ENTROPY_SCALE) / ENTROPY_SCALE
+            self.conf_ema = _EMA_FEAT * self.conf_ema + (1 - _EMA_FEAT) * self.last_conf_mean
+            self.ent_ema = _EMA_FEAT * self.ent_ema + (1 - _EMA_FEAT) * self.last_ent
+            self.no_history = 0.0
+        else:
+            self.last_full = 0.0
+            self.last_conf_mean = self.last_conf_min = self.last_conf_last = 0.0
+            self.last_ent = 0.0
+        self._render_round()
+
+    def _render_round(self) -> None:
+        cost, slope, temp = self._static
+        self._round_obs = [
+            self.acc_fast, self.acc_mid, self.acc_slow, self.alpha,
+            self.last_k, self.last_drafted, self.last_accepted, self.last_full,
+            self.last_conf_mean, self.last_conf_min, self.last_conf_last, self.last_ent,
+            self.conf_ema, self.ent_ema, self.produced_ema,
+            min(self.full_streak, 8) / 8.0, min(self.zero_streak, 8) / 8.0,
+            min(math.log1p(self.tokens) / _LOG_TOKENS, 1.0), min(math.log1p(self.rounds) / _LOG_ROUNDS, 1.0),
+            cost, slope, temp, self.no_history,
+        ]
+
+    def observation(self) -> np.ndarray:
+        """K-mode observation (float32, ``len(ROUND_FEATURES)``)."""
+        return np.array(self._round_obs, dtype=np.float32)
+
+    def token_observation(self, drafted: int, cap: int, conf: float, entropy: float, conf_prod: float,
+                          conf_min: float) -> np.ndarray:
+        """Token-mode observation after ``drafted`` tokens of a round with cap ``cap``.
+
+        Args:
+            drafted: Tokens drafted so far in this round (0 before the first).
+            cap: The round's draft cap.
+            conf, entropy: Draft features of the token just drafted (ignored when ``drafted == 0``).
+            conf_prod, conf_min: Product and minimum of this round's confidences so far (1.0 before the first).
+        """
+        k = self.k_max
+        has = drafted > 0
+        tok = [
+            drafted / k, 1.0 if has else 0.0, conf if has else 0.0,
+            (min(entropy, ENTROPY_SCALE) / ENTROPY_SCALE) if has else 0.0,
+            conf_prod, conf_min, (cap - drafted) / k,
+        ]
+        return np.array(self._round_obs + tok, dtype=np.float32)
+
+
+class TokenDecisionState:
+    """The running state of one round's token-level decisions, as the token-mode observation shows it.
+
+    Shared by the token environment, the exported controller and behaviour cloning, so the three see the same
+    observation at every decision. Decision ``j`` is taken with ``j`` tokens drafted in the round (``j = 0`` before
+    the first). At ``j = 0`` the cap shown is ``k_max``: a deployed controller learns the engine's clipped cap only
+    with the first draft token (:class:`DraftStep` carries it).
+    """
+
+    __slots__ = ("k_max", "drafted", "cap", "conf", "entropy", "conf_prod", "conf_min")
+
+    def __init__(self, k_max: int):
+        self.k_max = int(k_max)
+        self.begin_round()
+
+    def begin_round(self) -> None:
+        """A new round: nothing drafted yet."""
+        self.drafted = 0
+        self.cap = self.k_max
+        self.conf = self.entropy = 0.0
+        self.conf_prod = self.conf_min = 1.0
+
+    def add(self, step: DraftStep) -> None:
+        """Fold in the draft token just proposed."""
+        self.drafted = step.index
+        self.cap = step.cap
+        self.conf, self.entropy = step.conf, step.entropy
+        self.conf_prod *= step.conf
+        if step.conf < self.conf_min:
+            self.conf_min = step.conf
+
+    def observation(self, tracker: FeatureTracker) -> np.ndarray:
+        """The token-mode observation of the current decision."""
+        return tracker.token_observation(self.drafted, self.cap, self.conf, self.entropy, self.conf_prod,
+                                         self.conf_min)

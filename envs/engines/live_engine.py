@@ -1,0 +1,526 @@
+"""Live speculative decoding with a real Hugging Face draft/target pair (batch size 1).
+
+The live engine runs the models and hands out :class:`LiveRequest` objects of the same shape as the replay
+engine's requests (:class:`~specgym.envs.core.request.Request`), emitting the same :class:`RoundOutcome` records,
+so any :class:`Controller` drives either through :func:`~specgym.envs.core.request.drive`. Semantics (the round of
+:mod:`specgym.envs.core.rounds`):
+
+* the controller's K is clipped to ``min(K, k_max, N - i - 1)`` (drafting past the end is useless);
+* the draft proposes tokens one at a time; after token ``j < cap`` a token-level controller may stop;
+* the target verifies ``drafted + 1`` positions in one forward; greedy accepts while the draft token equals the
+  target's argmax, sampling uses exact rejection sampling (accept x with ``min(1, p(x)/q(x))``, on rejection
+  resample from ``normalize(max(0, p - q))``, bonus token from ``p``), so outputs are distributed as the target's;
+* the round produces ``accepted + 1`` tokens.
+
+KV caches: both models keep a ``DynamicCache``. The target cache always holds every token but the last one; each
+round feeds ``[last, d_1..d_drafted]`` and crops the rejected suffix afterwards. The draft cache holds a prefix of
+the accepted sequence and catches up (feeding one or two tokens) at the start of the next round. In transformers
+5.x ``DynamicCache.crop(n)`` takes ``n <= 0`` = the number of tokens to remove (a positive value raises), and the
+model forward takes ``cache=`` (``past_key_values=`` is deprecated).
+
+Draft features of each drafted token (``RoundOutcome.draft_conf`` / ``draft_entropy``) come from
+:func:`~specgym.envs.engines.draft_stats.draft_stats`, the definition the recorder uses for trace columns.
+
+Each model runs in its own dtype (e.g. draft float32, target bfloat16 where the CPU has native bf16): speedups are
+measured against plain decoding of the same target in the same dtype.
+
+Timing: ``timing="wall"`` measures each round with ``time.perf_counter`` (CUDA-synchronised on GPU);
+``timing="cpu"`` measures the calling thread's CPU time (``time.thread_time``): on a CPU shared with other jobs it
+excludes the time the process was preempted, and with one torch thread it is the compute the round cost (CPU
+device only); passing a :class:`CostProfile` prices each round with the cost model (deterministic, for tests and
+simulations).
+The engine never stops at EOS unless ``stop_at_eos=True`` (traces need fixed-length completions).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from collections.abc import Sequence
+
+import numpy as np
+
+from specgym.envs.core.controller import Controller
+from specgym.envs.core.cost import CostProfile, placeholder_profile
+from specgym.envs.core.request import KeepDrafting, Request, drive
+from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome, check_k_max
+from specgym.envs.engines.draft_stats import draft_stats
+from specgym.errors import SpecgymError
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Loading
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _looks_like_path(name: str) -> bool:
+    """Hub names are ``model`` or ``org/model``; anything else with a path shape is a local path."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name
+
+
+def resolve_model_path(name: str, role: str) -> str:
+    """Return a loadable model reference; a local path that does not exist is a clear error.
+
+    Hub names (``org/model``) pass through; with ``HF_HUB_OFFLINE=1`` they must be in the local cache.
+    """
+    p = Path(name).expanduser()
+    if p.exists():
+        if not (p / "config.json").exists():
+            raise SpecgymError(f"--{role} {name}: folder has no config.json (not a Hugging Face model folder)")
+        return str(p)
+    if _looks_like_path(name):
+        raise SpecgymError(f"--{role} {name}: model path not found")
+    return name
+
+
+DTYPES = ("float32", "bfloat16", "float16")
+_DTYPE_ALIASES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+                  "float16": "float16", "fp16": "float16"}
+
+
+def dtype_name(name: str, option: str = "--dtype") -> str:
+    """The canonical name (``float32``/``bfloat16``/``float16``) of a dtype option value."""
+    canon = _DTYPE_ALIASES.get(str(name).lower())
+    if canon is None:
+        raise SpecgymError(f"{option} {name!r}: choose one of {', '.join(DTYPES)}")
+    return canon
+
+
+def torch_dtype(name: str, option: str = "--dtype"):
+    """The torch dtype of a dtype option value."""
+    import torch
+
+    return getattr(torch, dtype_name(name, option))
+
+
+def native_bf16_cpu() -> bool:
+    """True when this CPU computes bfloat16 matrix products natively (AVX512-BF16 or AMX)."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability() in ("AVX512_BF16", "AMX") or _cpu_flag("amx_bf16") \
+        or _cpu_flag("avx512_bf16")
+
+
+def _cpu_flag(flag: str) -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and f" {flag}" in line for line in f)
+    except OSError:
+        return False
+
+
+def load_model(name: str, role: str, device: str = "cpu", dtype: str = "float32"):
+    """Load a causal LM for inference (eval mode) in ``dtype`` on ``device``; check that it runs there.
+
+    A dtype the device cannot compute in raises one clear line naming the model, the dtype and the device.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    ref = resolve_model_path(name, role)
+    dt = torch_dtype(dtype, f"--{role}-dtype")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(ref, dtype=dt)
+    except OSError as exc:
+        raise SpecgymError(f"--{role} {name}: cannot load model ({str(exc).splitlines()[0]})") from None
+    try:
+        model = model.to(device).eval()  # type: ignore[arg-type]  # transformers stub of .to
+        with torch.inference_mode():
+            model(input_ids=torch.zeros((1, 2), dtype=torch.long, device=device))
+    except (RuntimeError, TypeError) as exc:
+        raise SpecgymError(f"--{role} {name}: cannot run in {dtype_name(dtype)} on {device} "
+                           f"({str(exc).splitlines()[0]})") from None
+    return model
+
+
+def load_tokenizer(name: str, role: str):
+    """Load the tokenizer stored with a model."""
+    from transformers import AutoTokenizer
+
+    ref = resolve_model_path(name, role)
+    try:
+        return AutoTokenizer.from_pretrained(ref)
+    except (OSError, ValueError) as exc:
+        raise SpecgymError(f"--{role} {name}: cannot load tokenizer ({str(exc).splitlines()[0]})") from None
+
+
+def check_same_tokenizer(tok_draft, tok_target, draft_name: str = "draft", target_name: str = "target") -> None:
+    """Speculative decoding needs one token space: the two vocabularies must be identical."""
+    vd, vt = tok_draft.get_vocab(), tok_target.get_vocab()
+    if vd != vt:
+        diff = len(set(vd.items()) ^ set(vt.items()))
+        raise SpecgymError(
+            f"tokenizers differ: draft {draft_name} ({len(vd)} tokens) vs target {target_name} ({len(vt)} tokens), "
+            f"{diff} mismatching entries; the pair must share one tokenizer"
+        )
+
+
+def context_limit(model) -> int:
+    """Longest sequence the model accepts (``n_positions``/``max_position_embeddings``), or a large number."""
+    cfg = model.config
+    for key in ("n_positions", "max_position_embeddings", "n_ctx"):
+        v = getattr(cfg, key, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return 1 << 30
+
+
+@dataclass
+class LivePair:
+    """A loaded draft/target pair sharing one tokenizer.
+
+    Attributes:
+        draft, target: The models (eval mode).
+        tokenizer: The shared tokenizer.
+        draft_name, target_name: Where they came from (paths or hub names).
+        device: Where they run.
+        draft_dtype, target_dtype: The dtype each model computes in.
+        packed: Linear layers given pre-packed multi-token kernels (:mod:`specgym.envs.engines.fast_linear`).
+    """
+
+    draft: Any
+    target: Any
+    tokenizer: Any
+    draft_name: str
+    target_name: str
+    device: str = "cpu"
+    draft_dtype: str = "float32"
+    target_dtype: str = "float32"
+    packed: int = 0
+
+    @property
+    def dtypes(self) -> str:
+        """``draft/target`` dtypes, e.g. ``float32/bfloat16`` (or one name when equal)."""
+        return self.draft_dtype if self.draft_dtype == self.target_dtype else f"{self.draft_dtype}/{self.target_dtype}"
+
+
+def load_pair(draft: str, target: str, device: str = "cpu", dtype: str = "float32",
+              draft_dtype: str | None = None, target_dtype: str | None = None, fast_kernels: bool = True) -> LivePair:
+    """Load both models and check that they share a tokenizer (local paths or hub names).
+
+    Args:
+        draft, target: Model folders or hub names.
+        device: ``cpu``, ``cuda``, ``cuda:1`` ...
+        dtype: Dtype of both models unless ``draft_dtype`` / ``target_dtype`` say otherwise.
+        fast_kernels: On CPU, pack float32 linear layers for multi-token forwards (same outputs, faster verify).
+    """
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SpecgymError(f"--device {device}: CUDA is not available on this machine")
+    d_dtype = dtype_name(draft_dtype or dtype, "--draft-dtype")
+    t_dtype = dtype_name(target_dtype or dtype, "--target-dtype")
+    tok_d = load_tokenizer(draft, "draft")
+    tok_t = load_tokenizer(target, "target")
+    check_same_tokenizer(tok_d, tok_t, draft, target)
+    d = load_model(draft, "draft", device, d_dtype)
+    t = load_model(target, "target", device, t_dtype)
+    packed = 0
+    if fast_kernels:
+        from specgym.envs.engines.fast_linear import pack_linears
+
+        packed = pack_linears(d) + pack_linears(t)
+    return LivePair(d, t, tok_t, draft, target, device, d_dtype, t_dtype, packed)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Engine
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LiveResult:
+    """One request decoded by the live engine.
+
+    Attributes:
+        tokens: The completion token ids (``N`` of them, fewer if ``stop_at_eos`` fired).
+        rounds: One :class:`RoundOutcome` per round.
+        time_ms: Total decode time (sum of round times), excluding the prompt prefill.
+        prefill_ms: Prompt prefill time of both models.
+    """
+
+    tokens: list[int]
+    rounds: list[RoundOutcome] = field(default_factory=list)
+    time_ms: float = 0.0
+    prefill_ms: float = 0.0
+
+    @property
+    def drafted(self) -> int:
+        return sum(r.drafted for r in self.rounds)
+
+    @property
+    def accepted(self) -> int:
+        return sum(r.accepted for r in self.rounds)
+
+    @property
+    def acceptance(self) -> float:
+        """Accepted / drafted over the request (NaN when nothing was drafted)."""
+        d = self.drafted
+        return self.accepted / d if d else float("nan")
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / (self.time_ms / 1000.0) if self.time_ms > 0 else float("nan")
+
+
+class LiveEngine:
+    """Speculative decoding with a real pair; one request at a time.
+
+    Args:
+        draft: The draft model (``PreTrainedModel``, causal LM).
+        target: The target model; same tokenizer as the draft.
+        k_max: Largest draft cap (1..16).
+        timing: ``"wall"`` (measured, ``time.perf_counter``, CUDA-synchronised), ``"cpu"`` (the thread's CPU time,
+            CPU only) or a :class:`CostProfile` (each round priced by the cost model: deterministic).
+        profile: Cost profile controllers see in their :class:`RequestContext` (defaults to ``timing`` when it is
+            a profile, else a flat placeholder: pass a measured profile to cost-aware controllers).
+        eos_token_id: Used only with ``stop_at_eos``.
+    """
+
+    def __init__(self, draft: Any, target: Any, k_max: int = DEFAULT_K_MAX, timing: str | CostProfile = "wall",
+                 profile: CostProfile | None = None, eos_token_id: int | None = None):
+        import torch
+
+        self.k_max = check_k_max(k_max)
+        self.draft = draft
+        self.target = target
+        self.context = min(context_limit(draft), context_limit(target))
+        if k_max + 2 > self.context:
+            raise SpecgymError(f"k_max={k_max} is beyond the models' context of {self.context} tokens")
+        if isinstance(timing, CostProfile):
+            timing.check_k_max(k_max)
+        elif timing not in ("wall", "cpu"):
+            raise SpecgymError(f"timing must be 'wall', 'cpu' or a CostProfile, got {timing!r}")
+        self.timing = timing
+        if profile is None:
+            profile = timing if isinstance(timing, CostProfile) else placeholder_profile(self.k_max)
+        profile.check_k_max(self.k_max)
+        self.profile = profile
+        self.eos_token_id = eos_token_id
+        self.device = target.device
+        self._cuda = self.device.type == "cuda"
+        if timing == "cpu" and self._cuda:
+            raise SpecgymError("timing='cpu' measures CPU time and is meaningless on a CUDA device; use 'wall'")
+        self._clock = time.thread_time if timing == "cpu" else time.perf_counter
+        self.vocab = min(draft.get_output_embeddings().weight.shape[0], target.get_output_embeddings().weight.shape[0])
+        self._torch = torch
+
+    @classmethod
+    def from_pair(cls, pair: LivePair, **kw: Any) -> LiveEngine:
+        """Engine over a :class:`LivePair` (EOS id taken from its tokenizer)."""
+        kw.setdefault("eos_token_id", pair.tokenizer.eos_token_id)
+        return cls(pair.draft, pair.target, **kw)
+
+    # ------------------------------------------------------------------------------------------ helpers
+    def context_for(self, request_id: str, prompt_len: int, temperature: float,
+                    category: str = "live") -> RequestContext:
+        """The :class:`RequestContext` a controller sees (costs from the engine's profile)."""
+        return RequestContext(request_id, category, float(temperature), int(prompt_len), self.k_max, self.profile)
+
+    def _sync(self) -> None:
+        if self._cuda:
+            self._torch.cuda.synchronize()
+
+    def _fwd(self, model: Any, ids: list[int], cache: Any) -> Any:
+        """Logits ``(len(ids), V)`` of one cached forward."""
+        x = self._torch.tensor([ids], dtype=self._torch.long, device=self.device)
+        return model(input_ids=x, cache=cache, use_cache=True).logits[0, :, : self.vocab]
+
+    def check_request(self, prompt_len: int, max_new_tokens: int) -> None:
+        """Raise if a request does not fit the models' context."""
+        if prompt_len < 1:
+            raise SpecgymError("prompt must contain at least one token")
+        if max_new_tokens < 1:
+            raise SpecgymError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if prompt_len + max_new_tokens > self.context:
+            raise SpecgymError(
+                f"prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) exceeds the models' context "
+                f"of {self.context} tokens"
+            )
+
+    # ------------------------------------------------------------------------------------------ decoding
+    def start(self, prompt_ids: Sequence[int], max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
+              stop_at_eos: bool = False, request_id: str = "live", category: str = "live") -> LiveRequest:
+        """Prefill both models with the prompt and return a request to play round by round (or to ``drive``)."""
+        return LiveRequest(self, prompt_ids, max_new_tokens, temperature, seed, stop_at_eos, request_id, category)
+
+    def run_request(self, prompt_ids: Sequence[int], controller: Controller | int | None, max_new_tokens: int,
+                    temperature: float = 0.0, seed: int = 0, request_id: str = "live", category: str = "live",
+                    stop_at_eos: bool = False) -> LiveResult:
+        """Decode one request with speculative decoding.
+
+        Args:
+            prompt_ids: Prompt token ids.
+            controller: Chooses K each round; an ``int`` is a fixed draft cap; ``None`` = plain autoregressive
+                decoding (K = 0).
+            max_new_tokens: Completion length N.
+            temperature: 0 = greedy; > 0 = exact speculative sampling at that temperature.
+            seed: Seed of the sampling generator (sampling only).
+            request_id, category: Passed to the controller's :class:`RequestContext`.
+            stop_at_eos: Stop after the target emits EOS.
+
+        Returns:
+            A :class:`LiveResult` with the completion tokens and one :class:`RoundOutcome` per round.
+        """
+        req = self.start(prompt_ids, max_new_tokens, temperature, seed, stop_at_eos, request_id, category)
+        if isinstance(controller, Controller):
+            drive(controller, req)
+        else:
+            k = int(controller or 0)
+            while not req.done:
+                req.play(k)
+        return req.result
+
+    def run_plain(self, prompt_ids: Sequence[int], max_new_tokens: int, temperature: float = 0.0,
+                  seed: int = 0) -> LiveResult:
+        """Plain autoregressive decoding with the target alone (KV cache), the baseline of every speedup."""
+        return self.run_request(prompt_ids, None, max_new_tokens, temperature, seed)
+
+
+class LiveRequest(Request):
+    """One request being decoded: call :meth:`play` with a draft cap until :attr:`done` (or hand it to ``drive``).
+
+    KV caches: both models keep a ``DynamicCache``. The target cache always holds every token but the last one;
+    each round feeds ``[last, d_1..d_drafted]`` and crops the rejected suffix afterwards. The draft cache holds a
+    prefix of the accepted sequence and catches up (feeding one or two tokens) at the start of the next round. In
+    transformers 5.x ``DynamicCache.crop(n)`` takes ``n <= 0`` = the number of tokens to remove, and the model
+    forward takes ``cache=`` (``past_key_values=`` is deprecated).
+
+    Attributes:
+        context: The :class:`RequestContext` controllers see.
+        position: Next completion position ``i``.
+        length: Completion length ``N``.
+        done: True once the completion is finished.
+        result: The :class:`LiveResult` so far (tokens, rounds, time).
+    """
+
+    def __init__(self, engine: LiveEngine, prompt_ids: Sequence[int], max_new_tokens: int, temperature: float,
+                 seed: int, stop_at_eos: bool, request_id: str = "live", category: str = "live"):
+        import torch
+        from transformers import DynamicCache
+
+        self.engine = engine
+        self.prompt = [int(t) for t in prompt_ids]
+        self.length = int(max_new_tokens)
+        self.k_max = engine.k_max
+        engine.check_request(len(self.prompt), self.length)
+        if temperature < 0 or not math.isfinite(temperature):
+            raise SpecgymError(f"temperature must be >= 0, got {temperature}")
+        self.temperature = float(temperature)
+        self.context = engine.context_for(request_id, len(self.prompt), self.temperature, category)
+        self.greedy = temperature == 0
+        self.gen = None
+        if not self.greedy:
+            self.gen = torch.Generator(device=engine.device)
+            self.gen.manual_seed(int(seed))
+        self.stop_at_eos = stop_at_eos
+        self.position = 0
+        self.done = False
+        with torch.inference_mode():
+            t0 = engine._clock()
+            self.tcache = DynamicCache()
+            self.dcache = DynamicCache()
+            self.seq = list(self.prompt)
+            if len(self.seq) > 1:
+                engine._fwd(engine.target, self.seq[:-1], self.tcache)
+                engine._fwd(engine.draft, self.seq[:-1], self.dcache)
+            engine._sync()
+            self.result = LiveResult(tokens=[], prefill_ms=(engine._clock() - t0) * 1000.0)
+
+    def play(self, k: int, keep_drafting: KeepDrafting | None = None) -> RoundOutcome:
+        """Play one round with draft cap ``k``; ``keep_drafting`` may stop after draft token ``j < cap``."""
+        if self.done:
+            raise SpecgymError("request already finished; start a new one")
+        with self.engine._torch.inference_mode():
+            return self._play(self.clip(k), keep_drafting)
+
+    def _draft(self, cap: int, keep_drafting: KeepDrafting | None) -> tuple[list[int], list, list[float], list[float]]:
+        """Propose up to ``cap`` tokens one at a time; returns tokens, their draft distributions, conf, entropy."""
+        eng, seq, dcache = self.engine, self.seq, self.dcache
+        temperature = 0.0 if self.greedy else self.temperature
+        drafts: list[int] = []
+        q_probs: list = []
+        confs: list[float] = []
+        ents: list[float] = []
+        feed = seq[dcache.get_seq_length():]  # catch the draft cache up with the accepted sequence
+        for j in range(1, cap + 1):
+            st = draft_stats(eng._fwd(eng.draft, feed, dcache)[-1:], temperature, generator=self.gen)
+            tok, conf, ent = int(st.tokens[0]), float(st.conf[0]), float(st.entropy[0])
+            drafts.append(tok)
+            q_probs.append(st.probs[0])
+            confs.append(conf)
+            ents.append(ent)
+            if j < cap and keep_drafting is not None and \
+                    not keep_drafting(DraftStep(j, cap, self.position + j - 1, conf, ent)):
+                break
+            feed = [tok]
+        return drafts, q_probs, confs, ents
+
+    def _verify(self, drafts: list[int], q_probs: list) -> tuple[int, int]:
+        """One target forward over ``[last, drafts...]``; returns (accepted, the target's extra token)."""
+        eng, torch = self.engine, self.engine._torch
+        tlogits = eng._fwd(eng.target, [self.seq[-1]] + drafts, self.tcache)
+        drafted = len(drafts)
+        if self.greedy:
+            targ = torch.argmax(tlogits, -1).tolist()
+            accepted = 0
+            while accepted < drafted and drafts[accepted] == targ[accepted]:
+                accepted += 1
+            return accepted, targ[accepted]
+        # exact speculative sampling: accept x with min(1, p(x)/q(x)); on rejection resample from max(0, p - q)
+        gen = self.gen
+        p_all = torch.softmax(tlogits.float() / self.temperature, -1)
+        for accepted in range(drafted):
+            x = drafts[accepted]
+            p, q = p_all[accepted], q_probs[accepted]
+            px, qx = float(p[x]), float(q[x])
+            u = float(torch.rand((), generator=gen, device=eng.device))
+            if qx > 0 and u < min(1.0, px / qx):
+                continue
+            resid = torch.clamp(p - q, min=0)
+            s = float(resid.sum())
+            return accepted, int(torch.multinomial(resid / s if s > 0 else p, 1, generator=gen))
+        return drafted, int(torch.multinomial(p_all[drafted], 1, generator=gen))
+
+    def _play(self, cap: int, keep_drafting: KeepDrafting | None) -> RoundOutcome:
+        eng, seq = self.engine, self.seq
+        i, n = self.position, self.length
+        r0 = eng._clock()
+        drafts, q_probs, confs, ents = self._draft(cap, keep_drafting) if cap > 0 else ([], [], [], [])
+        drafted = len(drafts)
+        accepted, extra = self._verify(drafts, q_probs)
+        new = drafts[:accepted] + [extra]
+        # roll back both caches to the accepted prefix
+        if drafted > accepted:
+            self.tcache.crop(-(drafted - accepted))
+        dlen = self.dcache.get_seq_length()
+        keep = len(seq) + min(accepted, max(drafted - 1, 0))
+        if dlen > keep:
+            self.dcache.crop(-(dlen - keep))
+        seq.extend(new)
+        eng._sync()
+        measured_ms = (eng._clock() - r0) * 1000.0
+        produced = accepted + 1
+        i_end = i + produced
+        if self.stop_at_eos and eng.eos_token_id is not None and eng.eos_token_id in new:
+            produced = new.index(eng.eos_token_id) + 1  # tokens after EOS are discarded
+            accepted = produced - 1
+            new = new[:produced]
+            i_end = n
+        time_ms = eng.timing.round_time(drafted) if isinstance(eng.timing, CostProfile) else measured_ms
+        self.position = i_end
+        self.done = i_end >= n
+        outcome = RoundOutcome(i, cap, drafted, accepted, produced, time_ms, np.asarray(confs, dtype=np.float32),
+                               np.asarray(ents, dtype=np.float32), done=self.done)
+        res = self.result
+        res.tokens.extend(new)
+        if len(res.tokens) > n:
+            del res.tokens[n:]
+        res.rounds.append(outcome)
+        res.time_ms += time_ms
+        return outcome

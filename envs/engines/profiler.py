@@ -1,0 +1,135 @@
+"""Measure a cost profile for a real pair on this machine (``specgym profile``).
+
+What is measured (medians after warm-up; CUDA-synchronised on GPU), at a fixed context length:
+
+* ``draft_ms``: one cached draft forward over one new token;
+* ``verify_ms[n]`` for n = 2..k_max+1: one cached target forward over ``n`` new tokens (the cache is cropped back
+  after each call, so every call sees the same context);
+* ``verify_ms[1]`` (= t_AR): one plain autoregressive step of the live engine (K = 0 round: forward, argmax, cache
+  bookkeeping), so that plain decoding is priced exactly as it runs;
+* ``round_overhead_ms``: the median of (measured - priced) time of real speculative rounds (fixed K = 2 and 4),
+  i.e. sampling/argmax, draft catch-up and cache rollback, clipped at 0.
+
+``clock="cpu"`` measures thread CPU time instead of wall time (CPU only): on a machine shared with other jobs it
+excludes preemption, which otherwise inflates every figure unpredictably. The result is a :class:`CostProfile`
+with ``source="measured"`` and a hardware description (which records the clock).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from typing import Any
+
+from specgym.envs.core.cost import CostProfile
+from specgym.envs.engines.draft_stats import draft_stats
+from specgym.envs.engines.live_engine import LiveEngine, LivePair
+from specgym.errors import SpecgymError
+from specgym.paths import portable_name
+
+
+def hardware_description(device: str = "cpu", dtype: str = "float32") -> dict[str, Any]:
+    """CPU model, cores, torch threads, GPU name: what a reader needs to compare profiles."""
+    import torch
+
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    hw: dict[str, Any] = {"cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                          "device": device, "dtype": dtype, "torch": torch.__version__,
+                          "platform": platform.platform()}
+    try:
+        import transformers
+
+        hw["transformers"] = transformers.__version__
+    except ImportError:  # pragma: no cover
+        pass
+    if device.startswith("cuda") and torch.cuda.is_available():
+        hw["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return hw
+
+
+def _median_ms(fn, repeats: int, warmup: int, sync, clock=time.perf_counter) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        sync()
+        t0 = clock()
+        fn()
+        sync()
+        times.append((clock() - t0) * 1000.0)
+    return float(statistics.median(times))
+
+
+def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats: int = 40, warmup: int = 8,
+                    name: str = "measured", description: str = "", clock: str = "wall") -> CostProfile:
+    """Measure draft/verify/overhead costs of ``pair`` at ``context`` tokens of context (``clock`` wall or cpu)."""
+    import torch
+    from transformers import DynamicCache
+
+    if clock not in ("wall", "cpu"):
+        raise SpecgymError(f"clock must be 'wall' or 'cpu', got {clock!r}")
+    engine = LiveEngine.from_pair(pair, k_max=k_max, timing=clock)
+    clk = time.thread_time if clock == "cpu" else time.perf_counter
+    if context + k_max + 1 + 64 > engine.context:
+        raise SpecgymError(
+            f"k_max={k_max} with a {context}-token profiling context exceeds the models' context of {engine.context}"
+        )
+    dev = engine.device
+    sync = (lambda: torch.cuda.synchronize()) if dev.type == "cuda" else (lambda: None)
+    gen = torch.Generator().manual_seed(0)
+    ctx_ids = torch.randint(2, engine.vocab, (1, context), generator=gen).to(dev)
+    with torch.inference_mode():
+        caches = {}
+        for role, model in (("draft", pair.draft), ("target", pair.target)):
+            cache = DynamicCache()
+            model(input_ids=ctx_ids, cache=cache, use_cache=True)
+            caches[role] = cache
+
+        def step(model, cache, n, features):
+            x = torch.randint(2, engine.vocab, (1, n), generator=gen).to(dev)
+
+            def call():
+                logits = model(input_ids=x, cache=cache, use_cache=True).logits[0, :, : engine.vocab]
+                if features:  # what the engine does per draft token: token, conf, entropy
+                    st = draft_stats(logits[-1:], 0.0)
+                    int(st.tokens[0]), float(st.conf[0]), float(st.entropy[0])
+                else:
+                    torch.argmax(logits, -1).tolist()
+                cache.crop(-n)
+            return call
+
+        draft_ms = _median_ms(step(pair.draft, caches["draft"], 1, True), repeats, warmup, sync, clk)
+        verify = [_median_ms(step(pair.target, caches["target"], n, False), repeats, warmup, sync, clk)
+                  for n in range(1, k_max + 2)]
+    # plain autoregressive step and per-round overhead, measured on real rounds of the engine
+    prompt = ctx_ids[0].tolist()
+    n_tok = 64
+    engine.run_request(prompt, None, 8)  # warm-up
+    plain = engine.run_request(prompt, None, n_tok)
+    t_ar = float(statistics.median(r.time_ms for r in plain.rounds))
+    verify[0] = t_ar
+    resid = []
+    for k in (2, 4):
+        res = engine.run_request(prompt, k, n_tok)
+        for r in res.rounds:
+            if r.drafted > 0:
+                resid.append(r.time_ms - (r.drafted * draft_ms + verify[r.drafted]))
+    overhead = max(0.0, float(statistics.median(resid))) if resid else 0.0
+    return CostProfile(
+        name=name, draft_ms=round(draft_ms, 4), verify_ms=tuple(round(v, 4) for v in verify),
+        round_overhead_ms=round(overhead, 4), source="measured",
+        description=description or (f"measured by specgym profile: draft {portable_name(pair.draft_name)}, target "
+                                    f"{portable_name(pair.target_name)} ({pair.dtypes}), context {context} "
+                                    f"tokens, medians of {repeats} calls"),
+        hardware={**hardware_description(str(dev), pair.dtypes), "clock": clock, "packed_linears": pair.packed},
+    )

@@ -1,0 +1,344 @@
+"""Record workload traces from a real draft/target pair (``specgym record``).
+
+For each prompt the target generates the completion (with the live engine at a fixed K: speculative decoding is
+exact, so the completion is distributed as the target's own; greedy completions are the target's greedy ones),
+then ONE teacher-forced forward of each model over ``prompt + completion`` yields every trace column at once
+(the columns of :mod:`specgym.envs.workloads.trace_format`; every value at position ``i`` uses the correct prefix):
+
+* greedy (T = 0): ``p_accept[i] = 1`` if the draft's argmax equals the target's token ``i``, else 0;
+* sampling (T > 0): with ``p = softmax(target/T)`` and ``q = softmax(draft/T)``: ``p_accept = sum_x min(p, q)``;
+* ``draft_conf`` and ``draft_entropy`` by :func:`~specgym.envs.engines.draft_stats.draft_stats`, the live engine's
+  definition (sampling draws the proposed token from ``q``, seeded), so replayed and live features have the same
+  distribution; ``target_entropy = H(p)``.
+
+Prompts file: JSON Lines, one object per line: ``{"prompt": str, "id"?: str, "category"?: str,
+"max_new_tokens"?: int, "temperature"?: float}``; blank lines are skipped; errors name the line.
+
+Resuming: finished requests are appended to ``<out>.partial.jsonl`` as they complete (one JSON line each, after a
+header line with the recording settings). Re-running the same command skips them; the final Parquet file is
+written atomically and the partial file removed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from specgym.envs.core.cost import CostProfile
+from specgym.envs.engines.draft_stats import draft_stats
+from specgym.envs.engines.live_engine import LiveEngine, LivePair
+from specgym.envs.workloads.trace_format import Workload, save_workload, workload_from_requests
+from specgym.errors import SpecgymError
+from specgym.io import sha256_file
+from specgym.paths import portable_name
+
+PARTIAL_SUFFIX = ".partial.jsonl"
+
+
+@dataclass
+class PromptSpec:
+    """One line of a prompts file."""
+
+    request_id: str
+    text: str
+    category: str = "prompt"
+    max_new_tokens: int | None = None
+    temperature: float | None = None
+
+
+def read_prompts(path: str | Path) -> list[PromptSpec]:
+    """Parse a JSONL prompts file; any defect raises a one-line error naming the file and line."""
+    path = Path(path)
+    if not path.exists():
+        raise SpecgymError(f"{path}: prompts file not found")
+    out: list[PromptSpec] = []
+    seen: set[str] = set()
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SpecgymError(f"{where}: not valid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                raise SpecgymError(f"{where}: expected a JSON object with a 'prompt' field")
+            text = obj.get("prompt")
+            if not isinstance(text, str) or not text:
+                raise SpecgymError(f"{where}: field 'prompt' must be a non-empty string")
+            rid = str(obj.get("id", f"p{len(out):05d}"))
+            if rid in seen:
+                raise SpecgymError(f"{where}: duplicate id {rid!r}")
+            seen.add(rid)
+            cat = obj.get("category", "prompt")
+            if not isinstance(cat, str):
+                raise SpecgymError(f"{where}: field 'category' must be a string")
+            mnt = obj.get("max_new_tokens")
+            if mnt is not None and (isinstance(mnt, bool) or not isinstance(mnt, int) or mnt < 1):
+                raise SpecgymError(f"{where}: field 'max_new_tokens' must be an integer >= 1, got {mnt!r}")
+            temp = obj.get("temperature")
+            if temp is not None and (isinstance(temp, bool) or not isinstance(temp, (int, float)) or temp < 0
+                                     or not math.isfinite(temp)):
+                raise SpecgymError(f"{where}: field 'temperature' must be a number >= 0, got {temp!r}")
+            out.append(PromptSpec(rid, text, cat, mnt, None if temp is None else float(temp)))
+    if not out:
+        raise SpecgymError(f"{path}: no prompts")
+    return out
+
+
+def parse_length(text: str | int) -> tuple[int, int]:
+    """``"200"`` -> (200, 200); ``"128-256"`` -> (128, 256) (each request draws its length from the range)."""
+    s = str(text)
+    try:
+        if "-" in s:
+            lo, hi = (int(v) for v in s.split("-", 1))
+        else:
+            lo = hi = int(s)
+    except ValueError:
+        raise SpecgymError(f"--max-new-tokens: expected N or LO-HI, got {text!r}") from None
+    if lo < 1 or hi < lo:
+        raise SpecgymError(f"--max-new-tokens: need 1 <= LO <= HI, got {text!r}")
+    return lo, hi
+
+
+def parse_splits(text: str) -> tuple[float, float, float]:
+    """``"0.7,0.1,0.2"`` -> the train, val and test fractions (non-negative, summing to 1)."""
+    try:
+        parts = tuple(float(v) for v in str(text).split(","))
+    except ValueError:
+        raise SpecgymError(f"--splits: expected TRAIN,VAL,TEST fractions, got {text!r}") from None
+    if len(parts) != 3 or any(not math.isfinite(v) or v < 0 for v in parts) or abs(sum(parts) - 1.0) > 1e-6:
+        raise SpecgymError(f"--splits: need three fractions >= 0 summing to 1, got {text!r}")
+    return parts[0], parts[1], parts[2]
+
+
+def request_length(request_id: str, lo: int, hi: int, seed: int) -> int:
+    """Completion length of a request: a deterministic draw in [lo, hi] from (seed, request id)."""
+    if lo == hi:
+        return lo
+    rng = np.random.default_rng([seed & 0xFFFFFFFF, zlib.crc32(request_id.encode()), 17])
+    return int(rng.integers(lo, hi + 1))
+
+
+def trace_columns(draft, target, prompt_ids: Sequence[int], completion: Sequence[int], temperature: float,
+                  seed: int = 0, vocab: int | None = None) -> dict[str, np.ndarray]:
+    """Every per-position trace column of one request from one teacher-forced forward of each model."""
+    import torch
+
+    n = len(completion)
+    p_len = len(prompt_ids)
+    ids = torch.tensor([list(prompt_ids) + list(completion[:-1])], dtype=torch.long, device=target.device)
+    with torch.inference_mode():
+        t_logits = target(input_ids=ids).logits[0, p_len - 1 :].float()
+        d_logits = draft(input_ids=ids.to(draft.device)).logits[0, p_len - 1 :].float().to(t_logits.device)
+    if vocab is not None:
+        t_logits, d_logits = t_logits[:, :vocab], d_logits[:, :vocab]
+    tokens = torch.tensor(list(completion), dtype=torch.long, device=t_logits.device)
+    gen = None
+    if temperature > 0:
+        gen = torch.Generator(device=d_logits.device)
+        gen.manual_seed(int(seed))
+    d = draft_stats(d_logits, temperature, generator=gen)
+    lp = torch.log_softmax(t_logits / temperature if temperature > 0 else t_logits, -1)
+    p = lp.exp()
+    if temperature == 0:
+        p_accept = (d.tokens == tokens).float()
+    else:
+        p_accept = torch.minimum(p, d.probs).sum(-1).clamp(0.0, 1.0)
+    out = {
+        "p_accept": p_accept,
+        "draft_conf": d.conf,
+        "draft_entropy": d.entropy,
+        "target_entropy": (-(p * lp).sum(-1)).clamp_min(0.0),
+    }
+    assert out["p_accept"].shape[0] == n
+    return {k: v.cpu().numpy().astype(np.float32) for k, v in out.items()}
+
+
+def loop_share(completions: Sequence[Sequence[int]], tail: int = 64, max_period: int = 32) -> float:
+    """Share of completions whose last ``tail`` tokens repeat with a period <= ``max_period`` (greedy loops)."""
+    if not completions:
+        return float("nan")
+    return float(np.mean([is_looped(c, tail, max_period) for c in completions]))
+
+
+def is_looped(tokens: Sequence[int], tail: int = 64, max_period: int = 32) -> bool:
+    """True if the last ``tail`` tokens are periodic with some period <= ``max_period``."""
+    t = list(tokens)[-tail:]
+    if len(t) < tail:
+        return False
+    return any(all(t[j] == t[j - per] for j in range(per, len(t))) for per in range(1, max_period + 1))
+
+
+class Recorder:
+    """Generates completions and extracts traces for one pair.
+
+    Args:
+        pair: The loaded pair (:func:`specgym.envs.engines.live_engine.load_pair`).
+        gen_k: Fixed draft cap used to generate completions (exact speculative decoding; only speed depends on it).
+        k_max: Engine k_max (>= gen_k).
+    """
+
+    def __init__(self, pair: LivePair, gen_k: int = 4, k_max: int = 8):
+        self.pair = pair
+        self.engine = LiveEngine.from_pair(pair, k_max=max(k_max, gen_k))
+        self.gen_k = gen_k
+        self.trace_s = 0.0
+        self.gen_s = 0.0
+        self.positions = 0
+
+    def record(self, spec: PromptSpec, n: int, temperature: float, seed: int) -> dict[str, Any]:
+        """One request dict (``workload_from_requests`` format) plus its completion tokens."""
+        tok = self.pair.tokenizer
+        prompt_ids = tok(spec.text, add_special_tokens=False)["input_ids"]
+        if not prompt_ids:
+            raise SpecgymError(f"prompt {spec.request_id!r}: encodes to zero tokens")
+        rseed = (seed * 1_000_003 + zlib.crc32(spec.request_id.encode())) & 0x7FFFFFFF
+        t0 = time.perf_counter()
+        res = self.engine.run_request(prompt_ids, self.gen_k, n, temperature, seed=rseed,
+                                      request_id=spec.request_id, category=spec.category)
+        t1 = time.perf_counter()
+        cols = trace_columns(self.pair.draft, self.pair.target, prompt_ids, res.tokens, temperature,
+                             seed=rseed + 1, vocab=self.engine.vocab)
+        t2 = time.perf_counter()
+        self.gen_s += t1 - t0
+        self.trace_s += t2 - t1
+        self.positions += len(res.tokens)
+        return {"request_id": spec.request_id, "category": spec.category, "temperature": float(temperature),
+                "prompt_len": len(prompt_ids), "prompt_text": spec.text, "completion": res.tokens, **cols}
+
+
+def _load_partial(path: Path, header: dict) -> dict[str, dict]:
+    """Finished requests of an interrupted recording with the same settings (a truncated last line is ignored)."""
+    if not path.exists():
+        return {}
+    done: dict[str, dict] = {}
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    if not lines or not lines[0].strip():
+        return {}
+    try:
+        old = json.loads(lines[0])
+    except json.JSONDecodeError:
+        raise SpecgymError(f"{path}: unreadable partial recording header; delete the file to start over") from None
+    if old.get("header") != header:
+        raise SpecgymError(
+            f"{path}: an interrupted recording with different settings exists; delete it (or pass --restart)"
+        )
+    for line in lines[1:]:
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            break  # interrupted mid-write
+        done[rec["request_id"]] = rec
+    return done
+
+
+def record_workload(
+    pair: LivePair,
+    prompts: Sequence[PromptSpec],
+    out: str | Path,
+    max_new_tokens: str | int,
+    temperature: float,
+    profile: CostProfile,
+    name: str | None = None,
+    seed: int = 0,
+    gen_k: int = 4,
+    overwrite: bool = False,
+    restart: bool = False,
+    prompts_path: str | Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    extra: dict[str, Any] | None = None,
+    split_fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+) -> tuple[Workload, dict[str, Any]]:
+    """Record every prompt, resumably, and write the workload atomically.
+
+    Returns:
+        ``(workload, stats)``; stats holds counts, timings, trace positions/s and the greedy loop share.
+    """
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise SpecgymError(f"{out}: already exists (pass --force to overwrite)")
+    if temperature < 0 or not math.isfinite(temperature):
+        raise SpecgymError(f"--temperature must be >= 0, got {temperature}")
+    lo, hi = parse_length(max_new_tokens)
+    rec = Recorder(pair, gen_k=gen_k)
+    for spec in prompts:
+        n = spec.max_new_tokens or hi
+        plen = len(pair.tokenizer(spec.text, add_special_tokens=False)["input_ids"])
+        if plen + n > rec.engine.context:
+            raise SpecgymError(
+                f"prompt {spec.request_id!r}: {plen} prompt tokens + {n} new tokens exceed the models' context of "
+                f"{rec.engine.context}"
+            )
+    header = {"draft": pair.draft_name, "target": pair.target_name, "temperature": temperature,
+              "max_new_tokens": str(max_new_tokens), "seed": seed, "gen_k": gen_k,
+              "prompts": sha256_file(prompts_path)[:16] if prompts_path else len(prompts)}
+    partial = out.with_name(out.name + PARTIAL_SUFFIX)
+    if restart and partial.exists():
+        partial.unlink()
+    done = _load_partial(partial, header)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not partial.exists() or not done:
+        with open(partial, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"header": header}) + "\n")
+    t0 = time.perf_counter()
+    resumed = sum(1 for s in prompts if s.request_id in done)
+    with open(partial, "a", encoding="utf-8") as f:
+        for idx, spec in enumerate(prompts):
+            if spec.request_id not in done:
+                temp = temperature if spec.temperature is None else spec.temperature
+                n = spec.max_new_tokens or request_length(spec.request_id, lo, hi, seed)
+                r = rec.record(spec, n, temp, seed)
+                line = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in r.items()}
+                f.write(json.dumps(line) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+                done[spec.request_id] = line
+            if progress is not None:
+                progress(idx + 1, len(prompts))
+    wall = time.perf_counter() - t0
+    requests = []
+    completions = []
+    for spec in prompts:
+        d = dict(done[spec.request_id])
+        completions.append(d.pop("completion"))
+        requests.append(d)
+    stats = {
+        "requests": len(prompts),
+        "resumed": resumed,
+        "positions": int(sum(len(c) for c in completions)),
+        "wall_s": wall,
+        "generate_s": rec.gen_s,
+        "trace_s": rec.trace_s,
+        "trace_positions_per_s": rec.positions / rec.trace_s if rec.trace_s > 0 else float("nan"),
+        "end_to_end_positions_per_s": rec.positions / wall if wall > 0 and rec.positions else float("nan"),
+        "loop_share": loop_share(completions),
+        "loop_share_by_category": {c: loop_share([x for x, r in zip(completions, requests) if r["category"] == c])
+                                   for c in dict.fromkeys(r["category"] for r in requests)},
+        "mean_p_accept": float(np.mean(np.concatenate([np.asarray(r["p_accept"]) for r in requests]))),
+    }
+    source = {"kind": "recorded", "draft_model": portable_name(pair.draft_name),
+              "target_model": portable_name(pair.target_name), "temperature": temperature,
+              "max_new_tokens": str(max_new_tokens), "seed": seed, "generator": f"live engine, fixed K={gen_k}",
+              "device": pair.device, "dtype": pair.dtypes, "split_fractions": list(split_fractions),
+              "prompts": portable_name(prompts_path) if prompts_path else None}
+    wl = workload_from_requests(name or out.stem, source, profile, requests, split_seed=seed,
+                                split_fractions=split_fractions,
+                                extra={"loop_share": stats["loop_share"],
+                                       "loop_share_by_category": stats["loop_share_by_category"], **(extra or {})})
+    save_workload(wl, out, overwrite=overwrite)
+    partial.unlink()
+    return wl, stats

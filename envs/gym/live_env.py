@@ -1,0 +1,134 @@
+"""Gymnasium environment over the live engine: choose K each round while real models decode (``SpecDecodeLive-v1``).
+
+Same action space, observation (:class:`~specgym.envs.core.features.FeatureTracker`) and reward as the replay
+environment ``specgym/SpecDecode-v1``, but every step runs one real speculative-decoding round with the draft and
+target models. Use it to check a policy trained in replay against the real thing (sim-to-real), not to train:
+a live step costs milliseconds instead of microseconds.
+
+Round time (and so the reward ``produced - time_ms / t_AR``) comes from ``timing``: ``"profile"`` prices rounds
+with the cost profile (deterministic), ``"wall"``/``"cpu"`` measure them. ``t_AR`` is always the profile's.
+
+Registered by ``import specgym`` as ``specgym/SpecDecodeLive-v1`` (``nondeterministic=True``); heavy imports
+happen on construction.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from specgym.envs.core.cost import CostProfile, load_profile
+from specgym.envs.core.features import FeatureTracker, feature_bounds
+from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.errors import InvalidAction, SpecgymError
+from specgym.paths import MODELS_DIR, PROFILES_DIR
+
+if TYPE_CHECKING:
+    from specgym.envs.engines.live_engine import LiveRequest
+
+ENV_ID = "specgym/SpecDecodeLive-v1"
+
+
+class SpecDecodeLiveEnv(gym.Env):
+    """Choose the draft cap K of each round of live speculative decoding.
+
+    One episode is one prompt decoded to ``max_new_tokens`` tokens. ``reset(options={"prompt": text})`` decodes a
+    given prompt; otherwise a prompt is drawn with ``np_random`` from the configured list.
+
+    Action: ``Discrete(k_max - k_min + 1, start=k_min)``. Observation: as ``specgym/SpecDecode-v0``.
+    Reward: ``produced - time_ms / t_AR``. Info: the round's fields plus ``tokens`` (completion so far).
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 30}
+
+    @classmethod
+    def default_config(cls) -> dict[str, Any]:
+        """Every configuration key with its default (models default to the shipped pair)."""
+        return {
+            "draft": str(MODELS_DIR / "tinypair" / "draft"),
+            "target": str(MODELS_DIR / "tinypair" / "target"),
+            "prompts": ["def main():\n", "The import statement "],
+            "max_new_tokens": 128,
+            "temperature": 0.0,
+            "k_max": DEFAULT_K_MAX,
+            "k_min": 0,
+            "timing": "profile",
+            "profile": str(PROFILES_DIR / "cpu-tinypair.json"),
+            "device": "cpu",
+            "dtype": "float32",
+        }
+
+    def __init__(self, config: dict[str, Any] | None = None, render_mode: str | None = None, **overrides: Any):
+        self.config = self.default_config()
+        for c in (config or {}, overrides):
+            unknown = sorted(set(c) - set(self.config))
+            if unknown:
+                raise SpecgymError(f"unknown live env config key(s) {unknown}; valid: {sorted(self.config)}")
+            self.config.update(c)
+        self.render_mode = render_mode
+        cfg = self.config
+        from specgym.envs.engines.live_engine import LiveEngine, load_pair
+
+        prof = cfg["profile"]
+        self.profile = prof if isinstance(prof, CostProfile) else load_profile(prof)
+        timing = cfg["timing"]
+        if timing not in ("profile", "wall", "cpu"):
+            raise SpecgymError(f"timing must be 'profile', 'wall' or 'cpu', got {timing!r}")
+        self.pair = load_pair(cfg["draft"], cfg["target"], cfg["device"], cfg["dtype"])
+        self.k_max, self.k_min = int(cfg["k_max"]), int(cfg["k_min"])
+        if not 0 <= self.k_min <= self.k_max:
+            raise SpecgymError(f"k_min must be in [0, k_max={self.k_max}], got {self.k_min}")
+        self.engine = LiveEngine.from_pair(self.pair, k_max=self.k_max, profile=self.profile,
+                                           timing=self.profile if timing == "profile" else timing)
+        self.t_ar = self.profile.t_ar_ms
+        self.tracker = FeatureTracker(self.k_max)
+        low, high = feature_bounds("k")
+        self.observation_space = spaces.Box(low, high, dtype=np.float32)
+        self.action_space = spaces.Discrete(self.k_max - self.k_min + 1, start=self.k_min)
+        prompts = cfg["prompts"]
+        if isinstance(prompts, str):
+            from specgym.envs.engines.recorder import read_prompts
+
+            prompts = [p.text for p in read_prompts(prompts)]
+        if not prompts:
+            raise SpecgymError("live env: no prompts")
+        self.prompts = list(prompts)
+        self.req: LiveRequest | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Prefill a prompt; returns ``(observation, info)``."""
+        super().reset(seed=seed)
+        text = (options or {}).get("prompt")
+        if text is None:
+            text = self.prompts[int(self.np_random.integers(len(self.prompts)))]
+        ids = self.pair.tokenizer(text, add_special_tokens=False)["input_ids"]
+        sample_seed = int(self.np_random.integers(2**31))
+        self.req = self.engine.start(ids, int(self.config["max_new_tokens"]), float(self.config["temperature"]),
+                                     seed=sample_seed)
+        self.tracker.reset(self.req.context)
+        self.episode_time_ms = 0.0
+        return self.tracker.observation(), {"position": 0, "length": self.req.length, "prompt": text}
+
+    def step(self, action):
+        """Run one live round with draft cap ``action``; returns the Gymnasium 5-tuple."""
+        if self.req is None or self.req.done:
+            raise SpecgymError("call reset() before step() (the episode is over)")
+        if not self.action_space.contains(action):
+            raise InvalidAction(f"SpecDecodeLiveEnv: action {action!r} is not in {self.action_space}")
+        o = self.req.play(int(action))
+        self.tracker.update(o)
+        self.episode_time_ms += o.time_ms
+        reward = o.produced - o.time_ms / self.t_ar
+        info = {"planned_k": o.planned_k, "drafted": o.drafted, "accepted": o.accepted, "produced": o.produced,
+                "time_ms": o.time_ms, "position": self.req.position, "length": self.req.length,
+                "episode_time_ms": self.episode_time_ms, "tokens": list(self.req.result.tokens)}
+        return self.tracker.observation(), float(reward), o.done, False, info
+
+    def render(self) -> str | None:
+        """ANSI: the completion so far."""
+        if self.render_mode != "ansi" or self.req is None:
+            return None
+        return self.pair.tokenizer.decode(self.req.result.tokens)

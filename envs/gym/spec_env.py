@@ -1,0 +1,332 @@
+"""Gymnasium environments: choose the speculation length of each round (or stop drafting token by token).
+
+Two ids, registered by ``import specgym``:
+
+* ``specgym/SpecDecode-v1`` (:class:`SpecDecodeEnv`): one action per round, the draft cap K.
+* ``specgym/SpecDecodeToken-v1`` (:class:`SpecDecodeTokenEnv`): one action per draft token, continue or stop.
+
+Both replay a workload trace with :class:`~specgym.envs.engines.trace_engine.TraceEngine` and observe through
+:class:`~specgym.envs.core.features.FeatureTracker` (token mode also through
+:class:`~specgym.envs.core.features.TokenDecisionState`), the same code the exported controller runs in deployment.
+Configuration follows HighwayEnv: ``default_config()`` lists every key, ``configure(dict)`` or keyword arguments
+to ``gymnasium.make`` override them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from specgym.envs.core.cost import CostProfile, load_profile
+from specgym.envs.core.features import FeatureTracker, TokenDecisionState, feature_bounds, feature_table
+from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RoundOutcome, check_k_max
+from specgym.envs.engines.trace_engine import ReplayRequest, TraceEngine
+from specgym.envs.workloads.trace_format import Workload, cached_workload
+from specgym.errors import InvalidAction, SpecgymError
+from specgym.paths import default_workload_name
+
+
+class _ReplayEnvBase(gym.Env):
+    """Shared configuration, request sampling and reward bookkeeping of both replay environments."""
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 30}
+    mode = "k"
+
+    @classmethod
+    def default_config(cls) -> dict[str, Any]:
+        """Every configuration key with its default.
+
+        Keys:
+            workload: shipped workload name, path to a ``.parquet`` file, or a :class:`Workload` object.
+            split: ``train``/``val``/``test``/``all``: which requests episodes draw from.
+            profile: cost profile name/path/object; ``None`` = the workload's own.
+            k_max: largest draft cap (1..16).
+            k_min: smallest draft cap of the K-mode action space (0 allows plain autoregressive steps).
+            outcome_seed: seed of the replayed acceptance draws (common random numbers); ``None`` draws fresh
+                outcomes every episode from the env's ``np_random`` (only matters for sampled traces).
+        """
+        return {
+            "workload": default_workload_name(),
+            "split": "train",
+            "profile": None,
+            "k_max": DEFAULT_K_MAX,
+            "k_min": 0,
+            "outcome_seed": 0,
+        }
+
+    def __init__(self, config: dict[str, Any] | None = None, render_mode: str | None = None, **overrides: Any):
+        self.config = self.default_config()
+        self.configure(config or {})
+        self.configure(overrides)
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise SpecgymError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.render_mode = render_mode
+        self._build()
+
+    def configure(self, config: dict[str, Any]) -> None:
+        """Override configuration keys (unknown keys are an error); call ``reset`` afterwards."""
+        unknown = sorted(set(config) - set(self.default_config()))
+        if unknown:
+            raise SpecgymError(f"unknown env config key(s) {unknown}; valid: {sorted(self.default_config())}")
+        self.config.update(config)
+        if hasattr(self, "engine"):
+            self._build()
+
+    def _build(self) -> None:
+        cfg = self.config
+        wl = cfg["workload"]
+        self.workload = wl if isinstance(wl, Workload) else cached_workload(wl)
+        prof = cfg["profile"]
+        profile = prof if isinstance(prof, CostProfile) or prof is None else load_profile(prof)
+        self.k_max = check_k_max(cfg["k_max"])
+        self.k_min = int(cfg["k_min"])
+        if not 0 <= self.k_min <= self.k_max:
+            raise SpecgymError(f"k_min must be in [0, k_max={self.k_max}], got {self.k_min}")
+        seed = cfg["outcome_seed"]
+        self.engine = TraceEngine(self.workload, profile, self.k_max, seed=0 if seed is None else int(seed))
+        self.requests = self.workload.split_indices(cfg["split"])
+        self._id_index = {rid: i for i, rid in enumerate(self.workload.request_id.tolist())}
+        low, high = feature_bounds(self.mode)
+        self.observation_space = spaces.Box(low, high, dtype=np.float32)
+        self.tracker = FeatureTracker(self.k_max)
+        self.t_ar = self.engine.t_ar
+        self.req: ReplayRequest | None = None
+
+    def _pick_request(self, options: dict[str, Any] | None) -> int:
+        if options and "request" in options:
+            sel = options["request"]
+            if isinstance(sel, (int, np.integer)) and not isinstance(sel, bool):
+                if not 0 <= sel < self.workload.n_requests:
+                    raise SpecgymError(f"request index {sel} out of range [0, {self.workload.n_requests})")
+                return int(sel)
+            if sel not in self._id_index:
+                raise SpecgymError(f"unknown request id {sel!r} in workload {self.workload.name!r}")
+            return self._id_index[sel]
+        return int(self.requests[self.np_random.integers(len(self.requests))])
+
+    def _start(self, seed: int | None, options: dict[str, Any] | None) -> None:
+        super().reset(seed=seed)
+        r = self._pick_request(options)
+        outcome_seed = self.config["outcome_seed"]
+        if outcome_seed is None:
+            outcome_seed = int(self.np_random.integers(2**31))
+        self.req = self.engine.start(r, seed=outcome_seed)
+        self.request_index = r
+        self.tracker.reset(self.req.context)
+        self.episode_time_ms = 0.0
+        self.episode_tokens = 0
+
+    def _round_info(self, o: RoundOutcome) -> dict[str, Any]:
+        self.tracker.update(o)
+        self.episode_time_ms += o.time_ms
+        self.episode_tokens += o.produced
+        return {
+            "planned_k": o.planned_k,
+            "drafted": o.drafted,
+            "accepted": o.accepted,
+            "produced": o.produced,
+            "time_ms": o.time_ms,
+            "rewards": {"tokens": float(o.produced), "time": -o.time_ms / self.t_ar},
+        }
+
+    def _check_action(self, action: Any) -> int:
+        """The action as an ``int``; anything outside the action space raises :class:`InvalidAction`."""
+        space: Any = self.action_space
+        if type(action) is int:  # the common case, checked without numpy
+            if space.start <= action < space.start + space.n:
+                return action
+        elif space.contains(action):
+            return int(action)
+        raise InvalidAction(f"{type(self).__name__}: action {action!r} ({type(action).__name__}) is not in "
+                            f"{space} (integers {int(space.start)}..{int(space.start + space.n - 1)})")
+
+    def _reward(self, o: RoundOutcome) -> float:
+        return o.produced - o.time_ms / self.t_ar
+
+    def _base_info(self) -> dict[str, Any]:
+        assert self.req is not None
+        return {
+            "request": str(self.workload.request_id[self.request_index]),
+            "position": self.req.position,
+            "length": self.req.length,
+            "episode_time_ms": self.episode_time_ms,
+        }
+
+    def render(self) -> str | None:
+        """ANSI text: request, position and the time spent so far."""
+        if self.render_mode != "ansi" or self.req is None:
+            return None
+        return (f"{self.workload.request_id[self.request_index]}: {self.req.position}/{self.req.length} tokens, "
+                f"{self.episode_time_ms:.1f} ms")
+
+
+class SpecDecodeEnv(_ReplayEnvBase):
+    """Choose the draft length K of each speculative-decoding round.
+
+    ## Description
+    A small draft model proposes up to K tokens, the large target verifies them in one forward pass, and the round
+    produces the accepted prefix plus one token of the target's own. The environment replays a workload trace
+    (recorded from a real draft/target pair, or synthetic) under a hardware cost profile: the agent chooses K each
+    round and pays the round's time. One episode is one request.
+
+    ## Action Space
+    ``Discrete(k_max - k_min + 1, start=k_min)``: the draft cap K (default 0..8). K = 0 is a plain autoregressive
+    target step. The engine clips K to ``N - i - 1`` near the end of a request and reports the clipped value. An
+    action outside the space (``9``, ``-1``, ``2.7``) raises :class:`~specgym.errors.InvalidAction`.
+    Stable-baselines3 needs ``start=0``: wrap with :class:`~specgym.envs.gym.wrappers.SB3ActionWrapper`.
+
+    ## Observation Space
+    ``Box`` of float32 with finite bounds; every entry is computed from rounds already verified (never the
+    completion length or a future outcome):
+
+    {features}
+
+    ## Rewards
+    ``produced - time_ms / t_AR`` per round: tokens gained over plain decoding in the same time. The return of an
+    episode is ``N - T / t_AR``, so maximising it minimises the request's total time ``T``. ``info["rewards"]``
+    holds the two components (``tokens``, ``time``).
+
+    ## Starting State
+    Position 0 of a request drawn uniformly from the configured split with ``np_random``, or the one named by
+    ``reset(options={{"request": id_or_index}})``.
+
+    ## Episode End
+    Terminates when the request's completion is fully produced. Never truncated: every round produces at least
+    one token, so an episode of an N-token request lasts at most N steps.
+
+    ## Arguments
+    ``gymnasium.make("specgym/SpecDecode-v1", **config)`` or ``SpecDecodeEnv(config, render_mode=...)`` with the
+    keys of :meth:`default_config` (``workload``, ``split``, ``profile``, ``k_max``, ``k_min``, ``outcome_seed``);
+    ``configure(dict)`` changes them later (call ``reset`` afterwards). ``render_mode="ansi"`` renders text.
+
+    ## Info
+    ``planned_k``, ``drafted``, ``accepted``, ``produced``, ``time_ms`` of the round (simulated, never wall
+    clock), the reward components, and the request's id, position, length and elapsed simulated time.
+
+    ## Version History
+    * v1: feature version 3 (online-calibration and cost features); invalid actions raise instead of being clipped.
+    * v0: initial release (feature versions 1 and 2).
+    """
+
+    mode = "k"
+
+    def _build(self) -> None:
+        super()._build()
+        self.action_space = spaces.Discrete(self.k_max - self.k_min + 1, start=self.k_min)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start a new request; returns ``(observation, info)``."""
+        self._start(seed, options)
+        return self.tracker.observation(), self._base_info()
+
+    def step(self, action):
+        """Play one round with draft cap ``action``; returns the Gymnasium 5-tuple."""
+        if self.req is None or self.req.done:
+            raise SpecgymError("call reset() before step() (the episode is over)")
+        o = self.req.play(self._check_action(action))
+        info = self._round_info(o)
+        info.update(self._base_info())
+        return self.tracker.observation(), self._reward(o), o.done, False, info
+
+
+class SpecDecodeTokenEnv(_ReplayEnvBase):
+    """Decide after each draft token whether to keep drafting or to verify now.
+
+    ## Description
+    The rounds, rewards and episodes of :class:`SpecDecodeEnv` at token granularity. A decision is taken with
+    ``j`` tokens drafted in the current round, ``j = 0 .. cap - 1`` (cap = min(k_max, N - i - 1)); stopping at
+    ``j = 0`` is a plain autoregressive step, reaching the cap verifies automatically. Rounds where no draft is
+    possible (the last token) are played automatically and their reward is added to the step that led there.
+
+    ## Action Space
+    ``Discrete(2)``: 0 = stop drafting and verify, 1 = draft one more token. Anything else raises
+    :class:`~specgym.errors.InvalidAction`.
+
+    ## Observation Space
+    The round features of :class:`SpecDecodeEnv` (frozen at the round's start) followed by token features:
+
+    {features}
+
+    ``tok_room`` uses cap = k_max at the first decision of a round (a deployed controller learns the clipped cap
+    only with the first draft token).
+
+    ## Rewards
+    ``produced - time_ms / t_AR`` at each verification; 0 for decisions that continue drafting.
+
+    ## Starting State
+    As :class:`SpecDecodeEnv`: the first decision (``j = 0``) of a request's first round.
+
+    ## Episode End
+    Terminates when the request's completion is fully produced; never truncated.
+
+    ## Arguments
+    As :class:`SpecDecodeEnv` (``gymnasium.make("specgym/SpecDecodeToken-v1", **config)``).
+
+    ## Info
+    As :class:`SpecDecodeEnv`; round fields are present on steps that verified a round (``verified`` is True).
+
+    ## Version History
+    * v1: feature version 3; invalid actions raise (v0 treated any nonzero action other than 1 as "stop").
+    * v0: initial release (feature versions 1 and 2).
+    """
+
+    mode = "token"
+
+    def _build(self) -> None:
+        super()._build()
+        self.action_space = spaces.Discrete(2)
+        self.decisions = TokenDecisionState(self.k_max)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start a new request; returns ``(observation, info)`` at the first decision."""
+        self._start(seed, options)
+        self._auto_reward = 0.0
+        self._begin_round()
+        return self.decisions.observation(self.tracker), self._base_info()
+
+    def _begin_round(self) -> None:
+        """Open a round; play forced K = 0 rounds (no room to draft) without asking."""
+        req = self.req
+        assert req is not None
+        while not req.done and req.clip(self.k_max) == 0:
+            o = req.verify(0, 0)
+            self._round_info(o)
+            self._auto_reward += self._reward(o)
+        self._cap = req.clip(self.k_max) if not req.done else 0
+        self.decisions.begin_round()
+
+    def step(self, action):
+        """Continue (1) or stop (0); returns the Gymnasium 5-tuple."""
+        if self.req is None or self.req.done:
+            raise SpecgymError("call reset() before step() (the episode is over)")
+        dec = self.decisions
+        if self._check_action(action) == 1:
+            j = dec.drafted + 1
+            pos = self.req.position + j - 1
+            conf, ent = self.req.draft_features(pos)
+            dec.add(DraftStep(j, self._cap, pos, conf, ent))
+            if j < self._cap:
+                info = self._base_info()
+                info["verified"] = False
+                return dec.observation(self.tracker), 0.0, False, False, info
+        # A stop before the first draft token is a plain autoregressive step (K = 0), as a deployed controller
+        # would report it; otherwise the round's cap is the engine's clipped k_max.
+        o = self.req.verify(self._cap if dec.drafted > 0 else 0, dec.drafted)
+        info = self._round_info(o)
+        reward = self._reward(o) + self._auto_reward
+        self._auto_reward = 0.0
+        self._begin_round()
+        reward += self._auto_reward
+        self._auto_reward = 0.0
+        info.update(self._base_info())
+        info["verified"] = True
+        return dec.observation(self.tracker), reward, self.req.done, False, info
+
+
+SpecDecodeEnv.__doc__ = (SpecDecodeEnv.__doc__ or "").format(features=feature_table("k").replace("\n", "\n    "))
+SpecDecodeTokenEnv.__doc__ = (SpecDecodeTokenEnv.__doc__ or "").format(
+    features=feature_table("token").replace("\n", "\n    ")
+)

@@ -1,0 +1,448 @@
+"""The workload trace format: one self-describing Parquet file per workload.
+
+Layout: one row per request. Request columns are scalars (``request_id``, ``category``, ``temperature``,
+``prompt_len``, ``prompt_text``, ``split``); per-position columns (``p_accept``, ``draft_conf``, ``draft_entropy``,
+``target_entropy``) are ``list<float32>``, which Arrow stores flat with per-request offsets, so loading is a
+zero-copy view of one contiguous float array plus an offsets array. Workload metadata (name, source, generator
+parameters or model names, format version, cost profile, split seed) is JSON under the schema metadata key
+``specgym``.
+
+Every value at position ``i`` is computed with the correct prefix (prompt + the target's first ``i`` tokens):
+
+* ``p_accept[i]``: probability that a draft token proposed for position ``i`` is accepted. Greedy traces
+  (temperature 0): 1 if the draft's argmax equals the target's token, else 0. Sampled traces: the speculative
+  sampling acceptance ``sum_x min(p(x), q(x))`` of target distribution ``p`` and draft distribution ``q``.
+* ``draft_conf[i]``: the draft's probability of the token it proposes (greedy: its max probability; sampled: the
+  probability of a token drawn from ``q``).
+* ``draft_entropy[i]``: entropy of the draft distribution (nats); ``target_entropy[i]``: the target's, NaN if
+  unknown (synthetic traces).
+
+Replay draws ``u[i]`` uniformly per position and accepts iff ``u[i] < p_accept[i]``
+(:mod:`specgym.envs.engines.trace_engine`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from collections.abc import Sequence
+
+import numpy as np
+
+from specgym.envs.core.cost import CostProfile
+from specgym.errors import SpecgymError
+from specgym.io import atomic_path
+from specgym.paths import WORKLOADS_DIR
+
+FORMAT_VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+META_KEY = b"specgym"
+SPLITS = ("train", "val", "test")
+POSITION_COLUMNS = ("p_accept", "draft_conf", "draft_entropy", "target_entropy")
+REQUEST_COLUMNS = ("request_id", "category", "temperature", "prompt_len", "prompt_text", "split")
+SOURCE_KINDS = ("recorded", "synthetic")
+
+
+@dataclass
+class Workload:
+    """A set of requests with per-position acceptance and draft features.
+
+    Attributes:
+        name: Workload name (``speclane-mix``, ``tinypair-greedy``...).
+        source: ``{"kind": "synthetic", "generator": ..., "params": {...}}`` or
+            ``{"kind": "recorded", "draft_model": ..., "target_model": ..., ...}``.
+        profile: The cost profile the workload was recorded with (or generated for).
+        request_id: ``(R,)`` request identifiers (str).
+        category: ``(R,)`` category labels (str).
+        temperature: ``(R,)`` sampling temperature, 0 = greedy.
+        prompt_len: ``(R,)`` prompt lengths in tokens.
+        split: ``(R,)`` one of ``train``/``val``/``test``.
+        offsets: ``(R+1,)`` int64; request r owns positions ``offsets[r]:offsets[r+1]``.
+        p_accept: flat float32 acceptance probability (greedy: 0/1) per position.
+        draft_conf: flat float32 draft probability of its proposed token.
+        draft_entropy: flat float32 draft entropy (nats).
+        target_entropy: flat float32 target entropy (nats), NaN where absent.
+        prompt_text: optional per-request prompt text.
+        split_seed: seed the split assignment was drawn from.
+        extra: free-form metadata kept through a save/load round trip.
+    """
+
+    name: str
+    source: dict[str, Any]
+    profile: CostProfile
+    request_id: np.ndarray
+    category: np.ndarray
+    temperature: np.ndarray
+    prompt_len: np.ndarray
+    split: np.ndarray
+    offsets: np.ndarray
+    p_accept: np.ndarray
+    draft_conf: np.ndarray
+    draft_entropy: np.ndarray
+    target_entropy: np.ndarray
+    prompt_text: list[str] | None = None
+    split_seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # ----------------------------------------------------------------------------------------------- views
+    @property
+    def n_requests(self) -> int:
+        """Number of requests."""
+        return len(self.request_id)
+
+    @property
+    def n_positions(self) -> int:
+        """Total completion tokens over all requests."""
+        return int(self.offsets[-1])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """``(R,)`` completion lengths N."""
+        return np.diff(self.offsets)
+
+    @property
+    def is_synthetic(self) -> bool:
+        """True for generated (not recorded) workloads; shown as such everywhere."""
+        return self.source.get("kind") == "synthetic"
+
+    @property
+    def label(self) -> str:
+        """Name with a ``(synthetic)`` tag where it applies, for tables and plots."""
+        return f"{self.name} (synthetic)" if self.is_synthetic else self.name
+
+    def span(self, r: int) -> slice:
+        """Slice of the flat position arrays owned by request ``r``."""
+        return slice(int(self.offsets[r]), int(self.offsets[r + 1]))
+
+    def categories(self) -> list[str]:
+        """Distinct categories in first-seen order."""
+        return list(dict.fromkeys(self.category.tolist()))
+
+    def split_indices(self, split: str | None) -> np.ndarray:
+        """Indices of the requests in ``split`` (``None`` or ``all`` = every request)."""
+        if split in (None, "all"):
+            return np.arange(self.n_requests)
+        if split not in SPLITS:
+            raise SpecgymError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)} or all")
+        idx = np.flatnonzero(self.split == split)
+        if len(idx) == 0:
+            raise SpecgymError(f"workload {self.name!r} has no requests in split {split!r}")
+        return idx
+
+    def subset(self, indices: Sequence[int] | np.ndarray) -> Workload:
+        """A new workload holding only ``indices`` (in that order)."""
+        idx = np.asarray(indices, dtype=np.int64)
+        lengths = self.lengths[idx]
+        offsets = np.zeros(len(idx) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        gather = _gather_index(self.offsets, idx, offsets)
+        return replace(
+            self,
+            request_id=self.request_id[idx],
+            category=self.category[idx],
+            temperature=self.temperature[idx],
+            prompt_len=self.prompt_len[idx],
+            split=self.split[idx],
+            offsets=offsets,
+            p_accept=self.p_accept[gather],
+            draft_conf=self.draft_conf[gather],
+            draft_entropy=self.draft_entropy[gather],
+            target_entropy=self.target_entropy[gather],
+            prompt_text=None if self.prompt_text is None else [self.prompt_text[i] for i in idx],
+        )
+
+    def metadata(self) -> dict[str, Any]:
+        """The JSON metadata block stored in the Parquet schema."""
+        return {
+            "format_version": FORMAT_VERSION,
+            "name": self.name,
+            "source": self.source,
+            "profile": self.profile.to_dict(),
+            "split_seed": int(self.split_seed),
+            "extra": self.extra,
+        }
+
+
+def _gather_index(old_offsets: np.ndarray, idx: np.ndarray, new_offsets: np.ndarray) -> np.ndarray:
+    """Flat positions of the selected requests, concatenated (vectorised)."""
+    lengths = np.diff(new_offsets)
+    starts = np.repeat(old_offsets[idx] - new_offsets[:-1], lengths)
+    return np.arange(int(new_offsets[-1]), dtype=np.int64) + starts
+
+
+def assign_splits(n_requests: int, seed: int, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> np.ndarray:
+    """Deterministic train/val/test assignment by request (a seeded permutation cut by ``fractions``)."""
+    rng = np.random.default_rng([seed, 0x5B117])
+    perm = rng.permutation(n_requests)
+    n_val = int(round(n_requests * fractions[1]))
+    n_test = int(round(n_requests * fractions[2]))
+    if n_requests >= 3:
+        n_val, n_test = max(n_val, 1), max(n_test, 1)
+    out = np.full(n_requests, "train", dtype=object)
+    out[perm[:n_val]] = "val"
+    out[perm[n_val : n_val + n_test]] = "test"
+    return out
+
+
+def workload_from_requests(
+    name: str,
+    source: dict[str, Any],
+    profile: CostProfile,
+    requests: Sequence[dict[str, Any]],
+    split_seed: int = 0,
+    split_fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+    extra: dict[str, Any] | None = None,
+) -> Workload:
+    """Assemble a workload from per-request dicts.
+
+    Each dict holds ``request_id``, ``category``, ``temperature``, ``prompt_len``, optional ``prompt_text`` and
+    the per-position arrays ``p_accept``, ``draft_conf``, ``draft_entropy`` and optional ``target_entropy``.
+    Splits are assigned from ``split_seed`` unless every request carries a ``split``.
+    """
+    if not requests:
+        raise SpecgymError(f"workload {name!r}: no requests")
+    lengths = np.array([len(r["p_accept"]) for r in requests], dtype=np.int64)
+    offsets = np.zeros(len(requests) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+
+    def flat(col: str) -> np.ndarray:
+        parts = []
+        for r, n in zip(requests, lengths):
+            v = r.get(col)
+            parts.append(np.full(n, np.nan, np.float32) if v is None else np.asarray(v, dtype=np.float32))
+        return np.concatenate(parts).astype(np.float32, copy=False)
+
+    if all("split" in r for r in requests):
+        split = np.array([r["split"] for r in requests], dtype=object)
+    else:
+        split = assign_splits(len(requests), split_seed, split_fractions)
+    texts = [r.get("prompt_text") for r in requests]
+    wl = Workload(
+        name=name,
+        source=source,
+        profile=profile,
+        request_id=np.array([str(r["request_id"]) for r in requests], dtype=object),
+        category=np.array([str(r["category"]) for r in requests], dtype=object),
+        temperature=np.array([r["temperature"] for r in requests], dtype=np.float32),
+        prompt_len=np.array([r["prompt_len"] for r in requests], dtype=np.int32),
+        split=split,
+        offsets=offsets,
+        p_accept=flat("p_accept"),
+        draft_conf=flat("draft_conf"),
+        draft_entropy=flat("draft_entropy"),
+        target_entropy=flat("target_entropy"),
+        prompt_text=None if all(t is None for t in texts) else [t or "" for t in texts],
+        split_seed=split_seed,
+        extra=dict(extra or {}),
+    )
+    validate_workload(wl, where=f"workload {name!r}")
+    return wl
+
+
+# --------------------------------------------------------------------------------------------------- validation
+def validate_workload(wl: Workload, where: str) -> None:
+    """Check every invariant of the format; raise :class:`SpecgymError` naming ``where`` and the field."""
+    r = wl.n_requests
+    if r == 0:
+        raise SpecgymError(f"{where}: workload is empty (no requests)")
+    if wl.source.get("kind") not in SOURCE_KINDS:
+        raise SpecgymError(f"{where}: metadata field 'source.kind' must be one of {SOURCE_KINDS}")
+    off = wl.offsets
+    if off.ndim != 1 or len(off) != r + 1 or off[0] != 0 or np.any(np.diff(off) < 1):
+        raise SpecgymError(f"{where}: field 'offsets' inconsistent (every request needs >= 1 position)")
+    n = int(off[-1])
+    for col in POSITION_COLUMNS:
+        arr = getattr(wl, col)
+        if arr.dtype != np.float32 or arr.shape != (n,):
+            raise SpecgymError(f"{where}: field {col!r} has {arr.shape[0]} values, expected {n} float32")
+    for col in ("p_accept", "draft_conf", "draft_entropy"):
+        arr = getattr(wl, col)
+        if np.isnan(arr).any():
+            bad = _first_request(off, np.flatnonzero(np.isnan(arr))[0])
+            raise SpecgymError(f"{where}: field {col!r} contains NaN (request {wl.request_id[bad]!r})")
+    for col, lo, hi in (("p_accept", 0.0, 1.0), ("draft_conf", 0.0, 1.0)):
+        arr = getattr(wl, col)
+        bad_mask = (arr < lo) | (arr > hi)
+        if bad_mask.any():
+            k = int(np.flatnonzero(bad_mask)[0])
+            raise SpecgymError(
+                f"{where}: field {col!r} value {float(arr[k])!r} out of range [{lo}, {hi}] "
+                f"(request {wl.request_id[_first_request(off, k)]!r})"
+            )
+    for col in ("draft_entropy", "target_entropy"):
+        arr = getattr(wl, col)
+        if (arr < 0).any() or np.isinf(arr).any():
+            raise SpecgymError(f"{where}: field {col!r} must be finite and >= 0")
+    for col, arr in (("temperature", wl.temperature), ("prompt_len", wl.prompt_len)):
+        if len(arr) != r:
+            raise SpecgymError(f"{where}: field {col!r} has {len(arr)} values, expected {r}")
+    if not np.all(np.isfinite(wl.temperature)) or (wl.temperature < 0).any():
+        raise SpecgymError(f"{where}: field 'temperature' must be finite and >= 0")
+    if (wl.prompt_len < 0).any():
+        raise SpecgymError(f"{where}: field 'prompt_len' must be >= 0")
+    bad_split = set(wl.split.tolist()) - set(SPLITS)
+    if bad_split:
+        raise SpecgymError(f"{where}: field 'split' has unknown value(s) {sorted(bad_split)}; allowed {SPLITS}")
+    if len(set(wl.request_id.tolist())) != r:
+        raise SpecgymError(f"{where}: field 'request_id' has duplicates")
+
+
+def _first_request(offsets: np.ndarray, flat_index: int) -> int:
+    return int(np.searchsorted(offsets, flat_index, side="right") - 1)
+
+
+# ------------------------------------------------------------------------------------------------- read/write
+def _arrow():
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    return pa, pq
+
+
+def workload_to_table(wl: Workload):
+    """Arrow table of a workload (one row per request, list columns for positions)."""
+    pa, _ = _arrow()
+    offsets = pa.array(wl.offsets.astype(np.int32) if wl.n_positions < 2**31 else wl.offsets)
+    list_type = pa.list_ if offsets.type == pa.int32() else pa.large_list
+    cols = {
+        "request_id": pa.array(wl.request_id.tolist(), pa.string()),
+        "category": pa.array(wl.category.tolist(), pa.string()),
+        "temperature": pa.array(wl.temperature, pa.float32()),
+        "prompt_len": pa.array(wl.prompt_len, pa.int32()),
+        "prompt_text": (pa.array(wl.prompt_text, pa.string()) if wl.prompt_text is not None
+                        else pa.nulls(wl.n_requests, pa.string())),
+        "split": pa.array(wl.split.tolist(), pa.string()),
+    }
+    list_cls = pa.ListArray if list_type is pa.list_ else pa.LargeListArray
+    for col in POSITION_COLUMNS:
+        cols[col] = list_cls.from_arrays(offsets, pa.array(getattr(wl, col), pa.float32()))
+    table = pa.table(cols)
+    return table.replace_schema_metadata({META_KEY: json.dumps(wl.metadata()).encode()})
+
+
+def save_workload(wl: Workload, path: str | Path, overwrite: bool = False) -> Path:
+    """Validate and write ``wl`` to ``path`` atomically (zstd-compressed Parquet)."""
+    _, pq = _arrow()
+    path = Path(path)
+    validate_workload(wl, where=f"workload {wl.name!r}")
+    table = workload_to_table(wl)
+    with atomic_path(path, overwrite=overwrite) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+    return path
+
+
+def list_workloads() -> list[str]:
+    """Names of the shipped workloads."""
+    return sorted(p.stem for p in WORKLOADS_DIR.glob("*.parquet"))
+
+
+def resolve_workload_path(name_or_path: str | Path) -> Path:
+    """A shipped workload name (``speclane-mix``) or a path to a ``.parquet`` file."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    if path.suffix != ".parquet" and len(path.parts) == 1:
+        shipped = WORKLOADS_DIR / f"{name_or_path}.parquet"
+        if shipped.exists():
+            return shipped
+        raise SpecgymError(
+            f"unknown workload {str(name_or_path)!r}; shipped workloads: {', '.join(list_workloads()) or 'none'}"
+        )
+    raise SpecgymError(f"{path}: workload file not found")
+
+
+_CACHE: dict[tuple[str, float], Workload] = {}
+
+
+def cached_workload(name_or_path: str | Path) -> Workload:
+    """:func:`load_workload` once per process (keyed by resolved path and modification time)."""
+    path = resolve_workload_path(name_or_path).resolve()
+    key = (str(path), path.stat().st_mtime)
+    wl = _CACHE.get(key)
+    if wl is None:
+        wl = _CACHE[key] = load_workload(path)
+    return wl
+
+
+def load_workload(name_or_path: str | Path) -> Workload:
+    """Load and validate a workload; any defect raises a one-line :class:`SpecgymError` naming file and field."""
+    pa, pq = _arrow()
+    path = resolve_workload_path(name_or_path)
+    where = str(path)
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types for corrupt/truncated files
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+        raise SpecgymError(f"{where}: not a readable Parquet file ({why})") from None
+    raw_meta = (table.schema.metadata or {}).get(META_KEY)
+    if raw_meta is None:
+        raise SpecgymError(f"{where}: missing specgym metadata (not a specgym workload)")
+    try:
+        meta = json.loads(raw_meta)
+    except json.JSONDecodeError:
+        raise SpecgymError(f"{where}: specgym metadata is not valid JSON") from None
+    version = meta.get("format_version")
+    if version not in SUPPORTED_VERSIONS:
+        raise SpecgymError(f"{where}: unsupported format_version {version!r} (this specgym reads {SUPPORTED_VERSIONS})")
+    for key in ("name", "source", "profile"):
+        if key not in meta:
+            raise SpecgymError(f"{where}: metadata field {key!r} missing")
+    names = set(table.column_names)
+    for col in REQUEST_COLUMNS + POSITION_COLUMNS:
+        if col not in names:
+            raise SpecgymError(f"{where}: missing column {col!r}")
+    profile = CostProfile.from_dict(meta["profile"], where=f"{where}: metadata 'profile'")
+
+    def scalar(col: str, dtype) -> np.ndarray:
+        arr = table.column(col)
+        if arr.null_count:
+            raise SpecgymError(f"{where}: column {col!r} has null values")
+        try:
+            return arr.to_numpy().astype(dtype, copy=False)
+        except (TypeError, ValueError, pa.ArrowInvalid) as exc:
+            raise SpecgymError(f"{where}: column {col!r} has the wrong type ({exc})") from None
+
+    offsets_ref = None
+    flats: dict[str, np.ndarray] = {}
+    for col in POSITION_COLUMNS:
+        chunked = table.column(col)
+        if not (pa.types.is_list(chunked.type) or pa.types.is_large_list(chunked.type)):
+            raise SpecgymError(f"{where}: column {col!r} must be a list of float32, got {chunked.type}")
+        arr = chunked.combine_chunks() if chunked.num_chunks != 1 else chunked.chunk(0)
+        if arr.null_count:
+            raise SpecgymError(f"{where}: column {col!r} has null lists")
+        offs = arr.offsets.to_numpy().astype(np.int64)
+        values = arr.values
+        if not pa.types.is_floating(values.type):
+            raise SpecgymError(f"{where}: column {col!r} must hold floats, got {values.type}")
+        base = offs[0]
+        flat = values.slice(base, offs[-1] - base).to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+        offs = offs - base
+        if offsets_ref is None:
+            offsets_ref = offs
+        elif not np.array_equal(offs, offsets_ref):
+            raise SpecgymError(f"{where}: column {col!r} offsets differ from 'p_accept' (inconsistent lengths)")
+        flats[col] = flat
+    if offsets_ref is None:  # pragma: no cover - POSITION_COLUMNS is never empty
+        raise SpecgymError(f"{where}: no position columns")
+    prompt_col = table.column("prompt_text")
+    prompt_text = None if prompt_col.null_count == len(prompt_col) else [t or "" for t in prompt_col.to_pylist()]
+    wl = Workload(
+        name=str(meta["name"]),
+        source=dict(meta["source"]),
+        profile=profile,
+        request_id=scalar("request_id", object),
+        category=scalar("category", object),
+        temperature=scalar("temperature", np.float32),
+        prompt_len=scalar("prompt_len", np.int32),
+        split=scalar("split", object),
+        offsets=offsets_ref,
+        prompt_text=prompt_text,
+        split_seed=int(meta.get("split_seed", 0)),
+        extra=dict(meta.get("extra", {})),
+        **flats,
+    )
+    validate_workload(wl, where=where)
+    return wl

@@ -1,0 +1,1 @@
+"""One module per ``specgym`` subcommand; each registers its parsers through ``add_parser(subparsers)``."""

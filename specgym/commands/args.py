@@ -1,0 +1,64 @@
+"""Checked argument types for the CLI: a bad number is refused by argparse with one line naming the option."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+from specgym.envs.core.rounds import K_MAX_LIMIT
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (``specgym eval: error: ...``), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def int_range(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer in ``[lo, hi]``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"must be {_range(lo, hi)}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_range(lo: float | None = None, hi: float | None = None, lo_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        low_bad = lo is not None and (value <= lo if lo_open else value < lo)
+        if not math.isfinite(value) or low_bad or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"must be {_range(lo, hi, lo_open)}, got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def _range(lo: float | None, hi: float | None, lo_open: bool = False) -> str:
+    if lo is not None and hi is not None:
+        return f"in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+    if lo is not None:
+        return f"{'>' if lo_open else '>='} {lo:g}"
+    return f"<= {hi:g}"
+
+
+positive_int = int_range(1)
+nonneg_int = int_range(0)
+k_max_type = int_range(1, K_MAX_LIMIT)
+temperature_type = float_range(0.0)

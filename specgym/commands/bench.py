@@ -1,0 +1,53 @@
+"""``specgym bench``: speed benchmarks that print figures (and ratios to their targets)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from specgym.errors import SpecgymError
+from specgym.paths import default_workload_name
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``bench``."""
+    from specgym.eval.bench import DEFAULT_SECTIONS, SECTIONS
+
+    p = sub.add_parser("bench", help="speed benchmarks (env, replay, controllers, evaluation, live engine)")
+    p.add_argument("--workload", default=None, help="workload name or path (default: the default workload)")
+    p.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
+                   help=f"comma-separated, from: {','.join(SECTIONS)} (default: %(default)s)")
+    p.add_argument("--eval-requests", type=int, default=10_000,
+                   help="requests of synthetic speclane-mix for the evaluation-speed section (default %(default)s)")
+    p.add_argument("--policy", default=None, help="exported policy for the 'policy' section (name or folder)")
+    p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from specgym.envs.workloads.trace_format import resolve_workload_path
+    from specgym.eval.bench import SECTIONS, section
+
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = [s for s in sections if s not in SECTIONS]
+    if unknown or not sections:
+        raise SpecgymError(f"--sections: unknown section(s) {unknown}; choose from {','.join(SECTIONS)}")
+    if args.eval_requests < 1:
+        raise SpecgymError(f"--eval-requests must be >= 1, got {args.eval_requests}")
+    console = Console()
+    workload = args.workload or default_workload_name()
+    resolve_workload_path(workload)
+    figures: dict[str, Any] = {"workload": workload, "cpu_count": os.cpu_count()}
+    console.print(f"[bold]specgym bench[/bold] on workload {workload} ({os.cpu_count()} CPUs)")
+    for name in sections:
+        figures.update(section(name)(args, workload, console))
+    if args.json:
+        from specgym.io import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps(figures, indent=2, default=float) + "\n", overwrite=True)
+    return 0

@@ -1,0 +1,73 @@
+"""``specgym eval``: every controller on the same workload, one table and plots."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from specgym.commands.args import k_max_type, nonneg_int, positive_int
+from specgym.paths import default_workload_name
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``eval``."""
+    from specgym.baselines.registry import valid_specs_line
+    from specgym.envs.core.rounds import DEFAULT_K_MAX
+
+    p = sub.add_parser("eval", help="evaluate controllers against each other and the oracle")
+    p.add_argument("--workload", default=None, help="workload name or .parquet path (default: the default workload)")
+    p.add_argument("--controllers", default="all",
+                   help=f"comma-separated controller specs; {valid_specs_line()} (every baseline + fixed:1..k_max). "
+                        "Default: %(default)s")
+    p.add_argument("--split", default="test", choices=("train", "val", "test", "all"),
+                   help="which requests (default %(default)s)")
+    p.add_argument("--seed", type=nonneg_int, default=0,
+                   help="seed of the common random numbers (default %(default)s)")
+    p.add_argument("--k-max", type=k_max_type, default=DEFAULT_K_MAX,
+                   help="largest draft cap, 1..16 (default %(default)s)")
+    p.add_argument("--profile", default=None, help="cost profile override: name or JSON path (default: the "
+                                                   "workload's own)")
+    p.add_argument("--max-requests", type=positive_int, default=None,
+                   help="evaluate only the first N requests of the split (default: all)")
+    p.add_argument("--bootstrap", type=nonneg_int, default=2000,
+                   help="bootstrap resamples for the paired 95%% confidence intervals, 0 = none (default %(default)s)")
+    p.add_argument("--out", type=Path, default=None, help="report folder (default out/eval-WORKLOAD)")
+    p.add_argument("--force", action="store_true", help="replace an existing report folder")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.set_defaults(func=run_eval_command)
+
+
+def run_eval_command(args: argparse.Namespace) -> int:
+    """Handler of ``specgym eval`` (also used by ``specgym demo``)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from specgym.console import make_console
+    from specgym.envs.workloads.trace_format import cached_workload
+    from specgym.eval.harness import EvalConfig, evaluate, resolve_controllers
+    from specgym.eval.report import markdown_table, write_report
+    from specgym.io import refuse_overwrite
+
+    workload = args.workload or default_workload_name()
+    out = args.out or Path("out") / f"eval-{Path(workload).stem}"
+    refuse_overwrite(out, args.force)
+    cached_workload(workload)  # bad input fails here, before the progress bar starts
+    controllers = resolve_controllers(args.controllers, args.k_max)
+    cfg = EvalConfig(workload=workload, controllers=controllers, split=args.split, seed=args.seed,
+                     k_max=args.k_max, profile=args.profile, max_requests=args.max_requests,
+                     bootstrap=args.bootstrap)
+    console = make_console(stderr=True)
+    with Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+
+        def progress(name: str, n: int):
+            task = bar.add_task(name, total=n)
+            return lambda: bar.advance(task)
+
+        report = evaluate(cfg, progress)
+    write_report(report, out, overwrite=args.force, plots=not args.no_plots)
+    wl = report["workload"]
+    print(f"{wl['label']} — split {wl['split']}, {wl['requests']} requests, profile {report['profile']['name']}, "
+          f"seed {report['seed']}")
+    print(markdown_table(report))
+    print(f"\nreport: {out}/report.md  (json: report.json, plots: *.png)")
+    return 0

@@ -1,0 +1,262 @@
+"""Live subcommands: ``generate``, ``record`` and ``profile`` (a real draft/target pair).
+
+They need the ``hf`` extra (torch, transformers); heavy imports happen inside the handlers so ``specgym --help``
+stays fast, and every argument is checked before a model loads. Models default to the shipped default pair
+(:func:`specgym.paths.default_pair_name`). Every job sets torch to one thread unless ``--threads`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from specgym.commands.args import k_max_type, nonneg_int, positive_int, temperature_type
+from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.errors import SpecgymError
+from specgym.paths import MODELS_DIR, default_pair_name, pair_profile
+
+
+def _setup(args: argparse.Namespace) -> None:
+    """Threads, quiet transformers, offline hub."""
+    try:
+        import torch
+        import transformers
+    except ImportError as exc:
+        raise SpecgymError(f"this command needs the 'hf' extra (pip install 'specgym[hf]'): {exc}") from None
+    torch.set_num_threads(int(args.threads))
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def _pair_args(p: argparse.ArgumentParser) -> None:
+    pair = default_pair_name()
+    p.add_argument("--draft", default=None, help=f"draft model: local path or hub name (default: the shipped "
+                                                 f"{pair} pair)")
+    p.add_argument("--target", default=None, help=f"target model: local path or hub name (default: {pair})")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (default %(default)s)")
+    p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 for both models "
+                                                      "(default %(default)s)")
+    p.add_argument("--draft-dtype", default=None, help="the draft's dtype (default --dtype)")
+    p.add_argument("--target-dtype", default=None, help="the target's dtype (default --dtype)")
+    p.add_argument("--no-fast-kernels", action="store_true",
+                   help="do not pack float32 linear layers for multi-token forwards (CPU)")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default %(default)s)")
+
+
+def _check_pair_args(args: argparse.Namespace) -> None:
+    """Everything about the pair options that can be checked before loading a model."""
+    from specgym.envs.engines.live_engine import dtype_name
+
+    for opt in ("dtype", "draft_dtype", "target_dtype"):
+        if getattr(args, opt) is not None:
+            dtype_name(getattr(args, opt), f"--{opt.replace('_', '-')}")
+    if (args.draft is None) != (args.target is None):
+        raise SpecgymError("give both --draft and --target, or neither (the shipped pair)")
+    if not args.device.startswith(("cpu", "cuda")):
+        raise SpecgymError(f"--device {args.device!r}: expected cpu, cuda or cuda:N")
+
+
+def _pair_paths(args: argparse.Namespace) -> tuple[str, str, str]:
+    """(draft, target, pair name); the shipped default pair when neither was given."""
+    if args.draft is None:
+        name = default_pair_name()
+        return str(MODELS_DIR / name / "draft"), str(MODELS_DIR / name / "target"), name
+    return args.draft, args.target, Path(args.target).parent.name
+
+
+def _load_pair(args: argparse.Namespace):
+    from specgym.envs.engines.live_engine import load_pair
+
+    draft, target, _ = _pair_paths(args)
+    return load_pair(draft, target, device=args.device, dtype=args.dtype, draft_dtype=args.draft_dtype,
+                     target_dtype=args.target_dtype, fast_kernels=not args.no_fast_kernels)
+
+
+def _profile_or_none(args: argparse.Namespace):
+    """``--profile``, else the pair's shipped measured profile, else None (controllers get a placeholder)."""
+    from specgym.envs.core.cost import load_profile
+
+    if args.profile:
+        return load_profile(args.profile)
+    shipped = pair_profile(_pair_paths(args)[2])
+    return load_profile(shipped) if shipped else None
+
+
+# ----------------------------------------------------------------------------------------------------- generate
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Decode one prompt with speculative decoding; print text, K per round, acceptance and speedup."""
+    from specgym.baselines.registry import make_controller
+
+    _check_pair_args(args)
+    if args.k is not None and args.k > args.k_max:
+        raise SpecgymError(f"--k {args.k} is above --k-max {args.k_max}")
+    spec = f"fixed:{args.k}" if args.k is not None else args.controller
+    controller = make_controller(spec, args.k_max)  # a bad spec or policy fails before any model loads
+    profile = _profile_or_none(args)
+    _setup(args)
+    from specgym.envs.engines.live_engine import LiveEngine
+
+    pair = _load_pair(args)
+    engine = LiveEngine.from_pair(pair, k_max=args.k_max, profile=profile, timing=args.clock)
+    ids = pair.tokenizer(args.prompt, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise SpecgymError("--prompt encodes to zero tokens")
+    engine.check_request(len(ids), args.max_new_tokens)
+    # warm-up both paths so that the comparison is not skewed by first-call costs
+    engine.run_request(ids, controller, min(8, args.max_new_tokens), args.temperature, args.seed)
+    engine.run_plain(ids, min(8, args.max_new_tokens), args.temperature, args.seed)
+    spec_res = engine.run_request(ids, controller, args.max_new_tokens, args.temperature, args.seed,
+                                  stop_at_eos=args.stop_at_eos)
+    plain = engine.run_plain(ids, len(spec_res.tokens), args.temperature, args.seed)
+    text = pair.tokenizer.decode(spec_res.tokens)
+    speedup = plain.time_ms / spec_res.time_ms if spec_res.time_ms > 0 else float("nan")
+    if args.json:
+        print(json.dumps({
+            "text": text, "k_per_round": [r.planned_k for r in spec_res.rounds],
+            "drafted": spec_res.drafted, "accepted": spec_res.accepted, "acceptance": spec_res.acceptance,
+            "tokens": len(spec_res.tokens), "spec_ms": spec_res.time_ms, "plain_ms": plain.time_ms,
+            "speedup": speedup, "controller": controller.name,
+            "greedy_identical": plain.tokens == spec_res.tokens if args.temperature == 0 else None,
+        }))
+        return 0
+    print(args.prompt + text)
+    print("-" * 60)
+    print(f"controller {controller.name}; K per round: {' '.join(str(r.planned_k) for r in spec_res.rounds)}")
+    per_round = len(spec_res.tokens) / len(spec_res.rounds)
+    print(f"rounds {len(spec_res.rounds)}, drafted {spec_res.drafted}, accepted {spec_res.accepted} "
+          f"(acceptance {spec_res.acceptance:.2f}), mean tokens/round {per_round:.2f}")
+    print(f"speculative {spec_res.tokens_per_s:.1f} tok/s vs plain {plain.tokens_per_s:.1f} tok/s "
+          f"-> speedup {speedup:.2f}x (measured, {args.clock} clock, same pair, {len(spec_res.tokens)} tokens)")
+    if args.temperature == 0:
+        print(f"greedy output identical to plain decoding: {plain.tokens == spec_res.tokens}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------------- record
+def cmd_record(args: argparse.Namespace) -> int:
+    """Record a workload trace from a real pair."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from specgym.envs.core.cost import load_profile, save_profile
+    from specgym.envs.engines.profiler import measure_profile
+    from specgym.envs.engines.recorder import parse_length, parse_splits, read_prompts, record_workload
+
+    # every argument is checked before a model loads
+    _check_pair_args(args)
+    parse_length(args.max_new_tokens)
+    splits = parse_splits(args.splits)
+    if args.gen_k > args.k_max:
+        raise SpecgymError(f"--gen-k {args.gen_k} is above --k-max {args.k_max}")
+    prompts = read_prompts(args.prompts)
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise SpecgymError(f"{out}: already exists (pass --force to overwrite)")
+    profile = load_profile(args.profile) if args.profile else None
+    _setup(args)
+    pair = _load_pair(args)
+    if profile is None:
+        profile = measure_profile(pair, k_max=args.k_max, name=f"{out.stem}-measured", clock="cpu")
+    with Progress(TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  transient=False, disable=args.quiet) as bar:
+        task = bar.add_task("record", total=len(prompts))
+        wl, stats = record_workload(
+            pair, prompts, out, args.max_new_tokens, args.temperature, profile, name=args.name or out.stem,
+            seed=args.seed, gen_k=args.gen_k, overwrite=args.force, restart=args.restart, prompts_path=args.prompts,
+            progress=lambda i, n: bar.update(task, completed=i), split_fractions=splits,
+        )
+    if args.profile_out:
+        save_profile(profile, args.profile_out, overwrite=args.force)
+    print(f"wrote {out}: {wl.n_requests} requests, {wl.n_positions} positions "
+          f"({stats['resumed']} resumed); mean p_accept {stats['mean_p_accept']:.3f}; "
+          f"greedy loop share {stats['loop_share']:.2f}")
+    print(f"trace extraction {stats['trace_positions_per_s']:.0f} positions/s (teacher-forced forwards); "
+          f"end to end incl. generation {stats['end_to_end_positions_per_s']:.0f} positions/s")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------------ profile
+def cmd_profile(args: argparse.Namespace) -> int:
+    """Measure and save a cost profile."""
+    from specgym.envs.core.cost import save_profile
+    from specgym.envs.engines.profiler import measure_profile
+
+    _check_pair_args(args)
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise SpecgymError(f"{out}: already exists (pass --force to overwrite)")
+    _setup(args)
+    pair = _load_pair(args)
+    prof = measure_profile(pair, k_max=args.k_max, context=args.context, repeats=args.repeats, warmup=args.warmup,
+                           name=args.name or out.stem, clock=args.clock)
+    save_profile(prof, out, overwrite=args.force)
+    print(f"wrote {out}: draft {prof.draft_ms:.3f} ms, t_AR {prof.t_ar_ms:.3f} ms (cost ratio "
+          f"{prof.cost_ratio:.3f}), verify[k_max+1] {prof.verify_ms[-1]:.3f} ms, overhead "
+          f"{prof.round_overhead_ms:.3f} ms")
+    return 0
+
+
+def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``generate``, ``record`` and ``profile``."""
+    p = subparsers.add_parser("generate", help="speculative decoding of one prompt with a real pair")
+    _pair_args(p)
+    p.add_argument("--prompt", required=True, help="the prompt text")
+    p.add_argument("--controller", default="fixed:4",
+                   help="controller spec (fixed:K, assc, speclane, ppo:NAME, ...) or policy folder "
+                        "(default %(default)s)")
+    p.add_argument("--k", type=nonneg_int, default=None, help="shortcut for --controller fixed:K")
+    p.add_argument("--k-max", type=k_max_type, default=DEFAULT_K_MAX, help="largest draft cap (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=128, help="completion length (default %(default)s)")
+    p.add_argument("--temperature", type=temperature_type, default=0.0,
+                   help="0 = greedy, > 0 = exact speculative sampling (default %(default)s)")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="sampling seed (default %(default)s)")
+    p.add_argument("--profile", default=None, help="cost profile shown to cost-aware controllers "
+                                                   "(default: the pair's shipped cpu-PAIR profile)")
+    p.add_argument("--stop-at-eos", action="store_true", help="stop when the target emits EOS")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="time rounds by wall clock or by thread CPU time (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(func=cmd_generate)
+
+    p = subparsers.add_parser("record", help="record a workload trace from a real pair")
+    _pair_args(p)
+    p.add_argument("--prompts", required=True,
+                   help="JSON Lines, one object per line: prompt (text, required), id, category, max_new_tokens, "
+                        "temperature (optional); e.g. the shipped data/workloads/tinypair-prompts.jsonl")
+    p.add_argument("--max-new-tokens", default="128",
+                   help="N or LO-HI: completion length, or the range each request's length is drawn from "
+                        "(default %(default)s)")
+    p.add_argument("--temperature", type=temperature_type, default=0.0, help="0 = greedy (default %(default)s)")
+    p.add_argument("--out", required=True, help="the workload .parquet to write")
+    p.add_argument("--name", default=None, help="workload name (default: the output file's stem)")
+    p.add_argument("--profile", default=None, help="cost profile stored with the workload (default: measure one)")
+    p.add_argument("--profile-out", default=None, help="also save the profile used")
+    p.add_argument("--k-max", type=k_max_type, default=DEFAULT_K_MAX, help="engine cap (default %(default)s)")
+    p.add_argument("--gen-k", type=positive_int, default=4,
+                   help="fixed K used to generate completions: exact, so it changes speed only (default %(default)s)")
+    p.add_argument("--splits", default="0.8,0.1,0.1",
+                   help="train,val,test fractions of the requests (default %(default)s)")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="lengths, sampling and split seed (default %(default)s)")
+    p.add_argument("--force", action="store_true", help="overwrite --out")
+    p.add_argument("--restart", action="store_true", help="discard an interrupted recording instead of resuming")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_record)
+
+    p = subparsers.add_parser("profile", help="measure a cost profile of a real pair on this machine")
+    _pair_args(p)
+    p.add_argument("--out", required=True, help="the profile JSON to write")
+    p.add_argument("--name", default=None, help="profile name (default: the output file's stem)")
+    p.add_argument("--k-max", type=k_max_type, default=DEFAULT_K_MAX,
+                   help="price rounds up to this K (default %(default)s)")
+    p.add_argument("--context", type=positive_int, default=160,
+                   help="context length measured at (default %(default)s)")
+    p.add_argument("--repeats", type=positive_int, default=40, help="timed calls per figure (default %(default)s)")
+    p.add_argument("--warmup", type=nonneg_int, default=8, help="untimed calls first (default %(default)s)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall time, or thread CPU time (excludes preemption on a shared CPU; CPU device only)")
+    p.add_argument("--force", action="store_true", help="overwrite --out")
+    p.set_defaults(func=cmd_profile)
+
+
+#: ``specgym.cli`` registers subcommand modules through ``add_parser``.
+add_parser = add_live_subcommands

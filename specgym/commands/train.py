@@ -1,0 +1,78 @@
+"""``specgym train`` and ``specgym export``: PPO training runs and their deployable artifacts."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from specgym.commands.args import k_max_type, nonneg_int, positive_int
+from specgym.deps import require
+from specgym.errors import SpecgymError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``train`` and ``export``."""
+    p = sub.add_parser("train", help="train a PPO policy (stable-baselines3) on a workload's train split")
+    p.add_argument("--workload", default=None, help="workload name or .parquet path (default: the default workload)")
+    p.add_argument("--mode", choices=("k", "token"), default="k",
+                   help="k: choose K per round; token: continue/stop after each draft token (default %(default)s)")
+    p.add_argument("--timesteps", type=positive_int, default=None,
+                   help="total env steps; the run stops exactly there (default: the config's)")
+    p.add_argument("--k-max", type=k_max_type, default=None,
+                   help="largest draft cap, 1..16 (default: the config's, 8)")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="training seed (default %(default)s)")
+    p.add_argument("--out", type=Path, default=None, help="run folder (default runs/WORKLOAD-MODE)")
+    p.add_argument("--config", default=None, help="hyperparameter YAML (default training/configs/MODE.yaml)")
+    p.add_argument("--hyperparams", nargs="+", default=None, metavar="KEY=VALUE",
+                   help="override hyperparameters, e.g. learning_rate=1e-4 net_arch=[128,128]")
+    p.add_argument("--init-from", default=None, metavar="SPEC",
+                   help="behaviour-clone the actor from a baseline (e.g. confidence:0.4) before PPO "
+                        "(config key bc_init; 'none' disables a config's bc_init)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted/finished run in --out")
+    p.add_argument("--force", action="store_true", help="replace an existing run folder")
+    p.set_defaults(func=_train)
+
+    e = sub.add_parser("export", help="export a training run to a pickle-free policy artifact (npz + json)")
+    e.add_argument("run", type=Path, help="run folder written by 'specgym train'")
+    e.add_argument("--out", type=Path, default=None, help="artifact folder (default RUN/policy)")
+    e.add_argument("--which", choices=("best", "final"), default="best",
+                   help="best model by validation speedup (default) or the final one")
+    e.add_argument("--force", action="store_true", help="replace an existing artifact folder")
+    e.set_defaults(func=_export)
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    from specgym.training.config import parse_overrides
+
+    over = parse_overrides(args.hyperparams)
+    if args.k_max is not None:
+        over["k_max"] = args.k_max
+    if args.init_from is not None:
+        over["bc_init"] = None if args.init_from.lower() == "none" else args.init_from
+    return over
+
+
+def _train(args: argparse.Namespace) -> int:
+    require("train", "training")
+    from specgym.paths import default_workload_name
+    from specgym.training.ppo import TrainRequest, train
+
+    if args.resume and args.out is None:
+        raise SpecgymError("--resume needs --out RUN_FOLDER")
+    workload = args.workload or default_workload_name()
+    out = args.out or Path("runs") / f"{Path(workload).stem}-{args.mode}"
+    req = TrainRequest(workload=workload, mode=args.mode, out=out, timesteps=args.timesteps, seed=args.seed,
+                       config_file=args.config, overrides=_overrides(args), resume=args.resume,
+                       force=args.force)
+    train(req)
+    print(f"run folder: {out}  (summary.md, tensorboard: tensorboard --logdir {out.parent})")
+    return 0  # a policy below the best fixed K is reported in the summary (bold red), not as a failure
+
+
+def _export(args: argparse.Namespace) -> int:
+    require("train", "training")
+    from specgym.training.export import export_run
+
+    out = export_run(args.run, args.out, which=args.which, overwrite=args.force)
+    print(f"exported policy: {out}/policy.json + policy.npz (use it as ppo:{out})")
+    return 0

@@ -1,0 +1,97 @@
+"""``specgym workloads make|show|list``: synthetic workload generation and trace summaries."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from specgym.commands.args import nonneg_int, positive_int
+from specgym.envs.core.cost import list_profiles, load_profile
+from specgym.envs.workloads.synthetic import PRESETS, generate_workload
+from specgym.envs.workloads.trace_format import SPLITS, Workload, list_workloads, load_workload, save_workload
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``workloads``."""
+    p = sub.add_parser("workloads", help="make, show and list workload traces")
+    wsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    mk = wsub.add_parser("make", help="generate a synthetic workload (labelled synthetic)")
+    mk.add_argument("--preset", required=True, choices=sorted(PRESETS), help="synthetic family")
+    mk.add_argument("--requests", type=positive_int, default=2000, help="number of requests (default %(default)s)")
+    mk.add_argument("--seed", type=nonneg_int, default=0, help="generator seed (default %(default)s)")
+    mk.add_argument("--profile", default=None, help="cost profile name or path (default: the preset's)")
+    mk.add_argument("--name", default=None, help="workload name (default: the preset name)")
+    mk.add_argument("--out", required=True, type=Path, help="the .parquet file to write")
+    mk.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    mk.set_defaults(func=_make)
+
+    sh = wsub.add_parser("show", help="summarise a workload")
+    sh.add_argument("workload", help="shipped workload name or path to a .parquet file")
+    sh.set_defaults(func=_show)
+
+    ls = wsub.add_parser("list", help="list shipped workloads and cost profiles")
+    ls.set_defaults(func=_list)
+
+
+def _make(args: argparse.Namespace) -> int:
+    profile = load_profile(args.profile) if args.profile else None
+    wl = generate_workload(args.preset, args.requests, seed=args.seed, name=args.name, profile=profile)
+    save_workload(wl, args.out, overwrite=args.force)
+    print(f"wrote {args.out}: {wl.n_requests} requests, {wl.n_positions} tokens ({wl.label})")
+    return 0
+
+
+def summarize(wl: Workload) -> str:
+    """Human-readable summary: requests, tokens, categories, mean p_accept per category, split sizes."""
+    lines = [
+        f"workload  {wl.label}",
+        f"source    {_describe_source(wl.source)}",
+        f"profile   {wl.profile.name} ({wl.profile.source}): draft {wl.profile.draft_ms:g} ms, "
+        f"t_AR {wl.profile.t_ar_ms:g} ms, cost ratio {wl.profile.cost_ratio:.3f}",
+        f"requests  {wl.n_requests}    tokens {wl.n_positions}    length {int(wl.lengths.min())}-"
+        f"{int(wl.lengths.max())} (mean {wl.lengths.mean():.1f})",
+        "splits    " + "  ".join(f"{s} {int((wl.split == s).sum())}" for s in SPLITS),
+        "temperature " + ", ".join(f"{t:g}" for t in np.unique(wl.temperature)),
+        "",
+        f"{'category':<14}{'requests':>9}{'tokens':>10}{'p_accept':>10}{'conf':>8}{'entropy':>9}",
+    ]
+    req_of_pos = np.repeat(np.arange(wl.n_requests), wl.lengths)
+    for cat in wl.categories():
+        reqs = wl.category == cat
+        pos = reqs[req_of_pos]
+        lines.append(
+            f"{cat:<14}{int(reqs.sum()):>9}{int(pos.sum()):>10}{wl.p_accept[pos].mean():>10.3f}"
+            f"{wl.draft_conf[pos].mean():>8.3f}{wl.draft_entropy[pos].mean():>9.3f}"
+        )
+    return "\n".join(lines)
+
+
+def _describe_source(src: dict) -> str:
+    if src.get("kind") == "synthetic":
+        return f"SYNTHETIC ({src.get('generator')}, preset {src.get('preset')}, seed {src.get('seed')})"
+    return f"recorded: draft {src.get('draft_model')}, target {src.get('target_model')}"
+
+
+def _show(args: argparse.Namespace) -> int:
+    print(summarize(load_workload(args.workload)))
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    print("shipped workloads:")
+    for name in list_workloads():
+        wl = load_workload(name)
+        kind = "SYNTHETIC" if wl.is_synthetic else "recorded"
+        print(f"  {name:<22} {kind:<10} {wl.n_requests:>6} requests {wl.n_positions:>9,} tokens  "
+              f"profile {wl.profile.name}")
+    print("shipped cost profiles:")
+    for name in list_profiles():
+        p = load_profile(name)
+        print(f"  {name:<22} {p.source:<10} draft {p.draft_ms:g} ms, t_AR {p.t_ar_ms:g} ms, cost ratio "
+              f"{p.cost_ratio:.3f}")
+        if p.description:
+            print(f"  {'':<22} {p.description}")
+    return 0

@@ -1,0 +1,187 @@
+"""Stable-baselines3 callbacks of a PPO run: rollout metrics, validation, progress, critic warm-up.
+
+Tensorboard scalars (stable names, CleanRL style): ``specdec/*`` from training rollouts, ``eval/*`` from validation
+on the val split; SB3 adds its own ``train/*``, ``rollout/*`` and ``time/*``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from stable_baselines3.common.callbacks import BaseCallback
+
+from specgym.training.config import RunConfig
+from specgym.training.export import artifact_from_model
+from specgym.training.run_folder import RunFiles, save_checkpoint
+from specgym.training.validation import validate_policy
+
+
+class SpecDecMetricsCallback(BaseCallback):
+    """Logs ``specdec/*`` from the env's ``info`` of training rollouts (at each rollout end).
+
+    ``speedup_vs_ar`` = sum(N * t_AR) / sum(episode time) over episodes finished in the rollout; ``mean_k`` = mean
+    drafted tokens per round, ``mean_planned_k`` = mean cap, ``accept_len`` = produced / rounds, ``draft_waste`` =
+    (drafted - accepted) / drafted (the metrics of :mod:`specgym.eval.metrics`).
+    """
+
+    def __init__(self, t_ar: float):
+        super().__init__()
+        self.t_ar = t_ar
+        self._reset_sums()
+
+    def _reset_sums(self) -> None:
+        self.rounds = self.planned = self.drafted = self.accepted = self.produced = 0
+        self.ep_tokens = 0
+        self.ep_time = 0.0
+        self.episodes = 0
+
+    def _on_step(self) -> bool:
+        for info, done in zip(self.locals["infos"], self.locals["dones"]):
+            if "drafted" in info:
+                self.rounds += 1
+                self.planned += info["planned_k"]
+                self.drafted += info["drafted"]
+                self.accepted += info["accepted"]
+                self.produced += info["produced"]
+            if done:
+                self.episodes += 1
+                self.ep_tokens += info["length"]
+                self.ep_time += info["episode_time_ms"]
+        return True
+
+    def _on_rollout_end(self) -> None:
+        rec = self.logger.record
+        if self.rounds:
+            rec("specdec/mean_k", self.drafted / self.rounds)
+            rec("specdec/mean_planned_k", self.planned / self.rounds)
+            rec("specdec/accept_len", self.produced / self.rounds)
+            rec("specdec/draft_waste", (self.drafted - self.accepted) / max(self.drafted, 1))
+        if self.episodes:
+            rec("specdec/speedup_vs_ar", self.ep_tokens * self.t_ar / self.ep_time)
+            rec("specdec/throughput_tok_s", self.ep_tokens / self.ep_time * 1000.0)
+            rec("specdec/episodes", self.episodes)
+        self._reset_sums()
+
+
+class ValidationCallback(BaseCallback):
+    """Every ``eval_freq`` timesteps: evaluate the current policy on the val split, log ``eval/*``, keep the best.
+
+    The policy is exported in memory (the same :class:`~specgym.agents.policy_controller.PolicyController` that
+    ships) and run by :func:`specgym.eval.harness.evaluate` with the best fixed K and SpecLane as references. The
+    best model by ``speedup_vs_best_fixed`` is saved to ``best_model.zip`` + ``best_vecnormalize.pkl``.
+
+    Args:
+        run: The run folder.
+        cfg: The run's configuration.
+        workload: The training workload (validation uses its val split).
+        state: The run's state dict (``best``, ``val_history`` and ``last_eval_step`` are kept there).
+        console: A rich console for the one-line report of each validation.
+        at_start: Also validate before the first update (the behaviour-cloned policy).
+    """
+
+    def __init__(self, run: RunFiles, cfg: RunConfig, workload: Any, state: dict[str, Any], console: Any,
+                 at_start: bool = False):
+        super().__init__()
+        self.run, self.cfg, self.workload, self.state, self.console = run, cfg, workload, state, console
+        self.freq = int(cfg.ppo.eval_freq)
+        self.at_start = at_start
+        self.last = int(state.get("last_eval_step", -1))
+        self.history: list[dict[str, Any]] = state.setdefault("val_history", [])
+
+    def _on_training_start(self) -> None:
+        if self.at_start:
+            self.evaluate_now()
+
+    def _on_step(self) -> bool:
+        if self.freq > 0 and self.num_timesteps - max(self.last, 0) >= self.freq:
+            self.evaluate_now()
+        return True
+
+    def evaluate_now(self) -> dict[str, Any]:
+        """Validate the current policy now (once per timestep count)."""
+        self.last = self.num_timesteps
+        vec = self.model.get_vec_normalize_env()
+        ppo = self.cfg.ppo
+        art = artifact_from_model(self.model, vec, self.cfg.mode, ppo.k_min, ppo.k_max)
+        t0 = time.perf_counter()
+        res = validate_policy(art, self.workload, "val", ppo.eval_max_requests)
+        for key in ("speedup_vs_best_fixed", "oracle_ratio", "throughput_tok_s", "speedup_vs_speclane",
+                    "speedup_vs_confidence", "mean_k"):
+            if key in res:
+                self.logger.record(f"eval/{key}", res[key])
+        res["timesteps"] = self.num_timesteps
+        self.history.append({k: res[k] for k in ("timesteps", "speedup_vs_best_fixed", "throughput_tok_s")})
+        best = self.state.get("best")
+        if best is None or res["speedup_vs_best_fixed"] > best["speedup_vs_best_fixed"]:
+            save_checkpoint(self.model, vec, self.run.best_model, self.run.best_vecnorm)
+            self.state["best"] = {k: res[k] for k in ("timesteps", "speedup_vs_best_fixed", "throughput_tok_s")}
+        self.state["last_eval_step"] = self.last
+        self.console.print(
+            f"  [{self.num_timesteps:>9,} steps] val: {res['throughput_tok_s']:.2f} tok/s, "
+            f"vs best fixed K={res['best_fixed_k']} {res['speedup_vs_best_fixed']:.3f}x, "
+            f"vs speclane {res['speedup_vs_speclane']:.3f}x"
+            + (f", vs confidence:0.4 {res['speedup_vs_confidence']:.3f}x" if "speedup_vs_confidence" in res else "")
+            + f", oracle ratio {res['oracle_ratio']:.3f} ({time.perf_counter() - t0:.1f} s)",
+            highlight=False)
+        return res
+
+
+class ProgressCallback(BaseCallback):
+    """A rich progress bar over the target timesteps (steps/s shown); stops the run exactly at the target.
+
+    SB3 collects whole rollouts; returning False from ``_on_step`` once ``total`` timesteps are reached ends
+    ``learn`` there (the unfinished rollout is not trained on), so a run does exactly what was asked.
+    """
+
+    def __init__(self, total: int, start: int, console: Any):
+        super().__init__()
+        self.total, self.start, self.console = total, start, console
+        self.bar: Any = None
+        self.task: Any = None
+
+    def _on_training_start(self) -> None:
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
+
+        self.bar = Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                            console=self.console, transient=True)
+        self.bar.start()
+        self.task = self.bar.add_task("train", total=self.total, completed=self.start, rate="")
+        self.t0, self.n0 = time.perf_counter(), self.start
+
+    def _on_step(self) -> bool:
+        if self.n_calls % 64 == 0:
+            rate = (self.num_timesteps - self.n0) / max(time.perf_counter() - self.t0, 1e-9)
+            self.bar.update(self.task, completed=min(self.num_timesteps, self.total), rate=f"{rate:,.0f} steps/s")
+        return self.num_timesteps < self.total
+
+    def _on_training_end(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+class CriticWarmupCallback(BaseCallback):
+    """Actor parameters frozen (critic-only PPO updates) until ``warmup`` timesteps (after behaviour cloning)."""
+
+    def __init__(self, warmup: int):
+        super().__init__()
+        self.warmup = int(warmup)
+
+    def _actor_params(self) -> list[Any]:
+        pol: Any = self.model.policy
+        return list(pol.mlp_extractor.policy_net.parameters()) + list(pol.action_net.parameters())
+
+    def _set(self, frozen: bool) -> None:
+        for p in self._actor_params():
+            p.requires_grad_(not frozen)
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:  # runs right before each PPO update
+        self._set(self.num_timesteps < self.warmup)
+
+    def _on_training_end(self) -> None:
+        self._set(False)

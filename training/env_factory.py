@@ -1,0 +1,71 @@
+"""The vectorised training environment of a PPO run: SB3's ``make_vec_env`` + ``VecNormalize``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from specgym.training.config import RunConfig
+from specgym.training.rewards import TokenShaping, TokenValueReward
+
+
+def env_config(run: RunConfig, workload: Any, split: str) -> dict[str, Any]:
+    """The env configuration of a run (the keys of :meth:`SpecDecodeEnv.default_config`)."""
+    return {"workload": workload, "split": split, "k_max": run.ppo.k_max, "k_min": run.ppo.k_min,
+            "outcome_seed": run.ppo.outcome_seed}
+
+
+def make_env_fn(run: RunConfig, workload: Any, split: str = "train") -> Callable[[], gym.Env]:
+    """A zero-argument env factory: the mode's env (+ ``SB3ActionWrapper`` in K mode) + the reward wrappers."""
+    from specgym.envs.gym.spec_env import SpecDecodeEnv, SpecDecodeTokenEnv
+    from specgym.envs.gym.wrappers import SB3ActionWrapper
+
+    cls = SpecDecodeEnv if run.mode == "k" else SpecDecodeTokenEnv
+    cfg = env_config(run, workload, split)
+    token_value = float(run.token_value_resolved)
+    shaping = list(run.ppo.shaping)
+
+    def make() -> gym.Env:
+        env: gym.Env = cls(cfg)
+        if run.mode == "k":
+            env = SB3ActionWrapper(env)
+        env = TokenValueReward(env, token_value)
+        if shaping and run.mode == "token":
+            env = TokenShaping(env, shaping, token_value, run.ppo.gamma)
+        return env
+
+    return make
+
+
+def make_training_env(run: RunConfig, workload: Any, seed: int, stats: Path | None = None) -> Any:
+    """``make_vec_env`` (DummyVecEnv, Monitor) wrapped in ``VecNormalize`` (loaded from ``stats`` on resume)."""
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from specgym.training.run_folder import load_vecnormalize
+
+    venv = make_vec_env(make_env_fn(run, workload), n_envs=run.ppo.n_envs, seed=seed)
+    if stats is not None:
+        vec = load_vecnormalize(stats, venv)
+        vec.training = True
+        return vec
+    norm = run.ppo.normalize
+    return VecNormalize(venv, norm_obs=norm.norm_obs, norm_reward=norm.norm_reward, clip_obs=norm.clip_obs,
+                        clip_reward=norm.clip_reward, gamma=run.ppo.gamma)
+
+
+class SpacesOnlyEnv(gym.Env):
+    """An env that only carries a model's spaces (``VecNormalize.load`` needs one to attach statistics to)."""
+
+    def __init__(self, model: Any):
+        self.observation_space = model.observation_space
+        self.action_space = model.action_space
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # pragma: no cover
+        raise NotImplementedError("statistics-only environment")
+
+    def step(self, action: Any):  # pragma: no cover
+        raise NotImplementedError("statistics-only environment")

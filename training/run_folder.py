@@ -1,0 +1,108 @@
+"""The run folder ``runs/NAME`` that ``specgym train`` writes, and how its files are saved and read.
+
+::
+
+    config.yaml            resolved hyperparameters + run identity (what reproduces the run)
+    model.zip              latest model (end of training, or the checkpoint written on Ctrl-C)
+    vecnormalize.pkl       its VecNormalize statistics (observation and reward normalisation)
+    best_model.zip         best model by validation speedup vs the best fixed K (+ best_vecnormalize.pkl)
+    state.json             status (running / interrupted / complete), timesteps done and target
+    summary.json/.md       final validation figures and an honest verdict against the best fixed K
+    tb/PPO_1/              tensorboard: SB3's scalars, specdec/* (training rollouts) and eval/* (validation)
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specgym.errors import SpecgymError
+from specgym.io import atomic_path, atomic_write_text
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """Paths inside a run folder."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def model(self) -> Path:
+        return self.root / "model.zip"
+
+    @property
+    def vecnorm(self) -> Path:
+        return self.root / "vecnormalize.pkl"
+
+    @property
+    def best_model(self) -> Path:
+        return self.root / "best_model.zip"
+
+    @property
+    def best_vecnorm(self) -> Path:
+        return self.root / "best_vecnormalize.pkl"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state.json"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def summary_md(self) -> Path:
+        return self.root / "summary.md"
+
+    @property
+    def tb(self) -> Path:
+        return self.root / "tb"
+
+
+def read_summary(run: RunFiles) -> dict[str, Any] | None:
+    """The run's ``summary.json`` (None before the run finished)."""
+    if not run.summary.is_file():
+        return None
+    return json.loads(run.summary.read_text())
+
+
+def read_state(run: RunFiles) -> dict[str, Any]:
+    """The run's ``state.json`` (empty before the run started)."""
+    return json.loads(run.state.read_text()) if run.state.is_file() else {}
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` as indented JSON, atomically."""
+    atomic_write_text(path, json.dumps(data, indent=1, default=float) + "\n", overwrite=True)
+
+
+def save_checkpoint(model: Any, vecnorm: Any, model_path: Path, stats_path: Path) -> None:
+    """Save a model and its VecNormalize statistics, each file atomically."""
+    buf = io.BytesIO()
+    model.save(buf)
+    with atomic_path(model_path, overwrite=True) as tmp:
+        tmp.write_bytes(buf.getvalue())
+    with atomic_path(stats_path, overwrite=True) as tmp:
+        vecnorm.save(str(tmp))
+
+
+def load_vecnormalize(stats_path: Path, venv: Any) -> Any:
+    """``VecNormalize.load`` of a run's statistics around ``venv`` (a clear error for a missing or foreign file)."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    if not stats_path.is_file():
+        raise SpecgymError(f"{stats_path}: missing (the run's VecNormalize statistics)")
+    try:
+        vec = VecNormalize.load(str(stats_path), venv)
+    except Exception as exc:  # unpickling errors come in many types
+        raise SpecgymError(f"{stats_path}: not VecNormalize statistics ({type(exc).__name__}: {exc})") from None
+    if not isinstance(vec, VecNormalize):
+        raise SpecgymError(f"{stats_path}: not VecNormalize statistics")
+    return vec

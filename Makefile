@@ -22,7 +22,9 @@ $(STAMP): pyproject.toml $(VENV)/.files
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[hf,train,test]" "$(TORCH)" --config-settings editable_mode=strict
+	@# PYTHONWARNINGS: setuptools prints a notice about the strict link tree (under build/) on every install
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e ".[hf,train,test]" "$(TORCH)" \
+		--config-settings editable_mode=strict
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -30,6 +30,7 @@ processors), the definition the live engine and the recorder use.
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -119,6 +120,14 @@ class ControllerCandidateGenerator(AssistedCandidateGenerator):
 
     def _prepare_generation_args(self, input_ids, min_new_tokens: int, max_new_tokens: int) -> dict:
         args = super()._prepare_generation_args(input_ids, min_new_tokens, max_new_tokens)
+        # one generation config carrying every generation parameter (transformers deprecates passing a config
+        # together with loose parameters), and the controller's token-level stop
+        config = copy.copy(args.pop("generation_config"))
+        config.min_new_tokens = args.pop("min_new_tokens")
+        config.max_new_tokens = args.pop("max_new_tokens")
+        if "use_cache" in self.assistant_kwargs:
+            config.use_cache = self.assistant_kwargs.pop("use_cache")
+        args["generation_config"] = config
         args["stopping_criteria"] = StoppingCriteriaList([_ControllerStop(self)])
         return args
 

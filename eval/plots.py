@@ -1,4 +1,12 @@
-"""PNG plots of an evaluation report (matplotlib, headless)."""
+"""PNG plots of an evaluation report (matplotlib, headless).
+
+* ``throughput.png``: throughput per controller with its paired 95% interval; fixed K, rule-based and learned
+  controllers in distinct colours (legend below the axes), the oracle and plain decoding as reference lines.
+* ``k_over_time.png``: small multiples, one row per adaptive controller and one column per category: the draft
+  length it chose along one request against the oracle's.
+* ``acceptance_by_category.png``: acceptance rate (accepted / drafted) per controller, one marker per category,
+  the trace's mean acceptance probability as a dashed line per category.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +18,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 PLOT_FILES = ("throughput.png", "k_over_time.png", "acceptance_by_category.png")
+KINDS = {"fixed": ("tab:gray", "fixed K"), "rule": ("tab:blue", "adaptive rule"),
+         "learned": ("tab:red", "learned policy")}
+CATEGORY_STYLE = [("tab:blue", "o"), ("tab:orange", "s"), ("tab:green", "^"), ("tab:purple", "D"),
+                  ("tab:brown", "v"), ("tab:pink", "P")]
 
 
 def _title(report: dict[str, Any], what: str) -> str:
@@ -19,73 +32,101 @@ def _title(report: dict[str, Any], what: str) -> str:
     return f"{what} — {wl['label']}, {wl['split']} split, profile {report['profile']['name']}"
 
 
-def plot_throughput(report: dict[str, Any], path: Path) -> None:
-    """Horizontal bars: throughput by controller, with the oracle and plain decoding as lines."""
+def _kind(row: dict[str, Any]) -> str:
+    spec = row["spec"]
+    if spec.startswith("fixed:"):
+        return "fixed"
+    return "learned" if spec.startswith("ppo") else "rule"
+
+
+def plot_throughput(report: dict[str, Any]) -> Figure:
+    """Horizontal bars: throughput by controller with 95% intervals, the oracle and plain decoding as lines."""
     rows = report["rows"][::-1]
-    names = [r["controller"] for r in rows]
-    vals = [r["throughput_tok_s"] for r in rows]
-    colors = ["tab:orange" if r["spec"].startswith("fixed:") else "tab:blue" for r in rows]
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(rows) + 1.8))
-    ax.barh(names, vals, color=colors)
+    ar_tps = 1000.0 / report["reference"]["t_ar_ms"]
+    fig, ax = plt.subplots(figsize=(8.5, 0.32 * len(rows) + 2.2))
+    y = np.arange(len(rows))
+    for kind, (color, label) in KINDS.items():
+        idx = [i for i, r in enumerate(rows) if _kind(r) == kind]
+        if not idx:
+            continue
+        vals = np.array([rows[i]["throughput_tok_s"] for i in idx])
+        err = None
+        cis = [(rows[i].get("ci95") or {}).get("speedup_vs_ar") for i in idx]
+        if all(c is not None for c in cis):
+            lo = np.array([c[0] for c in cis]) * ar_tps  # type: ignore[index]
+            hi = np.array([c[1] for c in cis]) * ar_tps  # type: ignore[index]
+            err = np.vstack([np.maximum(vals - lo, 0), np.maximum(hi - vals, 0)])
+        ax.barh(y[idx], vals, xerr=err, color=color, label=label, capsize=2, error_kw={"lw": 0.8})
+    ax.set_yticks(y, [r["controller"] for r in rows], fontsize=8)
     ax.axvline(report["oracle"]["throughput_tok_s"], color="k", ls="--", label="oracle (clairvoyant)")
-    ax.axvline(1000.0 / report["reference"]["t_ar_ms"], color="grey", ls=":", label="plain decoding")
-    ax.set_xlabel("throughput (tokens/s, simulated)")
+    ax.axvline(ar_tps, color="k", ls=":", label="plain decoding")
+    ax.set_xlabel("throughput (tokens/s, simulated from the cost profile); bars: paired bootstrap 95% interval")
     ax.set_title(_title(report, "Throughput"), fontsize=9)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fig.legend(loc="lower center", ncol=5, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig
 
 
-def plot_k_over_time(report: dict[str, Any], path: Path) -> None:
-    """Draft cap per round along one request per category: adaptive controllers against the oracle."""
+def plot_k_over_time(report: dict[str, Any]) -> Figure:
+    """Small multiples: the draft length each adaptive controller chose along one request per category."""
     traces = report["traces"]
     cats = list(traces)
-    fig, axes = plt.subplots(len(cats), 1, figsize=(9, 2.4 * len(cats) + 0.6), squeeze=False)
-    for ax, cat in zip(axes[:, 0], cats):
+    names = list(dict.fromkeys(n for t in traces.values() for n, r in t["controllers"].items() if r))
+    n_rows, n_cols = max(len(names), 1), max(len(cats), 1)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.2 * n_cols + 0.6, 1.05 * n_rows + 1.2), squeeze=False,
+                             sharey=True)
+    k_max = report["k_max"]
+    for col, cat in enumerate(cats):
         t = traces[cat]
         o = np.array(t["oracle"])
-        ax.step(o[:, 0], o[:, 1], where="post", color="k", lw=1.6, label="oracle")
-        for name, rounds in t["controllers"].items():
-            if not rounds:
-                continue
-            a = np.array(rounds)
-            ax.step(a[:, 0], a[:, 2], where="post", lw=0.9, alpha=0.8, label=name)
-        ax.set_ylabel("K (drafted)")
-        ax.set_title(f"{cat}: request {t['request_id']} ({t['length']} tokens)", fontsize=9)
-    axes[-1, 0].set_xlabel("completion position")
-    axes[0, 0].legend(fontsize=7, ncol=4, loc="upper right")
-    fig.suptitle(_title(report, "K over time"), fontsize=9)
+        for row, name in enumerate(names):
+            ax = axes[row, col]
+            ax.fill_between(o[:, 0], o[:, 1], step="post", color="0.82", lw=0)
+            rounds = t["controllers"].get(name)
+            if rounds:
+                a = np.array(rounds)
+                color = KINDS["learned" if name.startswith("ppo") else "rule"][0]
+                ax.step(a[:, 0], a[:, 2], where="post", lw=0.9, color=color)
+            ax.set_ylim(-0.3, k_max + 0.5)
+            ax.tick_params(labelsize=7)
+            if col == 0:
+                ax.set_ylabel(name, fontsize=7, rotation=0, ha="right", va="center")
+            if row == 0:
+                ax.set_title(f"{cat}: {t['request_id']} ({t['length']} tokens)", fontsize=8)
+        axes[-1, col].set_xlabel("completion position", fontsize=8)
+    fig.suptitle(_title(report, "Drafted tokens per round (line) against the oracle's K (grey)"), fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
-def plot_acceptance(report: dict[str, Any], path: Path) -> None:
-    """Acceptance rate (accepted / drafted) per category for each controller, and the trace's mean p_accept."""
-    cats = list(report["workload"]["mean_p_accept_by_category"])
-    rows = [r for r in report["rows"] if r["mean_k"] > 0]
-    width = 0.8 / (len(rows) + 1)
-    x = np.arange(len(cats))
-    fig, ax = plt.subplots(figsize=(max(7, 1.6 * len(cats) + 3), 4.2))
-    ax.bar(x, [report["workload"]["mean_p_accept_by_category"][c] for c in cats], width, color="k",
-           label="trace mean p_accept")
-    for i, r in enumerate(rows, start=1):
-        ax.bar(x + i * width, [r["categories"][c]["acceptance_rate"] for c in cats], width, label=r["controller"])
-    ax.set_xticks(x + 0.4 - width / 2, cats)
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("acceptance rate (accepted / drafted)")
+def plot_acceptance(report: dict[str, Any]) -> Figure:
+    """Acceptance rate per controller, one marker per category; the trace's mean p_accept as dashed lines."""
+    means = report["workload"]["mean_p_accept_by_category"]
+    cats = list(means)
+    rows = [r for r in report["rows"] if r["mean_k"] > 0][::-1]
+    fig, ax = plt.subplots(figsize=(8.5, 0.3 * len(rows) + 2.2))
+    y = np.arange(len(rows))
+    for i, cat in enumerate(cats):
+        color, marker = CATEGORY_STYLE[i % len(CATEGORY_STYLE)]
+        ax.scatter([r["categories"][cat]["acceptance_rate"] for r in rows], y, color=color, marker=marker, s=22,
+                   label=f"{cat}", zorder=3)
+        ax.axvline(means[cat], color=color, ls="--", lw=0.9, label=f"{cat}: trace mean p_accept")
+    ax.set_yticks(y, [r["controller"] for r in rows], fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.grid(axis="x", lw=0.4, alpha=0.5)
+    ax.set_xlabel("acceptance rate (accepted / drafted)")
     ax.set_title(_title(report, "Acceptance per category"), fontsize=9)
-    ax.legend(fontsize=6, ncol=3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fig.legend(loc="lower center", ncol=min(2 * len(cats), 6), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig
 
 
 def write_plots(report: dict[str, Any], folder: Path) -> list[Path]:
     """All plots into ``folder``; returns their paths."""
-    paths = [folder / name for name in PLOT_FILES]
-    plot_throughput(report, paths[0])
-    plot_k_over_time(report, paths[1])
-    plot_acceptance(report, paths[2])
+    paths = []
+    for name, plot in zip(PLOT_FILES, (plot_throughput, plot_k_over_time, plot_acceptance)):
+        fig = plot(report)
+        fig.savefig(folder / name, dpi=110)
+        plt.close(fig)
+        paths.append(folder / name)
     return paths

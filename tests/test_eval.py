@@ -112,3 +112,29 @@ def test_existing_report_folder_is_not_overwritten(small_report, capsys):
     assert main(["eval", "--workload", "assc-regimes", "--max-requests", "5", "--out", str(small_report)]) == 2
     assert "already exists" in capsys.readouterr().err
     assert (small_report / "report.json").read_text() == before
+
+
+def test_plots_stay_readable_with_every_controller(mix_workload):
+    """17+ series: legends sit outside the axes, categories (not controllers) carry the colours, one small panel
+    per adaptive controller and category for K over time."""
+    import matplotlib.pyplot as plt
+
+    from specgym.eval.plots import plot_acceptance, plot_k_over_time, plot_throughput
+
+    rep = evaluate(EvalConfig(workload=mix_workload, controllers="all", split="all", max_requests=30))
+    fig = plot_throughput(rep)
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    legend = fig.legends[0].get_window_extent()
+    assert not ax.get_window_extent().overlaps(legend)  # below the axes, never over bars
+    assert {t.get_text() for t in fig.legends[0].get_texts()} >= {"fixed K", "adaptive rule"}
+    plt.close(fig)
+    fig = plot_acceptance(rep)
+    cats = list(rep["workload"]["mean_p_accept_by_category"])
+    colours = {tuple(c.get_facecolor()[0]) for c in fig.axes[0].collections}
+    assert len(colours) == len(cats)  # one colour (and marker) per category, whatever the number of controllers
+    plt.close(fig)
+    fig = plot_k_over_time(rep)
+    adaptive = [r for r in rep["rows"] if not r["spec"].startswith("fixed:")]
+    assert len(fig.axes) == len(adaptive) * len(rep["traces"])
+    plt.close(fig)

@@ -89,3 +89,20 @@ def test_sampling_runs(toy):
                                    attention_mask=torch.ones_like(ids), max_new_tokens=30, do_sample=True,
                                    temperature=0.8, eos_token_id=None, pad_token_id=1)
     assert out.shape[1] == ids.shape[1] + 30 and sum(r.produced for r in rounds) == 30
+
+
+def test_no_deprecation_warning_from_transformers(toy, caplog):
+    """generate_with_controller passes one generation config (transformers deprecates config + loose arguments)."""
+    import logging
+
+    import transformers
+
+    tok, draft, target = toy
+    ids = torch.tensor([tok("abc")["input_ids"]])
+    transformers.logging.enable_propagation()
+    try:
+        with caplog.at_level(logging.WARNING):
+            generate_with_controller(target, draft, ids, make_controller("fixed:3", 8), **_kw(ids, 12))
+    finally:
+        transformers.logging.disable_propagation()
+    assert not [r for r in caplog.records if "deprecated" in r.getMessage()], [r.getMessage() for r in caplog.records]

@@ -146,3 +146,22 @@ def test_load_10k_requests_fast(tmp_path):
     wl = load_workload(path)
     assert wl.n_requests == 10_000
     assert time.perf_counter() - t0 < 5.0  # generous: a smoke bound, the benchmark reports the real figure
+
+
+def test_shipped_metadata_names_no_machine_paths():
+    """Shipped workloads and profiles name models and prompt files relative to the package, never by the absolute
+    path of the machine that built them."""
+    import json
+    import re
+
+    from specgym.envs.core.cost import list_profiles
+    from specgym.envs.workloads.trace_format import list_workloads
+    from specgym.paths import PROFILES_DIR
+
+    absolute = re.compile(r'"(/(?:work|root|home|tmp|Users)/[^"]*)"')
+    for name in list_workloads():
+        meta = json.dumps(load_workload(name).metadata())
+        assert not absolute.findall(meta), (name, absolute.findall(meta))
+    for name in list_profiles():
+        text = (PROFILES_DIR / f"{name}.json").read_text()
+        assert not re.findall(r"/(?:work|root|home|tmp|Users)/", text), name

@@ -231,3 +231,18 @@ def test_bc_init_clones_the_baseline_rule(tmp_path):
     assert state["val_history"][0]["timesteps"] == 0  # the clone itself was validated
     assert summary["val"]["speedup_vs_confidence"] > 0.97
     assert np.isfinite(summary["val"]["throughput_tok_s"])
+
+
+def test_run_stops_exactly_at_the_target_and_the_learning_rate_never_goes_negative(tmp_path, capsys):
+    """SB3 collects whole rollouts: the run stops at exactly --timesteps, the linear schedule is clamped at 0, and
+    the final validation is printed once."""
+    run = tmp_path / "exact"
+    assert main(["train", "--workload", "assc-regimes", "--timesteps", "3000", "--out", str(run), "--hyperparams",
+                 "n_envs=2", "n_steps=256", "batch_size=128", "eval_freq=1000", "eval_max_requests=5"]) == 0
+    state = json.loads((run / "state.json").read_text())
+    assert state["timesteps_done"] == 3000
+    lrs = [v for _, v in _scalars(run)["train/learning_rate"]]
+    assert lrs and min(lrs) >= 0.0
+    steps = [h["timesteps"] for h in state["val_history"]]
+    assert len(steps) == len(set(steps)) and max(steps) == 3000
+    assert capsys.readouterr().err.count("[    3,000 steps] val") == 1

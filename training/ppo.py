@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specgym.console import make_console
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text, sha256_file
 from specgym.training.config import PPOConfig, RunConfig, resolve_config
@@ -132,14 +133,13 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
         SpecgymError: Existing run folder without ``--force``/``--resume``, nothing to resume, bad config.
     """
     import torch
-    from rich.console import Console
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import CallbackList
 
     from specgym.training.callbacks import (CriticWarmupCallback, ProgressCallback, SpecDecMetricsCallback,
                                             ValidationCallback)
 
-    console = console or Console(stderr=True, quiet=req.quiet)
+    console = console or make_console(stderr=True, quiet=req.quiet)
     torch.set_num_threads(1)
     run = RunFiles(Path(req.out))
     if req.resume and req.force:

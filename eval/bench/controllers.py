@@ -79,11 +79,20 @@ def eval_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     from specgym.envs.workloads.synthetic import generate_workload
     from specgym.eval.harness import EvalConfig, evaluate
 
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     n = getattr(args, "eval_requests", 10_000)
     wl = generate_workload("speclane-mix", n, seed=0)
-    t0 = time.perf_counter()
-    evaluate(EvalConfig(workload=wl, controllers="all", split="all"))
-    dt = time.perf_counter() - t0
+    with Progress(TextColumn("eval section: {task.description:<20}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+
+        def progress(name: str, total: int):
+            task = bar.add_task(name, total=total)
+            return lambda: bar.advance(task)
+
+        t0 = time.perf_counter()
+        evaluate(EvalConfig(workload=wl, controllers="all", split="all"), progress)
+        dt = time.perf_counter() - t0
     target = TARGETS["eval_10k_s"] * n / 10_000
     print_table(console, "evaluation speed (all baselines + fixed 1..8 + oracle)", [
         (f"{n:,} requests of speclane-mix (synthetic)", f"{dt:.1f} s",

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from specgym.commands.args import positive_int
 from specgym.errors import SpecgymError
 from specgym.paths import default_workload_name
 
@@ -20,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", default=None, help="workload name or path (default: the default workload)")
     p.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
                    help=f"comma-separated, from: {','.join(SECTIONS)} (default: %(default)s)")
-    p.add_argument("--eval-requests", type=int, default=10_000,
+    p.add_argument("--eval-requests", type=positive_int, default=10_000,
                    help="requests of synthetic speclane-mix for the evaluation-speed section (default %(default)s)")
     p.add_argument("--policy", default=None, help="exported policy for the 'policy' section (name or folder)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
@@ -28,8 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
+    from specgym.console import make_console
     from specgym.envs.workloads.trace_format import resolve_workload_path
     from specgym.eval.bench import SECTIONS, section
 
@@ -37,9 +37,7 @@ def _run(args: argparse.Namespace) -> int:
     unknown = [s for s in sections if s not in SECTIONS]
     if unknown or not sections:
         raise SpecgymError(f"--sections: unknown section(s) {unknown}; choose from {','.join(SECTIONS)}")
-    if args.eval_requests < 1:
-        raise SpecgymError(f"--eval-requests must be >= 1, got {args.eval_requests}")
-    console = Console()
+    console = make_console()
     workload = args.workload or default_workload_name()
     resolve_workload_path(workload)
     figures: dict[str, Any] = {"workload": workload, "cpu_count": os.cpu_count()}

@@ -149,6 +149,8 @@ def cmd_record(args: argparse.Namespace) -> int:
     if args.gen_k > args.k_max:
         raise SpecgymError(f"--gen-k {args.gen_k} is above --k-max {args.k_max}")
     prompts = read_prompts(args.prompts)
+    if args.max_prompts is not None:
+        prompts = prompts[: args.max_prompts]
     out = Path(args.out)
     if out.exists() and not args.force:
         raise SpecgymError(f"{out}: already exists (pass --force to overwrite)")
@@ -223,6 +225,8 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prompts", required=True,
                    help="JSON Lines, one object per line: prompt (text, required), id, category, max_new_tokens, "
                         "temperature (optional); e.g. the shipped data/workloads/tinypair-prompts.jsonl")
+    p.add_argument("--max-prompts", type=positive_int, default=None,
+                   help="record only the first N prompts of the file (default: all)")
     p.add_argument("--max-new-tokens", default="128",
                    help="N or LO-HI: completion length, or the range each request's length is drawn from "
                         "(default %(default)s)")

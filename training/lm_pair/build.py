@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="artifacts and checkpoints (default %(default)s)")
     p.add_argument("--name", default="tinypair", help="the pair's folder under --models-dir (default %(default)s)")
     p.add_argument("--models-dir", type=Path, default=Path("data/models"), help="where 'export' writes")
-    p.add_argument("--vocab-size", type=int, default=4096)
+    p.add_argument("--vocab-size", type=int, default=4096, help="BPE vocabulary (default %(default)s)")
     p.add_argument("--tokenizer-from", type=Path, default=None,
                    help="stage 'tokenizer': copy this model folder's tokenizer instead of training one")
     p.add_argument("--target", default="6,256,4", help="target n_layer,n_embd,n_head (from scratch)")
@@ -60,18 +60,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="stage 'draft': distil from this model (default: the target checkpoint)")
     p.add_argument("--distill-alpha", type=float, default=0.7, help="weight of the KL term (default %(default)s)")
     p.add_argument("--no-distill", action="store_true", help="train the draft on cross-entropy only")
-    p.add_argument("--target-budget-min", type=float, default=78.0)
-    p.add_argument("--draft-budget-min", type=float, default=8.0)
-    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--target-budget-min", type=float, default=78.0,
+                   help="target training wall-clock budget, minutes (default %(default)s)")
+    p.add_argument("--draft-budget-min", type=float, default=8.0,
+                   help="draft training wall-clock budget, minutes (default %(default)s)")
+    p.add_argument("--batch", type=int, default=8, help="sequences per step (default %(default)s)")
     p.add_argument("--target-batch", type=int, default=None, help="target's batch (default --batch)")
-    p.add_argument("--block", type=int, default=512)
-    p.add_argument("--target-lr", type=float, default=1.5e-3)
-    p.add_argument("--draft-lr", type=float, default=3e-3)
+    p.add_argument("--block", type=int, default=512, help="tokens per sequence (default %(default)s)")
+    p.add_argument("--target-lr", type=float, default=1.5e-3, help="target peak learning rate (default %(default)s)")
+    p.add_argument("--draft-lr", type=float, default=3e-3, help="draft peak learning rate (default %(default)s)")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="training precision: bf16 autocast only where the CPU has native bf16 (auto)")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--log-file", type=Path, default=None)
-    p.add_argument("--prompts-per-category", type=int, default=200)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default %(default)s)")
+    p.add_argument("--log-file", type=Path, default=None, help="log file (default <work-dir>/train.log)")
+    p.add_argument("--prompts-per-category", type=int, default=200,
+                   help="stage 'prompts': prompts of each category (default %(default)s)")
     p.add_argument("--prompts-out", type=Path, default=None, help="held-out prompts JSONL (stage 'prompts'; "
                    "default <work-dir>/prompts.jsonl)")
     p.add_argument("--card-profile", type=Path, default=None, help="stage 'card': the pair's measured profile")

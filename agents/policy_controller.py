@@ -284,7 +284,7 @@ class PolicyController(Controller):
             self._std = np.sqrt(np.asarray(artifact.obs_var, np.float64) + artifact.epsilon)
         self._clip = float(artifact.clip_obs)
         self.tracker = FeatureTracker(self.k_max)
-        self.decisions = TokenDecisionState(self.k_max)
+        self.decisions = TokenDecisionState(self.tracker)
 
     # --- the network -------------------------------------------------------------------------------------
     def normalize(self, obs: np.ndarray) -> np.ndarray:
@@ -333,14 +333,14 @@ class PolicyController(Controller):
         if self.mode == "k":
             return self.k_min + self.act(self.tracker.observation())
         self.decisions.begin_round()
-        return 0 if self.act(self.decisions.observation(self.tracker)) == 0 else self.k_max
+        return 0 if self.act(self.decisions.observation()) == 0 else self.k_max
 
     def keep_drafting(self, step: DraftStep) -> bool:
         """Token mode: continue after draft token ``step.index``? (K mode: always.)"""
         if self.mode == "k":
             return True
         self.decisions.add(step)
-        return self.act(self.decisions.observation(self.tracker)) == 1
+        return self.act(self.decisions.observation()) == 1
 
     def observe(self, outcome: RoundOutcome) -> None:
         """Fold the verified round into the features."""

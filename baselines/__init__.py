@@ -7,6 +7,7 @@ from specgym.baselines.cumulative import CumulativeStop
 from specgym.baselines.entropy import EntropyStop
 from specgym.baselines.fixed import FixedK
 from specgym.baselines.hf_heuristic import HFHeuristic
+from specgym.baselines.marginal import MarginalStop
 from specgym.baselines.oracle import oracle_plan, oracle_times, run_lengths
 from specgym.baselines.registry import expand_specs, make_controller, register_prefix
 from specgym.baselines.speclane import SpecLane
@@ -20,6 +21,7 @@ __all__ = [
     "EntropyStop",
     "FixedK",
     "HFHeuristic",
+    "MarginalStop",
     "SpecLane",
     "UCBBandit",
     "expand_specs",

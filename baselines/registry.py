@@ -2,11 +2,12 @@
 
 Grammar: ``NAME`` or ``NAME:ARG`` (split at the first ``:``). Built in:
 ``fixed:K`` (0..k_max), ``assc``, ``speclane[:ratio]``, ``hf-heuristic``, ``confidence[:TAU|:adaptive]``,
-``cumulative[:H]``, ``entropy[:LAM[:GAMMA]]``, ``ucb``, and ``ppo:NAME_OR_DIR`` (an exported policy: a shipped
-policy's name or a folder; a bare policy folder works too). ``all`` (in :func:`expand_specs`) = every baseline with
-its defaults plus ``fixed:1..fixed:k_max``. ``assc`` gets the range [2, k_max] (the write-up's [2, 8] is its example
-for k_max = 8); the other adaptive baselines cap at the request's ``ctx.k_max``. Users add their own prefixes with
-:func:`register_prefix`. Every bad spec raises :class:`SpecgymError` with one line listing the valid forms.
+``cumulative[:H]``, ``entropy[:LAM[:GAMMA]]``, ``ucb``, ``marginal[:THRESHOLD]``, and ``ppo:NAME_OR_DIR`` (an
+exported policy: a shipped policy's name or a folder; a bare policy folder works too). ``all`` (in
+:func:`expand_specs`) = every baseline with its defaults plus ``fixed:1..fixed:k_max``. ``assc`` gets the range
+[2, k_max] (the write-up's [2, 8] is its example for k_max = 8); the other adaptive baselines cap at the request's
+``ctx.k_max``. Users add their own prefixes with :func:`register_prefix`. Every bad spec raises
+:class:`SpecgymError` with one line listing the valid forms.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from specgym.baselines.cumulative import CumulativeStop
 from specgym.baselines.entropy import EntropyStop
 from specgym.baselines.fixed import FixedK
 from specgym.baselines.hf_heuristic import HFHeuristic
+from specgym.baselines.marginal import MarginalStop
 from specgym.baselines.speclane import SpecLane
 from specgym.baselines.ucb import UCBBandit
 from specgym.envs.core.controller import Controller
@@ -42,6 +44,7 @@ class _Entry:
 _REGISTRY: dict[str, _Entry] = {}
 
 ALL_BASELINES = (
+    "marginal",
     "assc",
     "speclane",
     "hf-heuristic",
@@ -194,6 +197,10 @@ def _entropy(arg: str | None, k_max: int) -> Controller:
                        gamma=_float(gamma, "entropy GAMMA", 0.0) if gamma else 0.2)
 
 
+def _marginal(arg: str | None, k_max: int) -> Controller:
+    return MarginalStop(1.0 if arg is None else _float(arg, "marginal THRESHOLD", 0.0, 10.0))
+
+
 def _ppo(arg: str | None, k_max: int) -> Controller:
     """``ppo:NAME`` (a shipped policy) or ``ppo:DIR`` (an exported policy folder), named as the user typed it."""
     if not arg:
@@ -214,6 +221,7 @@ for _prefix, _factory, _usage in (
     ("cumulative", _cumulative, "cumulative[:H]"),
     ("entropy", _entropy, "entropy[:LAM[:GAMMA]]"),
     ("ucb", _no_arg(UCBBandit), "ucb"),
+    ("marginal", _marginal, "marginal[:THRESHOLD]"),
     ("ppo", _ppo, "ppo:NAME|DIR (exported policy)"),
 ):
     _REGISTRY[_prefix] = _Entry(_factory, _usage, builtin=True)

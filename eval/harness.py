@@ -43,7 +43,7 @@ class EvalConfig:
         split: Request split (``test`` by default; ``all`` for every request).
         seed: Seed of the common random numbers.
         k_max: Largest draft cap.
-        profile: Cost profile override (name/path); default the workload's own.
+        profile: Cost profile override (name, path or object); default the workload's own.
         max_requests: Evaluate only the first N requests of the split (None = all).
         bootstrap: Bootstrap resamples for the paired 95% confidence intervals of every ratio (0 = none).
         per_request: Also return every controller's per-request times (``report["per_request_time_ms"]``).
@@ -54,7 +54,7 @@ class EvalConfig:
     split: str = "test"
     seed: int = 0
     k_max: int = DEFAULT_K_MAX
-    profile: str | None = None
+    profile: str | CostProfile | None = None
     max_requests: int | None = None
     bootstrap: int = 2000
     per_request: bool = False
@@ -96,7 +96,8 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
         wl, wl_path, wl_hash = cached_workload(path), str(path), sha256_file(path)
     named = resolve_controllers(cfg.controllers, cfg.k_max)  # fail fast on bad specs
     specs = [label for label, _ in named]
-    profile: CostProfile = load_profile(cfg.profile) if cfg.profile else wl.profile
+    profile: CostProfile = (cfg.profile if isinstance(cfg.profile, CostProfile)
+                            else load_profile(cfg.profile) if cfg.profile else wl.profile)
     engine = TraceEngine(wl, profile, cfg.k_max, seed=cfg.seed)
     requests = wl.split_indices(cfg.split)
     if cfg.max_requests is not None:
@@ -160,7 +161,7 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
         cat: float(sub.p_accept[np.repeat(categories == cat, sub.lengths)].mean())
         for cat in dict.fromkeys(categories.tolist())
     }
-    report = {
+    report: dict[str, Any] = {
         "specgym_version": __version__,
         "workload": {
             "name": wl.name, "label": wl.label, "synthetic": wl.is_synthetic, "path": wl_path, "sha256": wl_hash,

@@ -148,4 +148,4 @@ def test_token_env_stop_before_drafting_reports_k_zero(mix_workload):
     env.reset(options={"request": 1})
     _, _, _, _, info = env.step(0)
     assert info["planned_k"] == 0 and info["drafted"] == 0
-    assert dict(zip(feature_names("token"), env.decisions.observation(env.tracker)))["last_k"] == 0.0
+    assert dict(zip(feature_names("token"), env.decisions.observation()))["last_k"] == 0.0

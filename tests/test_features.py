@@ -37,8 +37,14 @@ def test_observations_stay_in_bounds_under_extremes():
         obs = t.observation()
         assert obs.dtype == np.float32 and (obs >= low).all() and (obs <= high).all()
     tlow, thigh = feature_bounds("token")
-    tok = t.token_observation(3, 8, 0.2, 20.0, 0.01, 0.1)
-    assert (tok >= tlow).all() and (tok <= thigh).all()
+    from specgym.envs.core.features import TokenDecisionState
+    from specgym.envs.core.rounds import DraftStep
+
+    dec = TokenDecisionState(t)
+    for j, (conf, ent) in enumerate([(0.2, 20.0), (1e-6, 0.0), (1.0, 50.0)], start=1):
+        dec.add(DraftStep(j, 8, j - 1, conf, ent))
+        tok = dec.observation()
+        assert (tok >= tlow).all() and (tok <= thigh).all()
 
 
 def test_feature_meanings():
@@ -123,3 +129,41 @@ def test_token_env_and_exported_controller_decide_alike_through_the_shared_state
         drive(Logged(art), TraceEngine(regime_workload, k_max=8, seed=0).start(r))
         assert len(env_log) > 20
         assert env_log == ctl_log
+
+
+
+def test_calibration_and_cost_features():
+    """An over-confident draft shows a negative calibration gap and a calibrated acceptance below its confidence;
+    the model-optimal K falls when verifying more tokens costs more; the marginal ratio says stop when the next
+    draft is unlikely to be accepted."""
+    from specgym.envs.core.cost import CostProfile
+    from specgym.envs.core.features import TokenDecisionState
+    from specgym.envs.core.rounds import DraftStep
+
+    names = feature_names("k")
+    flat, steep = (RequestContext("r", "c", 0.0, 10, 8, CostProfile(n, 2.0, tuple(20.0 * (1 + s * i) for i in
+                                                                                    range(9))))
+                   for n, s in (("flat", 0.0), ("steep", 0.3)))
+    t = FeatureTracker(8)
+    t.reset(steep)
+    for _ in range(30):  # confidence 0.9, but only one token in three is accepted
+        t.update(_o(3, 1, conf=0.9))
+    obs = dict(zip(names, t.observation()))
+    assert obs["calib_gap"] < -0.3
+    assert t.calibration.accept_prob(0.9) < 0.6
+    dec = TokenDecisionState(t)
+    dec.add(DraftStep(1, 8, 0, 0.9, 0.3))
+    assert dec.marginal_ratio() < 1.0  # verifying one more token costs 30% of a step: the next draft does not pay
+    t.reset(flat)
+    for _ in range(30):
+        t.update(_o(3, 1, conf=0.9))
+    dec = TokenDecisionState(t)
+    dec.add(DraftStep(1, 8, 0, 0.9, 0.3))
+    assert dec.marginal_ratio() > 1.0  # with a flat verify and a cheap draft it still does
+    ks = []
+    for ctx in (flat, steep):
+        t.reset(ctx)
+        for _ in range(20):
+            t.update(_o(4, 3, conf=0.8))
+        ks.append(dict(zip(names, t.observation()))["k_model"])
+    assert ks[0] > ks[1] > 0

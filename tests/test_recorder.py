@@ -183,3 +183,19 @@ def test_shipped_profiles():
         assert prof.source == "measured" and len(prof.verify_ms) >= 9 and prof.hardware
     gpu = load_profile(PROFILES_DIR / "gpu-like-published.json")
     assert gpu.source == "published" and "ILLUSTRATIVE" in gpu.description and 0.05 <= gpu.cost_ratio <= 0.1
+
+
+def test_batched_extraction_equals_one_request_at_a_time(pair):
+    """Right-padded batches give every request the columns it gets alone (greedy exactly, sampled to rounding)."""
+    from specgym.envs.engines.recorder import trace_columns, trace_columns_batch
+
+    tok = pair.tokenizer
+    items = [(tok(t)["input_ids"], [(7 * i + j) % 40 + 3 for j in range(n)], temp, 11 + i)
+             for i, (t, n, temp) in enumerate([("ab", 9, 0.0), ("hello world", 14, 0.0), ("x", 5, 0.7),
+                                               ("def f(x):", 20, 0.7)])]
+    batched = trace_columns_batch(pair.draft, pair.target, items)
+    for item, cols in zip(items, batched):
+        alone = trace_columns(pair.draft, pair.target, *item)
+        assert cols["p_accept"].shape == (len(item[1]),)
+        for key in ("p_accept", "draft_conf", "draft_entropy", "target_entropy"):
+            np.testing.assert_allclose(cols[key], alone[key], rtol=1e-4, atol=1e-5)

@@ -173,8 +173,7 @@ def test_token_shaping_preserves_the_return():
     rng = np.random.default_rng(0)
     for shaping in (["draft_cost"], ["conf_potential"], ["draft_cost", "conf_potential"]):
         plain = TokenValueReward(SpecDecodeTokenEnv({"workload": "assc-regimes"}), 0.6)
-        shaped = TokenShaping(TokenValueReward(SpecDecodeTokenEnv({"workload": "assc-regimes"}), 0.6),
-                              shaping, 0.6, 1.0)
+        shaped = TokenShaping(TokenValueReward(SpecDecodeTokenEnv({"workload": "assc-regimes"}), 0.6), shaping, 1.0)
         for req in (0, 5):
             plain.reset(options={"request": req})
             shaped.reset(options={"request": req})

@@ -44,7 +44,7 @@ class RecordingController(Controller):
         self.inner, self.mode, self.k_min, self.k_max = inner, mode, k_min, k_max
         self.name, self.token_level = f"record({inner.name})", inner.token_level
         self.tracker = FeatureTracker(k_max)
-        self.decisions = TokenDecisionState(k_max)
+        self.decisions = TokenDecisionState(self.tracker)
         self.obs: list[np.ndarray] = []
         self.labels: list[int] = []
         self._round_start = 0  # index of the current round's first record
@@ -69,7 +69,7 @@ class RecordingController(Controller):
         # token mode: the j = 0 decision; continue -> cap k_max and stop at j = k
         self._k = k
         self.decisions.begin_round()
-        self._add(self.decisions.observation(self.tracker), int(k > 0))
+        self._add(self.decisions.observation(), int(k > 0))
         return self.k_max if k > 0 else 0
 
     def keep_drafting(self, step: DraftStep) -> bool:
@@ -77,7 +77,7 @@ class RecordingController(Controller):
             return True
         self.decisions.add(step)
         keep = step.index < self._k and bool(self.inner.keep_drafting(step))
-        self._add(self.decisions.observation(self.tracker), int(keep))
+        self._add(self.decisions.observation(), int(keep))
         return keep
 
     def observe(self, outcome: RoundOutcome) -> None:

@@ -14,7 +14,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from specgym.training.config import RunConfig
 from specgym.training.export import artifact_from_model
 from specgym.training.run_folder import RunFiles, save_checkpoint
-from specgym.training.validation import validate_policy
+from specgym.training.validation import describe
 
 
 class SpecDecMetricsCallback(BaseCallback):
@@ -25,15 +25,14 @@ class SpecDecMetricsCallback(BaseCallback):
     (drafted - accepted) / drafted (the metrics of :mod:`specgym.eval.metrics`).
     """
 
-    def __init__(self, t_ar: float):
+    def __init__(self) -> None:
         super().__init__()
-        self.t_ar = t_ar
         self._reset_sums()
 
     def _reset_sums(self) -> None:
         self.rounds = self.planned = self.drafted = self.accepted = self.produced = 0
         self.ep_tokens = 0
-        self.ep_time = 0.0
+        self.ep_ar_time = self.ep_time = 0.0
         self.episodes = 0
 
     def _on_step(self) -> bool:
@@ -47,6 +46,7 @@ class SpecDecMetricsCallback(BaseCallback):
             if done:
                 self.episodes += 1
                 self.ep_tokens += info["length"]
+                self.ep_ar_time += info["length"] * info["t_ar_ms"]
                 self.ep_time += info["episode_time_ms"]
         return True
 
@@ -58,32 +58,35 @@ class SpecDecMetricsCallback(BaseCallback):
             rec("specdec/accept_len", self.produced / self.rounds)
             rec("specdec/draft_waste", (self.drafted - self.accepted) / max(self.drafted, 1))
         if self.episodes:
-            rec("specdec/speedup_vs_ar", self.ep_tokens * self.t_ar / self.ep_time)
+            rec("specdec/speedup_vs_ar", self.ep_ar_time / self.ep_time)
             rec("specdec/throughput_tok_s", self.ep_tokens / self.ep_time * 1000.0)
             rec("specdec/episodes", self.episodes)
         self._reset_sums()
 
 
 class ValidationCallback(BaseCallback):
-    """Every ``eval_freq`` timesteps: evaluate the current policy on the val split, log ``eval/*``, keep the best.
+    """Every ``eval_freq`` timesteps: validate the current policy, log ``eval/*``, keep the best model.
 
     The policy is exported in memory (the same :class:`~specgym.agents.policy_controller.PolicyController` that
-    ships) and run by :func:`specgym.eval.harness.evaluate` with the best fixed K and SpecLane as references. The
-    best model by ``speedup_vs_best_fixed`` is saved to ``best_model.zip`` + ``best_vecnormalize.pkl``.
+    ships) and run through :func:`specgym.eval.harness.evaluate` by the run's validator
+    (:func:`specgym.training.validation.make_validator`). The best model by the validator's key is saved to
+    ``best_model.zip`` + ``best_vecnormalize.pkl``.
 
     Args:
         run: The run folder.
         cfg: The run's configuration.
-        workload: The training workload (validation uses its val split).
+        validator: ``validate(artifact, max_requests) -> figures``.
+        key: The figure the best model is kept by.
         state: The run's state dict (``best``, ``val_history`` and ``last_eval_step`` are kept there).
         console: A rich console for the one-line report of each validation.
         at_start: Also validate before the first update (the behaviour-cloned policy).
     """
 
-    def __init__(self, run: RunFiles, cfg: RunConfig, workload: Any, state: dict[str, Any], console: Any,
-                 at_start: bool = False):
+    def __init__(self, run: RunFiles, cfg: RunConfig, validator: Any, key: str, state: dict[str, Any],
+                 console: Any, at_start: bool = False):
         super().__init__()
-        self.run, self.cfg, self.workload, self.state, self.console = run, cfg, workload, state, console
+        self.run, self.cfg, self.validator, self.key, self.state, self.console = run, cfg, validator, key, state, \
+            console
         self.freq = int(cfg.ppo.eval_freq)
         self.at_start = at_start
         self.last = int(state.get("last_eval_step", -1))
@@ -105,25 +108,21 @@ class ValidationCallback(BaseCallback):
         ppo = self.cfg.ppo
         art = artifact_from_model(self.model, vec, self.cfg.mode, ppo.k_min, ppo.k_max)
         t0 = time.perf_counter()
-        res = validate_policy(art, self.workload, "val", ppo.eval_max_requests)
-        for key in ("speedup_vs_best_fixed", "oracle_ratio", "throughput_tok_s", "speedup_vs_speclane",
-                    "speedup_vs_confidence", "mean_k"):
-            if key in res:
+        res = self.validator(art, ppo.eval_max_requests)
+        for key in ("speedup_vs_best_fixed", "speedup_vs_marginal", "oracle_ratio", "throughput_tok_s",
+                    "speedup_vs_speclane", "speedup_vs_confidence", "mean_k"):
+            if key in res and res[key] == res[key]:
                 self.logger.record(f"eval/{key}", res[key])
         res["timesteps"] = self.num_timesteps
-        self.history.append({k: res[k] for k in ("timesteps", "speedup_vs_best_fixed", "throughput_tok_s")})
+        keep = ("timesteps", "speedup_vs_best_fixed", self.key)
+        self.history.append({k: res[k] for k in dict.fromkeys(keep)})
         best = self.state.get("best")
-        if best is None or res["speedup_vs_best_fixed"] > best["speedup_vs_best_fixed"]:
+        if best is None or res[self.key] > best[self.key]:
             save_checkpoint(self.model, vec, self.run.best_model, self.run.best_vecnorm)
-            self.state["best"] = {k: res[k] for k in ("timesteps", "speedup_vs_best_fixed", "throughput_tok_s")}
+            self.state["best"] = {k: res[k] for k in dict.fromkeys(keep)}
         self.state["last_eval_step"] = self.last
-        self.console.print(
-            f"  [{self.num_timesteps:>9,} steps] val: {res['throughput_tok_s']:.2f} tok/s, "
-            f"vs best fixed K={res['best_fixed_k']} {res['speedup_vs_best_fixed']:.3f}x, "
-            f"vs speclane {res['speedup_vs_speclane']:.3f}x"
-            + (f", vs confidence:0.4 {res['speedup_vs_confidence']:.3f}x" if "speedup_vs_confidence" in res else "")
-            + f", oracle ratio {res['oracle_ratio']:.3f} ({time.perf_counter() - t0:.1f} s)",
-            highlight=False)
+        self.console.print(f"  [{self.num_timesteps:>9,} steps] val: {describe(res)} "
+                           f"({time.perf_counter() - t0:.1f} s)", highlight=False)
         return res
 
 

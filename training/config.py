@@ -43,7 +43,8 @@ class PPOConfig:
 
     ``token_value`` is ``"auto"`` or a number: the reward is ``token_value * produced - time / t_AR``
     (:mod:`specgym.training.rewards`). ``bc_*`` configure behaviour-cloning initialisation
-    (:mod:`specgym.training.bc_init`).
+    (:mod:`specgym.training.bc_init`). ``domains: generalist`` trains on the domain-randomised distribution of
+    :func:`specgym.envs.workloads.domains.generalist_domains` instead of one workload.
     """
 
     n_envs: int
@@ -73,6 +74,7 @@ class PPOConfig:
     bc_warmup: int = 0
     bc_epochs: int = 10
     bc_passes: int = 1
+    domains: str | None = None
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -131,6 +133,8 @@ class PPOConfig:
             raise bad("token_value", "must be 'auto' or a number")
         if not isinstance(self.token_value, str) and not self.token_value > 0:
             raise bad("token_value", "must be > 0")
+        if self.domains not in (None, "generalist"):
+            raise bad("domains", "must be null or 'generalist'")
         if self.bc_init is not None:
             from specgym.baselines.registry import make_controller
 

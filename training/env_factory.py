@@ -13,9 +13,16 @@ from specgym.training.rewards import TokenShaping, TokenValueReward
 
 
 def env_config(run: RunConfig, workload: Any, split: str) -> dict[str, Any]:
-    """The env configuration of a run (the keys of :meth:`SpecDecodeEnv.default_config`)."""
-    return {"workload": workload, "split": split, "k_max": run.ppo.k_max, "k_min": run.ppo.k_min,
-            "outcome_seed": run.ppo.outcome_seed}
+    """The env configuration of a run (the keys of :meth:`SpecDecodeEnv.default_config`).
+
+    ``workload`` is a :class:`Workload` or, for domain-randomised runs, a :class:`DomainDistribution`.
+    """
+    from specgym.envs.workloads.domains import DomainDistribution
+
+    cfg = {"split": split, "k_max": run.ppo.k_max, "k_min": run.ppo.k_min, "outcome_seed": run.ppo.outcome_seed}
+    if isinstance(workload, DomainDistribution):
+        return {**cfg, "domains": workload, "workload": workload.workloads[0]}
+    return {**cfg, "workload": workload}
 
 
 def make_env_fn(run: RunConfig, workload: Any, split: str = "train") -> Callable[[], gym.Env]:
@@ -25,7 +32,7 @@ def make_env_fn(run: RunConfig, workload: Any, split: str = "train") -> Callable
 
     cls = SpecDecodeEnv if run.mode == "k" else SpecDecodeTokenEnv
     cfg = env_config(run, workload, split)
-    token_value = float(run.token_value_resolved)
+    token_value = None if cfg.get("domains") is not None else float(run.token_value_resolved)
     shaping = list(run.ppo.shaping)
 
     def make() -> gym.Env:
@@ -34,7 +41,7 @@ def make_env_fn(run: RunConfig, workload: Any, split: str = "train") -> Callable
             env = SB3ActionWrapper(env)
         env = TokenValueReward(env, token_value)
         if shaping and run.mode == "token":
-            env = TokenShaping(env, shaping, token_value, run.ppo.gamma)
+            env = TokenShaping(env, shaping, run.ppo.gamma)
         return env
 
     return make

@@ -32,9 +32,10 @@ from specgym.console import make_console
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text, sha256_file
 from specgym.training.config import PPOConfig, RunConfig, resolve_config
-from specgym.training.env_factory import make_env_fn, make_training_env
+from specgym.training.env_factory import make_training_env
 from specgym.training.rewards import auto_token_value
 from specgym.training.run_folder import RunFiles, read_state, save_checkpoint, write_json
+from specgym.training.validation import make_validator
 
 
 def linear_schedule(lr: float):
@@ -91,15 +92,37 @@ def workload_identity(name_or_path: str) -> tuple[Any, dict[str, Any]]:
                 "workload_sha256": sha256_file(path), "workload_synthetic": bool(wl.is_synthetic)}
 
 
+def domain_identity() -> tuple[Any, dict[str, Any]]:
+    """The generalist training distribution and what identifies it (its recorded workloads' hashes)."""
+    import hashlib
+
+    from specgym.envs.workloads.domains import TRAIN_RECORDED, generalist_domains
+    from specgym.envs.workloads.trace_format import list_workloads, resolve_workload_path
+
+    h = hashlib.sha256()
+    for name in TRAIN_RECORDED:
+        if name in list_workloads():
+            h.update(sha256_file(resolve_workload_path(name)).encode())
+    return generalist_domains(), {"workload_name": "generalist", "workload_path": "generalist",
+                                  "workload_sha256": h.hexdigest(), "workload_synthetic": False}
+
+
 def _new_run(req: TrainRequest, run: RunFiles) -> tuple[RunConfig, Any, dict[str, Any]]:
     if run.root.exists() and not req.force:
         raise SpecgymError(f"{run.root}: already exists (pass --force to replace it, --resume to continue)")
-    wl, ident = workload_identity(req.workload)
-    ppo = resolve_config(req.mode, wl.name, req.config_file, req.overrides)  # bad input fails before rmtree
+    overrides = req.overrides or {}
+    if overrides.get("domains"):
+        wl, ident = domain_identity()
+        ppo = resolve_config(req.mode, "generalist", req.config_file, overrides)
+    else:
+        wl, ident = workload_identity(req.workload)
+        ppo = resolve_config(req.mode, wl.name, req.config_file, overrides)  # bad input fails before rmtree
     if req.timesteps is not None:
         ppo.timesteps = int(req.timesteps)
         ppo.validate("--timesteps")
-    if ppo.token_value == "auto":
+    if ppo.domains:
+        token_value, note = 1.0, "per episode: 1/speedup of the model-optimal fixed K of the episode's domain"
+    elif ppo.token_value == "auto":
         tv, bk = auto_token_value(wl, ppo.k_max)
         token_value, note = round(tv, 6), f"auto: 1/speedup of best fixed K={bk} on the train split"
     else:
@@ -117,7 +140,7 @@ def _resumed_run(req: TrainRequest, run: RunFiles) -> tuple[RunConfig, Any, dict
     if not run.config.is_file() or not run.model.is_file():
         raise SpecgymError(f"{run.root}: nothing to resume (needs config.yaml and model.zip)")
     cfg = RunConfig.from_file(run.config)
-    wl, ident = workload_identity(cfg.workload_path)
+    wl, ident = domain_identity() if cfg.ppo.domains else workload_identity(cfg.workload_path)
     if ident["workload_sha256"] != cfg.workload_sha256:
         raise SpecgymError(f"{cfg.workload_path}: workload changed since the run started (sha256 differs)")
     if req.timesteps is not None:
@@ -169,15 +192,17 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
             console.print(f"behaviour cloning from {ppo.bc_init}: {bc['samples']:,} decisions, train accuracy "
                           f"{bc['accuracy']:.4f} ({bc['seconds']:.1f} s)", highlight=False)
     start = int(model.num_timesteps)
-    t_ar = float(make_env_fn(cfg, wl)().get_wrapper_attr("t_ar"))
     # validate the cloned policy before PPO starts: the kept best model is never worse (on val) than the clone
-    val = ValidationCallback(run, cfg, wl, state, console,
+    validator, key = make_validator(cfg, wl)
+    val = ValidationCallback(run, cfg, validator, key, state, console,
                              at_start=bool(ppo.bc_init) and start == 0 and ppo.eval_freq > 0)
     progress = ProgressCallback(target, start, console)
-    cbs = [SpecDecMetricsCallback(t_ar), val, progress]
+    cbs = [SpecDecMetricsCallback(), val, progress]
     if ppo.bc_init and ppo.bc_warmup > start:
         cbs.append(CriticWarmupCallback(ppo.bc_warmup))
-    console.print(f"[bold]specgym train[/bold] {cfg.mode} mode on {wl.label} (train split): "
+    label = (f"the generalist distribution ({len(wl.workloads)} workloads x randomised profiles)" if ppo.domains
+             else wl.label)
+    console.print(f"[bold]specgym train[/bold] {cfg.mode} mode on {label} (train split): "
                   f"{start:,} -> {target:,} timesteps, n_envs {ppo.n_envs}, token_value "
                   f"{cfg.token_value_resolved:.3f}; run folder {run.root}", highlight=False)
     t0 = time.perf_counter()
@@ -209,4 +234,4 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
     write_json(run.state, state)
     from specgym.training.summary import summarize
 
-    return summarize(run, cfg, wl, state, console)
+    return summarize(run, cfg, validator, key, state, console)

@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from specgym.envs.core.features import feature_names
 
@@ -24,16 +25,21 @@ class TokenValueReward(gym.Wrapper):
     """Reward ``token_value * produced - time/t_AR`` instead of the env's ``produced - time/t_AR``.
 
     Tokens produced in a step are read from ``info["position"]`` (the request position after the step), so rounds
-    the token env plays automatically are counted too. ``token_value = 1`` is the identity.
+    the token env plays automatically are counted too. ``token_value = 1`` is the identity; ``None`` sets it per
+    episode to :func:`episode_token_value` of the episode's workload and profile (domain randomisation).
     """
 
-    def __init__(self, env: gym.Env, token_value: float):
+    def __init__(self, env: gym.Env, token_value: float | None):
         super().__init__(env)
-        self.token_value = float(token_value)
+        self.fixed = token_value
+        self.token_value = 1.0 if token_value is None else float(token_value)
         self._pos = 0
 
     def reset(self, **kwargs: Any):
         obs, info = self.env.reset(**kwargs)
+        if self.fixed is None:
+            base: Any = self.env.unwrapped
+            self.token_value = episode_token_value(base.workload, base.engine.profile, base.k_max)
         self._pos = int(info.get("position", 0))
         return obs, info
 
@@ -50,8 +56,9 @@ class TokenShaping(gym.Wrapper):
 
     * ``draft_cost``: charge ``draft_ms / t_AR`` on the step that drafts a token instead of at verification
       (the verification step gets the charged amount back), so the cost of continuing is immediate.
-    * ``conf_potential``: potential-based shaping (Ng, Harada & Russell 1999) with
-      ``Phi = token_value * sum over this round's drafted tokens of the running product of draft confidences``
+    * ``conf_potential``: potential-based shaping (Ng, Harada & Russell 1999) with ``Phi = token_value * sum over
+      this round's drafted tokens of the running product of draft confidences`` (``token_value`` read from the
+      :class:`TokenValueReward` inside this wrapper, so it follows per-episode values)
       (the expected accepted prefix if confidences were calibrated); ``Phi = 0`` at every round start, so the
       shaped return differs from the original by ``-Phi(s_0) = 0`` (exactly for gamma = 1, up to gamma^steps
       factors otherwise). It gives immediate, confidence-aware credit to each continue decision.
@@ -60,11 +67,12 @@ class TokenShaping(gym.Wrapper):
     Needs the env's ``info["verified"]`` and the ``tok_conf_prod`` observation entry.
     """
 
-    def __init__(self, env: gym.Env, terms: list[str], token_value: float, gamma: float):
+    def __init__(self, env: gym.Env, terms: list[str], gamma: float):
         super().__init__(env)
         self.charge = "draft_cost" in terms
         self.potential = "conf_potential" in terms
-        self.token_value, self.gamma = float(token_value), float(gamma)
+        self.gamma = float(gamma)
+        self.token_value = 1.0
         self._i_prod = feature_names("token").index("tok_conf_prod")
         self._charged = self._phi = self.cost = 0.0
 
@@ -72,6 +80,7 @@ class TokenShaping(gym.Wrapper):
         out = self.env.reset(**kwargs)
         base: Any = self.env.unwrapped
         self.cost = base.engine.profile.draft_ms / base.t_ar if self.charge else 0.0
+        self.token_value = float(self.env.get_wrapper_attr("token_value"))
         self._charged = self._phi = 0.0
         return out
 
@@ -89,6 +98,21 @@ class TokenShaping(gym.Wrapper):
         reward += (0.0 if terminated else self.gamma * phi) - self._phi
         self._phi = phi
         return obs, reward, terminated, truncated, info
+
+
+_MEAN_ACCEPT: dict[int, float] = {}
+
+
+def episode_token_value(workload: Any, profile: Any, k_max: int) -> float:
+    """``1 / speedup`` of the model-optimal fixed K for a workload's mean acceptance under ``profile``: the time a
+    token costs at a good rate, computed in microseconds (domain randomisation re-prices every episode)."""
+    from specgym.envs.core.economics import RoundCosts
+
+    alpha = _MEAN_ACCEPT.get(id(workload))
+    if alpha is None:
+        alpha = _MEAN_ACCEPT[id(workload)] = float(np.mean(workload.p_accept))
+    costs = RoundCosts(profile, k_max)
+    return 1.0 / (costs.rate(costs.best_k(alpha), alpha) * costs.t_ar)
 
 
 def auto_token_value(workload: Any, k_max: int, split: str = "train") -> tuple[float, int]:

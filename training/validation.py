@@ -36,3 +36,81 @@ def validate_policy(artifact: PolicyArtifact, workload: Any, split: str = "val",
     out["oracle_tok_s"] = report["oracle"]["throughput_tok_s"]
     out["split"], out["requests"] = split, report["workload"]["requests"]
     return out
+
+
+def generalist_cells(seed: int = 9000) -> list[tuple[str, Any, Any]]:
+    """Validation cells of domain-randomised runs: ``(label, workload, profile)``.
+
+    Six synthetic workloads from a pool seed no training or suite workload uses, and the recorded training
+    workloads' *val* splits (reduced to a val-only workload), each priced with two fixed randomised profiles.
+    """
+    import numpy as np
+
+    from specgym.envs.workloads.domains import TRAIN_RECORDED, ProfileRanges, synthetic_pool
+    from specgym.envs.workloads.trace_format import cached_workload, list_workloads
+
+    workloads = synthetic_pool(n=6, requests=60, seed=seed)
+    for name in TRAIN_RECORDED:
+        if name in list_workloads():
+            wl = cached_workload(name)
+            workloads.append(wl.subset(wl.split_indices("val")))
+    rng = np.random.default_rng(seed)
+    profiles = [ProfileRanges().sample(rng) for _ in range(2)]
+    return [(f"{wl.name}/p{i}", wl, prof) for wl in workloads for i, prof in enumerate(profiles)]
+
+
+def validate_generalist(artifact: PolicyArtifact, cells: list[tuple[str, Any, Any]],
+                        max_requests: int | None = None) -> dict[str, Any]:
+    """Mean figures of a policy over validation cells: against the best fixed K and against ``marginal``.
+
+    ``speedup_vs_best_fixed`` and ``speedup_vs_marginal`` are geometric means over the cells of the ratios of
+    throughput; the best model of a run is kept by ``speedup_vs_marginal``.
+    """
+    import math
+
+    from specgym.baselines.marginal import MarginalStop
+
+    logs: dict[str, list[float]] = {"best_fixed": [], "marginal": [], "oracle": []}
+    tps = []
+    for _, wl, prof in cells:
+        policy = PolicyController(artifact, name="ppo (training)")
+        rep = evaluate(EvalConfig(workload=wl, controllers=[policy, MarginalStop()], split="all",
+                                  k_max=artifact.k_max, profile=prof, max_requests=max_requests, bootstrap=0))
+        rows = {r["spec"]: r for r in rep["rows"]}
+        row = rows[policy.name]
+        logs["best_fixed"].append(math.log(row["speedup_vs_best_fixed"]))
+        logs["marginal"].append(math.log(row["throughput_tok_s"] / rows["marginal"]["throughput_tok_s"]))
+        logs["oracle"].append(math.log(row["oracle_ratio"]))
+        tps.append(row["speedup_vs_ar"])
+    mean = {k: math.exp(sum(v) / len(v)) for k, v in logs.items()}
+    return {"speedup_vs_best_fixed": mean["best_fixed"], "speedup_vs_marginal": mean["marginal"],
+            "oracle_ratio": mean["oracle"], "throughput_tok_s": float("nan"), "speedup_vs_ar": sum(tps) / len(tps),
+            "cells": len(cells), "split": "val cells", "requests": sum(len(wl.split_indices("all")) for _, wl, _ in
+                                                                   cells)}
+
+
+def make_validator(cfg: Any, workload: Any):
+    """``(validate(artifact, max_requests) -> figures, key)`` for a run: its workload's val split, or the
+    validation cells of a domain-randomised run; ``key`` is the figure the best model is kept by."""
+    if getattr(cfg.ppo, "domains", None):
+        cells = generalist_cells()
+        return (lambda art, max_requests=None: validate_generalist(art, cells, max_requests)), "speedup_vs_marginal"
+    return (lambda art, max_requests=None: validate_policy(art, workload, "val", max_requests)), \
+        "speedup_vs_best_fixed"
+
+
+def describe(res: dict[str, Any]) -> str:
+    """One line of validation figures (whichever a validator returned)."""
+    parts = []
+    if res.get("throughput_tok_s") == res.get("throughput_tok_s"):  # not NaN
+        parts.append(f"{res['throughput_tok_s']:.2f} tok/s")
+    if "best_fixed_k" in res:
+        parts.append(f"vs best fixed K={res['best_fixed_k']} {res['speedup_vs_best_fixed']:.3f}x")
+    else:
+        parts.append(f"vs best fixed K {res['speedup_vs_best_fixed']:.3f}x (geo-mean of {res['cells']} cells)")
+    for key, label in (("speedup_vs_marginal", "marginal"), ("speedup_vs_speclane", "speclane"),
+                       ("speedup_vs_confidence", "confidence:0.4")):
+        if key in res:
+            parts.append(f"vs {label} {res[key]:.3f}x")
+    parts.append(f"oracle ratio {res['oracle_ratio']:.3f}")
+    return ", ".join(parts)

@@ -1,15 +1,21 @@
 """Observation features: the one place that turns verified history into a policy's input.
 
 The K-level environment, the token-level environment, the evaluation harness and the exported
-``PolicyController`` all build observations with :class:`FeatureTracker`, so a policy sees in deployment exactly
-what it saw in training. Only information a real serving loop has at decision time is used: outcomes of rounds
-already verified, draft features of tokens already proposed, the request's temperature and the cost profile.
-Never the completion length or a future outcome.
+``PolicyController`` all build observations with :class:`FeatureTracker` (and, in token mode,
+:class:`TokenDecisionState`), so a policy sees in deployment exactly what it saw in training. Only information a real
+serving loop has at decision time is used: outcomes of rounds already verified, draft features of tokens already
+proposed, the request's temperature and the cost profile. Never the completion length or a future outcome.
 
 Draft features of the last round are taken over the *judged* tokens only: the accepted prefix plus the first
 rejected token (``min(accepted + 1, drafted)``). Tokens drafted after the first rejection are excluded: in a live
 engine they were conditioned on a wrong token, and in replay their confidences come from the correct-prefix trace,
 which would reveal the next round's first draft token (version 1 leaked it; a policy learned to exploit it).
+
+Version 3 adds what a cost-aware controller needs to generalise across hardware and drafts: the round overhead, the
+gap between recent acceptance and recent judged confidence (how mis-calibrated the draft is), the model-optimal K
+under the request's full cost model, and in token mode the calibrated acceptance of the token just drafted, the
+calibrated probability that the whole draft so far is accepted and the marginal ratio of drafting one more token
+(:mod:`specgym.envs.core.economics`).
 
 Bump :data:`FEATURE_VERSION` whenever a feature's meaning, order or scaling changes: exported policies record it
 and refuse to run against another version.
@@ -22,11 +28,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specgym.envs.core.economics import Calibration, RoundCosts
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
 
-FEATURE_VERSION = 2
+FEATURE_VERSION = 3
 ENTROPY_SCALE = 8.0  # nats; entropies are clipped to this and scaled to [0, 1]
+MARGINAL_SCALE = 3.0  # log marginal ratio, clipped to +-3 and scaled to [-1, 1]
 _EMA_FAST, _EMA_MID, _EMA_SLOW, _EMA_FEAT = 0.5, 0.8, 0.95, 0.8
+_ALPHA_PRIOR = 0.6  # per-token acceptance assumed before any evidence
 _LOG_TOKENS, _LOG_ROUNDS = math.log1p(4096.0), math.log1p(2048.0)
 
 
@@ -65,6 +74,11 @@ ROUND_FEATURES: tuple[Feature, ...] = (
     Feature("verify_slope", 0, 4, "verify(k_max+1) / t_AR - 1: how much verifying more tokens costs (clipped)"),
     Feature("temperature", 0, 2, "sampling temperature (0 = greedy; clipped to 2)"),
     Feature("no_history", 0, 1, "1 before the first verified draft round of the request"),
+    Feature("overhead_ratio", 0, 1, "round_overhead_ms / t_AR (clipped to 1)"),
+    Feature("calib_gap", -1, 1, "EMA (beta 0.8) over judged tokens of accepted (0/1) minus draft confidence: > 0 "
+                                "under-confident draft, < 0 over-confident"),
+    Feature("k_model", 0, 1, "model-optimal K / k_max: argmax_K E(K)/cost(K) with the ratio-of-EMAs acceptance "
+                             "estimate (relaxing towards 0.6 in rounds without drafts) and every cost term"),
 )
 
 TOKEN_FEATURES: tuple[Feature, ...] = (
@@ -75,6 +89,11 @@ TOKEN_FEATURES: tuple[Feature, ...] = (
     Feature("tok_conf_prod", 0, 1, "product of this round's draft confidences so far (1 before the first)"),
     Feature("tok_conf_min", 0, 1, "min draft confidence in this round so far (1 before the first)"),
     Feature("tok_room", 0, 1, "remaining draft room in this round (cap - drafted) / k_max"),
+    Feature("tok_accept_est", 0, 1, "calibrated acceptance probability of the token just drafted (online Platt "
+                                    "scaling of its confidence; the acceptance estimate before the first)"),
+    Feature("tok_prefix_prob", 0, 1, "calibrated probability that every token drafted so far is accepted"),
+    Feature("tok_marginal", -1, 1, "log of the marginal ratio of drafting one more token (> 0: it raises the "
+                                   "round's expected rate) / 3, clipped"),
 )
 
 
@@ -99,26 +118,39 @@ def feature_table(mode: str) -> str:
 class FeatureTracker:
     """Keeps the running statistics of one request and renders observation vectors.
 
-    Usage: ``reset(ctx)`` at request start, ``update(outcome)`` after each verified round,
-    ``observation()`` before choosing K, ``token_observation(...)`` before each token-level decision.
+    Usage: ``reset(ctx)`` at request start, ``update(outcome)`` after each verified round, ``observation()`` before
+    choosing K; token mode goes through a :class:`TokenDecisionState`.
+
+    Attributes:
+        calibration: The request's online confidence calibration.
+        costs: The request's round costs (None before the first ``reset(ctx)``).
+        alpha_hat: Ratio-of-EMAs per-token acceptance estimate (EMA of accepted over EMA of judged tokens).
     """
 
     def __init__(self, k_max: int):
         self.k_max = int(k_max)
-        self._static = (0.0, 0.0, 0.0)
+        self._static = (0.0, 0.0, 0.0, 0.0)
         self._round_obs: list[float] = []
+        self.calibration = Calibration()
+        self.costs: RoundCosts | None = None
         self.reset(None)
 
     def reset(self, ctx: RequestContext | None) -> None:
-        """Clear the request's history; read the static features (cost ratio, temperature) from ``ctx``."""
+        """Clear the request's history; read the static features (costs, temperature) from ``ctx``."""
         if ctx is not None:
             prof = ctx.profile
             t_ar = prof.t_ar_ms
             cost = min(prof.draft_ms / t_ar, 2.0)
             slope = min(max(prof.verify(min(self.k_max + 1, len(prof.verify_ms))) / t_ar - 1.0, 0.0), 4.0)
-            self._static = (cost, slope, min(max(ctx.temperature, 0.0), 2.0))
+            overhead = min(prof.round_overhead_ms / t_ar, 1.0)
+            self._static = (cost, slope, min(max(ctx.temperature, 0.0), 2.0), overhead)
+            self.costs = RoundCosts(prof, self.k_max)
         self.acc_fast = self.acc_mid = self.acc_slow = 0.5
-        self.alpha = 0.6
+        self.alpha = _ALPHA_PRIOR
+        self.ema_acc, self.ema_judged = _ALPHA_PRIOR, 1.0
+        self.alpha_hat = _ALPHA_PRIOR
+        self.calib_gap = 0.0
+        self.calibration.reset()
         self.last_k = self.last_drafted = self.last_accepted = 0.0
         self.last_full = 0.0
         self.last_conf_mean = self.last_conf_min = self.last_conf_last = 0.0
@@ -130,6 +162,7 @@ class FeatureTracker:
         self.tokens = 0
         self.rounds = 0
         self.no_history = 1.0
+        self._k_model = self.costs.best_k(self.alpha_hat) / self.k_max if self.costs is not None else 0.0
         self._render_round()
 
     def update(self, o: RoundOutcome) -> None:
@@ -143,19 +176,28 @@ class FeatureTracker:
         self.produced_ema = _EMA_FEAT * self.produced_ema + (1 - _EMA_FEAT) * (o.produced / (k + 1))
         d = o.drafted
         if d > 0:
-            rate = o.accepted / d
+            a = o.accepted
+            rate = a / d
             self.acc_fast = _EMA_FAST * self.acc_fast + (1 - _EMA_FAST) * rate
             self.acc_mid = _EMA_MID * self.acc_mid + (1 - _EMA_MID) * rate
             self.acc_slow = _EMA_SLOW * self.acc_slow + (1 - _EMA_SLOW) * rate
-            reached = min(o.accepted + 1, d)
-            self.alpha = _EMA_MID * self.alpha + (1 - _EMA_MID) * (o.accepted / reached)
-            full = o.accepted == d
+            judged = min(a + 1, d)  # accepted prefix + the first rejected token; later tokens are never judged
+            self.alpha = _EMA_MID * self.alpha + (1 - _EMA_MID) * (a / judged)
+            self.ema_acc = _EMA_MID * self.ema_acc + (1 - _EMA_MID) * a
+            self.ema_judged = _EMA_MID * self.ema_judged + (1 - _EMA_MID) * judged
+            self.alpha_hat = self.ema_acc / self.ema_judged
+            full = a == d
             self.last_full = 1.0 if full else 0.0
             self.full_streak = self.full_streak + 1 if full else 0
-            self.zero_streak = self.zero_streak + 1 if o.accepted == 0 else 0
-            judged = reached  # accepted prefix + the first rejected token; later tokens are never judged
+            self.zero_streak = self.zero_streak + 1 if a == 0 else 0
             conf = o.draft_conf[:judged].tolist()
             ent = o.draft_entropy[:judged].tolist()
+            cal, gap = self.calibration, self.calib_gap
+            for m, c in enumerate(conf):
+                y = m < a
+                cal.update(c, y)
+                gap = _EMA_MID * gap + (1 - _EMA_MID) * ((1.0 if y else 0.0) - c)
+            self.calib_gap = gap
             self.last_conf_mean = sum(conf) / judged
             self.last_conf_min = min(conf)
             self.last_conf_last = conf[-1]
@@ -163,14 +205,23 @@ class FeatureTracker:
             self.conf_ema = _EMA_FEAT * self.conf_ema + (1 - _EMA_FEAT) * self.last_conf_mean
             self.ent_ema = _EMA_FEAT * self.ent_ema + (1 - _EMA_FEAT) * self.last_ent
             self.no_history = 0.0
+            if self.costs is not None:
+                self._k_model = self.costs.best_k(self.alpha_hat) / k
         else:
+            # a round that drafted nothing carries no evidence: the acceptance estimate relaxes towards its prior,
+            # so a controller that stopped drafting after bad luck tries again (otherwise it never would)
+            self.ema_acc = _EMA_MID * self.ema_acc + (1 - _EMA_MID) * _ALPHA_PRIOR
+            self.ema_judged = _EMA_MID * self.ema_judged + (1 - _EMA_MID)
+            self.alpha_hat = self.ema_acc / self.ema_judged
+            if self.costs is not None:
+                self._k_model = self.costs.best_k(self.alpha_hat) / k
             self.last_full = 0.0
             self.last_conf_mean = self.last_conf_min = self.last_conf_last = 0.0
             self.last_ent = 0.0
         self._render_round()
 
     def _render_round(self) -> None:
-        cost, slope, temp = self._static
+        cost, slope, temp, overhead = self._static
         self._round_obs = [
             self.acc_fast, self.acc_mid, self.acc_slow, self.alpha,
             self.last_k, self.last_drafted, self.last_accepted, self.last_full,
@@ -179,30 +230,12 @@ class FeatureTracker:
             min(self.full_streak, 8) / 8.0, min(self.zero_streak, 8) / 8.0,
             min(math.log1p(self.tokens) / _LOG_TOKENS, 1.0), min(math.log1p(self.rounds) / _LOG_ROUNDS, 1.0),
             cost, slope, temp, self.no_history,
+            overhead, max(-1.0, min(1.0, self.calib_gap)), self._k_model,
         ]
 
     def observation(self) -> np.ndarray:
         """K-mode observation (float32, ``len(ROUND_FEATURES)``)."""
         return np.array(self._round_obs, dtype=np.float32)
-
-    def token_observation(self, drafted: int, cap: int, conf: float, entropy: float, conf_prod: float,
-                          conf_min: float) -> np.ndarray:
-        """Token-mode observation after ``drafted`` tokens of a round with cap ``cap``.
-
-        Args:
-            drafted: Tokens drafted so far in this round (0 before the first).
-            cap: The round's draft cap.
-            conf, entropy: Draft features of the token just drafted (ignored when ``drafted == 0``).
-            conf_prod, conf_min: Product and minimum of this round's confidences so far (1.0 before the first).
-        """
-        k = self.k_max
-        has = drafted > 0
-        tok = [
-            drafted / k, 1.0 if has else 0.0, conf if has else 0.0,
-            (min(entropy, ENTROPY_SCALE) / ENTROPY_SCALE) if has else 0.0,
-            conf_prod, conf_min, (cap - drafted) / k,
-        ]
-        return np.array(self._round_obs + tok, dtype=np.float32)
 
 
 class TokenDecisionState:
@@ -212,12 +245,17 @@ class TokenDecisionState:
     observation at every decision. Decision ``j`` is taken with ``j`` tokens drafted in the round (``j = 0`` before
     the first). At ``j = 0`` the cap shown is ``k_max``: a deployed controller learns the engine's clipped cap only
     with the first draft token (:class:`DraftStep` carries it).
+
+    Args:
+        tracker: The request's :class:`FeatureTracker` (its calibration and costs price the next draft).
     """
 
-    __slots__ = ("k_max", "drafted", "cap", "conf", "entropy", "conf_prod", "conf_min")
+    __slots__ = ("tracker", "k_max", "drafted", "cap", "conf", "entropy", "conf_prod", "conf_min", "accept_est",
+                 "prefix_prob", "expected")
 
-    def __init__(self, k_max: int):
-        self.k_max = int(k_max)
+    def __init__(self, tracker: FeatureTracker):
+        self.tracker = tracker
+        self.k_max = tracker.k_max
         self.begin_round()
 
     def begin_round(self) -> None:
@@ -226,6 +264,9 @@ class TokenDecisionState:
         self.cap = self.k_max
         self.conf = self.entropy = 0.0
         self.conf_prod = self.conf_min = 1.0
+        self.accept_est = self.tracker.alpha_hat
+        self.prefix_prob = 1.0
+        self.expected = 1.0  # tokens the round produces if it verifies now: the target's own token
 
     def add(self, step: DraftStep) -> None:
         """Fold in the draft token just proposed."""
@@ -235,8 +276,27 @@ class TokenDecisionState:
         self.conf_prod *= step.conf
         if step.conf < self.conf_min:
             self.conf_min = step.conf
+        self.accept_est = self.tracker.calibration.accept_prob(step.conf)
+        self.prefix_prob *= self.accept_est
+        self.expected += self.prefix_prob
 
-    def observation(self, tracker: FeatureTracker) -> np.ndarray:
+    def marginal_ratio(self) -> float:
+        """The marginal ratio of drafting one more token now (:meth:`RoundCosts.marginal_ratio`)."""
+        costs = self.tracker.costs
+        if costs is None or self.drafted >= self.k_max:
+            return 0.0
+        return costs.marginal_ratio(self.drafted, self.expected, self.prefix_prob, self.accept_est)
+
+    def observation(self) -> np.ndarray:
         """The token-mode observation of the current decision."""
-        return tracker.token_observation(self.drafted, self.cap, self.conf, self.entropy, self.conf_prod,
-                                         self.conf_min)
+        k = self.k_max
+        has = self.drafted > 0
+        ratio = self.marginal_ratio()
+        log_ratio = math.log(ratio) if ratio > 0.0 else -MARGINAL_SCALE
+        tok = [
+            self.drafted / k, 1.0 if has else 0.0, self.conf if has else 0.0,
+            (min(self.entropy, ENTROPY_SCALE) / ENTROPY_SCALE) if has else 0.0,
+            self.conf_prod, self.conf_min, (self.cap - self.drafted) / k,
+            self.accept_est, self.prefix_prob, max(-1.0, min(1.0, log_ratio / MARGINAL_SCALE)),
+        ]
+        return np.array(self.tracker._round_obs + tok, dtype=np.float32)

@@ -14,6 +14,8 @@ then ONE teacher-forced forward of each model over ``prompt + completion`` yield
 Prompts file: JSON Lines, one object per line: ``{"prompt": str, "id"?: str, "category"?: str,
 "max_new_tokens"?: int, "temperature"?: float}``; blank lines are skipped; errors name the line.
 
+Trace extraction is batched: the teacher-forced forwards of ``batch`` requests run together (right-padded).
+
 Resuming: finished requests are appended to ``<out>.partial.jsonl`` as they complete (one JSON line each, after a
 header line with the recording settings). Re-running the same command skips them; the final Parquet file is
 written atomically and the partial file removed.
@@ -130,39 +132,49 @@ def request_length(request_id: str, lo: int, hi: int, seed: int) -> int:
     return int(rng.integers(lo, hi + 1))
 
 
-def trace_columns(draft, target, prompt_ids: Sequence[int], completion: Sequence[int], temperature: float,
-                  seed: int = 0, vocab: int | None = None) -> dict[str, np.ndarray]:
+def trace_columns(draft: Any, target: Any, prompt_ids: Sequence[int], completion: Sequence[int],
+                  temperature: float, seed: int = 0, vocab: int | None = None) -> dict[str, np.ndarray]:
     """Every per-position trace column of one request from one teacher-forced forward of each model."""
+    return trace_columns_batch(draft, target, [(prompt_ids, completion, temperature, seed)], vocab)[0]
+
+
+def trace_columns_batch(draft: Any, target: Any, items: Sequence[tuple[Sequence[int], Sequence[int], float, int]],
+                        vocab: int | None = None) -> list[dict[str, np.ndarray]]:
+    """Trace columns of several requests, ``(prompt_ids, completion, temperature, seed)`` each, with one batched
+    teacher-forced forward of each model (right-padded: a causal model's logits at a position never see padding)."""
     import torch
 
-    n = len(completion)
-    p_len = len(prompt_ids)
-    ids = torch.tensor([list(prompt_ids) + list(completion[:-1])], dtype=torch.long, device=target.device)
+    seqs = [list(p) + list(c[:-1]) for p, c, _, _ in items]
+    width = max(len(x) for x in seqs)
+    ids = torch.zeros((len(seqs), width), dtype=torch.long, device=target.device)
+    mask = torch.zeros_like(ids)
+    for row, x in enumerate(seqs):
+        ids[row, : len(x)] = torch.tensor(x, dtype=torch.long)
+        mask[row, : len(x)] = 1
     with torch.inference_mode():
-        t_logits = target(input_ids=ids).logits[0, p_len - 1 :].float()
-        d_logits = draft(input_ids=ids.to(draft.device)).logits[0, p_len - 1 :].float().to(t_logits.device)
-    if vocab is not None:
-        t_logits, d_logits = t_logits[:, :vocab], d_logits[:, :vocab]
-    tokens = torch.tensor(list(completion), dtype=torch.long, device=t_logits.device)
-    gen = None
-    if temperature > 0:
-        gen = torch.Generator(device=d_logits.device)
-        gen.manual_seed(int(seed))
-    d = draft_stats(d_logits, temperature, generator=gen)
-    lp = torch.log_softmax(t_logits / temperature if temperature > 0 else t_logits, -1)
-    p = lp.exp()
-    if temperature == 0:
-        p_accept = (d.tokens == tokens).float()
-    else:
-        p_accept = torch.minimum(p, d.probs).sum(-1).clamp(0.0, 1.0)
-    out = {
-        "p_accept": p_accept,
-        "draft_conf": d.conf,
-        "draft_entropy": d.entropy,
-        "target_entropy": (-(p * lp).sum(-1)).clamp_min(0.0),
-    }
-    assert out["p_accept"].shape[0] == n
-    return {k: v.cpu().numpy().astype(np.float32) for k, v in out.items()}
+        t_all = target(input_ids=ids, attention_mask=mask).logits
+        d_all = draft(input_ids=ids.to(draft.device), attention_mask=mask.to(draft.device)).logits
+    out = []
+    for row, (prompt_ids, completion, temperature, seed) in enumerate(items):
+        p_len, n = len(prompt_ids), len(completion)
+        t_logits = t_all[row, p_len - 1 : p_len - 1 + n].float()
+        d_logits = d_all[row, p_len - 1 : p_len - 1 + n].float().to(t_logits.device)
+        if vocab is not None:
+            t_logits, d_logits = t_logits[:, :vocab], d_logits[:, :vocab]
+        tokens = torch.tensor(list(completion), dtype=torch.long, device=t_logits.device)
+        gen = None
+        if temperature > 0:
+            gen = torch.Generator(device=d_logits.device)
+            gen.manual_seed(int(seed))
+        d = draft_stats(d_logits, temperature, generator=gen)
+        lp = torch.log_softmax(t_logits / temperature if temperature > 0 else t_logits, -1)
+        p = lp.exp()
+        p_accept = (d.tokens == tokens).float() if temperature == 0 else \
+            torch.minimum(p, d.probs).sum(-1).clamp(0.0, 1.0)
+        cols = {"p_accept": p_accept, "draft_conf": d.conf, "draft_entropy": d.entropy,
+                "target_entropy": (-(p * lp).sum(-1)).clamp_min(0.0)}
+        out.append({k: v.cpu().numpy().astype(np.float32) for k, v in cols.items()})
+    return out
 
 
 def loop_share(completions: Sequence[Sequence[int]], tail: int = 64, max_period: int = 32) -> float:
@@ -197,8 +209,8 @@ class Recorder:
         self.gen_s = 0.0
         self.positions = 0
 
-    def record(self, spec: PromptSpec, n: int, temperature: float, seed: int) -> dict[str, Any]:
-        """One request dict (``workload_from_requests`` format) plus its completion tokens."""
+    def generate(self, spec: PromptSpec, n: int, temperature: float, seed: int) -> dict[str, Any]:
+        """One request's completion (exact speculative decoding at the fixed ``gen_k``), without trace columns."""
         tok = self.pair.tokenizer
         prompt_ids = tok(spec.text, add_special_tokens=False)["input_ids"]
         if not prompt_ids:
@@ -207,15 +219,24 @@ class Recorder:
         t0 = time.perf_counter()
         res = self.engine.run_request(prompt_ids, self.gen_k, n, temperature, seed=rseed,
                                       request_id=spec.request_id, category=spec.category)
-        t1 = time.perf_counter()
-        cols = trace_columns(self.pair.draft, self.pair.target, prompt_ids, res.tokens, temperature,
-                             seed=rseed + 1, vocab=self.engine.vocab)
-        t2 = time.perf_counter()
-        self.gen_s += t1 - t0
-        self.trace_s += t2 - t1
-        self.positions += len(res.tokens)
+        self.gen_s += time.perf_counter() - t0
         return {"request_id": spec.request_id, "category": spec.category, "temperature": float(temperature),
-                "prompt_len": len(prompt_ids), "prompt_text": spec.text, "completion": res.tokens, **cols}
+                "prompt_len": len(prompt_ids), "prompt_text": spec.text, "completion": res.tokens,
+                "_prompt_ids": prompt_ids, "_seed": rseed + 1}
+
+    def extract(self, pending: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Add the trace columns to generated requests (one batched teacher-forced forward per model)."""
+        t0 = time.perf_counter()
+        cols = trace_columns_batch(self.pair.draft, self.pair.target,
+                                   [(r["_prompt_ids"], r["completion"], r["temperature"], r["_seed"]) for r in pending],
+                                   vocab=self.engine.vocab)
+        self.trace_s += time.perf_counter() - t0
+        self.positions += sum(len(r["completion"]) for r in pending)
+        return [{**{k: v for k, v in r.items() if not k.startswith("_")}, **c} for r, c in zip(pending, cols)]
+
+    def record(self, spec: PromptSpec, n: int, temperature: float, seed: int) -> dict[str, Any]:
+        """One request dict (``workload_from_requests`` format) plus its completion tokens."""
+        return self.extract([self.generate(spec, n, temperature, seed)])[0]
 
 
 def _load_partial(path: Path, header: dict) -> dict[str, dict]:
@@ -262,6 +283,7 @@ def record_workload(
     progress: Callable[[int, int], None] | None = None,
     extra: dict[str, Any] | None = None,
     split_fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+    batch: int = 8,
 ) -> tuple[Workload, dict[str, Any]]:
     """Record every prompt, resumably, and write the workload atomically.
 
@@ -297,18 +319,30 @@ def record_workload(
     t0 = time.perf_counter()
     resumed = sum(1 for s in prompts if s.request_id in done)
     with open(partial, "a", encoding="utf-8") as f:
-        for idx, spec in enumerate(prompts):
-            if spec.request_id not in done:
-                temp = temperature if spec.temperature is None else spec.temperature
-                n = spec.max_new_tokens or request_length(spec.request_id, lo, hi, seed)
-                r = rec.record(spec, n, temp, seed)
+        pending: list[dict[str, Any]] = []
+
+        def flush() -> None:
+            for r in rec.extract(pending):
                 line = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in r.items()}
                 f.write(json.dumps(line) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-                done[spec.request_id] = line
-            if progress is not None:
-                progress(idx + 1, len(prompts))
+                done[r["request_id"]] = line
+            f.flush()
+            os.fsync(f.fileno())
+            pending.clear()
+
+        try:
+            for idx, spec in enumerate(prompts):
+                if spec.request_id not in done:
+                    temp = temperature if spec.temperature is None else spec.temperature
+                    n = spec.max_new_tokens or request_length(spec.request_id, lo, hi, seed)
+                    pending.append(rec.generate(spec, n, temp, seed))
+                    if len(pending) >= batch:
+                        flush()
+                if progress is not None:
+                    progress(idx + 1, len(prompts))
+        finally:  # Ctrl-C included: the completions generated so far are kept for the resume
+            if pending:
+                flush()
     wall = time.perf_counter() - t0
     requests = []
     completions = []

@@ -47,6 +47,9 @@ class _ReplayEnvBase(gym.Env):
             k_min: smallest draft cap of the K-mode action space (0 allows plain autoregressive steps).
             outcome_seed: seed of the replayed acceptance draws (common random numbers); ``None`` draws fresh
                 outcomes every episode from the env's ``np_random`` (only matters for sampled traces).
+            domains: a :class:`~specgym.envs.workloads.domains.DomainDistribution`: every episode draws its own
+                workload and cost profile from it (domain randomisation; ``workload`` and ``profile`` are then
+                unused, requests still come from ``split``).
         """
         return {
             "workload": default_workload_name(),
@@ -55,6 +58,7 @@ class _ReplayEnvBase(gym.Env):
             "k_max": DEFAULT_K_MAX,
             "k_min": 0,
             "outcome_seed": 0,
+            "domains": None,
         }
 
     def __init__(self, config: dict[str, Any] | None = None, render_mode: str | None = None, **overrides: Any):
@@ -77,31 +81,45 @@ class _ReplayEnvBase(gym.Env):
 
     def _build(self) -> None:
         cfg = self.config
-        wl = cfg["workload"]
-        self.workload = wl if isinstance(wl, Workload) else cached_workload(wl)
-        prof = cfg["profile"]
-        profile = prof if isinstance(prof, CostProfile) or prof is None else load_profile(prof)
         self.k_max = check_k_max(cfg["k_max"])
         self.k_min = int(cfg["k_min"])
         if not 0 <= self.k_min <= self.k_max:
             raise SpecgymError(f"k_min must be in [0, k_max={self.k_max}], got {self.k_min}")
-        seed = cfg["outcome_seed"]
-        self.engine = TraceEngine(self.workload, profile, self.k_max, seed=0 if seed is None else int(seed))
-        self.requests = self.workload.split_indices(cfg["split"])
-        self._id_index = {rid: i for i, rid in enumerate(self.workload.request_id.tolist())}
+        self.domains = cfg["domains"]
+        if self.domains is not None:
+            self._use(self.domains.workloads[0], None)
+        else:
+            wl = cfg["workload"]
+            prof = cfg["profile"]
+            self._use(wl if isinstance(wl, Workload) else cached_workload(wl),
+                      prof if isinstance(prof, CostProfile) or prof is None else load_profile(prof))
         low, high = feature_bounds(self.mode)
         self.observation_space = spaces.Box(low, high, dtype=np.float32)
         self.tracker = FeatureTracker(self.k_max)
-        self.t_ar = self.engine.t_ar
         self.req: ReplayRequest | None = None
+
+    def _use(self, workload: Workload, profile: CostProfile | None) -> None:
+        """Replay ``workload`` priced with ``profile`` (None = its own) from now on."""
+        seed = self.config["outcome_seed"]
+        self.workload = workload
+        self.engine = TraceEngine(workload, profile, self.k_max, seed=0 if seed is None else int(seed))
+        self.requests = workload.split_indices(self.config["split"])
+        if len(self.requests) == 0:
+            raise SpecgymError(f"workload {workload.name!r} has no requests in split {self.config['split']!r}")
+        self._id_index: dict[str, int] | None = None
+        self.t_ar = self.engine.t_ar
 
     def _pick_request(self, options: dict[str, Any] | None) -> int:
         if options and "request" in options:
+            if self.domains is not None:
+                raise SpecgymError("reset(options={'request': ...}) needs a fixed workload (domains is set)")
             sel = options["request"]
             if isinstance(sel, (int, np.integer)) and not isinstance(sel, bool):
                 if not 0 <= sel < self.workload.n_requests:
                     raise SpecgymError(f"request index {sel} out of range [0, {self.workload.n_requests})")
                 return int(sel)
+            if self._id_index is None:
+                self._id_index = {rid: i for i, rid in enumerate(self.workload.request_id.tolist())}
             if sel not in self._id_index:
                 raise SpecgymError(f"unknown request id {sel!r} in workload {self.workload.name!r}")
             return self._id_index[sel]
@@ -109,6 +127,8 @@ class _ReplayEnvBase(gym.Env):
 
     def _start(self, seed: int | None, options: dict[str, Any] | None) -> None:
         super().reset(seed=seed)
+        if self.domains is not None:
+            self._use(*self.domains.sample(self.np_random))
         r = self._pick_request(options)
         outcome_seed = self.config["outcome_seed"]
         if outcome_seed is None:
@@ -153,6 +173,7 @@ class _ReplayEnvBase(gym.Env):
             "position": self.req.position,
             "length": self.req.length,
             "episode_time_ms": self.episode_time_ms,
+            "t_ar_ms": self.t_ar,
         }
 
     def render(self) -> str | None:
@@ -204,7 +225,8 @@ class SpecDecodeEnv(_ReplayEnvBase):
 
     ## Info
     ``planned_k``, ``drafted``, ``accepted``, ``produced``, ``time_ms`` of the round (simulated, never wall
-    clock), the reward components, and the request's id, position, length and elapsed simulated time.
+    clock), the reward components, the request's id, position, length and elapsed simulated time, and the
+    episode's ``t_ar_ms``.
 
     ## Version History
     * v1: feature version 3 (online-calibration and cost features); invalid actions raise instead of being clipped.
@@ -278,14 +300,14 @@ class SpecDecodeTokenEnv(_ReplayEnvBase):
     def _build(self) -> None:
         super()._build()
         self.action_space = spaces.Discrete(2)
-        self.decisions = TokenDecisionState(self.k_max)
+        self.decisions = TokenDecisionState(self.tracker)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Start a new request; returns ``(observation, info)`` at the first decision."""
         self._start(seed, options)
         self._auto_reward = 0.0
         self._begin_round()
-        return self.decisions.observation(self.tracker), self._base_info()
+        return self.decisions.observation(), self._base_info()
 
     def _begin_round(self) -> None:
         """Open a round; play forced K = 0 rounds (no room to draft) without asking."""
@@ -311,7 +333,7 @@ class SpecDecodeTokenEnv(_ReplayEnvBase):
             if j < self._cap:
                 info = self._base_info()
                 info["verified"] = False
-                return dec.observation(self.tracker), 0.0, False, False, info
+                return dec.observation(), 0.0, False, False, info
         # A stop before the first draft token is a plain autoregressive step (K = 0), as a deployed controller
         # would report it; otherwise the round's cap is the engine's clipped k_max.
         o = self.req.verify(self._cap if dec.drafted > 0 else 0, dec.drafted)
@@ -323,7 +345,7 @@ class SpecDecodeTokenEnv(_ReplayEnvBase):
         self._auto_reward = 0.0
         info.update(self._base_info())
         info["verified"] = True
-        return dec.observation(self.tracker), reward, self.req.done, False, info
+        return dec.observation(), reward, self.req.done, False, info
 
 
 SpecDecodeEnv.__doc__ = (SpecDecodeEnv.__doc__ or "").format(features=feature_table("k").replace("\n", "\n    "))

@@ -1,11 +1,13 @@
-"""Synthetic workload generator Every workload it makes is labelled synthetic.
+"""Synthetic workload generator. Every workload it makes is labelled synthetic.
 
 Model: each request belongs to a category with a mean acceptance ``alpha`` (jittered per request). Optionally a
 hidden regime (flat / rugged) follows a two-state Markov chain along the completion, with geometric run lengths,
 and sets the acceptance level instead. The per-position acceptance probability ``p`` is Beta-distributed around the
 level. Greedy traces store the 0/1 outcome ``match ~ Bernoulli(p)``; sampled traces store ``p`` itself.
 Draft confidence carries real but imperfect signal about the outcome:
-``draft_conf = sigmoid(logit(p) + kappa * (match - p) + sigma * noise)``; draft entropy falls as confidence rises.
+``draft_conf = sigmoid(conf_scale * (logit(p) + kappa * (match - p) + sigma * noise) + conf_shift)``; draft entropy
+falls as confidence rises. ``conf_scale`` / ``conf_shift`` other than 1 / 0 make the draft mis-calibrated: over-
+confident (scale > 1 or shift > 0) or under-confident (scale < 1 or shift < 0) relative to its acceptance.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class SyntheticSpec:
         kappa: Strength of the outcome signal in draft confidence.
         sigma: Noise in draft confidence (logit scale).
         profile: Name of the shipped cost profile the workload is generated for.
+        conf_scale: Logit-scale multiplier of draft confidence (1 = calibrated up to noise).
+        conf_shift: Logit-scale offset of draft confidence (0 = calibrated up to noise).
     """
 
     categories: tuple[CategorySpec, ...]
@@ -66,6 +70,8 @@ class SyntheticSpec:
     kappa: float = 2.0
     sigma: float = 0.8
     profile: str = "speclane-table"
+    conf_scale: float = 1.0
+    conf_shift: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready parameters."""
@@ -197,6 +203,8 @@ def generate_workload(
     pc = np.clip(p, 1e-4, 1 - 1e-4)
     logit = np.log(pc) - np.log1p(-pc)
     z = logit + spec.kappa * (match - p) + spec.sigma * rng.standard_normal(total)
+    if spec.conf_scale != 1.0 or spec.conf_shift != 0.0:
+        z = spec.conf_scale * z + spec.conf_shift
     conf = 1.0 / (1.0 + np.exp(-z))
     conf = np.clip(conf, 1e-4, 1.0)
     entropy = -np.log(conf) * (1.0 + 0.5 * (1.0 - conf)) * np.exp(0.25 * rng.standard_normal(total))

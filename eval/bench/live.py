@@ -1,222 +1,186 @@
-"""Live-engine benchmark: measured speed of speculative decoding with a real pair on this machine.
+"""Live-engine benchmark (``specgym bench --sections live``): sim-to-real for every controller on a real pair.
 
-Prints (and returns) for the shipped pair (or any pair):
+On the test prompts of a workload recorded from the pair (the same requests the replay harness evaluates), every
+controller decodes live, with the pair on this machine:
 
-* plain greedy decoding tokens/s with the target alone (KV cache; the live engine's K = 0 path);
-* live engine tokens/s at fixed K = 1..8, the speedup over plain decoding, and the ratio of the measured speed to
-  what the cost profile predicts for the very same rounds (``sum(round_time(drafted))`` / measured time);
-* transformers' own assisted generation (``generate(assistant_model=draft)``, constant K, no confidence stop) at
-  the same K, and plain ``generate()``, for reference;
-* recorder throughput: trace positions/s of the teacher-forced extraction.
+* plain decoding (the target alone, its fastest path) and fixed K = 1..6, every baseline and every given policy;
+* live tokens/s, median of ``repeats`` repeats (controllers interleaved within each repeat, so load changes on a
+  shared machine hit all of them alike), and the speedup over plain decoding;
+* the **replay prediction** for the same requests: the replay engine plays the controller on the recorded trace of
+  those requests and prices its rounds with the pair's cost profile; ``measured / predicted`` tells how far the cost
+  model is from the machine;
+* whether every greedy output equals plain decoding, token for token;
+* once through transformers' ``generate(assistant_model=...)`` (:func:`generate_with_controller`) with the best
+  controller, against transformers' own plain ``generate()``.
 
-Runs are interleaved per prompt (plain, then each K) so that load changes on a shared machine hit all variants
-alike. Greedy outputs of every variant are checked against plain decoding. One torch thread.
+One torch thread. Results are printed and written as JSON (``--json``); the README's live table comes from here.
 """
 
 from __future__ import annotations
 
-import json
+import statistics
 import time
-from pathlib import Path
 from typing import Any
 
-from specgym.paths import MODELS_DIR, PROFILES_DIR, WORKLOADS_DIR
+import numpy as np
 
-FALLBACK_PROMPTS = [
-    ("code", "def parse_header(self, line):\n    \"\"\"Parse one header line.\"\"\"\n"),
-    ("prose", "The import statement is used to bring a module into the current namespace. "),
-    ("math", "Question: Tom has 12 apples. He buys 30 more. How many apples does Tom have now?\nAnswer:"),
-]
+from specgym.paths import MODELS_DIR, default_pair_name, pair_profile
 
 
-def _prompts(tokenizer, per_category: int) -> list[tuple[str, list[int]]]:
-    path = WORKLOADS_DIR / "tinypair-prompts.jsonl"
-    items: list[tuple[str, str]] = []
-    if path.exists():
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        for cat in ("code", "prose", "math"):
-            items += [(cat, r["prompt"]) for r in rows if r.get("category") == cat][-per_category:]
-    if not items:
-        items = FALLBACK_PROMPTS * per_category
-    return [(c, tokenizer(t, add_special_tokens=False)["input_ids"]) for c, t in items]
+def _policies() -> list[str]:
+    from specgym.agents.policy_controller import list_policies
+
+    return [f"ppo:{p}" for p in list_policies()]
 
 
-def _hf_assisted(pair, ids, n: int, k: int | None, clock=time.perf_counter) -> tuple[float, list[int]]:
-    """Wall ms and tokens of transformers' generate (assisted with constant K, or plain when k is None)."""
-    import torch
+def controller_specs(k_values=range(1, 7)) -> list[str]:
+    """Plain decoding, fixed K, every baseline, every shipped policy."""
+    from specgym.baselines.registry import ALL_BASELINES
 
-    x = torch.tensor([ids])
-    kw = dict(attention_mask=torch.ones_like(x), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-              eos_token_id=None, pad_token_id=pair.tokenizer.pad_token_id)
-    gc = pair.draft.generation_config
-    saved = (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold,
-             gc.eos_token_id)
-    if k is not None:
-        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = k, "constant"
-        gc.assistant_confidence_threshold, gc.eos_token_id = 0.0, None
-        kw["assistant_model"] = pair.draft
-    try:
-        t0 = clock()
-        out = pair.target.generate(x, **kw)
-        ms = (clock() - t0) * 1000.0
-    finally:
-        (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold,
-         gc.eos_token_id) = saved
-    return ms, out[0, len(ids):].tolist()
+    return ["fixed:0", *(f"fixed:{k}" for k in k_values), *ALL_BASELINES, *_policies()]
 
 
-def run_live_bench(console, draft: str | None = None, target: str | None = None, profile: str | None = None,
-                   per_category: int = 2, max_new_tokens: int = 128, k_values=tuple(range(1, 9)),
-                   hf_k_values=(2, 3, 4), out_md: str | Path | None = None,
-                   threads: int = 1, clock: str = "wall") -> dict[str, Any]:
-    """Run the live benchmark and print a table; returns every figure in a dict.
-
-    ``clock="cpu"`` times everything (live engine, transformers' generate, recorder) in thread CPU time, which
-    excludes preemption by other jobs on a shared machine (valid with one torch thread on CPU).
-    """
+def run_live_bench(console: Any, pair_name: str | None = None, workload: str | None = None,
+                   per_category: int = 8, repeats: int = 3, specs: list[str] | None = None, threads: int = 1,
+                   max_new_tokens: int | None = None) -> dict[str, Any]:
+    """Run the live benchmark; returns every figure (also printed as a table)."""
     import torch
     import transformers
     from rich.table import Table
 
+    from specgym.baselines.registry import make_controller
     from specgym.envs.core.cost import load_profile
+    from specgym.envs.core.rounds import DEFAULT_K_MAX
     from specgym.envs.engines.live_engine import LiveEngine, load_pair
-    from specgym.envs.engines.profiler import measure_profile
-    from specgym.envs.engines.recorder import trace_columns
+    from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.envs.workloads.trace_format import cached_workload
+    from specgym.eval.runner import run_controller
 
     torch.set_num_threads(threads)
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    draft = draft or str(MODELS_DIR / "tinypair" / "draft")
-    target = target or str(MODELS_DIR / "tinypair" / "target")
-    pair = load_pair(draft, target)
-    k_max = max(max(k_values), max(hf_k_values))
-    default_prof = PROFILES_DIR / "cpu-tinypair.json"
-    if profile:
-        prof = load_profile(profile)
-    elif default_prof.exists():
-        prof = load_profile(default_prof)
-    else:
-        prof = measure_profile(pair, k_max=k_max, clock=clock)
-    clk = time.thread_time if clock == "cpu" else time.perf_counter
-    eng = LiveEngine.from_pair(pair, k_max=k_max, profile=prof, timing=clock)
-    prompts = _prompts(pair.tokenizer, per_category)
-    # warm-up
-    eng.run_plain(prompts[0][1], 16)
-    eng.run_request(prompts[0][1], 4, 16)
-
-    plain_ms = 0.0
-    n_tok = 0
-    live_ms = {k: 0.0 for k in k_values}
-    pred_ms = {k: 0.0 for k in k_values}
-    acc = {k: [0, 0] for k in k_values}
-    mismatches = 0
-    completions = []
-    hf_ms = {k: 0.0 for k in hf_k_values}
-    hf_plain_ms = 0.0
-    hf_mismatch = 0
-    for _cat, ids in prompts:
-        base = eng.run_plain(ids, max_new_tokens)
-        plain_ms += base.time_ms
-        n_tok += len(base.tokens)
-        completions.append((ids, base.tokens))
-        for k in k_values:
-            res = eng.run_request(ids, k, max_new_tokens)
-            live_ms[k] += res.time_ms
-            pred_ms[k] += sum(prof.round_time(r.drafted) for r in res.rounds)
-            acc[k][0] += res.accepted
-            acc[k][1] += res.drafted
-            mismatches += res.tokens != base.tokens
-        ms, toks = _hf_assisted(pair, ids, max_new_tokens, None, clk)
-        hf_plain_ms += ms
-        hf_mismatch += toks != base.tokens
-        for k in hf_k_values:
-            ms, toks = _hf_assisted(pair, ids, max_new_tokens, k, clk)
-            hf_ms[k] += ms
-            hf_mismatch += toks != base.tokens
-    # recorder: teacher-forced trace extraction throughput
-    t0 = clk()
-    positions = 0
-    for ids, comp in completions:
-        trace_columns(pair.draft, pair.target, ids, comp, 0.0, vocab=eng.vocab)
-        positions += len(comp)
-    trace_s = clk() - t0
-
-    plain_tps = n_tok / plain_ms * 1000.0
+    pair_name = pair_name or default_pair_name()
+    pair = load_pair(str(MODELS_DIR / pair_name / "draft"), str(MODELS_DIR / pair_name / "target"))
+    prof_path = pair_profile(pair_name)
+    if prof_path is None:
+        raise RuntimeError(f"no measured profile cpu-{pair_name}.json: run specgym profile first")
+    prof = load_profile(prof_path)
+    wl = cached_workload(workload or f"{pair_name}-greedy")
+    test = wl.split_indices("test")
+    chosen: list[int] = []
+    for cat in wl.categories():
+        chosen += [int(r) for r in test if wl.category[r] == cat][:per_category]
+    requests = np.asarray(chosen, dtype=np.int64)
+    prompts = [pair.tokenizer(wl.prompt_text[r], add_special_tokens=False)["input_ids"] for r in requests]
+    lengths = [int(wl.lengths[r]) if max_new_tokens is None else max_new_tokens for r in requests]
+    specs = specs or controller_specs()
+    k_max = DEFAULT_K_MAX
+    eng = LiveEngine.from_pair(pair, k_max=k_max, profile=prof, timing="wall")
+    replay = TraceEngine(wl, prof, k_max, seed=0)
+    eng.run_request(prompts[0], None, 16)  # warm-up both models
+    eng.run_request(prompts[0], 3, 16)
+    live_ms: dict[str, list[float]] = {s: [] for s in specs}
+    accepted: dict[str, list[int]] = {s: [0, 0] for s in specs}
+    identical = dict.fromkeys(specs, True)
+    plain_tokens: list[list[int]] = []
+    t_start = time.perf_counter()
+    for rep in range(repeats):
+        order = specs[rep % len(specs):] + specs[: rep % len(specs)]
+        for spec in order:
+            ctrl = make_controller(spec, k_max)
+            total = 0.0
+            for i, (ids, n) in enumerate(zip(prompts, lengths)):
+                res = eng.run_request(ids, ctrl if spec != "fixed:0" else None, n, request_id=str(wl.request_id[
+                    requests[i]]), category=str(wl.category[requests[i]]))
+                total += res.time_ms
+                if rep == 0:  # the first repeat runs plain decoding first: greedy exactness is checked on it
+                    accepted[spec][0] += res.accepted
+                    accepted[spec][1] += res.drafted
+                    if spec == "fixed:0":
+                        plain_tokens.append(res.tokens)
+                    identical[spec] &= res.tokens == plain_tokens[i]
+            live_ms[spec].append(total)
+            console.print(f"  repeat {rep + 1}/{repeats} {spec:<22} {sum(lengths) / total * 1000:7.1f} tok/s",
+                          highlight=False)
+    n_tok = sum(lengths)
+    plain_ms = statistics.median(live_ms["fixed:0"])
     rows = []
-    for k in k_values:
-        tps = n_tok / live_ms[k] * 1000.0
-        rows.append({"k": k, "tok_s": tps, "speedup": tps / plain_tps, "profile_ratio": pred_ms[k] / live_ms[k],
-                     "acceptance": acc[k][0] / max(acc[k][1], 1)})
+    for spec in specs:
+        ms = statistics.median(live_ms[spec])
+        pred = run_controller(replay, requests, make_controller(spec, k_max))
+        pred_ms = float(pred.time_ms.sum())
+        rows.append({"controller": spec, "tok_s": n_tok / ms * 1000.0, "speedup": plain_ms / ms,
+                     "predicted_tok_s": n_tok / pred_ms * 1000.0, "predicted_speedup": n_tok * prof.t_ar_ms / pred_ms,
+                     "measured_over_predicted": pred_ms / ms,
+                     "acceptance": accepted[spec][0] / max(accepted[spec][1], 1),
+                     "greedy_identical": identical[spec], "repeats_ms": live_ms[spec]})
+    fixed = [r for r in rows if r["controller"].startswith("fixed:") and r["controller"] != "fixed:0"]
+    best_fixed = max(fixed, key=lambda r: r["tok_s"])
     best = max(rows, key=lambda r: r["tok_s"])
-    hf_rows = {k: n_tok / hf_ms[k] * 1000.0 for k in hf_k_values}
+    hf = _hf_generate(pair, prompts[:6], lengths[:6], make_controller(best["controller"], k_max), prof)
     result = {
-        "pair": {"draft": draft, "target": target}, "profile": prof.name, "prompts": len(prompts),
-        "tokens_per_variant": n_tok, "plain_tok_s": plain_tps, "live": rows, "best_fixed_k": best["k"],
-        "best_speedup": best["speedup"], "best_profile_ratio": best["profile_ratio"],
-        "greedy_mismatches": mismatches, "hf_plain_tok_s": n_tok / hf_plain_ms * 1000.0, "hf_assisted_tok_s": hf_rows,
-        "hf_greedy_mismatches": hf_mismatch, "recorder_positions_per_s": positions / trace_s,
-        "threads": torch.get_num_threads(), "clock": clock, "profile_clock": prof.hardware.get("clock", "wall"),
-        "max_new_tokens": max_new_tokens, "profile_t_ar_ms": prof.t_ar_ms, "profile_draft_ms": prof.draft_ms,
+        "pair": pair_name, "dtypes": pair.dtypes, "packed_linears": pair.packed, "profile": prof.name,
+        "workload": wl.name, "prompts": len(prompts), "tokens": n_tok, "repeats": repeats, "clock": "wall",
+        "threads": torch.get_num_threads(), "plain_tok_s": n_tok / plain_ms * 1000.0, "rows": rows,
+        "best_fixed_k": int(best_fixed["controller"].split(":")[1]), "best_fixed_speedup": best_fixed["speedup"],
+        "best_controller": best["controller"], "best_speedup": best["speedup"], "hf_generate": hf,
+        "max_new_tokens": max_new_tokens or f"recorded lengths (mean {n_tok / len(prompts):.0f})",
+        "wall_s": time.perf_counter() - t_start,
     }
-
-    table = Table(title=f"live engine, {len(prompts)} prompts x {max_new_tokens} tokens, greedy, 1 thread, "
-                        f"{clock} clock")
-    for col in ("K", "tok/s", "speedup vs plain", "measured/profile", "acceptance", "HF assisted tok/s"):
+    table = Table(title=f"live, {pair_name} ({pair.dtypes}), {len(prompts)} test prompts of {wl.name}, "
+                        f"{n_tok} tokens, median of {repeats}, wall clock, 1 thread")
+    for col in ("controller", "live tok/s", "speedup vs plain", "replay prediction tok/s", "measured / predicted",
+                "acceptance", "greedy = plain"):
         table.add_column(col, justify="right")
-    table.add_row("plain", f"{plain_tps:.1f}", "1.00", "", "", f"{result['hf_plain_tok_s']:.1f} (plain generate)")
-    for r in rows:
-        hf = hf_rows.get(r["k"])
-        table.add_row(str(r["k"]), f"{r['tok_s']:.1f}", f"{r['speedup']:.2f}", f"{r['profile_ratio']:.2f}",
-                      f"{r['acceptance']:.2f}", "" if hf is None else f"{hf:.1f}")
+    for r in sorted(rows, key=lambda r: -r["tok_s"]):
+        table.add_row(r["controller"], f"{r['tok_s']:.1f}", f"{r['speedup']:.3f}x", f"{r['predicted_tok_s']:.1f}",
+                      f"{r['measured_over_predicted']:.3f}", f"{r['acceptance']:.2f}", str(r["greedy_identical"]))
     console.print(table)
-    console.print(f"best fixed K={best['k']}: {best['speedup']:.2f}x plain, {best['profile_ratio']:.2f} of the "
-                  f"profile's prediction; greedy mismatches {mismatches} (live) / {hf_mismatch} (HF); recorder "
-                  f"{result['recorder_positions_per_s']:.0f} trace positions/s")
-    if out_md:
-        _write_md(Path(out_md), result, max_new_tokens)
+    console.print(f"best fixed K={result['best_fixed_k']}: {best_fixed['speedup']:.3f}x plain; best controller "
+                  f"{best['controller']}: {best['speedup']:.3f}x; transformers generate(assistant_model=...) with it: "
+                  f"{hf['assisted_tok_s']:.1f} tok/s vs plain generate() {hf['plain_tok_s']:.1f} tok/s "
+                  f"({hf['assisted_tok_s'] / hf['plain_tok_s']:.3f}x), outputs identical: {hf['identical']}",
+                  highlight=False)
     return result
 
 
-def _write_md(path: Path, r: dict[str, Any], n: int) -> None:
-    from specgym.io import atomic_write_text
+def _hf_generate(pair: Any, prompts: list[list[int]], lengths: list[int], controller: Any, profile: Any) -> dict:
+    """transformers' generate(): plain, and assisted with ``controller`` choosing K (wall clock, greedy)."""
+    import torch
 
-    lines = [
-        "# Live engine figures (measured)", "",
-        f"Pair: draft `{r['pair']['draft']}`, target `{r['pair']['target']}`; profile `{r['profile']}` "
-        f"(t_AR {r['profile_t_ar_ms']:.3f} ms, draft {r['profile_draft_ms']:.3f} ms); {r['prompts']} prompts x {n} "
-        f"new tokens, greedy, torch threads {r['threads']}, {r['clock']} clock (profile: {r['profile_clock']} clock); "
-        "produced by `specgym.bench_live.run_live_bench`.", "",
-        f"Plain greedy decoding (live engine, K=0, KV cache): **{r['plain_tok_s']:.1f} tok/s**; "
-        f"transformers `generate()` plain: {r['hf_plain_tok_s']:.1f} tok/s.", "",
-        "| K | tok/s | speedup vs plain | measured / profile prediction | acceptance | HF assisted tok/s |",
-        "|---|---|---|---|---|---|",
-    ]
-    for row in r["live"]:
-        hf = r["hf_assisted_tok_s"].get(row["k"])
-        lines.append(f"| {row['k']} | {row['tok_s']:.1f} | {row['speedup']:.2f} | {row['profile_ratio']:.2f} | "
-                     f"{row['acceptance']:.2f} | {'' if hf is None else f'{hf:.1f}'} |")
-    lines += ["", f"Best fixed K = {r['best_fixed_k']}: {r['best_speedup']:.2f}x plain decoding, "
-              f"{r['best_profile_ratio']:.2f} of the profile's prediction.",
-              f"Greedy outputs differing from plain decoding: {r['greedy_mismatches']} (live), "
-              f"{r['hf_greedy_mismatches']} (HF).",
-              f"Recorder trace extraction: {r['recorder_positions_per_s']:.0f} positions/s.", ""]
-    atomic_write_text(path, "\n".join(lines), overwrite=True)
-    atomic_write_text(path.with_suffix(".json"), json.dumps(r, indent=2, default=float) + "\n", overwrite=True)
+    from specgym.agents.hf_generate import generate_with_controller
+
+    plain_ms = assisted_ms = 0.0
+    identical = True
+    for ids, n in zip(prompts, lengths):
+        x = torch.tensor([ids])
+        kw = dict(attention_mask=torch.ones_like(x), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                  eos_token_id=None, pad_token_id=pair.tokenizer.pad_token_id)
+        t0 = time.perf_counter()
+        ref = pair.target.generate(x, **kw)
+        plain_ms += (time.perf_counter() - t0) * 1000
+        draft_eos = pair.draft.generation_config.eos_token_id
+        pair.draft.generation_config.eos_token_id = None  # the assistant would stop at its own EOS
+        try:
+            t0 = time.perf_counter()
+            out = generate_with_controller(pair.target, pair.draft, x, controller, profile=profile, **kw)
+            assisted_ms += (time.perf_counter() - t0) * 1000
+        finally:
+            pair.draft.generation_config.eos_token_id = draft_eos
+        identical &= bool(torch.equal(out, ref))
+    n_tok = sum(lengths)
+    return {"prompts": len(prompts), "plain_tok_s": n_tok / plain_ms * 1000, "assisted_tok_s": n_tok / assisted_ms
+            * 1000, "identical": identical, "controller": controller.name}
 
 
 def live_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
-    """Hook for ``specgym bench --sections live`` (the workload argument is unused: the live bench runs models).
-
-    Skips with a message when torch/transformers or the shipped pair are missing.
-    """
+    """``live``: the sim-to-real benchmark on the shipped default pair (skipped without torch/transformers)."""
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as exc:
         console.print(f"[yellow]live section skipped: {exc}[/yellow]")
         return {}
-    if not (MODELS_DIR / "tinypair" / "target" / "config.json").exists():
-        console.print("[yellow]live section skipped: data/models/tinypair not built (specgym train-lm-pair)[/yellow]")
-        return {}
-    r = run_live_bench(console)
-    return {f"live_{k}": v for k, v in r.items() if isinstance(v, (int, float))}
+    r = run_live_bench(console, repeats=getattr(args, "live_repeats", 3),
+                       per_category=getattr(args, "live_prompts", 8))
+    return {"live": r}

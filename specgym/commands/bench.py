@@ -23,6 +23,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"comma-separated, from: {','.join(SECTIONS)} (default: %(default)s)")
     p.add_argument("--eval-requests", type=positive_int, default=10_000,
                    help="requests of synthetic speclane-mix for the evaluation-speed section (default %(default)s)")
+    p.add_argument("--live-prompts", type=positive_int, default=8,
+                   help="live section: test prompts per category (default %(default)s)")
+    p.add_argument("--live-repeats", type=positive_int, default=3,
+                   help="live section: repeats, the median is reported (default %(default)s)")
     p.add_argument("--policy", default=None, help="exported policy for the 'policy' section (name or folder)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     p.set_defaults(func=_run)

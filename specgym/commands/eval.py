@@ -31,14 +31,51 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="evaluate only the first N requests of the split (default: all)")
     p.add_argument("--bootstrap", type=nonneg_int, default=2000,
                    help="bootstrap resamples for the paired 95%% confidence intervals, 0 = none (default %(default)s)")
-    p.add_argument("--out", type=Path, default=None, help="report folder (default out/eval-WORKLOAD)")
+    p.add_argument("--suite", choices=("generalization",), default=None,
+                   help="run a suite instead of one workload: 'generalization' evaluates the policies given by "
+                        "--controllers (default: the shipped ones) on held-out workload x cost-profile cells against "
+                        "every baseline in hindsight")
+    p.add_argument("--out", type=Path, default=None, help="report folder (default out/eval-WORKLOAD or "
+                                                          "out/suite-SUITE)")
     p.add_argument("--force", action="store_true", help="replace an existing report folder")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.set_defaults(func=run_eval_command)
 
 
+def run_suite_command(args: argparse.Namespace) -> int:
+    """``specgym eval --suite generalization``: policies on held-out cells (see :mod:`specgym.eval.suite`)."""
+    import json
+
+    from specgym.agents.policy_controller import list_policies
+    from specgym.console import make_console
+    from specgym.errors import SpecgymError
+    from specgym.eval.suite import markdown, run_suite
+    from specgym.io import atomic_dir, refuse_overwrite
+
+    out = args.out or Path("out") / f"suite-{args.suite}"
+    refuse_overwrite(out, args.force)
+    if args.controllers == "all":
+        policies = [f"ppo:{name}" for name in list_policies()]
+        if not policies:
+            raise SpecgymError("no shipped policy to evaluate: pass --controllers ppo:DIR[,ppo:DIR...]")
+    else:
+        policies = [s.strip() for s in args.controllers.split(",") if s.strip()]
+    console = make_console(stderr=True)
+    with console.status("suite") as status:
+        report = run_suite(policies, k_max=args.k_max, bootstrap=args.bootstrap,
+                           progress=lambda name: status.update(f"suite cell {name}"))
+    with atomic_dir(out, overwrite=args.force) as tmp:
+        (tmp / "suite.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
+        (tmp / "suite.md").write_text(markdown(report))
+    print(markdown(report))
+    print(f"suite report: {out}/suite.md (json: suite.json)")
+    return 0
+
+
 def run_eval_command(args: argparse.Namespace) -> int:
     """Handler of ``specgym eval`` (also used by ``specgym demo``)."""
+    if getattr(args, "suite", None):
+        return run_suite_command(args)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from specgym.console import make_console

@@ -1,4 +1,9 @@
-"""The model card (``README.md``) of a shipped pair, written from its training states and measured figures."""
+"""The model card (``README.md``) of a shipped pair, written from its training states and measured figures.
+
+Generic sections (how to load it, corpus, models, measured cost profile, recorded workloads, live figures,
+limitations) come from the files the build wrote; what is particular to a pair (why this size, how it was grown or
+distilled, what was tried) comes from a markdown ``notes`` file.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +15,13 @@ from typing import Any
 import numpy as np
 
 
-def _workload_summary(path: Path) -> dict | None:
-    """Mean acceptance and greedy-loop share per category of a recorded workload (None if absent)."""
-    if not path.exists():
-        return None
+def workload_summary(path: Path) -> dict[str, Any]:
+    """Mean acceptance and greedy-loop share per category of a recorded workload."""
     from specgym.envs.workloads.trace_format import load_workload
 
     wl = load_workload(path)
-    out: dict[str, Any] = {"requests": wl.n_requests, "positions": wl.n_positions, "by_category": {}}
+    out: dict[str, Any] = {"name": wl.name, "requests": wl.n_requests, "positions": wl.n_positions,
+                           "temperature": float(wl.temperature[0]), "by_category": {}}
     loops = wl.extra.get("loop_share_by_category", {})
     for cat in wl.categories():
         idx = np.flatnonzero(wl.category == cat)
@@ -29,96 +33,91 @@ def _workload_summary(path: Path) -> dict | None:
     return out
 
 
-def write_model_card(pair_dir: Path, work: Path, figures: Path | None = None, profile: Path | None = None,
-                     workloads: dict[str, Path] | None = None) -> Path:
-    """Write ``README.md`` (the model card) into ``pair_dir`` from the training logs and measured figures."""
+def write_model_card(pair_dir: Path, work: Path, profile: Path | None = None, workloads: list[Path] | None = None,
+                     figures: Path | None = None, notes: Path | None = None) -> Path:
+    """Write ``README.md`` (the model card) into ``pair_dir``.
+
+    Args:
+        pair_dir: ``data/models/<name>`` with ``target/`` and ``draft/`` (each with ``training_state.json``).
+        work: The build's work folder (corpus and token statistics).
+        profile: The pair's measured cost profile (JSON).
+        workloads: Workloads recorded from the pair.
+        figures: Live benchmark figures (JSON written by ``specgym bench --sections live``).
+        notes: Markdown with what is particular to this pair (inserted after the models table).
+    """
     from specgym.io import atomic_write_text
 
+    name = pair_dir.name
     corpus = json.loads((work / "corpus_stats.json").read_text())
     tokens = json.loads((work / "token_stats.json").read_text())
     states = {role: json.loads((pair_dir / role / "training_state.json").read_text()) for role in ("target", "draft")}
     sizes = {role: sum(f.stat().st_size for f in (pair_dir / role).iterdir()) / 1e6 for role in ("target", "draft")}
-    fig = json.loads(figures.read_text()) if figures and figures.exists() else None
-    prof = json.loads(profile.read_text()) if profile and profile.exists() else None
-    wls = {name: _workload_summary(p) for name, p in (workloads or {}).items()}
-    L: list[str] = []
-    L += ["# specgym tinypair: a small GPT-2 draft/target pair trained from scratch on CPU", "",
-          "Purpose: a real (not synthetic) model pair for specgym's live engine, recorder and profiler on machines "
-          "without a model hub. It is a research fixture for speculative decoding, **not** a useful language model: "
-          "it writes Python-looking code, pydoc-like prose and arithmetic word problems of low quality.", "",
-          "Load it offline (weights are stored as fp16 to keep the repository small; the config says float32, so "
-          "`from_pretrained` casts them back):", "", "```python",
-          "import os; os.environ['HF_HUB_OFFLINE'] = '1'",
-          "from transformers import AutoModelForCausalLM, AutoTokenizer",
-          "tok = AutoTokenizer.from_pretrained('data/models/tinypair/target')",
-          "target = AutoModelForCausalLM.from_pretrained('data/models/tinypair/target')  # float32",
-          "draft = AutoModelForCausalLM.from_pretrained('data/models/tinypair/draft')", "```", "",
-          "Both folders hold the same tokenizer; `<|endoftext|>` (id 0) is bos and eos, `<|pad|>` (id 1) is pad "
-          "(explicit in config.json; GPT2Config would otherwise fall back to 50256).", ""]
-    L += ["## Corpus (built only from what every Python installation has)", "",
-          f"* code: the standard library's `.py` files ({corpus['code_files_train']} files for training, "
-          f"{corpus['code_files_heldout']} held out by `sha1(path) % 100 < 3`);",
-          f"* prose: `pydoc_data/topics.py` help topics ({corpus['topics_train']} for training, repeated 3x; "
-          f"{corpus['topics_heldout']} held out by `sha1(key) % 100 < 10`);",
-          f"* math: generated arithmetic word problems with worked answers ({corpus['math_docs_train']} training "
-          "documents from seed 1234; held-out problems from seed 98765).",
-          f"* training tokens in the stream: {tokens['train_tokens']:,} "
-          f"({', '.join(f'{k} {v:,}' for k, v in tokens['tokens_by_category'].items())}).",
-          f"* stdlib used: `{corpus['stdlib']}` (Python {sys.version.split()[0]}).", "",
-          "Tokenizer: byte-level BPE (`tokenizers`), vocabulary 4096, trained on ~12 MB of the training documents.",
-          ""]
-    L += ["## Models", "", "| | layers | width | heads | parameters | context | train tokens | steps | wall time | "
-          "held-out loss code / prose / math (nats) | size on disk |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    L: list[str] = [
+        f"# specgym {name}: a GPT-2 draft/target pair trained on this CPU", "",
+        "A real (not synthetic) model pair for specgym's live engine, recorder and profiler on machines without a "
+        "model hub. It is a research fixture for speculative decoding, **not** a useful language model: it writes "
+        "Python-looking code, pydoc-like prose and arithmetic word problems.", "",
+        "Load it offline (weights are stored as fp16 to keep the repository small; the config says float32, so "
+        "`from_pretrained` casts them back):", "", "```python",
+        "import os; os.environ['HF_HUB_OFFLINE'] = '1'",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        f"tok = AutoTokenizer.from_pretrained('data/models/{name}/target')",
+        f"target = AutoModelForCausalLM.from_pretrained('data/models/{name}/target')  # float32",
+        f"draft = AutoModelForCausalLM.from_pretrained('data/models/{name}/draft')", "```", "",
+        "Both folders hold the same tokenizer; `<|endoftext|>` (id 0) is bos and eos, `<|pad|>` (id 1) is pad.", "",
+        "## Corpus (built only from what every Python installation has)", "",
+        f"* code: the standard library's `.py` files ({corpus['code_files_train']} files for training, "
+        f"{corpus['code_files_heldout']} held out by `sha1(path) % 100 < 3`);",
+        f"* prose: `pydoc_data/topics.py` help topics ({corpus['topics_train']} for training, repeated 3x; "
+        f"{corpus['topics_heldout']} held out by `sha1(key) % 100 < 10`);",
+        f"* math: generated arithmetic word problems with worked answers ({corpus['math_docs_train']} training "
+        "documents from seed 1234; held-out problems from seed 98765);",
+        f"* training tokens in the stream: {tokens['train_tokens']:,} "
+        f"({', '.join(f'{k} {v:,}' for k, v in tokens['tokens_by_category'].items())}); Python "
+        f"{sys.version.split()[0]}'s standard library.", "",
+        "## Models", "",
+        "| | layers | width | heads | parameters | training tokens | steps | wall time | started from | distilled from "
+        "| held-out loss code / prose / math (nats) | on disk |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for role in ("target", "draft"):
         st = states[role]
         sp = st["spec"]
         hl = st.get("heldout_loss") or {}
         L.append(f"| {role} | {sp['n_layer']} | {sp['n_embd']} | {sp['n_head']} | {st['n_params'] / 1e6:.2f}M | "
-                 f"{sp['n_positions']} | {st['tokens'] / 1e6:.1f}M | {st['step']} | {st['elapsed_s'] / 60:.0f} min | "
+                 f"{st['tokens'] / 1e6:.1f}M | {st['step']} | {st['elapsed_s'] / 60:.0f} min | "
+                 f"{st.get('init') or 'random init'} | {st.get('teacher') or '-'} | "
                  f"{hl.get('code', float('nan')):.2f} / {hl.get('prose', float('nan')):.2f} / "
                  f"{hl.get('math', float('nan')):.2f} | {sizes[role]:.1f} MB |")
-    distilled = bool(states["draft"].get("teacher"))
-    L += ["", "Training: AdamW (betas 0.9/0.95, weight decay 0.1), warm-up then cosine decay driven by the wall-clock "
-          "budget, batch 8 x 512 tokens, bf16 autocast on CPU, ONE torch thread (the machine is shared with other "
-          f"jobs). Target peak LR {states['target']['peak_lr']}; draft peak LR {states['draft']['peak_lr']}, "
-          + ("distilled from the target (loss = 0.7 KL(target || draft) + 0.3 cross-entropy)." if distilled else
-             "trained on cross-entropy only (it beat the distilled draft, see below)."), "",
-          "Why this size: on this 2-core CPU at one thread a 6-layer/256 target trains at ~2,600-3,600 tokens/s "
-          "(16M tokens in 78 minutes) while an 8-layer/384 target trains at ~730 tokens/s (about 3.5M tokens in "
-          "the same time, too few to learn much). The 1-layer/128 draft costs ~0.37 ms per token against ~2.45 ms "
-          "for the target's step (cost ratio ~0.15).", "",
-          "Draft selection (same target; live engine, CPU clock, 3 held-out prompts x 128 greedy tokens, "
-          "a comparison script of that session): speedup over plain decoding at K=1 / acceptance at K=1:", "",
-          "| draft candidate | training | held-out code loss | speedup K=1 | acceptance K=1 |", "|---|---|---|---|---|",
-          "| 1 layer / 128, distilled (0.7 KL + 0.3 CE) | 8 min, 2.2M tokens | 3.95 | 0.78x | 0.20 |",
-          "| **1 layer / 128, cross-entropy (shipped)** | 7 min, 5.4M tokens | 3.45 | 1.01x | 0.51 |",
-          "| 2 layers / 128, cross-entropy | 7 min, 4.4M tokens | 3.29 | 0.90x | 0.46 |", "",
-          "Distillation needs a target forward per batch, which made it 2.6x slower per token on one thread; with a "
-          "few minutes of budget the extra tokens of plain cross-entropy won. All three drafts are weak (the target "
-          "had the whole budget): **speculation does not pay with this pair on this CPU** (best fixed K about 1.0x "
-          "plain decoding). A draft trained for ~1 hour, or a GPU-like cost regime, is needed for real speedups.", ""]
+    L += ["", f"Training: AdamW (betas 0.9/0.95, weight decay 0.1), warm-up then cosine decay over a wall-clock "
+          f"budget, one torch thread, {states['target'].get('precision') or 'fp32'}; the last stage of each model "
+          "is listed (see the notes for the stages before it).", ""]
+    if notes and notes.exists():
+        L += [notes.read_text().strip(), ""]
     L += ["## Measured on this machine", ""]
-    if prof:
+    if profile and profile.exists():
+        prof = json.loads(profile.read_text())
         v = prof["verify_ms"]
-        L += [f"Cost profile `{prof['name']}` ({prof['hardware'].get('clock', 'wall')} clock, "
-              f"{prof['hardware'].get('cpu', '')}, {prof['hardware'].get('torch_threads')} thread): draft "
-              f"{prof['draft_ms']:.3f} ms/token, target step t_AR {v[0]:.3f} ms (cost ratio "
-              f"{prof['draft_ms'] / v[0]:.3f}), verify of {len(v)} tokens {v[-1]:.3f} ms, round overhead "
-              f"{prof['round_overhead_ms']:.3f} ms.", ""]
-    if fig:
-        L += [f"Live engine (`specgym.bench_live`, {fig['prompts']} held-out prompts x {fig.get('max_new_tokens', '?')}"
-              f" tokens, greedy, {fig['clock']} clock): plain decoding {fig['plain_tok_s']:.0f} tok/s; best fixed "
-              f"K = {fig['best_fixed_k']} gives **{fig['best_speedup']:.2f}x** plain decoding "
-              f"({fig['best_profile_ratio']:.2f} of the cost profile's prediction).", "",
-              "| K | tok/s | speedup | acceptance |", "|---|---|---|---|"]
-        L += [f"| {r['k']} | {r['tok_s']:.0f} | {r['speedup']:.2f} | {r['acceptance']:.2f} |" for r in fig["live"]]
-        L += [""]
-    for name, summ in wls.items():
-        if summ is None:
+        hw = prof.get("hardware", {})
+        L += [f"Cost profile `{prof['name']}` ({hw.get('clock', 'wall')} clock, {hw.get('cpu', '')}, "
+              f"{hw.get('torch_threads')} thread, {hw.get('dtype', '')}): draft {prof['draft_ms']:.3f} ms/token, "
+              f"target step t_AR {v[0]:.3f} ms (cost ratio {prof['draft_ms'] / v[0]:.3f}), verify of 2 / 5 / "
+              f"{len(v)} tokens {v[1] / v[0]:.2f}x / {v[min(4, len(v) - 1)] / v[0]:.2f}x / {v[-1] / v[0]:.2f}x "
+              f"one token, round overhead {prof['round_overhead_ms']:.3f} ms.", ""]
+    if figures and figures.exists():
+        fig = json.loads(figures.read_text())
+        L += [f"Live engine ({fig['prompts']} held-out test prompts x {fig['max_new_tokens']} tokens, greedy, "
+              f"{fig['clock']} clock, median of {fig['repeats']} repeats; `specgym bench --sections live`): plain "
+              f"decoding {fig['plain_tok_s']:.1f} tok/s; best fixed K = {fig['best_fixed_k']}: "
+              f"**{fig['best_fixed_speedup']:.2f}x** plain decoding.", ""]
+    for path in workloads or []:
+        if not path.exists():
             continue
-        L += [f"Workload `{name}` ({summ['requests']} held-out prompts, {summ['positions']:,} positions): mean "
-              f"acceptance probability {summ['p_accept']:.3f}; share of completions ending in a repetition loop "
-              f"(last 64 tokens periodic, period <= 32): {summ['loop_share']:.2f}.", "",
+        summ = workload_summary(path)
+        loop = "" if summ["loop_share"] is None else (f"; share of completions ending in a repetition loop (last "
+                                                      f"64 tokens periodic, period <= 32): {summ['loop_share']:.2f}")
+        L += [f"Workload `{summ['name']}` (temperature {summ['temperature']:g}, {summ['requests']} held-out prompts, "
+              f"{summ['positions']:,} positions): mean acceptance probability {summ['p_accept']:.3f}{loop}.", "",
               "| category | requests | mean p_accept | loop share |", "|---|---|---|---|"]
         for cat, c in summ["by_category"].items():
             ls = "" if c["loop_share"] is None else f"{c['loop_share']:.2f}"
@@ -127,9 +126,9 @@ def write_model_card(pair_dir: Path, work: Path, figures: Path | None = None, pr
     L += ["## Limitations", "",
           "* A weak target falls into greedy repetition loops; loops are easy for the draft to predict, which "
           "inflates greedy acceptance. The sampled workload (temperature 0.8) is the more realistic one; report both.",
-          "* Figures are for a shared 2-core CPU at one thread; GPU regimes differ (see "
-          "`data/profiles/gpu-like-published.json`, illustrative).",
-          "* Trained for minutes, not days: held-out losses are high and outputs are often ungrammatical.", ""]
+          "* Figures are for one 2-core CPU at one thread; other CPUs (AVX-512, AMX) and GPUs differ: re-run "
+          "`specgym profile` and record on the hardware you deploy.",
+          "* Trained for hours, not weeks: held-out losses are high and outputs are often ungrammatical.", ""]
     path = pair_dir / "README.md"
     atomic_write_text(path, "\n".join(L), overwrite=True)
     return path

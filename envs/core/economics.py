@@ -1,0 +1,117 @@
+"""The economics of a round, shared by the cost-aware features and the ``marginal`` baseline.
+
+* :class:`Calibration`: the draft's confidence is not its acceptance probability (a draft can be over- or
+  under-confident). Online Platt scaling, ``a(c) = sigmoid(w * logit(c) + b)``, fitted per request by stochastic
+  gradient steps on the judged tokens (the accepted prefix and the first rejected token of each round), starting
+  from the identity (``w = 1, b = 0``: confidence taken at face value).
+* :class:`RoundCosts`: the cost model of one request's profile as a table, ``cost(j)`` for a round that drafts ``j``
+  tokens, and the two decisions built on it:
+
+  - the **marginal ratio** of drafting one more token after ``j``: with ``E_j`` the expected tokens the round
+    produces if it verifies now (``1 + sum_m P_m``, ``P_m`` the probability that the first ``m`` drafts are all
+    accepted) and ``a`` the expected acceptance of the next draft, one more draft adds ``P_j * a`` expected tokens
+    for ``cost(j + 1) - cost(j)`` more time. Drafting on raises the round's rate ``E / cost`` iff
+    ``(P_j * a / (cost(j + 1) - cost(j))) / (E_j / cost(j)) > 1``;
+  - the **model-optimal K** for a per-token acceptance ``alpha``: ``argmax_K E(K) / cost(K)`` with the geometric
+    ``E(K) = (1 - alpha^(K+1)) / (1 - alpha)``, every cost term included (draft, verify slope, overhead).
+"""
+
+from __future__ import annotations
+
+import math
+
+from specgym.envs.core.cost import CostProfile
+
+_LO, _HI = 1e-4, 1.0 - 1e-4
+
+
+def logit(p: float) -> float:
+    """``log(p / (1 - p))`` with ``p`` clipped to ``[1e-4, 1 - 1e-4]``."""
+    p = _LO if p < _LO else (_HI if p > _HI else p)
+    return math.log(p / (1.0 - p))
+
+
+class Calibration:
+    """Online Platt scaling of draft confidence into acceptance probability (per request).
+
+    Args:
+        lr: Step size of the stochastic gradient steps (log-loss).
+    """
+
+    __slots__ = ("w", "b", "lr")
+
+    def __init__(self, lr: float = 0.05):
+        self.lr = lr
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to the identity: confidence taken at face value."""
+        self.w, self.b = 1.0, 0.0
+
+    def accept_prob(self, conf: float) -> float:
+        """Calibrated acceptance probability of a draft token with confidence ``conf``."""
+        z = self.w * logit(conf) + self.b
+        return 1.0 / (1.0 + math.exp(-z)) if z > -30.0 else 0.0
+
+    def update(self, conf: float, accepted: bool) -> None:
+        """One gradient step on a judged token."""
+        x = logit(conf)
+        z = self.w * x + self.b
+        err = (1.0 if accepted else 0.0) - (1.0 / (1.0 + math.exp(-z)) if z > -30.0 else 0.0)
+        self.w += self.lr * err * x
+        self.b += self.lr * err
+
+
+class RoundCosts:
+    """A request's round costs: ``cost[j]`` = time of a round drafting ``j`` tokens (``cost[0] = t_AR``).
+
+    Args:
+        profile: The request's cost profile.
+        k_max: Largest draft cap.
+    """
+
+    __slots__ = ("cost", "k_max", "t_ar")
+
+    def __init__(self, profile: CostProfile, k_max: int):
+        self.k_max = int(k_max)
+        self.cost = [profile.round_time(j) for j in range(self.k_max + 1)]
+        self.t_ar = self.cost[0]
+
+    def marginal_ratio(self, j: int, expected: float, prefix_prob: float, next_accept: float) -> float:
+        """``(gain / extra cost) / (E_j / cost(j))`` of drafting token ``j + 1`` (> 1: drafting on pays).
+
+        Args:
+            j: Tokens drafted so far in the round (``< k_max``).
+            expected: ``E_j``, expected tokens produced if the round verifies now.
+            prefix_prob: ``P_j``, probability that all ``j`` drafts are accepted (1 for ``j = 0``).
+            next_accept: Expected acceptance of the next draft token.
+        """
+        extra = self.cost[j + 1] - self.cost[j]
+        rate = expected / self.cost[j]
+        gain = prefix_prob * next_accept
+        if extra <= 0.0:
+            return math.inf if gain > 0.0 else 1.0
+        return gain / extra / rate
+
+    def rate(self, k: int, alpha: float) -> float:
+        """Expected tokens per ms of rounds drafting ``k`` tokens under geometric acceptance ``alpha``."""
+        tokens = k + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+        return tokens / self.cost[k]
+
+    def best_k(self, alpha: float) -> int:
+        """Integer K in ``0..k_max`` maximising ``E(K) / cost(K)`` under geometric acceptance ``alpha``.
+
+        For K >= 1 the rate is quasi-concave in K (costs are affine in K beyond the first draft), so the scan stops
+        at the first decrease; K = 0 (no round overhead) is compared separately.
+        """
+        cost = self.cost
+        best_k, best_rate = 1, (1.0 + alpha) / cost[1]
+        tokens, power = 1.0 + alpha, alpha
+        for k in range(2, self.k_max + 1):
+            power *= alpha
+            tokens += power  # 1 + alpha + ... + alpha^k
+            rate = tokens / cost[k]
+            if rate <= best_rate:
+                break
+            best_k, best_rate = k, rate
+        return best_k if best_rate > 1.0 / cost[0] else 0

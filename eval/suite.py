@@ -1,0 +1,134 @@
+"""The generalisation suite (``specgym eval --suite generalization``): learned policies on held-out cells.
+
+A cell is a workload never trained on (a recorded workload held out entirely, a recorded workload's test split, or
+a synthetic preset regenerated with an unseen seed) priced with a cost profile never used as such in training
+(:func:`specgym.envs.workloads.domains.suite_cells`). In every cell every baseline runs, plain decoding (``fixed:0``)
+included, and each policy is compared with
+
+* the **best baseline in hindsight** for that cell (the best of them all, chosen after seeing the results), with a
+  paired bootstrap 95% interval of the throughput ratio;
+* for K-mode policies, the **best K-level baseline in hindsight** (fixed K, ASSC, SpecLane, the transformers
+  heuristic, the bandit);
+* ``marginal``, the strongest analytic rule, and the **oracle** (the share of the best-fixed-K-to-oracle headroom
+  closed).
+
+The summary gives the geometric mean of each ratio over the cells and the worst cell.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from specgym.baselines.registry import ALL_BASELINES, make_controller
+from specgym.envs.core.cost import load_profile
+from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.workloads.domains import Cell, cell_workload, suite_cells
+from specgym.eval.harness import EvalConfig, evaluate
+from specgym.eval.stats import PairedBootstrap
+
+K_LEVEL = ("assc", "speclane", "speclane:ratio", "hf-heuristic", "ucb")
+SUITES = ("generalization",)
+
+
+def baseline_specs(k_max: int = DEFAULT_K_MAX) -> list[str]:
+    """Every baseline of the suite: the literature's, ``marginal``, ``speclane:ratio`` and fixed K = 0..k_max."""
+    return list(dict.fromkeys([*ALL_BASELINES, "speclane:ratio", *(f"fixed:{k}" for k in range(k_max + 1))]))
+
+
+def run_suite(policies: Sequence[str], cells: Sequence[Cell] | None = None, k_max: int = DEFAULT_K_MAX,
+              bootstrap: int = 2000, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Evaluate ``policies`` (controller specs) and every baseline on every cell; returns the suite report."""
+    cells = list(cells) if cells is not None else suite_cells()
+    baselines = baseline_specs(k_max)
+    for spec in policies:
+        make_controller(spec, k_max)  # fail fast
+    rows = []
+    for cell in cells:
+        if progress is not None:
+            progress(cell.name)
+        wl = cell_workload(cell.workload)
+        rep = evaluate(EvalConfig(workload=wl, controllers=",".join([*baselines, *policies]), split=cell.split,
+                                  k_max=k_max, profile=load_profile(cell.profile), bootstrap=0, per_request=True))
+        times = rep["per_request_time_ms"]
+        tokens = float(rep["workload"]["tokens"])
+        total = {spec: float(np.sum(t)) for spec, t in times.items()}
+        best = min(baselines, key=lambda s: total[s])
+        best_k_level = min([s for s in baselines if s.startswith("fixed:") or s in K_LEVEL], key=lambda s: total[s])
+        boot = PairedBootstrap(len(times[best]), bootstrap, seed=0)
+        t_best_fixed = min(total[s] for s in baselines if s.startswith("fixed:") and s != "fixed:0")
+        t_oracle = total["oracle"]
+        row: dict[str, Any] = {
+            "cell": cell.name, "workload": cell.workload, "profile": cell.profile, "split": cell.split,
+            "synthetic": bool(rep["workload"]["synthetic"]), "requests": rep["workload"]["requests"],
+            "best_baseline": best, "best_baseline_tok_s": tokens / total[best] * 1000.0,
+            "best_k_level_baseline": best_k_level, "marginal_tok_s": tokens / total["marginal"] * 1000.0,
+            "oracle_tok_s": tokens / t_oracle * 1000.0, "policies": {},
+        }
+        for spec in policies:
+            t = total[spec]
+            gap = t_best_fixed - t_oracle
+            row["policies"][spec] = {
+                "tok_s": tokens / t * 1000.0,
+                "vs_best_baseline": total[best] / t, "vs_best_baseline_ci95": boot.ratio_ci(times[best], times[spec]),
+                "vs_best_k_level": total[best_k_level] / t,
+                "vs_best_k_level_ci95": boot.ratio_ci(times[best_k_level], times[spec]),
+                "vs_marginal": total["marginal"] / t, "vs_marginal_ci95": boot.ratio_ci(times["marginal"],
+                                                                                        times[spec]),
+                "oracle_ratio": t_oracle / t,
+                "headroom_closed": (t_best_fixed - t) / gap if gap > 1e-9 * t_best_fixed else None,
+            }
+        rows.append(row)
+    summary = {}
+    for spec in policies:
+        per = [r["policies"][spec] for r in rows]
+        summary[spec] = {
+            "geomean_vs_best_baseline": _geomean([p["vs_best_baseline"] for p in per]),
+            "geomean_vs_best_k_level": _geomean([p["vs_best_k_level"] for p in per]),
+            "geomean_vs_marginal": _geomean([p["vs_marginal"] for p in per]),
+            "worst_vs_best_baseline": min(p["vs_best_baseline"] for p in per),
+            "worst_ci_low_vs_best_baseline": min((p["vs_best_baseline_ci95"] or (math.nan,))[0] for p in per),
+            "worst_vs_best_k_level": min(p["vs_best_k_level"] for p in per),
+            "cells_at_or_above_best_baseline": sum(p["vs_best_baseline"] >= 1.0 for p in per),
+            "mean_headroom_closed": float(np.mean([p["headroom_closed"] for p in per
+                                                   if p["headroom_closed"] is not None] or [math.nan])),
+        }
+    return {"suite": "generalization", "k_max": k_max, "policies": list(policies), "baselines": baselines,
+            "bootstrap": bootstrap, "cells": rows, "summary": summary}
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The suite as markdown: one table per policy (a row per cell) and the summary."""
+    lines = ["# Generalisation suite", "",
+             f"{len(report['cells'])} held-out cells (workload x cost profile never seen in training); every "
+             "baseline (plain decoding included) runs in every cell; ratios are throughput ratios (> 1: the policy is "
+             "faster) with paired bootstrap 95% intervals over requests; *(synthetic)* marks synthetic workloads.", ""]
+    for spec in report["policies"]:
+        s = report["summary"][spec]
+        lines += [f"## {spec}", "",
+                  f"Geometric mean over cells: **{s['geomean_vs_best_baseline']:.3f}x** the best baseline in "
+                  f"hindsight (worst cell {s['worst_vs_best_baseline']:.3f}x, worst interval low "
+                  f"{s['worst_ci_low_vs_best_baseline']:.3f}; {s['cells_at_or_above_best_baseline']}/"
+                  f"{len(report['cells'])} cells at or above it), {s['geomean_vs_best_k_level']:.3f}x the best "
+                  f"K-level baseline, {s['geomean_vs_marginal']:.3f}x marginal; mean oracle headroom closed "
+                  f"{s['mean_headroom_closed']:+.1%}.", "",
+                  "| cell | best baseline in hindsight | policy tok/s | vs best baseline [95% CI] | vs best K-level | "
+                  "vs marginal [95% CI] | oracle ratio | headroom closed |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for r in report["cells"]:
+            p = r["policies"][spec]
+            name = r["cell"] + (" *(synthetic)*" if r["synthetic"] else "")
+            ci, cm = p["vs_best_baseline_ci95"], p["vs_marginal_ci95"]
+            hc = "–" if p["headroom_closed"] is None else f"{p['headroom_closed']:+.1%}"
+            lines.append(f"| {name} | {r['best_baseline']} ({r['best_baseline_tok_s']:.1f}) | {p['tok_s']:.1f} | "
+                         f"{p['vs_best_baseline']:.3f}x" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") +
+                         f" | {p['vs_best_k_level']:.3f}x | {p['vs_marginal']:.3f}x" +
+                         (f" [{cm[0]:.3f}, {cm[1]:.3f}]" if cm else "") + f" | {p['oracle_ratio']:.3f} | {hc} |")
+        lines.append("")
+    return "\n".join(lines)

@@ -71,7 +71,10 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     for cat in wl.categories():
         chosen += [int(r) for r in test if wl.category[r] == cat][:per_category]
     requests = np.asarray(chosen, dtype=np.int64)
-    prompts = [pair.tokenizer(wl.prompt_text[r], add_special_tokens=False)["input_ids"] for r in requests]
+    texts = wl.prompt_text or []
+    if not texts:
+        raise RuntimeError(f"workload {wl.name} stores no prompt texts: record it with specgym record")
+    prompts = [pair.tokenizer(texts[r], add_special_tokens=False)["input_ids"] for r in requests]
     lengths = [int(wl.lengths[r]) if max_new_tokens is None else max_new_tokens for r in requests]
     specs = specs or controller_specs()
     k_max = DEFAULT_K_MAX
@@ -104,7 +107,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                           highlight=False)
     n_tok = sum(lengths)
     plain_ms = statistics.median(live_ms["fixed:0"])
-    rows = []
+    rows: list[dict[str, Any]] = []
     for spec in specs:
         ms = statistics.median(live_ms[spec])
         pred = run_controller(replay, requests, make_controller(spec, k_max))

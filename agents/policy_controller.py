@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from specgym.envs.core.batch import BATCH_FEATURE_NAMES
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.features import FEATURE_VERSION, FeatureTracker, TokenDecisionState, feature_names
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome
@@ -45,6 +46,18 @@ from specgym.io import sha256_file
 from specgym.paths import POLICIES_DIR
 
 ARTIFACT_FORMAT = "specgym-policy"
+MODES = ("k", "token", "batch")
+BATCH_FEATURE_VERSION = 1
+
+
+def mode_feature_names(mode: str) -> list[str]:
+    """The features a policy of ``mode`` observes (batch mode: :data:`BATCH_FEATURE_NAMES`)."""
+    return list(BATCH_FEATURE_NAMES) if mode == "batch" else feature_names(mode)
+
+
+def mode_feature_version(mode: str) -> int:
+    """The feature version a policy of ``mode`` must have been trained with."""
+    return BATCH_FEATURE_VERSION if mode == "batch" else FEATURE_VERSION
 ARTIFACT_VERSION = 1
 WEIGHTS_FILE = "policy.npz"
 META_FILE = "policy.json"
@@ -96,17 +109,18 @@ class PolicyArtifact:
 
     def validate(self) -> None:
         """Check internal consistency (shapes, mode, features); raise :class:`SpecgymError` naming the problem."""
-        if self.mode not in ("k", "token"):
-            raise SpecgymError(f"policy mode must be 'k' or 'token', got {self.mode!r}")
+        if self.mode not in MODES:
+            raise SpecgymError(f"policy mode must be one of {MODES}, got {self.mode!r}")
         if self.activation not in ACTIVATIONS:
             raise SpecgymError(f"policy activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-        if self.feature_version != FEATURE_VERSION:
+        version = mode_feature_version(self.mode)
+        if self.feature_version != version:
             raise SpecgymError(f"policy was trained with feature version {self.feature_version}, this specgym "
-                               f"computes version {FEATURE_VERSION}: retrain and re-export it")
-        expected = feature_names(self.mode)
+                               f"computes version {version}: retrain and re-export it")
+        expected = mode_feature_names(self.mode)
         if list(self.features) != expected:
             raise SpecgymError(f"policy feature list does not match specgym's {self.mode}-mode features "
-                               f"(version {FEATURE_VERSION}): retrain and re-export it")
+                               f"(version {version}): retrain and re-export it")
         if len(self.weights) != len(self.biases) or not self.weights:
             raise SpecgymError("policy weights and biases do not pair up")
         dim = len(expected)
@@ -116,7 +130,7 @@ class PolicyArtifact:
             if not (np.all(np.isfinite(w)) and np.all(np.isfinite(b))):
                 raise SpecgymError(f"policy layer {i} holds non-finite weights")
             dim = w.shape[0]
-        want = 2 if self.mode == "token" else self.k_max - self.k_min + 1
+        want = 2 if self.mode == "token" else self.k_max - self.k_min + 1  # k and batch: one action per K
         if self.n_actions != want:
             raise SpecgymError(f"policy has {self.n_actions} actions, {self.mode} mode with k in "
                                f"[{self.k_min}, {self.k_max}] needs {want}")
@@ -258,21 +272,14 @@ def load_policy(path: str | Path, expect_mode: str | None = None) -> PolicyArtif
     return art
 
 
-class PolicyController(Controller):
-    """Runs an exported policy as a :class:`Controller` (K mode or token mode), numpy only.
+class PolicyNetwork:
+    """The exported actor in numpy: VecNormalize's observation transform, the MLP, the argmax.
 
     Args:
-        artifact: The loaded policy (:func:`load_policy`) or one built in memory during training.
-        name: Display name (default ``ppo-MODE``).
+        artifact: A validated policy artifact.
     """
 
-    def __init__(self, artifact: PolicyArtifact, name: str | None = None):
-        artifact.validate()
-        self.artifact = artifact
-        self.mode = artifact.mode
-        self.token_level = artifact.mode == "token"
-        self.name = name or f"ppo-{artifact.mode}"
-        self.k_min, self.k_max = artifact.k_min, artifact.k_max
+    def __init__(self, artifact: PolicyArtifact):
         # Pre-transposed float32 layers: h = act(h @ W.T + b), as torch's Linear computes.
         self._layers = [(np.ascontiguousarray(w.T, dtype=np.float32), np.asarray(b, np.float32))
                         for w, b in zip(artifact.weights, artifact.biases)]
@@ -283,10 +290,7 @@ class PolicyController(Controller):
             self._mean = np.asarray(artifact.obs_mean, np.float64)
             self._std = np.sqrt(np.asarray(artifact.obs_var, np.float64) + artifact.epsilon)
         self._clip = float(artifact.clip_obs)
-        self.tracker = FeatureTracker(self.k_max)
-        self.decisions = TokenDecisionState(self.tracker)
 
-    # --- the network -------------------------------------------------------------------------------------
     def normalize(self, obs: np.ndarray) -> np.ndarray:
         """VecNormalize's observation transform (float64, as SB3 computes it), cast to float32 for the MLP."""
         if self._mean is None or self._std is None:
@@ -314,6 +318,30 @@ class PolicyController(Controller):
     def act(self, obs: np.ndarray) -> int:
         """The deterministic action index (argmax of the logits) for one raw observation."""
         return int(self.logits(obs).argmax())
+
+
+class PolicyController(Controller):
+    """Runs an exported policy as a :class:`Controller` (K mode or token mode), numpy only.
+
+    Args:
+        artifact: The loaded policy (:func:`load_policy`) or one built in memory during training.
+        name: Display name (default ``ppo-MODE``).
+    """
+
+    def __init__(self, artifact: PolicyArtifact, name: str | None = None):
+        artifact.validate()
+        if artifact.mode == "batch":
+            raise SpecgymError("a batch-mode policy chooses K for serving steps: use it as a batch controller "
+                               "(specgym tune compare --controllers ppo:NAME)")
+        self.artifact = artifact
+        self.mode = artifact.mode
+        self.token_level = artifact.mode == "token"
+        self.name = name or f"ppo-{artifact.mode}"
+        self.k_min, self.k_max = artifact.k_min, artifact.k_max
+        self.network = PolicyNetwork(artifact)
+        self.logits, self.act, self.normalize = self.network.logits, self.network.act, self.network.normalize
+        self.tracker = FeatureTracker(self.k_max)
+        self.decisions = TokenDecisionState(self.tracker)
 
     # --- the Controller interface ------------------------------------------------------------------------
     def check_engine_k_max(self, k_max: int) -> None:
@@ -351,11 +379,12 @@ def random_artifact(mode: str, k_max: int = DEFAULT_K_MAX, k_min: int = 0, net_a
                     activation: str = "tanh", seed: int = 0) -> PolicyArtifact:
     """A randomly initialised policy of the given architecture (for timing benchmarks and tests, never results)."""
     rng = np.random.default_rng(seed)
-    n_in = len(feature_names(mode))
+    n_in = len(mode_feature_names(mode))
     n_out = 2 if mode == "token" else k_max - k_min + 1
     dims = [n_in, *net_arch, n_out]
     weights = [rng.normal(0, 1 / np.sqrt(a), (b, a)).astype(np.float32) for a, b in zip(dims[:-1], dims[1:])]
     biases = [np.zeros(b, np.float32) for b in dims[1:]]
     return PolicyArtifact(mode=mode, k_min=k_min, k_max=k_max, weights=weights, biases=biases, activation=activation,
-                          obs_mean=np.full(n_in, 0.5), obs_var=np.full(n_in, 0.1), features=feature_names(mode),
+                          obs_mean=np.full(n_in, 0.5), obs_var=np.full(n_in, 0.1), features=mode_feature_names(mode),
+                          feature_version=mode_feature_version(mode),
                           meta={"training": {"note": "randomly initialised, untrained (benchmark only)"}})

@@ -31,6 +31,7 @@ _ENVS = {
     "specgym/SpecDecode-v1": ("specgym.envs.gym.spec_env:SpecDecodeEnv", False),
     "specgym/SpecDecodeToken-v1": ("specgym.envs.gym.spec_env:SpecDecodeTokenEnv", False),
     "specgym/SpecDecodeLive-v1": ("specgym.envs.gym.live_env:SpecDecodeLiveEnv", True),
+    "specgym/SpecDecodeBatch-v0": ("specgym.envs.gym.batch_env:SpecDecodeBatchEnv", False),
 }
 for _id, (_entry, _nondeterministic) in _ENVS.items():
     if _id not in registry:

@@ -21,7 +21,7 @@ from specgym.envs.core.rounds import K_MAX_LIMIT
 from specgym.errors import SpecgymError
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-MODES = ("k", "token")
+MODES = ("k", "token", "batch")
 SHAPINGS = ("draft_cost", "conf_potential")
 
 
@@ -75,6 +75,9 @@ class PPOConfig:
     bc_epochs: int = 10
     bc_passes: int = 1
     domains: str | None = None
+    batch_profile: str | None = None
+    max_batch: int = 256
+    batch_requests: int = 96
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -133,6 +136,8 @@ class PPOConfig:
             raise bad("token_value", "must be 'auto' or a number")
         if not isinstance(self.token_value, str) and not self.token_value > 0:
             raise bad("token_value", "must be > 0")
+        if self.max_batch < 1 or self.batch_requests < 1:
+            raise bad("max_batch", "and batch_requests must be >= 1")
         if self.domains not in (None, "generalist"):
             raise bad("domains", "must be null or 'generalist'")
         if self.bc_init is not None:

@@ -30,6 +30,12 @@ def make_env_fn(run: RunConfig, workload: Any, split: str = "train") -> Callable
     from specgym.envs.gym.spec_env import SpecDecodeEnv, SpecDecodeTokenEnv
     from specgym.envs.gym.wrappers import SB3ActionWrapper
 
+    if run.mode == "batch":
+        from specgym.envs.gym.batch_env import SpecDecodeBatchEnv
+
+        bcfg = {"workload": workload, "batch_profile": run.ppo.batch_profile, "split": split,
+                "requests": run.ppo.batch_requests, "max_batch": run.ppo.max_batch, "k_max": run.ppo.k_max}
+        return lambda: SpecDecodeBatchEnv(bcfg)
     cls = SpecDecodeEnv if run.mode == "k" else SpecDecodeTokenEnv
     cfg = env_config(run, workload, split)
     token_value = None if cfg.get("domains") is not None else float(run.token_value_resolved)

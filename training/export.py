@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from specgym.agents.policy_controller import PolicyArtifact, write_artifact
-from specgym.envs.core.features import FEATURE_VERSION, feature_names
+from specgym.agents.policy_controller import (
+    PolicyArtifact, mode_feature_names, mode_feature_version, write_artifact,
+)
 from specgym.errors import SpecgymError
 from specgym.training.config import RunConfig
 from specgym.training.run_folder import RunFiles, load_vecnormalize, read_summary
@@ -52,7 +53,8 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
         clip_obs, eps = float(vecnorm.clip_obs), float(vecnorm.epsilon)
     art = PolicyArtifact(mode=mode, k_min=k_min, k_max=k_max, weights=weights, biases=biases, activation=activation,
                          obs_mean=mean, obs_var=var, clip_obs=clip_obs, epsilon=eps,
-                         feature_version=FEATURE_VERSION, features=feature_names(mode), meta=dict(meta or {}))
+                         feature_version=mode_feature_version(mode), features=mode_feature_names(mode),
+                         meta=dict(meta or {}))
     art.validate()
     return art
 

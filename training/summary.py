@@ -40,10 +40,11 @@ def summarize(run: RunFiles, cfg: RunConfig, validator: Any, key: str, state: di
         verdict.append(f"WARNING: the policy is BELOW the best fixed K {where}: {sp:.3f}x. Do not deploy it; train "
                        f"longer or tune (see training/configs).")
     for k, label in (("speedup_vs_marginal", "marginal"), ("speedup_vs_speclane", "speclane"),
-                     ("speedup_vs_confidence", "confidence:0.4")):
+                     ("speedup_vs_confidence", "confidence:0.4"), ("speedup_vs_goodput", "goodput")):
         if k in val:
             verdict.append(f"{'beats' if val[k] >= 1 else 'is BELOW'} {label}: {val[k]:.3f}x")
-    verdict.append(f"oracle ratio {val['oracle_ratio']:.3f}")
+    if val.get("oracle_ratio") == val.get("oracle_ratio"):
+        verdict.append(f"oracle ratio {val['oracle_ratio']:.3f}")
     lines += [f"- {v}" for v in verdict] + [""]
     summary = {"run": run.root.name, "mode": cfg.mode, "workload": cfg.workload_name,
                "timesteps": state["timesteps_done"], "steps_per_s": state.get("steps_per_s"), "model": pick,

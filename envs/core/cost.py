@@ -155,8 +155,8 @@ def placeholder_profile(k_max: int) -> CostProfile:
 
 
 def list_profiles() -> list[str]:
-    """Names of the shipped profiles."""
-    return sorted(p.stem for p in PROFILES_DIR.glob("*.json"))
+    """Names of the shipped single-sequence profiles (batched ones are named ``batch-*``)."""
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.json") if not p.stem.startswith("batch-"))
 
 
 def load_profile(name_or_path: str | Path) -> CostProfile:

@@ -1,0 +1,158 @@
+"""Records and the controller interface of batched serving (many sequences in flight, one K per step).
+
+Data flows one way, as for single requests: batched engine -> :class:`BatchStep` -> :class:`BatchController` -> K.
+A batch controller sees the step's :class:`BatchState` (batch size, queue, target concurrency, the slots in flight)
+and returns one K for the whole batch (as vLLM's speculative config applies it) or one K per sequence.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from specgym.envs.core.batch_cost import BatchCostProfile
+
+
+@dataclass(slots=True)
+class BatchState:
+    """What a batch controller knows before a step.
+
+    Attributes:
+        batch: Sequences in flight.
+        queue: Requests waiting for a slot.
+        concurrency: The current concurrency target (closed loop) or batch limit (open loop).
+        slots: The slots in flight, in the order a per-sequence K array must follow.
+        new_slots: Slots whose request entered since the last step (per-sequence controllers reset them).
+    """
+
+    batch: int
+    queue: int
+    concurrency: int
+    slots: np.ndarray
+    new_slots: np.ndarray
+
+
+@dataclass(slots=True)
+class BatchStep:
+    """One verified step of the whole batch.
+
+    Attributes:
+        batch: Sequences in the step.
+        queue: Requests waiting (open loop) when the step started.
+        slots: Slot index of each sequence in the step, ``(batch,)``.
+        planned_k: Draft cap of each sequence after clipping, ``(batch,)``.
+        accepted: Accepted draft tokens of each sequence, ``(batch,)``.
+        produced: Tokens the step produced (``sum(accepted + 1)``).
+        time_ms: The step's time.
+        finished: Requests that finished in this step.
+    """
+
+    batch: int
+    queue: int
+    slots: np.ndarray
+    planned_k: np.ndarray
+    accepted: np.ndarray
+    produced: int
+    time_ms: float
+    finished: int
+
+
+class BatchController(ABC):
+    """Chooses the draft length of each serving step.
+
+    Lifecycle per run: ``reset(profile, k_max)``, then per step ``propose(state)`` -> ``observe(step)``.
+
+    Attributes:
+        name: Display name.
+    """
+
+    name: str = "batch-controller"
+
+    def reset(self, profile: BatchCostProfile, k_max: int) -> None:
+        """Start a run on hardware priced by ``profile``."""
+        self.profile, self.k_max = profile, k_max
+
+    @abstractmethod
+    def propose(self, state: BatchState) -> int | np.ndarray:
+        """The step's K (an int), or one K per slot of ``state.slots``."""
+
+    def observe(self, step: BatchStep) -> None:  # noqa: B027  (optional hook, like Controller.keep_drafting)
+        """Learn from the verified step (default: nothing)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+BATCH_FEATURE_NAMES = (
+    "log_batch", "log_queue", "log_concurrency", "alpha_fast", "alpha_slow", "last_k", "last_accepted",
+    "draft_ratio", "verify_slope", "overhead_ratio", "k_goodput",
+)
+BATCH_FEATURE_DOCS = (
+    "log2(batch) / log2(512) (clipped)", "log1p(queue) / log1p(512) (clipped)",
+    "log2(concurrency target) / log2(512) (clipped)",
+    "EMA (beta 0.5) of accepted / judged draft tokens across the batch",
+    "EMA (beta 0.9) of accepted / judged draft tokens across the batch", "last step's mean cap / k_max",
+    "last step's mean accepted / k_max", "draft(b) / verify(b, 1) at the current batch size (clipped to 2)",
+    "(verify(b, k_max + 1) / verify(b, 1) - 1) / 8 at the current batch size (clipped to 1)",
+    "overhead(b) / verify(b, 1) (clipped to 1)",
+    "K maximising b * E(K) / step_time(b, K) under the slow acceptance estimate, / k_max (the goodput rule's K)",
+)
+_LOG512 = 9.0
+
+
+class BatchFeatureTracker:
+    """Observation of a batch controller (the batched env and the exported batch policy both use it)."""
+
+    def __init__(self, k_max: int):
+        self.k_max = int(k_max)
+        self.profile: BatchCostProfile | None = None
+        self.reset(None)
+
+    def reset(self, profile: BatchCostProfile | None) -> None:
+        """A new run (on hardware priced by ``profile``)."""
+        if profile is not None:
+            self.profile = profile
+        self.acc_f = self.acc_s = 0.6
+        self.jud_f = self.jud_s = 1.0
+        self.last_k = self.last_acc = 0.0
+        self._cost: dict[int, tuple[float, float, float, np.ndarray]] = {}
+
+    def _costs(self, b: int) -> tuple[float, float, float, np.ndarray]:
+        c = self._cost.get(b)
+        if c is None:
+            prof = self.profile
+            assert prof is not None
+            t1 = prof.verify(b, 1)
+            c = self._cost[b] = (min(prof.draft(b) / t1, 2.0),
+                                 min((prof.verify(b, self.k_max + 1) / t1 - 1.0) / 8.0, 1.0),
+                                 min(prof.overhead(b) / t1, 1.0), prof.step_times(b, self.k_max))
+        return c
+
+    def goodput_k(self, b: int) -> int:
+        """The goodput rule's K at batch size ``b`` under the slow acceptance estimate."""
+        alpha = min(self.acc_s / self.jud_s, 0.999)
+        ks = np.arange(self.k_max + 1)
+        return int(np.argmax((1.0 - alpha ** (ks + 1)) / (1.0 - alpha) / self._costs(b)[3]))
+
+    def update(self, step: BatchStep) -> None:
+        """Fold one verified step in."""
+        k = self.k_max
+        self.last_k = float(step.planned_k.mean()) / k
+        self.last_acc = float(step.accepted.mean()) / k
+        if step.planned_k.sum() == 0:
+            return
+        a = float(step.accepted.sum()) / step.batch
+        j = float(np.minimum(step.accepted + 1, step.planned_k).sum()) / step.batch
+        self.acc_f, self.jud_f = 0.5 * self.acc_f + 0.5 * a, 0.5 * self.jud_f + 0.5 * j
+        self.acc_s, self.jud_s = 0.9 * self.acc_s + 0.1 * a, 0.9 * self.jud_s + 0.1 * j
+
+    def observation(self, state: BatchState) -> np.ndarray:
+        """The observation before a step."""
+        draft, slope, over, _ = self._costs(state.batch)
+        return np.array([
+            min(np.log2(state.batch) / _LOG512, 1.0), min(np.log1p(state.queue) / np.log1p(512.0), 1.0),
+            min(np.log2(max(state.concurrency, 1)) / _LOG512, 1.0), self.acc_f / self.jud_f, self.acc_s / self.jud_s,
+            self.last_k, self.last_acc, draft, slope, over, self.goodput_k(state.batch) / self.k_max,
+        ], dtype=np.float32)

@@ -1,0 +1,221 @@
+"""Batched trace replay: many requests in flight, one step at a time, as a serving engine runs them.
+
+Each step every active sequence drafts up to its K (one K for the batch, as vLLM's speculative config does, or one
+per sequence) and the target verifies all of them in one forward; acceptance comes from the same traces and the same
+common random numbers as the single-request engine (``accepted = min(run[pos], cap)``), and the step is priced by a
+:class:`~specgym.envs.core.batch_cost.BatchCostProfile` at the step's batch size:
+
+    step time = sum_j draft_ms(b_j) + verify_ms(b, n_eff) + overhead_ms(b)      (b_j: sequences still drafting at j;
+                                                                                 n_eff: mean tokens verified per seq)
+
+and ``verify_ms(b, 1)`` for a step without drafts. Admission:
+
+* **closed loop**: a finished request is replaced at once, keeping ``concurrency`` sequences in flight (a schedule of
+  ``(duration_ms, concurrency)`` segments, cycled, makes it change over time);
+* **open loop**: requests arrive as a Poisson process at ``arrival_rate`` per second and wait in a queue until a slot
+  of the ``max_batch`` frees up.
+
+Per request the engine keeps its admission and finish times, so TPOT (time per output token while in flight),
+aggregate tokens/s and goodput (tokens/s of requests meeting a TPOT target) follow. With concurrency 1 a closed loop
+equals the single-request engine exactly (``tests/test_batch.py``). Every per-step operation is a numpy operation over
+the active sequences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import numpy as np
+
+from specgym.envs.core.batch import BatchController, BatchState, BatchStep
+from specgym.envs.core.batch_cost import BatchCostProfile
+from specgym.envs.core.rounds import DEFAULT_K_MAX, check_k_max
+from specgym.envs.engines.trace_engine import request_uniforms, run_lengths
+from specgym.envs.workloads.trace_format import Workload
+from specgym.errors import SpecgymError
+
+
+class BatchReplay:
+    """Replays a workload through a batch of in-flight sequences.
+
+    Args:
+        workload: The trace.
+        profile: Batched cost profile.
+        concurrency: Closed loop: sequences kept in flight (an int, or ``[(duration_ms, concurrency), ...]``
+            cycled).
+        arrival_rate: Open loop instead: Poisson arrivals per second (``concurrency`` is then the batch limit).
+        requests: Workload request indices to serve, in order (default: all).
+        k_max: Largest draft cap.
+        seed: Seed of the common random numbers (and of the arrival times).
+    """
+
+    def __init__(self, workload: Workload, profile: BatchCostProfile, concurrency: int | Sequence[tuple[float, int]]
+                 = 1, arrival_rate: float | None = None, requests: Sequence[int] | np.ndarray | None = None,
+                 k_max: int = DEFAULT_K_MAX, seed: int = 0):
+        self.workload = workload
+        self.profile = profile
+        self.k_max = check_k_max(k_max)
+        profile.check_k_max(self.k_max)
+        self.requests = np.arange(workload.n_requests) if requests is None else np.asarray(requests, np.int64)
+        if len(self.requests) == 0:
+            raise SpecgymError("batch replay: no requests to serve")
+        # run lengths of the served requests only, laid out contiguously (the same draws as the replay engine's)
+        lengths = workload.lengths[self.requests].astype(np.int64)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        spans = [workload.span(int(r)) for r in self.requests]
+        p = np.concatenate([workload.p_accept[sl] for sl in spans])
+        u = np.concatenate([request_uniforms(seed, workload.request_id[r], n)
+                            for r, n in zip(self.requests.tolist(), lengths.tolist())])
+        self.runs = run_lengths(u < p, offsets)
+        self.schedule = [(float("inf"), int(concurrency))] if isinstance(concurrency, (int, np.integer)) else \
+            [(float(d), int(c)) for d, c in concurrency]
+        if any(c < 1 for _, c in self.schedule) or any(d <= 0 for d, _ in self.schedule):
+            raise SpecgymError(f"batch replay: concurrency segments need durations > 0 and sizes >= 1, got "
+                               f"{self.schedule}")
+        self.max_batch = max(c for _, c in self.schedule)
+        self.arrival_rate = arrival_rate
+        n = len(self.requests)
+        if arrival_rate is not None:
+            if arrival_rate <= 0:
+                raise SpecgymError(f"arrival_rate must be > 0, got {arrival_rate}")
+            gaps = np.random.default_rng([seed, 99]).exponential(1000.0 / arrival_rate, n)
+            self.arrival_ms = np.cumsum(gaps) - gaps[0]
+        else:
+            self.arrival_ms = np.zeros(n)
+        self.start, self.end = offsets[:-1], offsets[1:]
+        # per slot state
+        m = self.max_batch
+        self.slot_req = np.full(m, -1, dtype=np.int64)  # index into self.requests, -1 = free
+        self.pos = np.zeros(m, dtype=np.int64)
+        self.slot_end = np.zeros(m, dtype=np.int64)
+        # per request results
+        self.admit_ms = np.full(n, np.nan)
+        self.finish_ms = np.full(n, np.nan)
+        self.next_req = 0
+        self.now_ms = 0.0
+        self.steps = 0
+        self.seq_steps = 0
+        self.tokens = 0
+        self._new: list[int] = []
+        self._admit()
+
+    # ------------------------------------------------------------------------------------------ admission
+    def concurrency(self) -> int:
+        """The closed loop's target concurrency now (the batch limit in open loop)."""
+        if len(self.schedule) == 1:
+            return self.schedule[0][1]
+        period = sum(d for d, _ in self.schedule)
+        t = self.now_ms % period
+        for d, c in self.schedule:
+            if t < d:
+                return c
+            t -= d
+        return self.schedule[-1][1]
+
+    def _admit(self) -> None:
+        limit = self.concurrency()
+        active = int((self.slot_req >= 0).sum())
+        free = np.flatnonzero(self.slot_req < 0)
+        n = len(self.requests)
+        for slot in free:
+            if active >= limit or self.next_req >= n or self.arrival_ms[self.next_req] > self.now_ms:
+                break
+            r = self.next_req
+            self.slot_req[slot] = r
+            self.pos[slot] = self.start[r]
+            self.slot_end[slot] = self.end[r]
+            self.admit_ms[r] = max(self.now_ms, self.arrival_ms[r])
+            self.next_req += 1
+            self._new.append(int(slot))
+            active += 1
+
+    @property
+    def done(self) -> bool:
+        """True once every request finished."""
+        return self.next_req >= len(self.requests) and not (self.slot_req >= 0).any()
+
+    @property
+    def active_slots(self) -> np.ndarray:
+        """Slots with a sequence in flight."""
+        return np.flatnonzero(self.slot_req >= 0)
+
+    @property
+    def queue(self) -> int:
+        """Requests arrived and waiting for a slot."""
+        arrived = int(np.searchsorted(self.arrival_ms, self.now_ms, side="right"))
+        return max(arrived - self.next_req, 0)
+
+    # ------------------------------------------------------------------------------------------ one step
+    def state(self) -> BatchState:
+        """What a controller knows before the next step (the slots of newly admitted requests are reported once)."""
+        if not (self.slot_req >= 0).any() and not self.done:  # open loop, idle until the next arrival
+            self.now_ms = max(self.now_ms, float(self.arrival_ms[self.next_req]))
+            self._admit()
+        act = self.active_slots
+        new, self._new = np.asarray(self._new, dtype=np.int64), []
+        return BatchState(len(act), self.queue, self.concurrency(), act, new)
+
+    def step(self, k: int | np.ndarray) -> BatchStep:
+        """Play one step; ``k`` is the batch's K, or one K per slot of :attr:`active_slots` (in that order)."""
+        act = self.active_slots
+        if len(act) == 0:
+            self.state()
+            act = self.active_slots
+        queue = self.queue
+        pos, end = self.pos[act], self.slot_end[act]
+        cap = np.minimum(np.minimum(np.asarray(k, dtype=np.int64), self.k_max), end - pos - 1)
+        cap = np.maximum(cap, 0)
+        accepted = np.minimum(self.runs[pos], cap)
+        produced = accepted + 1
+        b = len(act)
+        kmax = int(cap.max())
+        row = self.profile.row
+        _, verify, overhead = row(b)
+        if kmax == 0:
+            t = float(verify[0])
+        else:
+            drafting = np.bincount(cap, minlength=kmax + 1)[::-1].cumsum()[::-1]  # sequences with cap >= j
+            t = sum(row(int(n))[0] for n in drafting[1:].tolist())
+            n_eff = float(cap.sum()) / b + 1.0  # mean tokens verified per sequence
+            lo = int(n_eff)
+            w = n_eff - lo
+            t += (verify[lo - 1] if w == 0.0 else (1 - w) * verify[lo - 1] + w * verify[lo]) + overhead
+        self.pos[act] = pos + produced
+        self.now_ms += t
+        fin = act[self.pos[act] >= end]
+        self.finish_ms[self.slot_req[fin]] = self.now_ms
+        self.slot_req[fin] = -1
+        self.steps += 1
+        self.seq_steps += b
+        total = int(produced.sum())
+        self.tokens += total
+        self._admit()
+        return BatchStep(b, queue, act, cap, accepted, total, t, len(fin))
+
+    def run_fixed(self, k: int) -> None:
+        """Serve every request with a fixed K."""
+        while not self.done:
+            self.step(k)
+
+    def run(self, controller: BatchController) -> None:
+        """Serve every request with ``controller`` choosing each step's K (the batched ``drive`` loop)."""
+        controller.reset(self.profile, self.k_max)
+        while not self.done:
+            controller.observe(self.step(controller.propose(self.state())))
+
+    # ------------------------------------------------------------------------------------------ results
+    def tpot_ms(self) -> np.ndarray:
+        """Time per output token of every request while in flight (NaN until it finished)."""
+        lengths = (self.end - self.start).astype(np.float64)
+        return (self.finish_ms - self.admit_ms) / lengths
+
+    def throughput(self) -> float:
+        """Tokens per second over the whole run."""
+        return self.tokens / self.now_ms * 1000.0 if self.now_ms > 0 else float("nan")
+
+    def goodput(self, tpot_slo_ms: float | None = None) -> float:
+        """Tokens per second of requests whose TPOT met ``tpot_slo_ms`` (all of them when None)."""
+        if tpot_slo_ms is None:
+            return self.throughput()
+        ok = self.tpot_ms() <= tpot_slo_ms
+        return float((self.end - self.start)[ok].sum()) / self.now_ms * 1000.0

@@ -1,0 +1,139 @@
+"""Gymnasium environment of batched serving: choose each step's K while many requests are in flight.
+
+Registered by ``import specgym`` as ``specgym/SpecDecodeBatch-v0``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from specgym.envs.core.batch import BATCH_FEATURE_DOCS, BATCH_FEATURE_NAMES, BatchFeatureTracker
+from specgym.envs.core.batch_cost import BatchCostProfile, load_batch_profile
+from specgym.envs.core.rounds import DEFAULT_K_MAX, check_k_max
+from specgym.envs.engines.batch_engine import BatchReplay
+from specgym.envs.workloads.trace_format import Workload, cached_workload
+from specgym.errors import InvalidAction, SpecgymError
+from specgym.paths import default_workload_name
+
+CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def mixed_schedule(rng: np.random.Generator, profile: BatchCostProfile, max_batch: int, segments: int = 6,
+                   min_steps: float = 40.0, max_steps: float = 400.0) -> list[tuple[float, int]]:
+    """A concurrency that changes over time: ``segments`` stretches of a random power-of-two concurrency up to
+    ``max_batch``, each lasting a random 40-400 plain decoding steps of one sequence."""
+    sizes = [c for c in CONCURRENCIES if c <= max_batch] or [1]
+    t1 = profile.verify(1, 1)
+    return [(float(rng.uniform(min_steps, max_steps)) * t1, int(rng.choice(sizes))) for _ in range(segments)]
+
+
+class SpecDecodeBatchEnv(gym.Env):
+    """Choose the draft length K of every serving step of a batch of in-flight requests.
+
+    ## Description
+    A serving engine runs many requests at once; each step every sequence drafts K tokens and the target verifies
+    ``batch x (K + 1)`` tokens in one forward. Past a critical batch size verification is compute-bound and
+    speculation slows decoding down, so the right K depends on the batch size, the hardware and the traffic's
+    acceptance. One episode serves ``requests`` requests of a workload (closed loop: a finished request is replaced
+    at once) under a concurrency schedule that changes over time (``concurrency="mixed"``) or a fixed concurrency.
+
+    ## Action Space
+    ``Discrete(k_max + 1)``: the step's K for every sequence (vLLM's form). Out of range raises
+    :class:`~specgym.errors.InvalidAction`.
+
+    ## Observation Space
+    ``Box`` of float32 (:class:`~specgym.envs.core.batch.BatchFeatureTracker`):
+
+    {features}
+
+    ## Rewards
+    ``(produced - time_ms * b / verify(b, 1)) / b``: tokens the step gained over plain decoding at the same batch size
+    in the same time, per sequence (0 for plain decoding).
+
+    ## Episode End
+    Terminates when every request of the episode finished; never truncated.
+
+    ## Arguments
+    ``workload``, ``batch_profile`` (name, path or object), ``split``, ``requests`` (per episode), ``concurrency``
+    (an int, ``[(ms, size), ...]`` or ``"mixed"``), ``max_batch``, ``k_max``, ``outcome_seed``.
+
+    ## Version History
+    * v0: initial release.
+    """
+
+    metadata = {"render_modes": []}
+
+    @classmethod
+    def default_config(cls) -> dict[str, Any]:
+        """Every configuration key with its default."""
+        return {"workload": default_workload_name(), "batch_profile": "batch-a100-7b-roofline", "split": "train",
+                "requests": 96, "concurrency": "mixed", "max_batch": 256, "k_max": DEFAULT_K_MAX,
+                "outcome_seed": None}
+
+    def __init__(self, config: dict[str, Any] | None = None, **overrides: Any):
+        self.config = self.default_config()
+        for c in (config or {}, overrides):
+            unknown = sorted(set(c) - set(self.config))
+            if unknown:
+                raise SpecgymError(f"unknown batch env config key(s) {unknown}; valid: {sorted(self.config)}")
+            self.config.update(c)
+        cfg = self.config
+        wl = cfg["workload"]
+        self.workload: Workload = wl if isinstance(wl, Workload) else cached_workload(wl)
+        bp = cfg["batch_profile"]
+        self.profile = bp if isinstance(bp, BatchCostProfile) else load_batch_profile(bp)
+        self.k_max = check_k_max(cfg["k_max"])
+        self.profile.check_k_max(self.k_max)
+        self.pool = self.workload.split_indices(cfg["split"])
+        if len(self.pool) == 0:
+            raise SpecgymError(f"workload {self.workload.name!r} has no requests in split {cfg['split']!r}")
+        self.action_space = spaces.Discrete(self.k_max + 1)
+        n = len(BATCH_FEATURE_NAMES)
+        self.observation_space = spaces.Box(np.zeros(n, np.float32), np.full(n, 2.0, np.float32), dtype=np.float32)
+        self.tracker = BatchFeatureTracker(self.k_max)
+        self.replay: BatchReplay | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start serving a fresh set of requests; returns ``(observation, info)``."""
+        super().reset(seed=seed)
+        cfg = self.config
+        rng = self.np_random
+        reqs = rng.choice(self.pool, size=min(int(cfg["requests"]), len(self.pool)), replace=False)
+        conc = cfg["concurrency"]
+        if conc == "mixed":
+            conc = mixed_schedule(rng, self.profile, int(cfg["max_batch"]))
+        oseed = cfg["outcome_seed"]
+        self.replay = BatchReplay(self.workload, self.profile, conc, requests=reqs, k_max=self.k_max,
+                                  seed=int(rng.integers(2**31)) if oseed is None else int(oseed))
+        self.tracker.reset(self.profile)
+        self.state = self.replay.state()
+        return self.tracker.observation(self.state), {"batch": self.state.batch}
+
+    def step(self, action: Any):
+        """Play one step with K = ``action`` for every sequence."""
+        if self.replay is None or self.replay.done:
+            raise SpecgymError("call reset() before step() (the episode is over)")
+        if not self.action_space.contains(action):
+            raise InvalidAction(f"SpecDecodeBatchEnv: action {action!r} is not in {self.action_space}")
+        st = self.replay.step(int(action))
+        self.tracker.update(st)
+        plain_rate = st.batch / self.profile.verify(st.batch, 1)
+        reward = (st.produced - st.time_ms * plain_rate) / st.batch
+        done = self.replay.done
+        info = {"batch": st.batch, "produced": st.produced, "time_ms": st.time_ms, "queue": st.queue,
+                "finished": st.finished}
+        if not done:
+            self.state = self.replay.state()
+            obs = self.tracker.observation(self.state)
+        else:
+            obs = np.zeros(self.observation_space.shape, np.float32)
+            info["throughput_tok_s"] = self.replay.throughput()
+        return obs, float(reward), done, False, info
+
+
+SpecDecodeBatchEnv.__doc__ = (SpecDecodeBatchEnv.__doc__ or "").format(features="\n    ".join(
+    f"{i:>2}  {n:<16} {d}" for i, (n, d) in enumerate(zip(BATCH_FEATURE_NAMES, BATCH_FEATURE_DOCS))))

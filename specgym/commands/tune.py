@@ -1,0 +1,134 @@
+"""``specgym tune``: serving at concurrency. ``tune vllm`` computes vLLM's Dynamic SD batch-size table from your
+traces and hardware profile; ``tune roofline`` writes a batched profile from public hardware numbers; ``tune compare``
+runs batch controllers on a mixed-concurrency workload with paired confidence intervals."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from specgym.commands.args import float_range, int_range, k_max_type, nonneg_int, positive_int
+from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.errors import SpecgymError
+from specgym.paths import default_workload_name
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``tune``."""
+    p = sub.add_parser("tune", help="serving at concurrency: vLLM Dynamic SD tables, roofline profiles, batch "
+                                    "controller comparisons")
+    tsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    v = tsub.add_parser("vllm", help="the batch-size -> K table for vLLM's speculative config")
+    v.add_argument("--workload", default=None, help="workload name or path (default: the default workload)")
+    v.add_argument("--profile", required=True, help="batched cost profile: name (batch-...) or JSON path")
+    v.add_argument("--max-batch", type=int_range(1, 4096), default=512,
+                   help="largest concurrency (default %(default)s)")
+    v.add_argument("--k-max", type=k_max_type, default=DEFAULT_K_MAX, help="largest K (default %(default)s)")
+    v.add_argument("--split", default="all", choices=("train", "val", "test", "all"),
+                   help="requests the acceptance comes from (default %(default)s)")
+    v.add_argument("--seed", type=nonneg_int, default=0, help="seed of the acceptance draws (default %(default)s)")
+    v.add_argument("--out", type=Path, default=None, help="also write the result as JSON here")
+    v.add_argument("--force", action="store_true", help="overwrite --out")
+    v.set_defaults(func=_vllm)
+
+    r = tsub.add_parser("roofline", help="write a batched cost profile from public hardware and model numbers")
+    r.add_argument("--target-params", type=float_range(1.0, lo_open=False), required=True,
+                   help="target parameters (e.g. 7e9)")
+    r.add_argument("--draft-params", type=float_range(1.0), required=True, help="draft parameters (e.g. 6.8e7)")
+    r.add_argument("--bandwidth-gb-s", type=float_range(0.0, lo_open=True), required=True,
+                   help="memory bandwidth, GB/s (e.g. 2039 for an A100-80GB)")
+    r.add_argument("--peak-tflops", type=float_range(0.0, lo_open=True), required=True,
+                   help="dense matrix throughput at the weights' precision, TFLOP/s (e.g. 312)")
+    r.add_argument("--bytes-per-param", type=float_range(0.0, lo_open=True), default=2.0,
+                   help="2 = fp16/bf16, 1 = int8 (default %(default)s)")
+    r.add_argument("--efficiency", type=float_range(0.0, 1.0, lo_open=True), default=0.6,
+                   help="share of peak compute reached (default %(default)s)")
+    r.add_argument("--fixed-ms", type=float_range(0.0), default=0.2, help="fixed time per forward (default "
+                                                                         "%(default)s)")
+    r.add_argument("--overhead-ms", type=float_range(0.0), default=0.1,
+                   help="fixed work per speculative step (default %(default)s)")
+    r.add_argument("--max-batch", type=int_range(1, 4096), default=512, help="largest batch size (default 512)")
+    r.add_argument("--k-max", type=k_max_type, default=DEFAULT_K_MAX, help="largest K (default %(default)s)")
+    r.add_argument("--name", default=None, help="profile name (default: the output file's stem)")
+    r.add_argument("--out", type=Path, required=True, help="the profile JSON to write")
+    r.add_argument("--force", action="store_true", help="overwrite --out")
+    r.set_defaults(func=_roofline)
+
+    c = tsub.add_parser("compare", help="batch controllers on a mixed-concurrency workload (paired CIs)")
+    c.add_argument("--workload", default=None, help="workload name or path (default: the default workload)")
+    c.add_argument("--profile", required=True, help="batched cost profile: name or JSON path")
+    c.add_argument("--controllers", default="goodput,static:2",
+                   help="comma-separated: static:K, table:FILE|JSON, goodput, per-seq:SPEC, ppo:NAME (the first is "
+                        "the reference of the ratios; default %(default)s)")
+    c.add_argument("--replications", type=positive_int, default=10, help="schedules x request sets (default 10)")
+    c.add_argument("--requests", type=positive_int, default=256, help="requests per replication (default 256)")
+    c.add_argument("--max-batch", type=int_range(1, 4096), default=256, help="largest concurrency (default 256)")
+    c.add_argument("--split", default="test", choices=("train", "val", "test", "all"), help="(default test)")
+    c.add_argument("--out", type=Path, default=None, help="also write the result as JSON here")
+    c.add_argument("--force", action="store_true", help="overwrite --out")
+    c.set_defaults(func=_compare)
+
+
+def _write(path: Path | None, data: dict, force: bool) -> None:
+    if path is not None:
+        from specgym.io import atomic_write_text
+
+        atomic_write_text(path, json.dumps(data, indent=1, default=float) + "\n", overwrite=force)
+
+
+def _vllm(args: argparse.Namespace) -> int:
+    from specgym.envs.core.batch_cost import load_batch_profile
+    from specgym.envs.workloads.trace_format import cached_workload
+    from specgym.eval.tune import describe, tune_vllm
+
+    if args.out is not None and args.out.exists() and not args.force:
+        raise SpecgymError(f"{args.out}: already exists (pass --force to overwrite)")
+    profile = load_batch_profile(args.profile)
+    wl = cached_workload(args.workload or default_workload_name())
+    result = tune_vllm(wl, profile, args.max_batch, args.k_max, args.split, args.seed)
+    print("\n".join(describe(result)))
+    _write(args.out, result, args.force)
+    return 0
+
+
+def _roofline(args: argparse.Namespace) -> int:
+    from specgym.envs.core.batch_cost import Roofline, roofline_profile, save_batch_profile
+
+    if args.out.exists() and not args.force:
+        raise SpecgymError(f"{args.out}: already exists (pass --force to overwrite)")
+    model = Roofline(args.target_params, args.draft_params, args.bytes_per_param, args.bandwidth_gb_s,
+                     args.peak_tflops, args.efficiency, args.fixed_ms, args.overhead_ms)
+    prof = roofline_profile(args.name or args.out.stem, model, args.max_batch, args.k_max)
+    save_batch_profile(prof, args.out, overwrite=args.force)
+    knee = args.peak_tflops * 1e12 * args.efficiency / (2 * args.bandwidth_gb_s * 1e9 / args.bytes_per_param)
+    print(f"wrote {args.out}: one target step {prof.verify(1, 1):.3f} ms, draft {prof.draft(1):.3f} ms; verification "
+          f"turns compute-bound beyond ~{knee:.0f} tokens per forward (batch x (K + 1))")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from specgym.baselines.batch_rules import make_batch_controller
+    from specgym.envs.core.batch_cost import load_batch_profile
+    from specgym.envs.workloads.trace_format import cached_workload
+    from specgym.eval.batch_eval import compare
+
+    if args.out is not None and args.out.exists() and not args.force:
+        raise SpecgymError(f"{args.out}: already exists (pass --force to overwrite)")
+    specs = [s.strip() for s in args.controllers.split(",") if s.strip()]
+    for s in specs:
+        make_batch_controller(s)
+    profile = load_batch_profile(args.profile)
+    wl = cached_workload(args.workload or default_workload_name())
+    res = compare(wl, profile, specs, args.replications, args.requests, args.max_batch, args.split)
+    print(f"{wl.label} on {profile.name}: {args.replications} mixed-concurrency replications x {args.requests} "
+          f"requests (concurrency up to {args.max_batch}); ratios vs {res['reference']} with paired 95% intervals")
+    print("| controller | tok/s (mean) | vs reference [95% CI] | replications won |")
+    print("|---|---:|---:|---:|")
+    for r in sorted(res["rows"], key=lambda r: -r["tok_s_mean"]):
+        lo, hi = r["vs_reference_ci95"]
+        print(f"| {r['controller']} | {r['tok_s_mean']:.1f} | {r['vs_reference']:.3f}x [{lo:.3f}, {hi:.3f}] | "
+              f"{r['wins']}/{args.replications} |")
+    _write(args.out, res, args.force)
+    return 0

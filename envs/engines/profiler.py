@@ -23,6 +23,7 @@ import statistics
 import time
 from typing import Any
 
+from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.engines.draft_stats import draft_stats
 from specgym.envs.engines.live_engine import LiveEngine, LivePair
@@ -133,3 +134,60 @@ def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats:
                                     f"tokens, medians of {repeats} calls"),
         hardware={**hardware_description(str(dev), pair.dtypes), "clock": clock, "packed_linears": pair.packed},
     )
+
+
+def measure_batch_profile(pair: LivePair, batch_sizes: tuple[int, ...], k_max: int = 8, context: int = 160,
+                          repeats: int = 12, warmup: int = 3, name: str = "measured-batched",
+                          clock: str = "wall") -> BatchCostProfile:
+    """A batched cost profile of ``pair`` on this machine: for each batch size ``b`` one cached draft forward of
+    ``b`` sequences x 1 token (with the draft features) and one cached target forward of ``b`` x ``n`` tokens,
+    ``n = 1..k_max+1`` (with the argmax), every sequence at ``context`` tokens of context; medians of ``repeats``.
+
+    The per-step overhead is the single-sequence engine's (:func:`measure_profile` at batch 1) at every batch size:
+    the live engine decodes one request at a time, so larger batches have no engine of their own to measure.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    single = measure_profile(pair, k_max=k_max, context=context, repeats=repeats, warmup=warmup, clock=clock)
+    clk = time.thread_time if clock == "cpu" else time.perf_counter
+    engine = LiveEngine.from_pair(pair, k_max=k_max, timing=clock)
+    dev = engine.device
+    sync = (lambda: torch.cuda.synchronize()) if dev.type == "cuda" else (lambda: None)
+    gen = torch.Generator().manual_seed(0)
+    drafts, verifies = [], []
+    with torch.inference_mode():
+        for b in batch_sizes:
+            ctx_ids = torch.randint(2, engine.vocab, (b, context), generator=gen).to(dev)
+            caches = {}
+            for role, model in (("draft", pair.draft), ("target", pair.target)):
+                cache = DynamicCache()
+                model(input_ids=ctx_ids, cache=cache, use_cache=True)
+                caches[role] = cache
+
+            def step(model, cache, n, features, b=b):
+                x = torch.randint(2, engine.vocab, (b, n), generator=gen).to(dev)
+
+                def call():
+                    logits = model(input_ids=x, cache=cache, use_cache=True).logits[:, :, : engine.vocab]
+                    if features:
+                        st = draft_stats(logits[:, -1], 0.0)
+                        st.tokens.tolist(), st.conf.tolist(), st.entropy.tolist()
+                    else:
+                        torch.argmax(logits, -1).tolist()
+                    cache.crop(-n)
+                return call
+
+            drafts.append(round(_median_ms(step(pair.draft, caches["draft"], 1, True), repeats, warmup, sync, clk),
+                                4))
+            verifies.append(tuple(round(_median_ms(step(pair.target, caches["target"], n, False), repeats, warmup,
+                                                   sync, clk), 4) for n in range(1, k_max + 2)))
+    return BatchCostProfile(
+        name, tuple(batch_sizes), tuple(drafts), tuple(verifies), tuple(single.round_overhead_ms for _ in batch_sizes),
+        source="measured", description=(f"measured by specgym profile --batch-sizes: draft "
+                                        f"{portable_name(pair.draft_name)}, target {portable_name(pair.target_name)} "
+                                        f"({pair.dtypes}), context {context} tokens per sequence, medians of "
+                                        f"{repeats} calls; overhead: the single-sequence engine's"),
+        hardware={**hardware_description(str(dev), pair.dtypes), "clock": clock, "packed_linears": pair.packed,
+                  "target_params": sum(p.numel() for p in pair.target.parameters()),
+                  "draft_params": sum(p.numel() for p in pair.draft.parameters())})

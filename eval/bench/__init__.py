@@ -19,8 +19,9 @@ SECTIONS: dict[str, str] = {
     "eval": "specgym.eval.bench.controllers:eval_section",
     "policy": "specgym.eval.bench.policy:policy_section",
     "live": "specgym.eval.bench.live:live_section",
+    "batch": "specgym.eval.bench.batch:batch_section",
 }
-DEFAULT_SECTIONS = ("load", "env", "vector", "controllers", "eval", "policy")
+DEFAULT_SECTIONS = ("load", "env", "vector", "controllers", "eval", "policy", "batch")
 
 
 def section(name: str) -> Callable[[Any, str, Any], dict[str, Any]]:

@@ -187,8 +187,26 @@ def cmd_profile(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not args.force:
         raise SpecgymError(f"{out}: already exists (pass --force to overwrite)")
+    sizes = None
+    if args.batch_sizes:
+        try:
+            sizes = tuple(int(v) for v in args.batch_sizes.split(","))
+        except ValueError:
+            raise SpecgymError(f"--batch-sizes: expected comma-separated integers, got {args.batch_sizes!r}") from None
+        if not sizes or any(b < 1 for b in sizes) or any(b2 <= b1 for b1, b2 in zip(sizes, sizes[1:])):
+            raise SpecgymError(f"--batch-sizes: need increasing integers >= 1, got {args.batch_sizes!r}")
     _setup(args)
     pair = _load_pair(args)
+    if sizes is not None:
+        from specgym.envs.core.batch_cost import save_batch_profile
+        from specgym.envs.engines.profiler import measure_batch_profile
+
+        bprof = measure_batch_profile(pair, sizes, k_max=args.k_max, context=args.context, repeats=args.repeats,
+                                      warmup=args.warmup, name=args.name or out.stem, clock=args.clock)
+        save_batch_profile(bprof, out, overwrite=args.force)
+        print(f"wrote {out}: batched profile at batch sizes {','.join(map(str, sizes))}; one step "
+              f"{bprof.verify(1, 1):.3f} ms at batch 1, {bprof.verify(sizes[-1], 1):.3f} ms at batch {sizes[-1]}")
+        return 0
     prof = measure_profile(pair, k_max=args.k_max, context=args.context, repeats=args.repeats, warmup=args.warmup,
                            name=args.name or out.stem, clock=args.clock)
     save_profile(prof, out, overwrite=args.force)
@@ -258,6 +276,8 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=nonneg_int, default=8, help="untimed calls first (default %(default)s)")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="wall time, or thread CPU time (excludes preemption on a shared CPU; CPU device only)")
+    p.add_argument("--batch-sizes", default=None,
+                   help="measure a batched profile (specgym tune) at these batch sizes, e.g. 1,2,4,8,16,32")
     p.add_argument("--force", action="store_true", help="overwrite --out")
     p.set_defaults(func=cmd_profile)
 

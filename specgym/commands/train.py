@@ -14,12 +14,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``train`` and ``export``."""
     p = sub.add_parser("train", help="train a PPO policy (stable-baselines3) on a workload's train split")
     p.add_argument("--workload", default=None, help="workload name or .parquet path (default: the default workload)")
-    p.add_argument("--mode", choices=("k", "token"), default="k",
-                   help="k: choose K per round; token: continue/stop after each draft token (default %(default)s)")
+    p.add_argument("--mode", choices=("k", "token", "batch"), default="k",
+                   help="k: choose K per round; token: continue/stop after each draft token; batch: the K of each "
+                        "serving step of a batch (specgym/SpecDecodeBatch-v0) (default %(default)s)")
     p.add_argument("--timesteps", type=positive_int, default=None,
                    help="total env steps; the run stops exactly there (default: the config's)")
     p.add_argument("--k-max", type=k_max_type, default=None,
                    help="largest draft cap, 1..16 (default: the config's, 8)")
+    p.add_argument("--domains", choices=("generalist",), default=None,
+                   help="train on a domain-randomised distribution (workloads x cost profiles) instead of one "
+                        "workload: 'generalist' (see envs/workloads/domains.py)")
     p.add_argument("--seed", type=nonneg_int, default=0, help="training seed (default %(default)s)")
     p.add_argument("--out", type=Path, default=None, help="run folder (default runs/WORKLOAD-MODE)")
     p.add_argument("--config", default=None, help="hyperparameter YAML (default training/configs/MODE.yaml)")
@@ -45,6 +49,8 @@ def _overrides(args: argparse.Namespace) -> dict:
     from specgym.training.config import parse_overrides
 
     over = parse_overrides(args.hyperparams)
+    if args.domains is not None:
+        over["domains"] = args.domains
     if args.k_max is not None:
         over["k_max"] = args.k_max
     if args.init_from is not None:
@@ -60,7 +66,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.resume and args.out is None:
         raise SpecgymError("--resume needs --out RUN_FOLDER")
     workload = args.workload or default_workload_name()
-    out = args.out or Path("runs") / f"{Path(workload).stem}-{args.mode}"
+    out = args.out or Path("runs") / f"{args.domains or Path(workload).stem}-{args.mode}"
     req = TrainRequest(workload=workload, mode=args.mode, out=out, timesteps=args.timesteps, seed=args.seed,
                        config_file=args.config, overrides=_overrides(args), resume=args.resume,
                        force=args.force)

@@ -12,7 +12,8 @@ PYTEST_ARGS ?=
 PKG_FILES := $(shell find specgym envs agents baselines training eval data -type f -not -path '*/__pycache__/*' \
                -not -name '*.pyc' 2>/dev/null | LC_ALL=C sort)
 
-.PHONY: install demo test test-fast lint bench results models profile record clean FORCE
+.PHONY: install demo test test-fast lint bench results models models-midpair models-tinypair profile record \
+        record-midpair record-tinypair clean FORCE
 
 $(VENV)/.files: FORCE
 	@mkdir -p $(VENV)
@@ -60,25 +61,63 @@ results: $(STAMP)
 	    --controllers all,ppo:runs/ppo-$$wl-k/policy,ppo:runs/ppo-$$wl-token/policy || exit 1; \
 	done
 
-# --- rebuilding the shipped model pair and its traces (long; one thread each, offline) -----------------------
+# --- rebuilding the shipped model pairs and their traces (long; one torch thread each, offline; never in CI) -------
+# midpair (the default pair): speculation pays on a CPU. tinypair: the overhead-bound contrast.
 LIVE_ENV := HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 SPECGYM  := $(LIVE_ENV) $(VENV)/bin/specgym
-PROMPTS  := data/workloads/tinypair-prompts.jsonl
-PROFILE  := data/profiles/cpu-tinypair.json
+LMPAIR   := $(SPECGYM) train-lm-pair --precision fp32
+MID_WORK := build/midpair
 
-models: $(STAMP)   # ~90 min: corpus, tokenizer, target (78 min), draft (7 min), export, prompts, model card
+models: models-midpair
+
+# ~5 h: tinypair's target grown 2x wide / 8 deep and trained on (180 min); its draft distilled from tinypair's
+# target (75 min), then from the grown target (40 min); export (fp16), 1,200 held-out prompts, model card.
+models-midpair: $(STAMP)
+	$(LMPAIR) --work-dir $(MID_WORK) --stages corpus,tokenizer,tokens --tokenizer-from data/models/tinypair/target
+	$(LMPAIR) --work-dir $(MID_WORK) --stages grow,target --grow-from data/models/tinypair/target --grow-layers 8 \
+		--target 8,512,8 --target-role big --target-batch 4 --target-lr 5e-4 --target-budget-min 180
+	$(LMPAIR) --work-dir $(MID_WORK) --stages draft --draft-role draft_kd --draft-init data/models/tinypair/draft \
+		--teacher data/models/tinypair/target --distill-alpha 0.9 --draft-lr 2e-3 --draft-budget-min 75
+	$(LMPAIR) --work-dir $(MID_WORK) --stages draft --draft-role draft --draft-init $(MID_WORK)/draft_kd_ckpt \
+		--teacher $(MID_WORK)/big_ckpt --distill-alpha 0.9 --draft-lr 1e-3 --draft-budget-min 40
+	$(LMPAIR) --work-dir $(MID_WORK) --stages export,prompts --name midpair --target-role big --draft-role draft \
+		--prompts-per-category 400 --prompts-seed 1 --prompts-id-prefix mp- \
+		--prompts-out data/workloads/midpair-prompts.jsonl
+	$(MAKE) profile-midpair record-midpair
+	$(LMPAIR) --work-dir $(MID_WORK) --stages card --name midpair --target-role big \
+		--card-profile data/profiles/cpu-midpair.json --card-notes training/lm_pair/notes/midpair.md \
+		--card-workloads data/workloads/midpair-greedy.parquet,data/workloads/midpair-t08.parquet
+
+models-tinypair: $(STAMP)   # ~90 min: corpus, tokenizer, target (78 min), draft (7 min), export, prompts
 	$(SPECGYM) train-lm-pair --stages corpus,tokenizer,tokens,target
 	$(SPECGYM) train-lm-pair --stages draft --draft 1,128,2 --draft-role draft_ce --no-distill --draft-budget-min 7
-	$(SPECGYM) train-lm-pair --stages export,prompts,card --draft-role draft_ce
+	$(SPECGYM) train-lm-pair --stages export,prompts --draft-role draft_ce
 
-profile: $(STAMP)  # ~1 min: measured cost profile of the shipped pair on this machine
-	$(SPECGYM) profile --out $(PROFILE) --name cpu-tinypair --clock cpu --force
+profile: profile-midpair profile-tinypair
+record: record-midpair record-tinypair
 
-record: $(STAMP)   # ~12 min: the two shipped recorded workloads (greedy and T=0.8)
-	$(SPECGYM) record --prompts $(PROMPTS) --max-new-tokens 128-256 --temperature 0 --name tinypair-greedy \
-		--profile $(PROFILE) --gen-k 1 --quiet --force --out data/workloads/tinypair-greedy.parquet
-	$(SPECGYM) record --prompts $(PROMPTS) --max-new-tokens 128-256 --temperature 0.8 --name tinypair-t08 \
-		--profile $(PROFILE) --gen-k 1 --seed 1 --quiet --force --out data/workloads/tinypair-t08.parquet
+profile-%: $(STAMP)  # ~2 min each, on a quiet machine: the pair's measured cost profiles (one sequence; batched)
+	$(SPECGYM) profile --draft data/models/$*/draft --target data/models/$*/target --out data/profiles/cpu-$*.json \
+		--name cpu-$* --force
+	$(SPECGYM) profile --draft data/models/$*/draft --target data/models/$*/target --batch-sizes 1,2,4,8,16,32 \
+		--out data/profiles/batch-cpu-$*.json --name batch-cpu-$* --force
+
+# the recorded workloads: greedy and T=0.8 (seed 1), generated with a fixed K (recording is exact for any K)
+record-midpair: $(STAMP)   # ~30 min each
+	$(SPECGYM) record --prompts data/workloads/midpair-prompts.jsonl --max-new-tokens 96-192 --temperature 0 \
+		--name midpair-greedy --profile data/profiles/cpu-midpair.json --gen-k 3 --quiet --force \
+		--out data/workloads/midpair-greedy.parquet
+	$(SPECGYM) record --prompts data/workloads/midpair-prompts.jsonl --max-new-tokens 96-192 --temperature 0.8 \
+		--name midpair-t08 --profile data/profiles/cpu-midpair.json --gen-k 2 --seed 1 --quiet --force \
+		--out data/workloads/midpair-t08.parquet
+
+record-tinypair: $(STAMP)  # ~12 min
+	$(SPECGYM) record --prompts data/workloads/tinypair-prompts.jsonl --max-new-tokens 128-256 --temperature 0 \
+		--name tinypair-greedy --profile data/profiles/cpu-tinypair.json --gen-k 1 --quiet --force \
+		--out data/workloads/tinypair-greedy.parquet
+	$(SPECGYM) record --prompts data/workloads/tinypair-prompts.jsonl --max-new-tokens 128-256 --temperature 0.8 \
+		--name tinypair-t08 --profile data/profiles/cpu-tinypair.json --gen-k 1 --seed 1 --quiet --force \
+		--out data/workloads/tinypair-t08.parquet
 
 clean:
 	rm -rf $(VENV) build runs out .pytest_cache .hypothesis

@@ -88,19 +88,33 @@ class RecordingController(Controller):
 
 
 def demonstrations(spec: str, workload: Any, mode: str, k_min: int, k_max: int, passes: int = 2,
-                   split: str = "train", seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """(observations, labels) of the baseline ``spec`` replayed ``passes`` times over ``split``."""
+                   split: str = "train", seed: int = 0,
+                   domain_episodes: int = 1500) -> tuple[np.ndarray, np.ndarray]:
+    """(observations, labels) of the baseline ``spec`` replayed ``passes`` times over ``split``.
+
+    ``workload`` may be a :class:`~specgym.envs.workloads.domains.DomainDistribution`: then ``passes *
+    domain_episodes`` episodes are drawn from it as the training env draws them (a workload, a profile, a request
+    of its ``split``), so the clone sees the same mix of domains PPO will.
+    """
     from specgym.baselines.registry import make_controller
     from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.envs.workloads.domains import DomainDistribution
 
     inner = make_controller(spec, k_max)
     if mode == "token" and not inner.token_level:
         raise SpecgymError(f"bc_init: {spec!r} is not a token-level controller (token mode needs one)")
     rec = RecordingController(inner, mode, k_min, k_max)
-    engine = TraceEngine(workload, k_max=k_max, seed=seed)
-    for p in range(passes):
-        for r in workload.split_indices(split):
-            drive(rec, engine.start(int(r), seed=seed + 1000 * p + 1))
+    if isinstance(workload, DomainDistribution):
+        rng = np.random.default_rng(seed)
+        for e in range(passes * domain_episodes):
+            wl, profile = workload.sample(rng)
+            r = int(rng.choice(wl.split_indices(split)))
+            drive(rec, TraceEngine(wl, profile, k_max=k_max, seed=seed).start(r, seed=seed + e + 1))
+    else:
+        engine = TraceEngine(workload, k_max=k_max, seed=seed)
+        for p in range(passes):
+            for r in workload.split_indices(split):
+                drive(rec, engine.start(int(r), seed=seed + 1000 * p + 1))
     return np.asarray(rec.obs, np.float32), np.asarray(rec.labels, np.int64)
 
 

@@ -75,6 +75,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-file", type=Path, default=None, help="log file (default <work-dir>/train.log)")
     p.add_argument("--prompts-per-category", type=int, default=200,
                    help="stage 'prompts': prompts of each category (default %(default)s)")
+    p.add_argument("--prompts-seed", type=int, default=0, help="stage 'prompts': sampling seed (default %(default)s)")
+    p.add_argument("--prompts-id-prefix", default="", help="stage 'prompts': prefix of the prompt ids")
     p.add_argument("--prompts-out", type=Path, default=None, help="held-out prompts JSONL (stage 'prompts'; "
                    "default <work-dir>/prompts.jsonl)")
     p.add_argument("--card-profile", type=Path, default=None, help="stage 'card': the pair's measured profile")
@@ -167,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
     if "prompts" in stages:
         from specgym.io import atomic_write_text
 
-        prompts = heldout_prompts(work, args.prompts_per_category)
+        prompts = heldout_prompts(work, args.prompts_per_category, seed=args.prompts_seed,
+                                  id_prefix=args.prompts_id_prefix)
         out = args.prompts_out or work / "prompts.jsonl"
         atomic_write_text(Path(out), "".join(json.dumps(p) + "\n" for p in prompts), overwrite=True)
         log.info("wrote %d held-out prompts to %s", len(prompts), out)

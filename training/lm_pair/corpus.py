@@ -150,8 +150,11 @@ def read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def heldout_prompts(work: Path, n_per_category: int = 200, seed: int = 0, max_prompt_tokens: int = 96) -> list[dict]:
+def heldout_prompts(work: Path, n_per_category: int = 200, seed: int = 0, max_prompt_tokens: int = 96,
+                    id_prefix: str = "") -> list[dict]:
     """Prompts from the held-out documents only, ``n_per_category`` of each of code, prose and math.
+
+    ``seed`` picks the windows (pairs use different seeds); ids are ``<id_prefix><category>-<nnnn>``.
 
     code: a window of 4-12 consecutive lines of a held-out stdlib file (starting at a line that opens a
     statement); prose: 1-3 sentences from a held-out help topic; math: one or two solved held-out problems
@@ -202,6 +205,6 @@ def heldout_prompts(work: Path, n_per_category: int = 200, seed: int = 0, max_pr
             if len(text.strip()) < 20 or text in seen:
                 continue
             seen.add(text)
-            out.append({"id": f"{cat}-{made:04d}", "category": cat, "prompt": text, "source": doc["source"]})
+            out.append({"id": f"{id_prefix}{cat}-{made:04d}", "category": cat, "prompt": text, "source": doc["source"]})
             made += 1
     return out

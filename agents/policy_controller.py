@@ -339,9 +339,13 @@ class PolicyController(Controller):
         self.name = name or f"ppo-{artifact.mode}"
         self.k_min, self.k_max = artifact.k_min, artifact.k_max
         self.network = PolicyNetwork(artifact)
-        self.logits, self.act, self.normalize = self.network.logits, self.network.act, self.network.normalize
+        self.logits, self.normalize = self.network.logits, self.network.normalize
         self.tracker = FeatureTracker(self.k_max)
         self.decisions = TokenDecisionState(self.tracker)
+
+    def act(self, obs: np.ndarray) -> int:
+        """The policy's deterministic action index for one raw observation (a method, so subclasses can wrap it)."""
+        return self.network.act(obs)
 
     # --- the Controller interface ------------------------------------------------------------------------
     def check_engine_k_max(self, k_max: int) -> None:

@@ -35,7 +35,7 @@ def test_report_golden_structure(small_report):
     rep = json.loads((small_report / "report.json").read_text())
     assert rep["workload"]["synthetic"] and rep["workload"]["sha256"] and rep["seed"] == 3
     specs = [r["spec"] for r in rep["rows"]]
-    assert set(specs) == {"assc", "speclane", "hf-heuristic", "confidence:0.4", "confidence:adaptive",
+    assert set(specs) == {"marginal", "assc", "speclane", "hf-heuristic", "confidence:0.4", "confidence:adaptive",
                           "cumulative:0.3", "entropy", "ucb", *[f"fixed:{k}" for k in range(1, 9)]}
     tput = [r["throughput_tok_s"] for r in rep["rows"]]
     assert tput == sorted(tput, reverse=True)

@@ -239,7 +239,7 @@ def test_modest_budget_beats_fixed_k4_on_assc_regimes_test_split(tmp_path):
     """A K-mode policy trained briefly on assc-regimes beats fixed K=4 on the (unseen) test split."""
     from specgym.eval.harness import EvalConfig, evaluate
 
-    train(TrainRequest(workload="assc-regimes", mode="k", out=tmp_path / "run", timesteps=60_000,
+    train(TrainRequest(workload="assc-regimes", mode="k", out=tmp_path / "run", timesteps=120_000,
                        overrides={"eval_freq": 20_000}, quiet=True))
     art_dir = export_run(tmp_path / "run", tmp_path / "policy")
     rep = evaluate(EvalConfig(workload="assc-regimes", controllers=f"fixed:4,ppo:{art_dir}", split="test"))

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from specgym.envs.core.cost import CostProfile
 
@@ -55,11 +56,19 @@ class Calibration:
 
     def update(self, conf: float, accepted: bool) -> None:
         """One gradient step on a judged token."""
-        x = logit(conf)
-        z = self.w * x + self.b
-        err = (1.0 if accepted else 0.0) - (1.0 / (1.0 + math.exp(-z)) if z > -30.0 else 0.0)
-        self.w += self.lr * err * x
-        self.b += self.lr * err
+        self.update_round((conf,), 1 if accepted else 0)
+
+    def update_round(self, confs: Sequence[float], accepted: int) -> None:
+        """One gradient step per judged token of a round, in order: the first ``accepted`` were accepted."""
+        w, b, lr = self.w, self.b, self.lr
+        for m, c in enumerate(confs):
+            c = _LO if c < _LO else (_HI if c > _HI else c)
+            x = math.log(c / (1.0 - c))
+            z = w * x + b
+            err = (1.0 if m < accepted else 0.0) - (1.0 / (1.0 + math.exp(-z)) if z > -30.0 else 0.0)
+            w += lr * err * x
+            b += lr * err
+        self.w, self.b = w, b
 
 
 class RoundCosts:
@@ -70,12 +79,16 @@ class RoundCosts:
         k_max: Largest draft cap.
     """
 
-    __slots__ = ("cost", "k_max", "t_ar")
+    __slots__ = ("cost", "k_max", "t_ar", "_best")
+
+    #: ``best_k`` resolves ``alpha`` to this grid (and memoises per grid point): exact but at breakpoints.
+    ALPHA_GRID = 4096
 
     def __init__(self, profile: CostProfile, k_max: int):
         self.k_max = int(k_max)
         self.cost = [profile.round_time(j) for j in range(self.k_max + 1)]
         self.t_ar = self.cost[0]
+        self._best: dict[int, int] = {}
 
     def marginal_ratio(self, j: int, expected: float, prefix_prob: float, next_accept: float) -> float:
         """``(gain / extra cost) / (E_j / cost(j))`` of drafting token ``j + 1`` (> 1: drafting on pays).
@@ -101,9 +114,18 @@ class RoundCosts:
     def best_k(self, alpha: float) -> int:
         """Integer K in ``0..k_max`` maximising ``E(K) / cost(K)`` under geometric acceptance ``alpha``.
 
-        For K >= 1 the rate is quasi-concave in K (costs are affine in K beyond the first draft), so the scan stops
-        at the first decrease; K = 0 (no round overhead) is compared separately.
+        ``alpha`` is rounded to a multiple of ``1 / ALPHA_GRID`` (the answer is memoised per grid point: the
+        features ask every round).
         """
+        key = int(alpha * self.ALPHA_GRID + 0.5)
+        k = self._best.get(key)
+        if k is None:
+            k = self._best[key] = self._best_k(key / self.ALPHA_GRID)
+        return k
+
+    def _best_k(self, alpha: float) -> int:
+        """The scan: for K >= 1 the rate is quasi-concave in K (costs are affine in K beyond the first draft), so
+        it stops at the first decrease; K = 0 (no round overhead) is compared separately."""
         cost = self.cost
         best_k, best_rate = 1, (1.0 + alpha) / cost[1]
         tokens, power = 1.0 + alpha, alpha

@@ -167,70 +167,69 @@ class FeatureTracker:
 
     def update(self, o: RoundOutcome) -> None:
         """Fold one verified round into the statistics."""
+        # the hot path of every environment step: locals and plain floats (a numpy scalar op costs ~1 us)
         k = self.k_max
+        d, a = o.drafted, o.accepted
         self.tokens += o.produced
         self.rounds += 1
         self.last_k = min(o.planned_k / k, 1.0)
-        self.last_drafted = o.drafted / k
-        self.last_accepted = o.accepted / k
+        self.last_drafted = d / k
+        self.last_accepted = a / k
         self.produced_ema = _EMA_FEAT * self.produced_ema + (1 - _EMA_FEAT) * (o.produced / (k + 1))
-        d = o.drafted
         if d > 0:
-            a = o.accepted
             rate = a / d
             self.acc_fast = _EMA_FAST * self.acc_fast + (1 - _EMA_FAST) * rate
             self.acc_mid = _EMA_MID * self.acc_mid + (1 - _EMA_MID) * rate
             self.acc_slow = _EMA_SLOW * self.acc_slow + (1 - _EMA_SLOW) * rate
-            judged = min(a + 1, d)  # accepted prefix + the first rejected token; later tokens are never judged
+            judged = a + 1 if a < d else d  # accepted prefix + the first rejected token; later tokens never judged
             self.alpha = _EMA_MID * self.alpha + (1 - _EMA_MID) * (a / judged)
-            self.ema_acc = _EMA_MID * self.ema_acc + (1 - _EMA_MID) * a
-            self.ema_judged = _EMA_MID * self.ema_judged + (1 - _EMA_MID) * judged
-            self.alpha_hat = self.ema_acc / self.ema_judged
+            ema_acc = self.ema_acc = _EMA_MID * self.ema_acc + (1 - _EMA_MID) * a
+            ema_judged = self.ema_judged = _EMA_MID * self.ema_judged + (1 - _EMA_MID) * judged
+            self.alpha_hat = ema_acc / ema_judged
             full = a == d
             self.last_full = 1.0 if full else 0.0
             self.full_streak = self.full_streak + 1 if full else 0
             self.zero_streak = self.zero_streak + 1 if a == 0 else 0
             conf = o.draft_conf[:judged].tolist()
-            ent = o.draft_entropy[:judged].tolist()
-            cal, gap = self.calibration, self.calib_gap
+            self.calibration.update_round(conf, a)
+            gap = self.calib_gap
             for m, c in enumerate(conf):
-                y = m < a
-                cal.update(c, y)
-                gap = _EMA_MID * gap + (1 - _EMA_MID) * ((1.0 if y else 0.0) - c)
+                gap = _EMA_MID * gap + (1 - _EMA_MID) * ((1.0 if m < a else 0.0) - c)
             self.calib_gap = gap
-            self.last_conf_mean = sum(conf) / judged
+            conf_mean = self.last_conf_mean = sum(conf) / judged
             self.last_conf_min = min(conf)
             self.last_conf_last = conf[-1]
-            self.last_ent = min(sum(ent) / judged, ENTROPY_SCALE) / ENTROPY_SCALE
-            self.conf_ema = _EMA_FEAT * self.conf_ema + (1 - _EMA_FEAT) * self.last_conf_mean
-            self.ent_ema = _EMA_FEAT * self.ent_ema + (1 - _EMA_FEAT) * self.last_ent
+            ent = sum(o.draft_entropy[:judged].tolist()) / judged
+            ent = self.last_ent = (ent if ent < ENTROPY_SCALE else ENTROPY_SCALE) / ENTROPY_SCALE
+            self.conf_ema = _EMA_FEAT * self.conf_ema + (1 - _EMA_FEAT) * conf_mean
+            self.ent_ema = _EMA_FEAT * self.ent_ema + (1 - _EMA_FEAT) * ent
             self.no_history = 0.0
-            if self.costs is not None:
-                self._k_model = self.costs.best_k(self.alpha_hat) / k
         else:
             # a round that drafted nothing carries no evidence: the acceptance estimate relaxes towards its prior,
             # so a controller that stopped drafting after bad luck tries again (otherwise it never would)
             self.ema_acc = _EMA_MID * self.ema_acc + (1 - _EMA_MID) * _ALPHA_PRIOR
             self.ema_judged = _EMA_MID * self.ema_judged + (1 - _EMA_MID)
             self.alpha_hat = self.ema_acc / self.ema_judged
-            if self.costs is not None:
-                self._k_model = self.costs.best_k(self.alpha_hat) / k
             self.last_full = 0.0
             self.last_conf_mean = self.last_conf_min = self.last_conf_last = 0.0
             self.last_ent = 0.0
+        if self.costs is not None:
+            self._k_model = self.costs.best_k(self.alpha_hat) / k
         self._render_round()
 
     def _render_round(self) -> None:
         cost, slope, temp, overhead = self._static
+        gap = self.calib_gap
         self._round_obs = [
             self.acc_fast, self.acc_mid, self.acc_slow, self.alpha,
             self.last_k, self.last_drafted, self.last_accepted, self.last_full,
             self.last_conf_mean, self.last_conf_min, self.last_conf_last, self.last_ent,
             self.conf_ema, self.ent_ema, self.produced_ema,
-            min(self.full_streak, 8) / 8.0, min(self.zero_streak, 8) / 8.0,
+            (self.full_streak if self.full_streak < 8 else 8) / 8.0,
+            (self.zero_streak if self.zero_streak < 8 else 8) / 8.0,
             min(math.log1p(self.tokens) / _LOG_TOKENS, 1.0), min(math.log1p(self.rounds) / _LOG_ROUNDS, 1.0),
             cost, slope, temp, self.no_history,
-            overhead, max(-1.0, min(1.0, self.calib_gap)), self._k_model,
+            overhead, -1.0 if gap < -1.0 else (1.0 if gap > 1.0 else gap), self._k_model,
         ]
 
     def observation(self) -> np.ndarray:

@@ -135,6 +135,7 @@ class _ReplayEnvBase(gym.Env):
             outcome_seed = int(self.np_random.integers(2**31))
         self.req = self.engine.start(r, seed=outcome_seed)
         self.request_index = r
+        self._request_id = str(self.workload.request_id[r])
         self.tracker.reset(self.req.context)
         self.episode_time_ms = 0.0
         self.episode_tokens = 0
@@ -169,7 +170,7 @@ class _ReplayEnvBase(gym.Env):
     def _base_info(self) -> dict[str, Any]:
         assert self.req is not None
         return {
-            "request": str(self.workload.request_id[self.request_index]),
+            "request": self._request_id,
             "position": self.req.position,
             "length": self.req.length,
             "episode_time_ms": self.episode_time_ms,
@@ -180,7 +181,7 @@ class _ReplayEnvBase(gym.Env):
         """ANSI text: request, position and the time spent so far."""
         if self.render_mode != "ansi" or self.req is None:
             return None
-        return (f"{self.workload.request_id[self.request_index]}: {self.req.position}/{self.req.length} tokens, "
+        return (f"{self._request_id}: {self.req.position}/{self.req.length} tokens, "
                 f"{self.episode_time_ms:.1f} ms")
 
 

@@ -1,0 +1,204 @@
+"""The card (``README.md``) of a shipped policy: what it was trained on, how, with which seeds, and how it did.
+
+A shipped policy is one exported training run; its card also reports the other seeds trained with the same config
+(their validation figures and, when a generalisation-suite report is given, their suite figures: mean and spread),
+so a reader sees whether the shipped seed is typical. Run as::
+
+    python -m specgym.training.policy_card data/policies/NAME --runs RUN_SEED0,RUN_SEED1,RUN_SEED2 \
+        --suite out/suite-generalization/suite.json --suite-specs ppo:DIR0,ppo:DIR1,ppo:DIR2 [--force]
+
+It ships the seed that is best on validation (``RUN/policy``, exported by ``specgym export``), copied into
+``data/policies/NAME``, and writes the card beside it. The suite never picks the seed (that would tune to it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from specgym.errors import SpecgymError
+
+
+def _run_record(run: Path) -> dict[str, Any]:
+    """Config, state and summary of a run folder."""
+    import yaml
+
+    if not (run / "state.json").is_file():
+        raise SpecgymError(f"{run}: not a training run (no state.json)")
+    state = json.loads((run / "state.json").read_text())
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    return {"run": run.name, "config": cfg, "state": state, "best": state.get("best") or {}}
+
+
+def _mean_spread(values: list[float]) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f} (min {min(values):.3f})"
+
+
+def card_markdown(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], shipped: str,
+                  suite: dict[str, Any] | None = None, suite_specs: list[str] | None = None,
+                  distribution: dict[str, Any] | None = None) -> str:
+    """The card's markdown (see the module docstring)."""
+    tr = meta.get("training", {})
+    cfg = tr.get("config", {})
+    mode = meta.get("mode") or runs[0]["config"].get("mode")
+    L = [f"# specgym policy `{name}`", "",
+         f"A PPO policy (stable-baselines3, exported to numpy: `policy.npz` + `policy.json`, no pickle) in **{mode} "
+         f"mode**: " + ("it decides after each draft token whether to keep drafting (and at the start of a round "
+                        "whether to draft at all)." if mode == "token" else "it chooses the draft cap K of each "
+                                                                             "round.")
+         + " It reads the cost profile and the request's verified history through the shared feature code "
+           f"(feature version {meta.get('feature_version')}), so it needs no tuning per deployment.", "",
+         "Use it by name:", "", "```bash",
+         f"specgym eval --controllers all,ppo:{name}",
+         f"specgym generate --prompt 'def fibonacci(n):' --controller ppo:{name}",
+         "```", "", "```python", "from specgym.baselines import make_controller",
+         "from specgym.agents.hf_generate import generate_with_controller",
+         f"out = generate_with_controller(target, draft, input_ids, make_controller('ppo:{name}'), "
+         "max_new_tokens=128)", "```", ""]
+    L += ["## Training distribution", ""]
+    if distribution:
+        wls = distribution["workloads"]
+        recorded = [w for w in wls if not w["synthetic"]]
+        synth = [w for w in wls if w["synthetic"]]
+        prof = distribution["profiles"]
+        L += [f"Every episode draws a workload and a cost profile (domain randomisation, "
+              f"`envs/workloads/domains.py`): {len(synth)} **synthetic** workloads with random parameters "
+              "(steady, three-category mixes and flat/rugged regimes; drafts calibrated, over- and under-confident)"
+              + (f" and the *train* split of the recorded workload(s) {', '.join(w['name'] for w in recorded)} "
+                 f"(each drawn {recorded[0]['weight'] / max(synth[0]['weight'], 1e-12):.0f}x as often as one "
+                 "synthetic workload)" if recorded and synth else "") + "; profiles: cost ratio "
+              f"{prof['cost_ratio'][0]}-{prof['cost_ratio'][1]} (log-uniform), verify slope "
+              f"{prof['verify_slope_per_token'][0]}-{prof['verify_slope_per_token'][1]} per token, round overhead "
+              f"{prof['overhead_share_of_t_ar'][0]}-{prof['overhead_share_of_t_ar'][1]} x t_AR; "
+              f"{distribution['own_profile_share']:.0%} of episodes keep the workload's own profile.", ""]
+    else:
+        L += [f"Workload `{tr.get('workload')}` (train split).", ""]
+    L += ["## Training", "",
+          f"PPO, {tr.get('timesteps', 0):,} environment steps, net {cfg.get('net_arch')} {cfg.get('activation')}, "
+          f"learning rate {cfg.get('learning_rate')} ({cfg.get('lr_schedule')}), entropy coefficient "
+          f"{cfg.get('ent_coef')}" + (f"; the actor was first behaviour-cloned from `{cfg['bc_init']}` and the "
+                                      f"critic warmed up for {cfg.get('bc_warmup', 0):,} steps"
+                                      if cfg.get("bc_init") else "; from scratch") +
+          ". The model kept is the best on the validation cells (synthetic workloads from an unseen pool seed and "
+          "the recorded train workloads' val splits, each under two unseen randomised profiles). One torch thread.",
+          "", "| seed | run | steps | wall time | best val: vs best fixed K | vs marginal | oracle ratio |",
+          "|---|---|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        b, st = r["best"], r["state"]
+        mark = " **(shipped)**" if r["run"] == shipped else ""
+        L.append(f"| {r['config'].get('seed')}{mark} | {r['run']} | {st.get('timesteps_done', 0):,} | "
+                 f"{st.get('wall_s', math.nan) / 60:.1f} min | {b.get('speedup_vs_best_fixed', math.nan):.3f}x | "
+                 f"{b.get('speedup_vs_marginal', math.nan):.3f}x | {b.get('oracle_ratio', math.nan):.3f} |")
+    L += ["", "Reproduce: `make policies` (trains every seed, exports the best on validation, runs the suite and "
+              "writes this card).", ""]
+    if suite and suite_specs:
+        summ = [suite["summary"][s] for s in suite_specs if s in suite["summary"]]
+        L += ["## Generalisation suite (held-out cells)", "",
+              f"`specgym eval --suite generalization`: {len(suite['cells'])} cells, each a workload never trained "
+              "on priced with a cost profile never used as such in training; ratios are throughput ratios with "
+              f"paired bootstrap 95% intervals over requests. Mean ± standard deviation over the {len(summ)} seeds:",
+              "", "| figure | seeds |", "|---|---|",
+              f"| geometric mean vs the best baseline in hindsight (per cell) | "
+              f"{_mean_spread([s['geomean_vs_best_baseline'] for s in summ])} |",
+              f"| worst cell vs the best baseline | {_mean_spread([s['worst_vs_best_baseline'] for s in summ])} |",
+              f"| worst cell's interval low | {_mean_spread([s['worst_ci_low_vs_best_baseline'] for s in summ])} |",
+              f"| geometric mean vs the best K-level baseline | "
+              f"{_mean_spread([s['geomean_vs_best_k_level'] for s in summ])} |",
+              f"| geometric mean vs `marginal` | {_mean_spread([s['geomean_vs_marginal'] for s in summ])} |",
+              f"| mean oracle headroom closed | {_mean_spread([s['mean_headroom_closed'] for s in summ])} |", "",
+              "Per cell, the shipped seed:", "",
+              "| cell | best baseline in hindsight | vs best baseline [95% CI] | vs best K-level | vs marginal | "
+              "oracle ratio | headroom closed |", "|---|---|---:|---:|---:|---:|---:|"]
+        spec = suite_specs[[r["run"] for r in runs].index(shipped)] if shipped in [r["run"] for r in runs] \
+            else suite_specs[0]
+        for c in suite["cells"]:
+            p = c["policies"][spec]
+            ci = p["vs_best_baseline_ci95"]
+            hc = "–" if p["headroom_closed"] is None else f"{p['headroom_closed']:+.1%}"
+            L.append(f"| {c['cell']}{' *(synthetic)*' if c['synthetic'] else ''} | {c['best_baseline']} | "
+                     f"{p['vs_best_baseline']:.3f}x" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") +
+                     f" | {p['vs_best_k_level']:.3f}x | {p['vs_marginal']:.3f}x | {p['oracle_ratio']:.3f} | {hc} |")
+        L.append("")
+    L += ["## Limitations", "",
+          "* Trained on replayed traces priced by cost models: live figures depend on how well the pair's measured "
+          "profile predicts the machine (see the README's sim-to-real table).",
+          "* The feature version is pinned: a specgym whose features changed refuses to load this policy.", ""]
+    return "\n".join(L)
+
+
+def best_run(runs: list[Path]) -> Path:
+    """The run whose kept model is best on validation (by the figure the runs kept it by)."""
+    records = [_run_record(r) for r in runs]
+    key = "speedup_vs_marginal" if records[0]["config"].get("domains") else "speedup_vs_best_fixed"
+    scores = [r["best"].get(key, -math.inf) for r in records]
+    return runs[scores.index(max(scores))]
+
+
+def ship_policy(run: Path, policy_dir: Path, force: bool = False) -> None:
+    """Copy ``run/policy`` (an exported artifact) to ``policy_dir``."""
+    from specgym.io import atomic_dir, refuse_overwrite
+
+    src = run / "policy"
+    if not (src / "policy.json").is_file():
+        raise SpecgymError(f"{src}: no exported policy (run specgym export {run} first)")
+    refuse_overwrite(policy_dir, force)
+    with atomic_dir(policy_dir, overwrite=force) as tmp:
+        for f in ("policy.json", "policy.npz"):
+            (tmp / f).write_bytes((src / f).read_bytes())
+
+
+def write_policy_card(policy_dir: Path, runs: list[Path], shipped: Path, suite: Path | None = None,
+                      suite_specs: list[str] | None = None) -> Path:
+    """Write ``policy_dir/README.md`` from the run folders (and a suite report); returns its path."""
+    from specgym.io import atomic_write_text
+
+    meta = json.loads((policy_dir / "policy.json").read_text())
+    records = [_run_record(r) for r in runs]
+    dist = None
+    if records[0]["config"].get("domains"):
+        from specgym.envs.workloads.domains import generalist_domains
+
+        dist = generalist_domains().describe()
+    rep = json.loads(suite.read_text()) if suite else None
+    text = card_markdown(policy_dir.name, meta, records, shipped.name, rep, suite_specs, dist)
+    path = policy_dir / "README.md"
+    atomic_write_text(path, text, overwrite=True)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line (see the module docstring)."""
+    p = argparse.ArgumentParser(prog="python -m specgym.training.policy_card", description=__doc__.split("\n")[0])
+    p.add_argument("policy", type=Path, help="the exported policy folder (data/policies/NAME)")
+    p.add_argument("--runs", required=True, help="comma-separated run folders of every seed")
+    p.add_argument("--suite", type=Path, default=None, help="suite.json of specgym eval --suite generalization")
+    p.add_argument("--suite-specs", default="", help="the suite's spec of each run, same order as --runs")
+    p.add_argument("--card-only", action="store_true", help="only rewrite the card of the policy already there")
+    p.add_argument("--force", action="store_true", help="replace an existing policy folder")
+    a = p.parse_args(argv)
+    try:
+        runs = [Path(r) for r in a.runs.split(",") if r]
+        specs = [s for s in a.suite_specs.split(",") if s] or None
+        if specs and len(specs) != len(runs):
+            raise SpecgymError("--suite-specs needs one spec per run")
+        shipped = best_run(runs)
+        if not a.card_only:
+            ship_policy(shipped, a.policy, a.force)
+        print(f"shipped {shipped} -> {write_policy_card(a.policy, runs, shipped, a.suite, specs)}")
+    except SpecgymError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

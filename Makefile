@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 PKG_FILES := $(shell find specgym envs agents baselines training eval data -type f -not -path '*/__pycache__/*' \
                -not -name '*.pyc' 2>/dev/null | LC_ALL=C sort)
 
-.PHONY: install demo test test-fast lint bench results models models-midpair models-tinypair profile record \
+.PHONY: install demo test test-fast lint bench results policies models models-midpair models-tinypair profile record \
         record-midpair record-tinypair clean FORCE
 
 $(VENV)/.files: FORCE
@@ -59,6 +59,31 @@ results: $(STAMP)
 	  done; \
 	  $(VENV)/bin/specgym eval --workload $$wl --force --out out/results-$$wl \
 	    --controllers all,ppo:runs/ppo-$$wl-k/policy,ppo:runs/ppo-$$wl-token/policy || exit 1; \
+	done
+
+# --- the shipped generalist policies: K and token mode, 3 seeds each (~20 + 7 min per seed), the generalisation
+# suite over every seed (~15 min), and data/policies/generalist-{k,token} = the seed best on validation + its card.
+POLICY_SEEDS ?= 0 1 2
+GEN_RUNS = $(foreach m,$(1),$(foreach s,$(POLICY_SEEDS),runs/generalist-$(m)-s$(s)))
+comma := ,
+empty :=
+space := $(empty) $(empty)
+join_commas = $(subst $(space),$(comma),$(strip $(1)))
+
+policies: $(STAMP)
+	for run in $(call GEN_RUNS,k token); do \
+	  mode=$$(echo $$run | sed 's/.*generalist-\(k\|token\)-s.*/\1/'); seed=$${run##*-s}; \
+	  $(VENV)/bin/specgym train --domains generalist --mode $$mode --seed $$seed --out $$run --force && \
+	  $(VENV)/bin/specgym export $$run --out $$run/policy --force || exit 1; \
+	done
+	$(VENV)/bin/specgym eval --suite generalization --out out/suite-generalization --force \
+		--controllers $(call join_commas,$(addprefix ppo:,$(addsuffix /policy,$(call GEN_RUNS,k token))))
+	for m in k token; do \
+	  $(PY) -m specgym.training.policy_card data/policies/generalist-$$m --force \
+	    --suite out/suite-generalization/suite.json \
+	    --runs $$(echo $(POLICY_SEEDS) | tr ' ' '\n' | sed "s|^|runs/generalist-$$m-s|" | paste -sd,) \
+	    --suite-specs $$(echo $(POLICY_SEEDS) | tr ' ' '\n' | sed "s|^|ppo:runs/generalist-$$m-s|;s|$$|/policy|" \
+	      | paste -sd,) || exit 1; \
 	done
 
 # --- rebuilding the shipped model pairs and their traces (long; one torch thread each, offline; never in CI) -------

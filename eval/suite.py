@@ -40,8 +40,12 @@ def baseline_specs(k_max: int = DEFAULT_K_MAX) -> list[str]:
 
 
 def run_suite(policies: Sequence[str], cells: Sequence[Cell] | None = None, k_max: int = DEFAULT_K_MAX,
-              bootstrap: int = 2000, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Evaluate ``policies`` (controller specs) and every baseline on every cell; returns the suite report."""
+              bootstrap: int = 2000, progress: Callable[[str], None] | None = None,
+              max_requests: int | None = None) -> dict[str, Any]:
+    """Evaluate ``policies`` (controller specs) and every baseline on every cell; returns the suite report.
+
+    ``max_requests`` caps the requests of each cell (quick looks; the published suite uses them all).
+    """
     cells = list(cells) if cells is not None else suite_cells()
     baselines = baseline_specs(k_max)
     for spec in policies:
@@ -52,7 +56,8 @@ def run_suite(policies: Sequence[str], cells: Sequence[Cell] | None = None, k_ma
             progress(cell.name)
         wl = cell_workload(cell.workload)
         rep = evaluate(EvalConfig(workload=wl, controllers=",".join([*baselines, *policies]), split=cell.split,
-                                  k_max=k_max, profile=load_profile(cell.profile), bootstrap=0, per_request=True))
+                                  k_max=k_max, profile=load_profile(cell.profile), bootstrap=0, per_request=True,
+                                  max_requests=max_requests))
         times = rep["per_request_time_ms"]
         tokens = float(rep["workload"]["tokens"])
         total = {spec: float(np.sum(t)) for spec, t in times.items()}
@@ -96,7 +101,8 @@ def run_suite(policies: Sequence[str], cells: Sequence[Cell] | None = None, k_ma
             "mean_headroom_closed": float(np.mean([p["headroom_closed"] for p in per
                                                    if p["headroom_closed"] is not None] or [math.nan])),
         }
-    return {"suite": "generalization", "k_max": k_max, "policies": list(policies), "baselines": baselines,
+    return {"suite": "generalization", "k_max": k_max, "max_requests": max_requests, "policies": list(policies),
+            "baselines": baselines,
             "bootstrap": bootstrap, "cells": rows, "summary": summary}
 
 

@@ -165,3 +165,38 @@ def test_generalist_training_run(tmp_path):
     state = json.loads((run / "state.json").read_text())
     assert state["timesteps_done"] == 2048
     assert "speedup_vs_marginal" in state["val_history"][-1]
+
+
+@pytest.mark.slow
+def test_policy_card_ships_the_best_seed_on_validation(tmp_path):
+    """Two seeds -> the one better on validation is shipped (the suite never picks it); the card reports both seeds
+    and the suite's mean and spread; an existing policy folder is refused without --force."""
+    from specgym.eval.suite import run_suite
+    from specgym.training.export import export_run
+    from specgym.training.policy_card import main as card_main
+    from specgym.training.ppo import TrainRequest, train
+
+    runs = []
+    for seed in (0, 1):
+        run = tmp_path / f"s{seed}"
+        train(TrainRequest(workload="assc-regimes", mode="k", out=run, timesteps=2048, seed=seed, quiet=True,
+                           overrides={"n_envs": 2, "n_steps": 256, "batch_size": 128, "eval_freq": 2048,
+                                      "eval_max_requests": 10}))
+        export_run(run, run / "policy")
+        runs.append(run)
+    specs = [f"ppo:{r / 'policy'}" for r in runs]
+    suite = run_suite(specs, cells=[Cell("speclane-mix@777000", "speclane-table", "all")], bootstrap=100,
+                      max_requests=20)
+    (tmp_path / "suite.json").write_text(json.dumps(suite, default=float))
+    scores = [json.loads((r / "state.json").read_text())["best"]["speedup_vs_best_fixed"] for r in runs]
+    best = runs[int(np.argmax(scores))]
+    dest = tmp_path / "policies" / "mine"
+    argv = [str(dest), "--runs", ",".join(map(str, runs)), "--suite", str(tmp_path / "suite.json"),
+            "--suite-specs", ",".join(specs)]
+    assert card_main(argv) == 0
+    assert (dest / "policy.npz").read_bytes() == (best / "policy" / "policy.npz").read_bytes()
+    card = (dest / "README.md").read_text()
+    assert card.count("**(shipped)**") == 1 and f"**(shipped)** | {best.name} |" in card
+    assert "**(shipped)**" in card and "± " in card and "speclane-mix@777000" in card
+    assert card_main(argv) == 2  # refused: exists
+    assert card_main([*argv, "--force"]) == 0

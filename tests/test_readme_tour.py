@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-#: extra flags per subcommand that keep CI fast
+#: extra flags per subcommand (or "subcommand action") that keep CI fast
 SMALL = {
+    "eval": ["--max-requests", "24", "--bootstrap", "200"],
+    "tune compare": ["--replications", "2"],
     "train": ["--timesteps", "2048", "--hyperparams", "n_envs=2", "n_steps=256", "batch_size=128",
               "eval_freq=1024", "eval_max_requests=10"],
     "record": ["--max-prompts", "2", "--max-new-tokens", "12"],
@@ -59,6 +61,6 @@ def test_readme_tour_runs_top_to_bottom(tmp_path):
         argv = shlex.split(cmd)
         if argv[0] in SKIP:
             continue
-        argv += SMALL.get(argv[1], [])
+        argv += SMALL.get(" ".join(argv[1:3]), SMALL.get(argv[1], []))
         r = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         assert r.returncode == 0, f"{cmd}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"

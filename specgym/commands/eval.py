@@ -63,7 +63,7 @@ def run_suite_command(args: argparse.Namespace) -> int:
     console = make_console(stderr=True)
     with console.status("suite") as status:
         report = run_suite(policies, k_max=args.k_max, bootstrap=args.bootstrap,
-                           progress=lambda name: status.update(f"suite cell {name}"))
+                           progress=lambda name: status.update(f"suite cell {name}"), max_requests=args.max_requests)
     with atomic_dir(out, overwrite=args.force) as tmp:
         (tmp / "suite.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
         (tmp / "suite.md").write_text(markdown(report))

@@ -116,3 +116,28 @@ def test_batch_env_and_batch_policy(mix_workload):
     sim = BatchReplay(mix_workload, A100, 8, requests=np.arange(16))
     sim.run(policy)
     assert sim.done
+
+
+@pytest.mark.slow
+def test_train_batch_mode_export_and_compare(tmp_path, capsys):
+    """``specgym train --mode batch`` trains on the batched env, validates against goodput and the best static K,
+    exports a batch policy that ``specgym tune compare`` runs beside the rules with paired intervals."""
+    from specgym.cli import main
+
+    run = tmp_path / "batch"
+    assert main(["train", "--mode", "batch", "--workload", "speclane-mix", "--timesteps", "1024", "--out", str(run),
+                 "--hyperparams", "n_envs=2", "n_steps=256", "batch_size=128", "eval_freq=1024",
+                 "max_batch=32"]) == 0
+    state = json.loads((run / "state.json").read_text())
+    assert state["timesteps_done"] == 1024 and "speedup_vs_goodput" in state["val_history"][-1]
+    assert main(["export", str(run), "--out", str(tmp_path / "pol")]) == 0
+    assert json.loads((tmp_path / "pol" / "policy.json").read_text())["mode"] == "batch"
+    capsys.readouterr()
+    out = tmp_path / "cmp.json"
+    assert main(["tune", "compare", "--workload", "speclane-mix", "--profile", "batch-a100-7b-roofline",
+                 "--controllers", f"goodput,static:2,ppo:{tmp_path / 'pol'}", "--replications", "2",
+                 "--requests", "48", "--max-batch", "32", "--out", str(out)]) == 0
+    rows = {r["controller"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["goodput"]["vs_reference"] == pytest.approx(1.0)
+    lo, hi = rows[f"ppo:{tmp_path / 'pol'}"]["vs_reference_ci95"]
+    assert lo <= rows[f"ppo:{tmp_path / 'pol'}"]["vs_reference"] <= hi

@@ -34,6 +34,8 @@ class SpecDecMetricsCallback(BaseCallback):
         self.ep_tokens = 0
         self.ep_ar_time = self.ep_time = 0.0
         self.episodes = 0
+        self.batch_steps = self.batch_k = self.batch_size = 0
+        self.batch_tput: list[float] = []
 
     def _on_step(self) -> bool:
         for info, done in zip(self.locals["infos"], self.locals["dones"]):
@@ -43,11 +45,18 @@ class SpecDecMetricsCallback(BaseCallback):
                 self.drafted += info["drafted"]
                 self.accepted += info["accepted"]
                 self.produced += info["produced"]
+            elif "batch" in info and "k" in info:  # the batched serving env: one step of a whole batch
+                self.batch_steps += 1
+                self.batch_k += info["k"]
+                self.batch_size += info["batch"]
             if done:
                 self.episodes += 1
-                self.ep_tokens += info["length"]
-                self.ep_ar_time += info["length"] * info["t_ar_ms"]
-                self.ep_time += info["episode_time_ms"]
+                if "throughput_tok_s" in info:
+                    self.batch_tput.append(info["throughput_tok_s"])
+                else:
+                    self.ep_tokens += info["length"]
+                    self.ep_ar_time += info["length"] * info["t_ar_ms"]
+                    self.ep_time += info["episode_time_ms"]
         return True
 
     def _on_rollout_end(self) -> None:
@@ -57,9 +66,15 @@ class SpecDecMetricsCallback(BaseCallback):
             rec("specdec/mean_planned_k", self.planned / self.rounds)
             rec("specdec/accept_len", self.produced / self.rounds)
             rec("specdec/draft_waste", (self.drafted - self.accepted) / max(self.drafted, 1))
-        if self.episodes:
+        if self.batch_steps:
+            rec("specdec/mean_k", self.batch_k / self.batch_steps)
+            rec("specdec/mean_batch", self.batch_size / self.batch_steps)
+        if self.batch_tput:
+            rec("specdec/throughput_tok_s", sum(self.batch_tput) / len(self.batch_tput))
+        if self.episodes and self.ep_time > 0:
             rec("specdec/speedup_vs_ar", self.ep_ar_time / self.ep_time)
             rec("specdec/throughput_tok_s", self.ep_tokens / self.ep_time * 1000.0)
+        if self.episodes:
             rec("specdec/episodes", self.episodes)
         self._reset_sums()
 

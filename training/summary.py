@@ -34,10 +34,13 @@ def summarize(run: RunFiles, cfg: RunConfig, validator: Any, key: str, state: di
     verdict = []
     sp = val["speedup_vs_best_fixed"]
     where = f"on val ({val['cells']} cells, geometric mean)" if "cells" in val else "on val"
+    if "replications" in val:
+        where = f"on val ({val['replications']} mixed-concurrency replications)"
+    what = "the best static K" if cfg.mode == "batch" else "the best fixed K"
     if sp >= 1.0:
-        verdict.append(f"beats the best fixed K {where}: {sp:.3f}x")
+        verdict.append(f"beats {what} {where}: {sp:.3f}x")
     else:
-        verdict.append(f"WARNING: the policy is BELOW the best fixed K {where}: {sp:.3f}x. Do not deploy it; train "
+        verdict.append(f"WARNING: the policy is BELOW {what} {where}: {sp:.3f}x. Do not deploy it; train "
                        f"longer or tune (see training/configs).")
     for k, label in (("speedup_vs_marginal", "marginal"), ("speedup_vs_speclane", "speclane"),
                      ("speedup_vs_confidence", "confidence:0.4"), ("speedup_vs_goodput", "goodput")):

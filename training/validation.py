@@ -105,7 +105,7 @@ def validate_batch(artifact: PolicyArtifact, workload: Any, profile_name: str, m
     p = rows[policy.name]
     return {"speedup_vs_goodput": p["vs_reference"], "speedup_vs_best_fixed": p["tok_s_mean"] /
             best_static["tok_s_mean"], "throughput_tok_s": p["tok_s_mean"], "oracle_ratio": float("nan"),
-            "cells": replications, "split": "val", "requests": 96 * replications}
+            "replications": replications, "split": "val", "requests": 96 * replications}
 
 
 def make_validator(cfg: Any, workload: Any):
@@ -128,6 +128,9 @@ def describe(res: dict[str, Any]) -> str:
         parts.append(f"{res['throughput_tok_s']:.2f} tok/s")
     if "best_fixed_k" in res:
         parts.append(f"vs best fixed K={res['best_fixed_k']} {res['speedup_vs_best_fixed']:.3f}x")
+    elif "replications" in res:
+        parts.append(f"vs best static K {res['speedup_vs_best_fixed']:.3f}x ({res['replications']} mixed-concurrency "
+                     "replications)")
     else:
         parts.append(f"vs best fixed K {res['speedup_vs_best_fixed']:.3f}x (geo-mean of {res['cells']} cells)")
     for key, label in (("speedup_vs_marginal", "marginal"), ("speedup_vs_speclane", "speclane"),

@@ -124,8 +124,8 @@ class SpecDecodeBatchEnv(gym.Env):
         plain_rate = st.batch / self.profile.verify(st.batch, 1)
         reward = (st.produced - st.time_ms * plain_rate) / st.batch
         done = self.replay.done
-        info = {"batch": st.batch, "produced": st.produced, "time_ms": st.time_ms, "queue": st.queue,
-                "finished": st.finished}
+        info = {"k": int(action), "batch": st.batch, "produced": st.produced, "time_ms": st.time_ms,
+                "queue": st.queue, "finished": st.finished}
         if not done:
             self.state = self.replay.state()
             obs = self.tracker.observation(self.state)

@@ -212,6 +212,49 @@ def test_bad_inputs(toy, tmp_path):
         LiveEngine(draft, target, k_max=17)
 
 
+def test_bf16_target_is_exact_in_the_dtype_that_verifies(tmp_path):
+    """A float32 draft with a bfloat16 target (per-model dtypes): greedy outputs equal the bf16 target's own greedy
+    decoding token for token, and replay of a bf16-recorded trace equals the bf16 live run round by round."""
+    from specgym.envs.engines.recorder import PromptSpec, record_workload
+    from specgym.envs.engines.trace_engine import TraceEngine
+
+    d, t = save_toy_pair(tmp_path / "pair", seed=1)
+    pair = load_pair(str(d), str(t), draft_dtype="float32", target_dtype="bfloat16")
+    assert pair.target.dtype == torch.bfloat16 and pair.draft.dtype == torch.float32
+    eng = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE)
+    specs = [PromptSpec(f"r{i}", p, "toy") for i, p in enumerate(PROMPTS)]
+    wl, _ = record_workload(pair, specs, tmp_path / "bf16.parquet", 40, 0.0, PROFILE, gen_k=3)
+    assert wl.source["dtype"] == "float32/bfloat16"
+    replay = TraceEngine(wl, PROFILE, k_max=8, seed=0)
+    for r, spec in enumerate(specs):
+        ids = pair.tokenizer(spec.text, add_special_tokens=False)["input_ids"]
+        for c in ("fixed:4", "confidence", "random"):
+            ctl = RandomK(r) if c == "random" else make_controller(c, 8)
+            res = eng.run_request(ids, ctl, 40)
+            assert res.tokens == _greedy_reference(pair.target, ids, 40), c
+            rr = replay.start(r)
+            for out in res.rounds:
+                assert rr.verify(out.planned_k, out.drafted).accepted == out.accepted
+
+
+def test_a_dtype_the_device_cannot_run_is_one_clear_error(tmp_path, monkeypatch):
+    """load_model runs one forward after loading; a failure there names the model, the dtype and the device."""
+    import transformers
+
+    from specgym.envs.engines.live_engine import load_model
+
+    d, _ = save_toy_pair(tmp_path / "pair")
+
+    def refuse(self, *a, **k):
+        raise RuntimeError('"addmm_impl_cpu_" not implemented for \'Half\'')
+
+    monkeypatch.setattr(transformers.GPT2LMHeadModel, "forward", refuse)
+    with pytest.raises(SpecgymError, match=r"--draft .*: cannot run in float16 on cpu \(.*not implemented"):
+        load_model(str(d), "draft", "cpu", "fp16")
+    with pytest.raises(SpecgymError, match="CUDA is not available|cannot run"):
+        load_pair(str(d), str(d), device="cuda:7")
+
+
 SHIPPED = MODELS_DIR / "tinypair"
 
 

@@ -154,9 +154,11 @@ def test_front_door_exports_the_public_api():
 
 
 def test_docs_cite_nothing_outside_the_repository():
-    needles = ("REFERENCES", "shared/seeds", "../shared", "work_tmp")
+    needles = ("REFERENCES", "shared/seeds", "../shared", "work_tmp", "seed 000", "seed 002")
     hits = []
-    for path in list(_modules().values()) + sorted((ROOT / "tests").glob("*.py")) + [ROOT / "README.md"]:
+    shipped_text = sorted((ROOT / "data").rglob("*.json")) + sorted((ROOT / "data").rglob("*.md"))
+    for path in (list(_modules().values()) + sorted((ROOT / "tests").glob("*.py")) + [ROOT / "README.md"]
+                 + sorted((ROOT / "docs").glob("*.md")) + shipped_text):
         if path == Path(__file__).resolve():
             continue
         text = path.read_text()

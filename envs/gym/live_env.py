@@ -24,7 +24,7 @@ from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.features import FeatureTracker, feature_bounds
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.errors import InvalidAction, SpecgymError
-from specgym.paths import MODELS_DIR, PROFILES_DIR
+from specgym.paths import MODELS_DIR, PROFILES_DIR, default_pair_name, pair_profile
 
 if TYPE_CHECKING:
     from specgym.envs.engines.live_engine import LiveRequest
@@ -38,7 +38,7 @@ class SpecDecodeLiveEnv(gym.Env):
     One episode is one prompt decoded to ``max_new_tokens`` tokens. ``reset(options={"prompt": text})`` decodes a
     given prompt; otherwise a prompt is drawn with ``np_random`` from the configured list.
 
-    Action: ``Discrete(k_max - k_min + 1, start=k_min)``. Observation: as ``specgym/SpecDecode-v0``.
+    Action: ``Discrete(k_max - k_min + 1, start=k_min)``. Observation: as ``specgym/SpecDecode-v1``.
     Reward: ``produced - time_ms / t_AR``. Info: the round's fields plus ``tokens`` (completion so far).
     """
 
@@ -46,17 +46,19 @@ class SpecDecodeLiveEnv(gym.Env):
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
-        """Every configuration key with its default (models default to the shipped pair)."""
+        """Every configuration key with its default (models: the default shipped pair and its measured profile)."""
+        pair = default_pair_name()
+        profile = pair_profile(pair)
         return {
-            "draft": str(MODELS_DIR / "tinypair" / "draft"),
-            "target": str(MODELS_DIR / "tinypair" / "target"),
+            "draft": str(MODELS_DIR / pair / "draft"),
+            "target": str(MODELS_DIR / pair / "target"),
             "prompts": ["def main():\n", "The import statement "],
             "max_new_tokens": 128,
             "temperature": 0.0,
             "k_max": DEFAULT_K_MAX,
             "k_min": 0,
             "timing": "profile",
-            "profile": str(PROFILES_DIR / "cpu-tinypair.json"),
+            "profile": str(profile if profile is not None else PROFILES_DIR / "cpu-tinypair.json"),
             "device": "cpu",
             "dtype": "float32",
         }

@@ -242,7 +242,7 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
     _pair_args(p)
     p.add_argument("--prompts", required=True,
                    help="JSON Lines, one object per line: prompt (text, required), id, category, max_new_tokens, "
-                        "temperature (optional); e.g. the shipped data/workloads/tinypair-prompts.jsonl")
+                        "temperature (optional); e.g. the shipped data/workloads/midpair-prompts.jsonl")
     p.add_argument("--max-prompts", type=positive_int, default=None,
                    help="record only the first N prompts of the file (default: all)")
     p.add_argument("--max-new-tokens", default="128",

@@ -12,8 +12,8 @@ PYTEST_ARGS ?=
 PKG_FILES := $(shell find specgym envs agents baselines training eval data -type f -not -path '*/__pycache__/*' \
                -not -name '*.pyc' 2>/dev/null | LC_ALL=C sort)
 
-.PHONY: install demo test test-fast lint bench results policies models models-midpair models-tinypair profile record \
-        record-midpair record-tinypair clean FORCE
+.PHONY: install demo test test-fast lint bench results policies policies-generalist policies-midpair models \
+        models-midpair models-tinypair profile record record-midpair record-midpair-greedy record-midpair-t08 record-tinypair clean FORCE
 
 $(VENV)/.files: FORCE
 	@mkdir -p $(VENV)
@@ -49,7 +49,7 @@ bench: $(STAMP)
 	$(VENV)/bin/specgym bench
 
 # --- the README's results table: PPO (K and token mode) on every shipped workload vs all baselines (~20 min) ---
-RESULT_WORKLOADS ?= speclane-mix assc-regimes tinypair-greedy tinypair-t08
+RESULT_WORKLOADS ?= midpair-greedy midpair-t08 speclane-mix assc-regimes tinypair-greedy tinypair-t08
 
 results: $(STAMP)
 	for wl in $(RESULT_WORKLOADS); do \
@@ -70,7 +70,9 @@ empty :=
 space := $(empty) $(empty)
 join_commas = $(subst $(space),$(comma),$(strip $(1)))
 
-policies: $(STAMP)
+policies: policies-generalist policies-midpair
+
+policies-generalist: $(STAMP)
 	for run in $(call GEN_RUNS,k token); do \
 	  mode=$$(echo $$run | sed 's/.*generalist-\(k\|token\)-s.*/\1/'); seed=$${run##*-s}; \
 	  $(VENV)/bin/specgym train --domains generalist --mode $$mode --seed $$seed --out $$run --force && \
@@ -80,10 +82,19 @@ policies: $(STAMP)
 		--controllers $(call join_commas,$(addprefix ppo:,$(addsuffix /policy,$(call GEN_RUNS,k token))))
 	for m in k token; do \
 	  $(PY) -m specgym.training.policy_card data/policies/generalist-$$m --force \
-	    --suite out/suite-generalization/suite.json \
+	    --suite out/suite-generalization/suite.json --reproduce "make policies-generalist" \
 	    --runs $$(echo $(POLICY_SEEDS) | tr ' ' '\n' | sed "s|^|runs/generalist-$$m-s|" | paste -sd,) \
 	    --suite-specs $$(echo $(POLICY_SEEDS) | tr ' ' '\n' | sed "s|^|ppo:runs/generalist-$$m-s|;s|$$|/policy|" \
 	      | paste -sd,) || exit 1; \
+	done
+
+# --- the midpair policies (sim-to-real, issue 10): PPO on midpair-greedy's train split, K and token mode (~12 min)
+policies-midpair: $(STAMP)
+	for m in k token; do \
+	  $(VENV)/bin/specgym train --workload midpair-greedy --mode $$m --seed 0 --out runs/midpair-$$m-s0 --force && \
+	  $(VENV)/bin/specgym export runs/midpair-$$m-s0 --out runs/midpair-$$m-s0/policy --force && \
+	  $(PY) -m specgym.training.policy_card data/policies/midpair-$$m --force --runs runs/midpair-$$m-s0 \
+	    --reproduce "make policies-midpair" || exit 1; \
 	done
 
 # --- rebuilding the shipped model pairs and their traces (long; one torch thread each, offline; never in CI) -------
@@ -109,9 +120,11 @@ models-midpair: $(STAMP)
 		--prompts-per-category 400 --prompts-seed 1 --prompts-id-prefix mp- \
 		--prompts-out data/workloads/midpair-prompts.jsonl
 	$(MAKE) profile-midpair record-midpair
+	$(SPECGYM) bench --sections live --live-prompts 4 --json out/bench-live.json
 	$(LMPAIR) --work-dir $(MID_WORK) --stages card --name midpair --target-role big \
 		--card-profile data/profiles/cpu-midpair.json --card-notes training/lm_pair/notes/midpair.md \
-		--card-workloads data/workloads/midpair-greedy.parquet,data/workloads/midpair-t08.parquet
+		--card-workloads data/workloads/midpair-greedy.parquet,data/workloads/midpair-t08.parquet \
+		--card-figures out/bench-live.json
 
 models-tinypair: $(STAMP)   # ~90 min: corpus, tokenizer, target (78 min), draft (7 min), export, prompts
 	$(SPECGYM) train-lm-pair --stages corpus,tokenizer,tokens,target
@@ -128,13 +141,18 @@ profile-%: $(STAMP)  # ~2 min each, on a quiet machine: the pair's measured cost
 		--out data/profiles/batch-cpu-$*.json --name batch-cpu-$* --force
 
 # the recorded workloads: greedy and T=0.8 (seed 1), generated with a fixed K (recording is exact for any K)
-record-midpair: $(STAMP)   # ~30 min each
-	$(SPECGYM) record --prompts data/workloads/midpair-prompts.jsonl --max-new-tokens 96-192 --temperature 0 \
-		--name midpair-greedy --profile data/profiles/cpu-midpair.json --gen-k 3 --quiet --force \
-		--out data/workloads/midpair-greedy.parquet
-	$(SPECGYM) record --prompts data/workloads/midpair-prompts.jsonl --max-new-tokens 96-192 --temperature 0.8 \
-		--name midpair-t08 --profile data/profiles/cpu-midpair.json --gen-k 2 --seed 1 --quiet --force \
-		--out data/workloads/midpair-t08.parquet
+# midpair: 1,200 requests each, 20% test split (240 requests); the two recordings may run in parallel (make -j2)
+record-midpair: record-midpair-greedy record-midpair-t08
+
+record-midpair-greedy: $(STAMP)   # ~40 min
+	$(SPECGYM) record --prompts data/workloads/midpair-prompts.jsonl --max-new-tokens 64-128 --temperature 0 \
+		--name midpair-greedy --profile data/profiles/cpu-midpair.json --gen-k 3 --splits 0.7,0.1,0.2 \
+		--quiet --force --out data/workloads/midpair-greedy.parquet
+
+record-midpair-t08: $(STAMP)      # ~45 min
+	$(SPECGYM) record --prompts data/workloads/midpair-prompts.jsonl --max-new-tokens 64-128 --temperature 0.8 \
+		--name midpair-t08 --profile data/profiles/cpu-midpair.json --gen-k 2 --seed 1 --splits 0.7,0.1,0.2 \
+		--quiet --force --out data/workloads/midpair-t08.parquet
 
 record-tinypair: $(STAMP)  # ~12 min
 	$(SPECGYM) record --prompts data/workloads/tinypair-prompts.jsonl --max-new-tokens 128-256 --temperature 0 \

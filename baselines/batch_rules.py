@@ -60,16 +60,16 @@ class BatchSizeTable(BatchController):
 
     @classmethod
     def parse(cls, arg: str) -> BatchSizeTable:
-        """``table:[[1,64,3],[65,128,1]]`` or ``table:FILE.json`` (a JSON list, or an object holding
-        ``num_speculative_tokens_per_batch_size``)."""
+        """``table:[[1,64,3],[65,128,1]]`` or ``table:FILE.json`` (a JSON list, an object holding
+        ``num_speculative_tokens_per_batch_size``, or the JSON ``specgym tune vllm --out`` writes)."""
         text = Path(arg).read_text() if Path(arg).is_file() else arg
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise SpecgymError(f"table: not JSON ({exc.msg})") from None
         if isinstance(data, dict):
-            data = data.get("num_speculative_tokens_per_batch_size", data.get("speculative_config", {}).get(
-                "num_speculative_tokens_per_batch_size"))
+            data = data.get("num_speculative_tokens_per_batch_size", data.get("table", data.get(
+                "speculative_config", {}).get("num_speculative_tokens_per_batch_size")))
         if not isinstance(data, list):
             raise SpecgymError("table: expected [[start_bs, end_bs, K], ...]")
         return cls(data, name=f"table:{Path(arg).name}" if Path(arg).is_file() else "table")

@@ -25,7 +25,7 @@ POLICIES_DIR = DATA_DIR / "policies"
 
 #: Workloads in order of preference for commands run without ``--workload``: the recorded greedy trace of the
 #: shipped model pair when present, else the synthetic SpecLane mix.
-DEFAULT_WORKLOADS = ("tinypair-greedy", "speclane-mix")
+DEFAULT_WORKLOADS = ("midpair-greedy", "tinypair-greedy", "speclane-mix")
 
 
 #: Shipped model pairs in order of preference for the live commands: the pair where speculation pays on a CPU,

@@ -45,8 +45,11 @@ def test_closed_and_open_loop_serve_every_request(mix_workload):
     assert opened.goodput(1e9) == pytest.approx(opened.throughput()) and opened.goodput(0.0) == 0.0
 
 
-def test_batch_controllers(mix_workload):
+def test_batch_controllers(mix_workload, tmp_path):
     table = BatchSizeTable.parse("[[1, 8, 4], [9, 64, 1]]")
+    # the JSON `specgym tune vllm --out` writes is a table file too
+    (tmp_path / "tuned.json").write_text(json.dumps({"workload": "w", "table": [[1, 8, 4], [9, 64, 1]]}))
+    assert BatchSizeTable.parse(str(tmp_path / "tuned.json"))._k.tolist() == table._k.tolist()
     from specgym.envs.core.batch import BatchState
 
     st = lambda b: BatchState(b, 0, b, np.arange(b), np.arange(0))  # noqa: E731

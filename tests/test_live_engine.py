@@ -1,7 +1,7 @@
 """Live engine: greedy equals target.generate, exact sampling, replay == live, clear errors.
 
-All models here are tiny RANDOMLY-INITIALISED GPT-2s (specgym.training.lm_pair.toy), not trained models; one test uses
-the shipped trained pair and is skipped when data/models/tinypair is absent.
+All models here are tiny RANDOMLY-INITIALISED GPT-2s (specgym.training.lm_pair.toy), not trained models; the tests of
+the shipped trained pairs are skipped when a pair is absent.
 """
 
 from __future__ import annotations
@@ -186,6 +186,38 @@ def test_replay_equals_live(toy, tmp_path):
     assert n_rounds > 100
 
 
+def test_lean_forward_equals_transformers(toy):
+    """The lean GPT-2 forward gives the transformers forward's logits (prefill, multi-token verify, one token, after
+    a crop), and an engine on it decodes exactly as one on transformers, round by round."""
+    from transformers import DynamicCache
+
+    from specgym.envs.engines.lean_forward import lean_runner
+
+    tok, draft, target = toy
+    for model in (draft, target):
+        runner = lean_runner(model)
+        assert runner is not None
+        lean_cache, ref_cache = runner.new_cache(), DynamicCache()
+        with torch.inference_mode():
+            for ids, crop in (([3, 9, 4, 7, 11, 5], 0), ([8, 2, 6], -2), ([10], 0), ([4, 4, 4, 4, 4], -1)):
+                ref = model(input_ids=torch.tensor([ids]), cache=ref_cache, use_cache=True).logits[0]
+                got = runner(ids, lean_cache)
+                torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+                if crop:
+                    ref_cache.crop(crop)
+                    lean_cache.crop(crop)
+                assert lean_cache.get_seq_length() == ref_cache.get_seq_length()
+    assert LiveEngine(draft, target).lean and not LiveEngine(draft, target, lean=False).lean
+    ids = tok("def f(x):", add_special_tokens=False)["input_ids"]
+    for spec in ("fixed:3", "confidence", "marginal"):
+        runs = [LiveEngine(draft, target, k_max=8, timing=PROFILE, lean=lean).run_request(
+            ids, make_controller(spec, 8), 40) for lean in (True, False)]
+        assert runs[0].tokens == runs[1].tokens
+        assert [r.accepted for r in runs[0].rounds] == [r.accepted for r in runs[1].rounds]
+        np.testing.assert_allclose(np.concatenate([r.draft_conf for r in runs[0].rounds]),
+                                   np.concatenate([r.draft_conf for r in runs[1].rounds]), rtol=1e-4, atol=1e-5)
+
+
 def test_bad_inputs(toy, tmp_path):
     tok, draft, target = toy
     with pytest.raises(SpecgymError, match="not found"):
@@ -255,20 +287,52 @@ def test_a_dtype_the_device_cannot_run_is_one_clear_error(tmp_path, monkeypatch)
         load_pair(str(d), str(d), device="cuda:7")
 
 
-SHIPPED = MODELS_DIR / "tinypair"
+def _shipped(name: str):
+    return pytest.param(name, marks=pytest.mark.skipif(
+        not (MODELS_DIR / name / "target" / "config.json").exists(), reason=f"shipped pair {name} not built"))
 
 
-@pytest.mark.skipif(not (SHIPPED / "target" / "config.json").exists(), reason="shipped pair not built")
-def test_shipped_pair_greedy_matches_generate():
-    """The shipped (trained) pair loads offline from fp16 files as float32 and decodes exactly."""
-    pair = load_pair(str(SHIPPED / "draft"), str(SHIPPED / "target"))
+@pytest.mark.parametrize("name", [_shipped("midpair"), _shipped("tinypair")])
+def test_shipped_pair_greedy_matches_generate(name):
+    """A shipped (trained) pair loads offline from fp16 files as float32 and decodes exactly."""
+    pair = load_pair(str(MODELS_DIR / name / "draft"), str(MODELS_DIR / name / "target"))
     assert pair.target.dtype == torch.float32
     assert pair.target.config.eos_token_id == pair.tokenizer.eos_token_id != 50256
     eng = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE)
     ids = pair.tokenizer("def parse(self, text):\n", add_special_tokens=False)["input_ids"]
-    res = eng.run_request(ids, make_controller("fixed:4", 8), 64)
-    assert res.tokens == _greedy_reference(pair.target, ids, 64)
-    assert res.accepted > 0  # the weak shipped draft accepts ~10-50% depending on K and prompt
+    for spec in ("fixed:4", "marginal"):
+        res = eng.run_request(ids, make_controller(spec, 8), 64)
+        assert res.tokens == _greedy_reference(pair.target, ids, 64), spec
+        assert res.accepted > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [_shipped("midpair")])
+def test_shipped_recorded_trace_replays_live(name):
+    """The shipped greedy workload of a pair is what the pair does live: on test requests (first 48 tokens),
+    replaying the recorded trace with the live run's K choices gives the live accepted counts round by round."""
+    from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.envs.workloads.trace_format import cached_workload
+
+    pair = load_pair(str(MODELS_DIR / name / "draft"), str(MODELS_DIR / name / "target"))
+    wl = cached_workload(f"{name}-greedy")
+    live = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE)
+    replay = TraceEngine(wl, PROFILE, k_max=8, seed=0)
+    test = wl.split_indices("test")
+    picked = [int(next(r for r in test if wl.category[r] == cat)) for cat in wl.categories()]
+    n_rounds = 0
+    for r in picked:
+        ids = pair.tokenizer(wl.prompt_text[r], add_special_tokens=False)["input_ids"]
+        assert len(ids) == int(wl.prompt_len[r])
+        for c in ("fixed:3", "marginal", "random"):
+            ctl = RandomK(r) if c == "random" else make_controller(c, 8)
+            res = live.run_request(ids, ctl, 48)
+            rr = replay.start(r)
+            for out in res.rounds:
+                assert rr.position == out.position
+                assert rr.verify(out.planned_k, out.drafted).accepted == out.accepted, (wl.request_id[r], c, out)
+                n_rounds += 1
+    assert n_rounds > 50
 
 
 def test_live_gym_env(tmp_path):

@@ -161,15 +161,19 @@ def test_toy_models_are_labelled_random():
 from specgym.paths import PROFILES_DIR, WORKLOADS_DIR  # noqa: E402
 
 
-@pytest.mark.parametrize("name,temperature", [("tinypair-greedy", 0.0), ("tinypair-t08", 0.8)])
-def test_shipped_recorded_workloads(name, temperature):
+@pytest.mark.parametrize("name,temperature,requests,lengths", [
+    ("midpair-greedy", 0.0, 1000, (64, 128)), ("midpair-t08", 0.8, 1000, (64, 128)),
+    ("tinypair-greedy", 0.0, 600, (128, 256)), ("tinypair-t08", 0.8, 600, (128, 256))])
+def test_shipped_recorded_workloads(name, temperature, requests, lengths):
     path = WORKLOADS_DIR / f"{name}.parquet"
     if not path.exists():
         pytest.skip(f"{path} not recorded yet")
     wl = load_workload(path)
     assert wl.source["kind"] == "recorded" and not wl.is_synthetic
-    assert wl.n_requests >= 600
-    assert wl.lengths.min() >= 128 and wl.lengths.max() <= 256
+    assert wl.n_requests >= requests
+    if requests >= 1000:
+        assert len(wl.split_indices("test")) >= 200
+    assert wl.lengths.min() >= lengths[0] and wl.lengths.max() <= lengths[1]
     assert set(wl.categories()) == {"code", "prose", "math"}
     assert np.all(wl.temperature == np.float32(temperature))
     assert wl.profile.source == "measured"
@@ -177,10 +181,11 @@ def test_shipped_recorded_workloads(name, temperature):
 
 
 def test_shipped_profiles():
-    cpu = PROFILES_DIR / "cpu-tinypair.json"
-    if cpu.exists():
-        prof = load_profile(cpu)
-        assert prof.source == "measured" and len(prof.verify_ms) >= 9 and prof.hardware
+    for pair in ("tinypair", "midpair"):
+        cpu = PROFILES_DIR / f"cpu-{pair}.json"
+        if cpu.exists():
+            prof = load_profile(cpu)
+            assert prof.source == "measured" and len(prof.verify_ms) >= 9 and prof.hardware
     gpu = load_profile(PROFILES_DIR / "gpu-like-published.json")
     assert gpu.source == "published" and "ILLUSTRATIVE" in gpu.description and 0.05 <= gpu.cost_ratio <= 0.1
 

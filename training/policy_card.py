@@ -32,7 +32,18 @@ def _run_record(run: Path) -> dict[str, Any]:
         raise SpecgymError(f"{run}: not a training run (no state.json)")
     state = json.loads((run / "state.json").read_text())
     cfg = yaml.safe_load((run / "config.yaml").read_text())
-    return {"run": run.name, "config": cfg, "state": state, "best": state.get("best") or {}}
+    best = dict(state.get("best") or {})
+    summary = run / "summary.json"
+    if summary.is_file():  # the kept model's full validation figures (the state's history keeps two ratios)
+        val = json.loads(summary.read_text()).get("val") or {}
+        best.setdefault("oracle_ratio", val.get("oracle_ratio", math.nan))
+    return {"run": run.name, "config": cfg, "state": state, "best": best}
+
+
+def _fmt(value: Any, suffix: str = "") -> str:
+    """``1.234x``, or an en dash for a figure the run did not measure."""
+    v = math.nan if value is None else float(value)
+    return "–" if math.isnan(v) else f"{v:.3f}{suffix}"
 
 
 def _mean_spread(values: list[float]) -> str:
@@ -45,7 +56,7 @@ def _mean_spread(values: list[float]) -> str:
 
 def card_markdown(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], shipped: str,
                   suite: dict[str, Any] | None = None, suite_specs: list[str] | None = None,
-                  distribution: dict[str, Any] | None = None) -> str:
+                  distribution: dict[str, Any] | None = None, reproduce: str = "make policies") -> str:
     """The card's markdown (see the module docstring)."""
     tr = meta.get("training", {})
     cfg = tr.get("config", {})
@@ -83,29 +94,33 @@ def card_markdown(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], s
     else:
         L += [f"Workload `{tr.get('workload')}` (train split).", ""]
     L += ["## Training", "",
-          f"PPO, {tr.get('timesteps', 0):,} environment steps, net {cfg.get('net_arch')} {cfg.get('activation')}, "
+          f"PPO, {cfg.get('timesteps', 0):,} environment steps per seed (the shipped model is the one kept at "
+          f"{tr.get('timesteps', 0):,}), net {cfg.get('net_arch')} {cfg.get('activation')}, "
           f"learning rate {cfg.get('learning_rate')} ({cfg.get('lr_schedule')}), entropy coefficient "
           f"{cfg.get('ent_coef')}" + (f"; the actor was first behaviour-cloned from `{cfg['bc_init']}` and the "
                                       f"critic warmed up for {cfg.get('bc_warmup', 0):,} steps"
                                       if cfg.get("bc_init") else "; from scratch") +
-          ". The model kept is the best on the validation cells (synthetic workloads from an unseen pool seed and "
-          "the recorded train workloads' val splits, each under two unseen randomised profiles). One torch thread.",
+          (". The model kept is the best on the validation cells (synthetic workloads from an unseen pool seed and "
+           "the recorded train workloads' val splits, each under two unseen randomised profiles)" if distribution
+           else ". The model kept is the best on the workload's val split") + ". One torch thread.",
           "", "| seed | run | steps | wall time | best val: vs best fixed K | vs marginal | oracle ratio |",
           "|---|---|---:|---:|---:|---:|---:|"]
     for r in runs:
         b, st = r["best"], r["state"]
         mark = " **(shipped)**" if r["run"] == shipped else ""
         L.append(f"| {r['config'].get('seed')}{mark} | {r['run']} | {st.get('timesteps_done', 0):,} | "
-                 f"{st.get('wall_s', math.nan) / 60:.1f} min | {b.get('speedup_vs_best_fixed', math.nan):.3f}x | "
-                 f"{b.get('speedup_vs_marginal', math.nan):.3f}x | {b.get('oracle_ratio', math.nan):.3f} |")
-    L += ["", "Reproduce: `make policies` (trains every seed, exports the best on validation, runs the suite and "
-              "writes this card).", ""]
+                 f"{st.get('wall_s', math.nan) / 60:.1f} min | {_fmt(b.get('speedup_vs_best_fixed'), 'x')} | "
+                 f"{_fmt(b.get('speedup_vs_marginal'), 'x')} | {_fmt(b.get('oracle_ratio'))} |")
+    L += ["", f"Reproduce: `{reproduce}` (trains every seed, exports the best on validation"
+              + (", runs the suite" if suite else "") + " and writes this card).", ""]
     if suite and suite_specs:
         summ = [suite["summary"][s] for s in suite_specs if s in suite["summary"]]
         L += ["## Generalisation suite (held-out cells)", "",
-              f"`specgym eval --suite generalization`: {len(suite['cells'])} cells, each a workload never trained "
-              "on priced with a cost profile never used as such in training; ratios are throughput ratios with "
-              f"paired bootstrap 95% intervals over requests. Mean ± standard deviation over the {len(summ)} seeds:",
+              f"`specgym eval --suite generalization`: {len(suite['cells'])} cells, each held-out requests (a "
+              "recorded workload never trained on, the test split of a trained one, or a synthetic preset with an "
+              "unseen seed) priced with a cost profile never used as such in training; ratios are throughput ratios "
+              "with paired bootstrap 95% intervals over requests. Mean ± standard deviation over the "
+              f"{len(summ)} seeds:",
               "", "| figure | seeds |", "|---|---|",
               f"| geometric mean vs the best baseline in hindsight (per cell) | "
               f"{_mean_spread([s['geomean_vs_best_baseline'] for s in summ])} |",
@@ -157,7 +172,7 @@ def ship_policy(run: Path, policy_dir: Path, force: bool = False) -> None:
 
 
 def write_policy_card(policy_dir: Path, runs: list[Path], shipped: Path, suite: Path | None = None,
-                      suite_specs: list[str] | None = None) -> Path:
+                      suite_specs: list[str] | None = None, reproduce: str = "make policies") -> Path:
     """Write ``policy_dir/README.md`` from the run folders (and a suite report); returns its path."""
     from specgym.io import atomic_write_text
 
@@ -169,7 +184,7 @@ def write_policy_card(policy_dir: Path, runs: list[Path], shipped: Path, suite: 
 
         dist = generalist_domains().describe()
     rep = json.loads(suite.read_text()) if suite else None
-    text = card_markdown(policy_dir.name, meta, records, shipped.name, rep, suite_specs, dist)
+    text = card_markdown(policy_dir.name, meta, records, shipped.name, rep, suite_specs, dist, reproduce)
     path = policy_dir / "README.md"
     atomic_write_text(path, text, overwrite=True)
     return path
@@ -182,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", required=True, help="comma-separated run folders of every seed")
     p.add_argument("--suite", type=Path, default=None, help="suite.json of specgym eval --suite generalization")
     p.add_argument("--suite-specs", default="", help="the suite's spec of each run, same order as --runs")
+    p.add_argument("--reproduce", default="make policies", help="the command that rebuilds it (shown in the card)")
     p.add_argument("--card-only", action="store_true", help="only rewrite the card of the policy already there")
     p.add_argument("--force", action="store_true", help="replace an existing policy folder")
     a = p.parse_args(argv)
@@ -193,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         shipped = best_run(runs)
         if not a.card_only:
             ship_policy(shipped, a.policy, a.force)
-        print(f"shipped {shipped} -> {write_policy_card(a.policy, runs, shipped, a.suite, specs)}")
+        card = write_policy_card(a.policy, runs, shipped, a.suite, specs, a.reproduce)
+        print(f"shipped {shipped} -> {card}")
     except SpecgymError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

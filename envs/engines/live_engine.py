@@ -12,7 +12,8 @@ so any :class:`Controller` drives either through :func:`~specgym.envs.core.reque
   resample from ``normalize(max(0, p - q))``, bonus token from ``p``), so outputs are distributed as the target's;
 * the round produces ``accepted + 1`` tokens.
 
-KV caches: both models keep a ``DynamicCache``. The target cache always holds every token but the last one; each
+KV caches: both models keep a ``DynamicCache`` (GPT-2 models: the lean forward's ``KVCache``, with less per-call
+overhead, :mod:`~specgym.envs.engines.lean_forward`). The target cache always holds every token but the last one; each
 round feeds ``[last, d_1..d_drafted]`` and crops the rejected suffix afterwards. The draft cache holds a prefix of
 the accepted sequence and catches up (feeding one or two tokens) at the start of the next round. In transformers
 5.x ``DynamicCache.crop(n)`` takes ``n <= 0`` = the number of tokens to remove (a positive value raises), and the
@@ -280,11 +281,15 @@ class LiveEngine:
         profile: Cost profile controllers see in their :class:`RequestContext` (defaults to ``timing`` when it is
             a profile, else a flat placeholder: pass a measured profile to cost-aware controllers).
         eos_token_id: Used only with ``stop_at_eos``.
+        lean: Run GPT-2 models through :mod:`specgym.envs.engines.lean_forward` (same logits up to float rounding,
+            far less per-call overhead); other models always use the transformers forward.
     """
 
     def __init__(self, draft: Any, target: Any, k_max: int = DEFAULT_K_MAX, timing: str | CostProfile = "wall",
-                 profile: CostProfile | None = None, eos_token_id: int | None = None):
+                 profile: CostProfile | None = None, eos_token_id: int | None = None, lean: bool = True):
         import torch
+
+        from specgym.envs.engines.lean_forward import lean_runner
 
         self.k_max = check_k_max(k_max)
         self.draft = draft
@@ -309,6 +314,7 @@ class LiveEngine:
         self._clock = time.thread_time if timing == "cpu" else time.perf_counter
         self.vocab = min(draft.get_output_embeddings().weight.shape[0], target.get_output_embeddings().weight.shape[0])
         self._torch = torch
+        self._lean = {id(m): lean_runner(m) for m in (draft, target)} if lean else {}
 
     @classmethod
     def from_pair(cls, pair: LivePair, **kw: Any) -> LiveEngine:
@@ -326,8 +332,25 @@ class LiveEngine:
         if self._cuda:
             self._torch.cuda.synchronize()
 
-    def _fwd(self, model: Any, ids: list[int], cache: Any) -> Any:
+    @property
+    def lean(self) -> bool:
+        """True when both models run through the lean forward."""
+        return all(self._lean.get(id(m)) is not None for m in (self.draft, self.target))
+
+    def new_cache(self, model: Any) -> Any:
+        """An empty KV cache for ``model`` (the lean forward's, or a transformers ``DynamicCache``)."""
+        runner = self._lean.get(id(model))
+        if runner is not None:
+            return runner.new_cache()
+        from transformers import DynamicCache
+
+        return DynamicCache()
+
+    def forward(self, model: Any, ids: list[int], cache: Any) -> Any:
         """Logits ``(len(ids), V)`` of one cached forward."""
+        runner = self._lean.get(id(model))
+        if runner is not None:
+            return runner(ids, cache)[:, : self.vocab]
         x = self._torch.tensor([ids], dtype=self._torch.long, device=self.device)
         return model(input_ids=x, cache=cache, use_cache=True).logits[0, :, : self.vocab]
 
@@ -385,11 +408,11 @@ class LiveEngine:
 class LiveRequest(Request):
     """One request being decoded: call :meth:`play` with a draft cap until :attr:`done` (or hand it to ``drive``).
 
-    KV caches: both models keep a ``DynamicCache``. The target cache always holds every token but the last one;
-    each round feeds ``[last, d_1..d_drafted]`` and crops the rejected suffix afterwards. The draft cache holds a
-    prefix of the accepted sequence and catches up (feeding one or two tokens) at the start of the next round. In
-    transformers 5.x ``DynamicCache.crop(n)`` takes ``n <= 0`` = the number of tokens to remove, and the model
-    forward takes ``cache=`` (``past_key_values=`` is deprecated).
+    KV caches: both models keep a cache (``DynamicCache``, or the lean forward's ``KVCache``). The target cache
+    always holds every token but the last one; each round feeds ``[last, d_1..d_drafted]`` and crops the rejected
+    suffix afterwards. The draft cache holds a prefix of the accepted sequence and catches up (feeding one or two
+    tokens) at the start of the next round. In transformers 5.x ``DynamicCache.crop(n)`` takes ``n <= 0`` = the
+    number of tokens to remove, and the model forward takes ``cache=`` (``past_key_values=`` is deprecated).
 
     Attributes:
         context: The :class:`RequestContext` controllers see.
@@ -402,7 +425,6 @@ class LiveRequest(Request):
     def __init__(self, engine: LiveEngine, prompt_ids: Sequence[int], max_new_tokens: int, temperature: float,
                  seed: int, stop_at_eos: bool, request_id: str = "live", category: str = "live"):
         import torch
-        from transformers import DynamicCache
 
         self.engine = engine
         self.prompt = [int(t) for t in prompt_ids]
@@ -423,12 +445,12 @@ class LiveRequest(Request):
         self.done = False
         with torch.inference_mode():
             t0 = engine._clock()
-            self.tcache = DynamicCache()
-            self.dcache = DynamicCache()
+            self.tcache = engine.new_cache(engine.target)
+            self.dcache = engine.new_cache(engine.draft)
             self.seq = list(self.prompt)
             if len(self.seq) > 1:
-                engine._fwd(engine.target, self.seq[:-1], self.tcache)
-                engine._fwd(engine.draft, self.seq[:-1], self.dcache)
+                engine.forward(engine.target, self.seq[:-1], self.tcache)
+                engine.forward(engine.draft, self.seq[:-1], self.dcache)
             engine._sync()
             self.result = LiveResult(tokens=[], prefill_ms=(engine._clock() - t0) * 1000.0)
 
@@ -449,7 +471,7 @@ class LiveRequest(Request):
         ents: list[float] = []
         feed = seq[dcache.get_seq_length():]  # catch the draft cache up with the accepted sequence
         for j in range(1, cap + 1):
-            st = draft_stats(eng._fwd(eng.draft, feed, dcache)[-1:], temperature, generator=self.gen)
+            st = draft_stats(eng.forward(eng.draft, feed, dcache)[-1:], temperature, generator=self.gen)
             tok, conf, ent = int(st.tokens[0]), float(st.conf[0]), float(st.entropy[0])
             drafts.append(tok)
             q_probs.append(st.probs[0])
@@ -464,7 +486,7 @@ class LiveRequest(Request):
     def _verify(self, drafts: list[int], q_probs: list) -> tuple[int, int]:
         """One target forward over ``[last, drafts...]``; returns (accepted, the target's extra token)."""
         eng, torch = self.engine, self.engine._torch
-        tlogits = eng._fwd(eng.target, [self.seq[-1]] + drafts, self.tcache)
+        tlogits = eng.forward(eng.target, [self.seq[-1]] + drafts, self.tcache)
         drafted = len(drafts)
         if self.greedy:
             targ = torch.argmax(tlogits, -1).tolist()

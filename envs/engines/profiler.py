@@ -58,6 +58,21 @@ def hardware_description(device: str = "cpu", dtype: str = "float32") -> dict[st
     return hw
 
 
+def _interleaved_ms(fns: list, repeats: int, warmup: int, sync, clock=time.perf_counter) -> list[float]:
+    """Median time of each call in ms, measured round-robin: on a shared machine whose speed drifts over seconds,
+    drift then hits every call alike, so ratios between them (verify(n) / verify(1)) stay consistent."""
+    times: list[list[float]] = [[] for _ in fns]
+    for rep in range(warmup + repeats):
+        for i, fn in enumerate(fns):
+            sync()
+            t0 = clock()
+            fn()
+            sync()
+            if rep >= warmup:
+                times[i].append((clock() - t0) * 1000.0)
+    return [float(statistics.median(t)) for t in times]
+
+
 def _median_ms(fn, repeats: int, warmup: int, sync, clock=time.perf_counter) -> float:
     for _ in range(warmup):
         fn()
@@ -75,7 +90,6 @@ def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats:
                     name: str = "measured", description: str = "", clock: str = "wall") -> CostProfile:
     """Measure draft/verify/overhead costs of ``pair`` at ``context`` tokens of context (``clock`` wall or cpu)."""
     import torch
-    from transformers import DynamicCache
 
     if clock not in ("wall", "cpu"):
         raise SpecgymError(f"clock must be 'wall' or 'cpu', got {clock!r}")
@@ -89,18 +103,17 @@ def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats:
     sync = (lambda: torch.cuda.synchronize()) if dev.type == "cuda" else (lambda: None)
     gen = torch.Generator().manual_seed(0)
     ctx_ids = torch.randint(2, engine.vocab, (1, context), generator=gen).to(dev)
-    with torch.inference_mode():
+    with torch.inference_mode():  # the engine's own forward and caches (the lean path for GPT-2)
         caches = {}
         for role, model in (("draft", pair.draft), ("target", pair.target)):
-            cache = DynamicCache()
-            model(input_ids=ctx_ids, cache=cache, use_cache=True)
-            caches[role] = cache
+            caches[role] = engine.new_cache(model)
+            engine.forward(model, ctx_ids[0].tolist(), caches[role])
 
         def step(model, cache, n, features):
-            x = torch.randint(2, engine.vocab, (1, n), generator=gen).to(dev)
+            x = torch.randint(2, engine.vocab, (n,), generator=gen).tolist()
 
             def call():
-                logits = model(input_ids=x, cache=cache, use_cache=True).logits[0, :, : engine.vocab]
+                logits = engine.forward(model, x, cache)
                 if features:  # what the engine does per draft token: token, conf, entropy
                     st = draft_stats(logits[-1:], 0.0)
                     int(st.tokens[0]), float(st.conf[0]), float(st.entropy[0])
@@ -109,29 +122,41 @@ def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats:
                 cache.crop(-n)
             return call
 
-        draft_ms = _median_ms(step(pair.draft, caches["draft"], 1, True), repeats, warmup, sync, clk)
-        verify = [_median_ms(step(pair.target, caches["target"], n, False), repeats, warmup, sync, clk)
-                  for n in range(1, k_max + 2)]
-    # plain autoregressive step and per-round overhead, measured on real rounds of the engine
-    prompt = ctx_ids[0].tolist()
-    n_tok = 64
-    engine.run_request(prompt, None, 8)  # warm-up
-    plain = engine.run_request(prompt, None, n_tok)
-    t_ar = float(statistics.median(r.time_ms for r in plain.rounds))
-    verify[0] = t_ar
-    resid = []
-    for k in (2, 4):
-        res = engine.run_request(prompt, k, n_tok)
-        for r in res.rounds:
-            if r.drafted > 0:
-                resid.append(r.time_ms - (r.drafted * draft_ms + verify[r.drafted]))
+        # real engine rounds (plain, and K = 2 / 4) in the same round-robin: t_AR and the per-round overhead
+        prompt = ctx_ids[0].tolist()
+        live: dict[str, Any] = {"req": None}
+        rounds: dict[int, list] = {0: [], 2: [], 4: []}
+
+        def engine_round(k: int):
+            def call():
+                if live["req"] is None or live["req"].done:
+                    live["req"] = engine.start(prompt, 48)
+                rounds[k].append(live["req"].play(k))
+            return call
+
+        def draft_run(n: int = 4):  # a round's worth of draft tokens: the first one starts with cold caches
+            one = step(pair.draft, caches["draft"], 1, True)
+
+            def call():
+                for _ in range(n):
+                    one()
+            return call
+
+        calls = [draft_run()]
+        calls += [step(pair.target, caches["target"], n, False) for n in range(1, k_max + 2)]
+        calls += [engine_round(k) for k in rounds]
+        measured = _interleaved_ms(calls, repeats, warmup, sync, clk)
+    draft_ms, verify = measured[0] / 4, measured[1: k_max + 2]
+    verify[0] = float(statistics.median(r.time_ms for r in rounds[0][-repeats:]))  # t_AR: a real plain round
+    resid = [r.time_ms - (r.drafted * draft_ms + verify[r.drafted])
+             for k in (2, 4) for r in rounds[k][-repeats:] if r.drafted > 0]
     overhead = max(0.0, float(statistics.median(resid))) if resid else 0.0
     return CostProfile(
         name=name, draft_ms=round(draft_ms, 4), verify_ms=tuple(round(v, 4) for v in verify),
         round_overhead_ms=round(overhead, 4), source="measured",
         description=description or (f"measured by specgym profile: draft {portable_name(pair.draft_name)}, target "
                                     f"{portable_name(pair.target_name)} ({pair.dtypes}), context {context} "
-                                    f"tokens, medians of {repeats} calls"),
+                                    f"tokens, medians of {repeats} interleaved calls"),
         hardware={**hardware_description(str(dev), pair.dtypes), "clock": clock, "packed_linears": pair.packed},
     )
 

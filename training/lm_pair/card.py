@@ -106,6 +106,7 @@ def write_model_card(pair_dir: Path, work: Path, profile: Path | None = None, wo
               f"one token, round overhead {prof['round_overhead_ms']:.3f} ms.", ""]
     if figures and figures.exists():
         fig = json.loads(figures.read_text())
+        fig = fig.get("live", fig)  # the JSON of `specgym bench --json` holds it under "live"
         L += [f"Live engine ({fig['prompts']} held-out test prompts x {fig['max_new_tokens']} tokens, greedy, "
               f"{fig['clock']} clock, median of {fig['repeats']} repeats; `specgym bench --sections live`): plain "
               f"decoding {fig['plain_tok_s']:.1f} tok/s; best fixed K = {fig['best_fixed_k']}: "

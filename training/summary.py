@@ -8,6 +8,7 @@ from specgym.io import atomic_write_text
 from specgym.training.config import RunConfig
 from specgym.training.export import artifact_from_model, load_run_model
 from specgym.training.run_folder import RunFiles, write_json
+from specgym.training.validation import COMPARED_BASELINES
 
 
 def summarize(run: RunFiles, cfg: RunConfig, validator: Any, key: str, state: dict[str, Any],
@@ -42,8 +43,7 @@ def summarize(run: RunFiles, cfg: RunConfig, validator: Any, key: str, state: di
     else:
         verdict.append(f"WARNING: the policy is BELOW {what} {where}: {sp:.3f}x. Do not deploy it; train "
                        f"longer or tune (see training/configs).")
-    for k, label in (("speedup_vs_marginal", "marginal"), ("speedup_vs_speclane", "speclane"),
-                     ("speedup_vs_confidence", "confidence:0.4"), ("speedup_vs_goodput", "goodput")):
+    for k, label in COMPARED_BASELINES:
         if k in val:
             verdict.append(f"{'beats' if val[k] >= 1 else 'is BELOW'} {label}: {val[k]:.3f}x")
     if val.get("oracle_ratio") == val.get("oracle_ratio"):

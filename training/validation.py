@@ -7,6 +7,10 @@ from typing import Any
 from specgym.agents.policy_controller import PolicyArtifact, PolicyController
 from specgym.eval.harness import EvalConfig, evaluate
 
+#: Validation figures a run reports besides the best fixed K: (key in the result, the baseline it compares with).
+COMPARED_BASELINES = (("speedup_vs_marginal", "marginal"), ("speedup_vs_speclane", "speclane"),
+                      ("speedup_vs_confidence", "confidence:0.4"), ("speedup_vs_goodput", "goodput"))
+
 
 def validate_policy(artifact: PolicyArtifact, workload: Any, split: str = "val", max_requests: int | None = None,
                     seed: int = 0) -> dict[str, Any]:
@@ -133,8 +137,7 @@ def describe(res: dict[str, Any]) -> str:
                      "replications)")
     else:
         parts.append(f"vs best fixed K {res['speedup_vs_best_fixed']:.3f}x (geo-mean of {res['cells']} cells)")
-    for key, label in (("speedup_vs_marginal", "marginal"), ("speedup_vs_speclane", "speclane"),
-                       ("speedup_vs_confidence", "confidence:0.4"), ("speedup_vs_goodput", "goodput")):
+    for key, label in COMPARED_BASELINES:
         if key in res:
             parts.append(f"vs {label} {res[key]:.3f}x")
     if res.get("oracle_ratio") == res.get("oracle_ratio"):

@@ -45,7 +45,6 @@ class LeanGPT2:
 
     def __init__(self, model: Any):
         cfg = model.config
-        self.model = model
         self.blocks = list(model.transformer.h)
         self.wte = model.transformer.wte.weight
         self.wpe = model.transformer.wpe.weight

@@ -58,6 +58,10 @@ def hardware_description(device: str = "cpu", dtype: str = "float32") -> dict[st
     return hw
 
 
+#: Draft tokens per timed draft call (a typical round's worth), so its first token's cold caches are averaged in.
+DRAFT_RUN = 4
+
+
 def _interleaved_ms(fns: list, repeats: int, warmup: int, sync, clock=time.perf_counter) -> list[float]:
     """Median time of each call in ms, measured round-robin: on a shared machine whose speed drifts over seconds,
     drift then hits every call alike, so ratios between them (verify(n) / verify(1)) stay consistent."""
@@ -74,16 +78,7 @@ def _interleaved_ms(fns: list, repeats: int, warmup: int, sync, clock=time.perf_
 
 
 def _median_ms(fn, repeats: int, warmup: int, sync, clock=time.perf_counter) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        sync()
-        t0 = clock()
-        fn()
-        sync()
-        times.append((clock() - t0) * 1000.0)
-    return float(statistics.median(times))
+    return _interleaved_ms([fn], repeats, warmup, sync, clock)[0]
 
 
 def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats: int = 40, warmup: int = 8,
@@ -134,11 +129,11 @@ def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats:
                 rounds[k].append(live["req"].play(k))
             return call
 
-        def draft_run(n: int = 4):  # a round's worth of draft tokens: the first one starts with cold caches
+        def draft_run():  # a round's worth of draft tokens: the first one starts with cold caches
             one = step(pair.draft, caches["draft"], 1, True)
 
             def call():
-                for _ in range(n):
+                for _ in range(DRAFT_RUN):
                     one()
             return call
 
@@ -146,7 +141,7 @@ def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats:
         calls += [step(pair.target, caches["target"], n, False) for n in range(1, k_max + 2)]
         calls += [engine_round(k) for k in rounds]
         measured = _interleaved_ms(calls, repeats, warmup, sync, clk)
-    draft_ms, verify = measured[0] / 4, measured[1: k_max + 2]
+    draft_ms, verify = measured[0] / DRAFT_RUN, measured[1: k_max + 2]
     verify[0] = float(statistics.median(r.time_ms for r in rounds[0][-repeats:]))  # t_AR: a real plain round
     resid = [r.time_ms - (r.drafted * draft_ms + verify[r.drafted])
              for k in (2, 4) for r in rounds[k][-repeats:] if r.drafted > 0]

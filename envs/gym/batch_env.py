@@ -13,6 +13,7 @@ from gymnasium import spaces
 
 from specgym.envs.core.batch import BATCH_FEATURE_DOCS, BATCH_FEATURE_NAMES, BatchFeatureTracker
 from specgym.envs.core.batch_cost import BatchCostProfile, load_batch_profile
+from specgym.envs.gym.config import update_config
 from specgym.envs.core.rounds import DEFAULT_K_MAX, check_k_max
 from specgym.envs.engines.batch_engine import BatchReplay
 from specgym.envs.workloads.trace_format import Workload, cached_workload
@@ -77,10 +78,7 @@ class SpecDecodeBatchEnv(gym.Env):
     def __init__(self, config: dict[str, Any] | None = None, **overrides: Any):
         self.config = self.default_config()
         for c in (config or {}, overrides):
-            unknown = sorted(set(c) - set(self.config))
-            if unknown:
-                raise SpecgymError(f"unknown batch env config key(s) {unknown}; valid: {sorted(self.config)}")
-            self.config.update(c)
+            update_config(self.config, c, "batch env")
         cfg = self.config
         wl = cfg["workload"]
         self.workload: Workload = wl if isinstance(wl, Workload) else cached_workload(wl)

@@ -22,6 +22,7 @@ from gymnasium import spaces
 
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.features import FeatureTracker, feature_bounds
+from specgym.envs.gym.config import update_config
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.errors import InvalidAction, SpecgymError
 from specgym.paths import MODELS_DIR, PROFILES_DIR, default_pair_name, pair_profile
@@ -66,10 +67,7 @@ class SpecDecodeLiveEnv(gym.Env):
     def __init__(self, config: dict[str, Any] | None = None, render_mode: str | None = None, **overrides: Any):
         self.config = self.default_config()
         for c in (config or {}, overrides):
-            unknown = sorted(set(c) - set(self.config))
-            if unknown:
-                raise SpecgymError(f"unknown live env config key(s) {unknown}; valid: {sorted(self.config)}")
-            self.config.update(c)
+            update_config(self.config, c, "live env")
         self.render_mode = render_mode
         cfg = self.config
         from specgym.envs.engines.live_engine import LiveEngine, load_pair

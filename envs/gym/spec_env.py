@@ -24,6 +24,7 @@ from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.features import FeatureTracker, TokenDecisionState, feature_bounds, feature_table
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RoundOutcome, check_k_max
 from specgym.envs.engines.trace_engine import ReplayRequest, TraceEngine
+from specgym.envs.gym.config import update_config
 from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.errors import InvalidAction, SpecgymError
 from specgym.paths import default_workload_name
@@ -72,10 +73,7 @@ class _ReplayEnvBase(gym.Env):
 
     def configure(self, config: dict[str, Any]) -> None:
         """Override configuration keys (unknown keys are an error); call ``reset`` afterwards."""
-        unknown = sorted(set(config) - set(self.default_config()))
-        if unknown:
-            raise SpecgymError(f"unknown env config key(s) {unknown}; valid: {sorted(self.default_config())}")
-        self.config.update(config)
+        update_config(self.config, config)
         if hasattr(self, "engine"):
             self._build()
 

@@ -1,19 +1,40 @@
-"""Faster CPU verification: linear layers with pre-packed oneDNN weights for multi-token forwards.
+"""Linear-layer kernels chosen by measurement: every forward of a loaded model takes its fastest path on this machine.
 
-On a CPU a one-token forward streams every weight from memory once (a matrix-vector product, memory bound), so
-verifying ``n`` draft tokens in one forward could cost little more than one token. PyTorch's default path for
-``n > 1`` is a general matrix multiply that re-packs the weights on every call, and at ``n = 2..9`` it costs 1.5-2.5x
-the one-token step on an AVX2 machine (measured: ``specgym bench --sections kernels``). Packing each weight once,
-in oneDNN's blocked layout, removes that cost; one-token calls keep the matrix-vector path, which is faster there.
+A CPU forward of a small model is memory bound: every weight streams from memory once per call, whatever the row
+count (one token for plain decoding and drafting, ``n`` tokens for verification). Which kernel streams fastest depends
+on the machine and on the row count, and guesses go wrong both ways: on one AVX2 machine the general matrix multiply
+re-packs the weights on every multi-row call (1.5-2.5x the one-token step), on another the pre-packed oneDNN kernel
+beats the matrix-vector path even for one row (a one-token forward of the midpair target 5.1 ms packed vs 7.3 ms
+through the matrix-vector path). A speedup over plain decoding means something only when plain decoding runs its
+fastest path too, so nothing here is assumed: :func:`select_kernels` times the model's *whole* forward with each
+kernel at each row count, at load, and keeps the fastest. (Timing one layer alone misleads: a lone weight stays in
+the cache between calls, so a layer measured at 30-100 us takes ~270 us inside the forward, where every other
+layer's weights evict it.)
 
-:func:`pack_linears` swaps the layers of a loaded model in place. It only applies to float32 models on CPU builds of
-torch that ship oneDNN; elsewhere it changes nothing. Outputs equal the unpacked layers' up to float rounding.
+The kernels (each computes ``y = x W^T + b``; outputs equal up to float rounding):
+
+* ``gemm``: ``torch.nn.functional.linear`` on the ``(out, in)`` weight (PyTorch's default path);
+* ``gemm_t``: ``addmm`` on an ``(in, out)`` copy of the weight (GPT-2's ``Conv1D`` layout);
+* ``packed``: oneDNN's linear on a weight pre-packed once in its blocked layout (CPU builds with oneDNN only).
+
+:func:`pack_linears` swaps a float32 CPU model's linear layers (``nn.Linear`` and GPT-2's ``Conv1D``) for
+:class:`KernelLinear` modules; :func:`select_kernels` measures and sets each row count's kernel, then frees the
+layouts no row count uses. Plans are cached per architecture in the process, so loading the same pair twice measures
+once. Elsewhere (GPU, half precision, no oneDNN) nothing changes.
 """
 
 from __future__ import annotations
 
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+KERNELS = ("gemm", "gemm_t", "packed")
+#: Row counts measured at load: one token (plain decoding, drafting) and verification widths up to 17 tokens. A call
+#: with ``r`` rows uses the plan of the largest measured row count ``<= r``.
+ROW_COUNTS = (1, 2, 3, 5, 9, 17)
 _BATCH_HINT = 8  # oneDNN picks its blocking for this many rows; any row count works
 
 
@@ -25,35 +46,72 @@ def packing_available() -> bool:
         and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def _packed_module(weight: Any, bias: Any):
+def _kernel_linear_class() -> type:
     import torch
     import torch.nn.functional as F
 
-    class PackedLinear(torch.nn.Module):
-        """``y = x W^T + b``: matrix-vector product for one row, pre-packed oneDNN kernel for several."""
+    class KernelLinear(torch.nn.Module):
+        """``y = x W^T + b`` with the kernel of each row count set by :func:`select_kernels`.
 
-        def __init__(self) -> None:
+        Until a plan is set it behaves as the old fixed rule: ``gemm`` for one row, ``packed`` for several.
+        """
+
+        def __init__(self, weight: Any, bias: Any) -> None:
             super().__init__()
             self.weight = weight.detach().contiguous()
             self.bias = None if bias is None else bias.detach().contiguous()
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, _BATCH_HINT)
             self.in_features = self.weight.shape[1]
+            self.weight_t: Any = self.weight.t().contiguous()
+            self.packed: Any = torch.ops.mkldnn._reorder_linear_weight(self.weight, _BATCH_HINT)
+            self.by_rows: list[str] = ["gemm", "gemm", "packed"]  # index = rows (0 unused); longer rows: last entry
+            self.forced: str | None = None  # set while measuring
 
         def forward(self, x: Any) -> Any:
             rows = x.reshape(-1, self.in_features)
-            if rows.shape[0] == 1:
-                y = F.linear(rows, self.weight, self.bias)
-            else:
+            r = rows.shape[0]
+            kernel = self.forced or self.by_rows[min(r, len(self.by_rows) - 1)]
+            if kernel == "packed":
                 y = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
+            elif kernel == "gemm_t":
+                y = rows @ self.weight_t if self.bias is None else torch.addmm(self.bias, rows, self.weight_t)
+            else:
+                y = F.linear(rows, self.weight, self.bias)
             return y.view(*x.shape[:-1], y.shape[-1])
 
-    return PackedLinear()
+        def set_plan(self, by_rows: list[str]) -> None:
+            """Use ``by_rows[r]`` for ``r`` rows (the last entry beyond); free the layouts no row count uses."""
+            self.by_rows = list(by_rows)
+            used = set(by_rows[1:])
+            if "gemm_t" not in used:
+                self.weight_t = None
+            if "packed" not in used:
+                self.packed = None
+
+    return KernelLinear
+
+
+_CLASS: dict[str, type] = {}
+
+
+def kernel_linear(weight: Any, bias: Any) -> Any:
+    """A :class:`KernelLinear` module over ``weight`` ``(out, in)`` and ``bias``."""
+    if "cls" not in _CLASS:
+        _CLASS["cls"] = _kernel_linear_class()
+    return _CLASS["cls"](weight, bias)
+
+
+def kernel_modules(model: Any) -> list[Any]:
+    """The model's :class:`KernelLinear` modules (empty when :func:`pack_linears` changed nothing)."""
+    cls = _CLASS.get("cls")
+    return [] if cls is None else [m for m in model.modules() if isinstance(m, cls)]
 
 
 def pack_linears(model: Any) -> int:
-    """Replace the model's linear layers (``nn.Linear`` and GPT-2's ``Conv1D``) by packed ones; returns how many.
+    """Replace the model's linear layers (``nn.Linear`` and GPT-2's ``Conv1D``) by :class:`KernelLinear` modules.
 
     Only for float32 models on the CPU with oneDNN available; otherwise returns 0 and leaves the model unchanged.
+    Returns the number of layers replaced. Call :func:`select_kernels` next to measure which kernel each row count
+    should use.
     """
     import torch
 
@@ -76,5 +134,159 @@ def pack_linears(model: Any) -> int:
                 swaps.append((parent, name, conv.weight.t(), conv.bias))
     with torch.no_grad():
         for parent, name, w, b in swaps:
-            setattr(parent, name, _packed_module(w, b))
+            setattr(parent, name, kernel_linear(w, b))
     return len(swaps)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Choosing by measurement
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """The kernel of one row count and what each candidate cost (median ms of a whole forward)."""
+
+    rows: int
+    kernel: str
+    ms: dict[str, float]
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """Which kernel each row count of one model uses, measured on this machine.
+
+    Attributes:
+        choices: One :class:`KernelChoice` per measured row count, ascending.
+        context: Tokens of context the forwards were timed at.
+        cached: True when the plan was reused from an earlier measurement of the same architecture.
+    """
+
+    choices: tuple[KernelChoice, ...]
+    context: int
+    cached: bool = False
+
+    def kernel_for(self, rows: int) -> str:
+        """The kernel a forward over ``rows`` tokens uses."""
+        chosen = self.choices[0].kernel
+        for c in self.choices:
+            if c.rows <= rows:
+                chosen = c.kernel
+        return chosen
+
+    def forward_ms(self, rows: int) -> float:
+        """Measured median ms of a whole forward over ``rows`` (a measured row count) with its chosen kernel."""
+        for c in self.choices:
+            if c.rows == rows:
+                return c.ms[c.kernel]
+        raise KeyError(f"row count {rows} was not measured ({[c.rows for c in self.choices]})")
+
+    def summary(self) -> str:
+        """One line: ``1 row packed 5.06 ms (gemm 7.33, gemm_t 6.90); 2 rows packed ...``."""
+        parts = []
+        for c in self.choices:
+            others = ", ".join(f"{k} {v:.2f}" for k, v in c.ms.items() if k != c.kernel)
+            parts.append(f"{c.rows} row{'s' if c.rows > 1 else ''} {c.kernel} {c.ms[c.kernel]:.2f} ms ({others})")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (bench output)."""
+        return {"context": self.context, "cached": self.cached,
+                "choices": [{"rows": c.rows, "kernel": c.kernel, "ms": c.ms} for c in self.choices]}
+
+
+@dataclass
+class _PlanCache:
+    plans: dict[tuple, KernelPlan] = field(default_factory=dict)
+
+
+_PLANS = _PlanCache()
+
+
+def _signature(model: Any, modules: list[Any], context: int) -> tuple:
+    import torch
+
+    shapes = tuple((tuple(m.weight.shape), m.bias is not None) for m in modules)
+    return type(model).__name__, shapes, torch.get_num_threads(), context
+
+
+def select_kernels(model: Any, forward: Callable[[list[int], Any], Any], new_cache: Callable[[], Any],
+                   rows: Sequence[int] = ROW_COUNTS, context: int = 64, repeats: int = 7, warmup: int = 2,
+                   use_cache: bool = True) -> KernelPlan | None:
+    """Time the model's whole forward with every kernel at every row count and set the fastest; ``None`` if the
+    model has no :class:`KernelLinear` layers.
+
+    Args:
+        model: A model :func:`pack_linears` swapped.
+        forward: ``forward(ids, cache)`` -> logits, the engine's own cached forward (so the measurement is of the
+            path decoding runs).
+        new_cache: An empty cache for ``forward``.
+        rows: Row counts to measure (ascending); a call with ``r`` rows uses the largest measured count ``<= r``.
+        context: Tokens of context every timed forward follows.
+        repeats, warmup: Timed and untimed rounds; each round runs every (row count, kernel) once, interleaved, so a
+            machine whose speed drifts slows every candidate alike.
+        use_cache: Reuse a plan measured in this process for the same architecture and thread count.
+    """
+    import torch
+
+    modules = kernel_modules(model)
+    if not modules:
+        return None
+    rows = sorted(set(int(r) for r in rows))
+    cfg = getattr(model, "config", None)
+    vocab = int(getattr(cfg, "vocab_size", 0) or 1000)
+    limit = next((int(v) for v in (getattr(cfg, k, None) for k in ("n_positions", "max_position_embeddings"))
+                  if isinstance(v, int) and v > 0), 1 << 30)
+    rows = [r for r in rows if r < limit] or [1]
+    context = max(1, min(context, limit - rows[-1]))
+    key = _signature(model, modules, context)
+    plan = _PLANS.plans.get(key) if use_cache else None
+    if plan is None:
+        times: dict[tuple[int, str], list[float]] = {(r, k): [] for r in rows for k in KERNELS}
+        with torch.inference_mode():
+            cache = new_cache()
+            forward([(7 * t) % (vocab - 1) + 1 for t in range(context)], cache)
+            for rep in range(warmup + repeats):
+                for r in rows:
+                    ids = [(11 * t + rep) % (vocab - 1) + 1 for t in range(r)]
+                    order = KERNELS[rep % len(KERNELS):] + KERNELS[: rep % len(KERNELS)]
+                    for kernel in order:
+                        for m in modules:
+                            m.forced = kernel
+                        t0 = time.perf_counter()
+                        forward(ids, cache)
+                        elapsed = (time.perf_counter() - t0) * 1000.0
+                        cache.crop(-r)
+                        if rep >= warmup:
+                            times[(r, kernel)].append(elapsed)
+        for m in modules:
+            m.forced = None
+        choices = []
+        for r in rows:
+            ms = {k: round(float(statistics.median(times[(r, k)])), 4) for k in KERNELS}
+            choices.append(KernelChoice(r, min(ms, key=lambda k: ms[k]), ms))
+        plan = KernelPlan(tuple(choices), context)
+        _PLANS.plans[key] = KernelPlan(plan.choices, context, cached=True)
+    by_rows = ["gemm"] + [plan.kernel_for(r) for r in range(1, rows[-1] + 1)]
+    for m in modules:
+        m.set_plan(by_rows)
+    return plan
+
+
+def engine_forward(model: Any) -> tuple[Callable[[list[int], Any], Any], Callable[[], Any]]:
+    """``(forward, new_cache)`` of the path the live engine runs for ``model`` (the lean forward for GPT-2)."""
+    import torch
+
+    from specgym.envs.engines.lean_forward import lean_runner
+
+    runner = lean_runner(model)
+    if runner is not None:
+        return runner, runner.new_cache
+
+    def forward(ids: list[int], cache: Any) -> Any:
+        x = torch.tensor([ids], dtype=torch.long, device=next(model.parameters()).device)
+        return model(input_ids=x, cache=cache, use_cache=True).logits
+
+    from transformers import DynamicCache
+
+    return forward, DynamicCache

@@ -180,7 +180,9 @@ class LivePair:
         draft_name, target_name: Where they came from (paths or hub names).
         device: Where they run.
         draft_dtype, target_dtype: The dtype each model computes in.
-        packed: Linear layers given pre-packed multi-token kernels (:mod:`specgym.envs.engines.fast_linear`).
+        packed: Linear layers given kernels chosen by measurement (:mod:`specgym.envs.engines.fast_linear`).
+        kernels: The measured kernel plan of each model (``{"draft": plan, "target": plan}``; empty when no layer
+            was swapped).
     """
 
     draft: Any
@@ -192,6 +194,14 @@ class LivePair:
     draft_dtype: str = "float32"
     target_dtype: str = "float32"
     packed: int = 0
+    kernels: dict[str, Any] = field(default_factory=dict)
+
+    def kernel_summary(self) -> str:
+        """Which linear kernel each model uses per row count, and what the candidates cost (one line per model)."""
+        if not self.kernels:
+            return "kernels: framework default (no layer swapped: not a float32 CPU model, or fast kernels off)"
+        return "\n".join(f"{role} kernels (whole forward, context {plan.context}): {plan.summary()}"
+                         for role, plan in self.kernels.items())
 
     @property
     def dtypes(self) -> str:
@@ -207,7 +217,9 @@ def load_pair(draft: str, target: str, device: str = "cpu", dtype: str = "float3
         draft, target: Model folders or hub names.
         device: ``cpu``, ``cuda``, ``cuda:1`` ...
         dtype: Dtype of both models unless ``draft_dtype`` / ``target_dtype`` say otherwise.
-        fast_kernels: On CPU, pack float32 linear layers for multi-token forwards (same outputs, faster verify).
+        fast_kernels: On CPU, give float32 linear layers the kernel measured fastest on this machine for each row
+            count (one token for plain decoding and drafting, several for verification; same outputs up to float
+            rounding). The measurement takes about a second per model, once per architecture and process.
     """
     if device.startswith("cuda"):
         import torch
@@ -222,11 +234,17 @@ def load_pair(draft: str, target: str, device: str = "cpu", dtype: str = "float3
     d = load_model(draft, "draft", device, d_dtype)
     t = load_model(target, "target", device, t_dtype)
     packed = 0
+    kernels: dict[str, Any] = {}
     if fast_kernels:
-        from specgym.envs.engines.fast_linear import pack_linears
+        from specgym.envs.engines.fast_linear import engine_forward, pack_linears, select_kernels
 
-        packed = pack_linears(d) + pack_linears(t)
-    return LivePair(d, t, tok_t, draft, target, device, d_dtype, t_dtype, packed)
+        for role, model in (("draft", d), ("target", t)):
+            n = pack_linears(model)
+            packed += n
+            plan = select_kernels(model, *engine_forward(model)) if n else None
+            if plan is not None:
+                kernels[role] = plan
+    return LivePair(d, t, tok_t, draft, target, device, d_dtype, t_dtype, packed, kernels)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -243,12 +261,15 @@ class LiveResult:
         rounds: One :class:`RoundOutcome` per round.
         time_ms: Total decode time (sum of round times), excluding the prompt prefill.
         prefill_ms: Prompt prefill time of both models.
+        draft_phase_ms: Per round, the measured time of its drafting phase (the rest of the round is verification
+            and bookkeeping): what :mod:`~specgym.envs.engines.calibration` fits the draft cost to.
     """
 
     tokens: list[int]
     rounds: list[RoundOutcome] = field(default_factory=list)
     time_ms: float = 0.0
     prefill_ms: float = 0.0
+    draft_phase_ms: list[float] = field(default_factory=list)
 
     @property
     def drafted(self) -> int:
@@ -514,6 +535,7 @@ class LiveRequest(Request):
         i, n = self.position, self.length
         r0 = eng._clock()
         drafts, q_probs, confs, ents = self._draft(cap, keep_drafting) if cap > 0 else ([], [], [], [])
+        draft_phase_ms = (eng._clock() - r0) * 1000.0
         drafted = len(drafts)
         accepted, extra = self._verify(drafts, q_probs)
         new = drafts[:accepted] + [extra]
@@ -544,5 +566,6 @@ class LiveRequest(Request):
         if len(res.tokens) > n:
             del res.tokens[n:]
         res.rounds.append(outcome)
+        res.draft_phase_ms.append(draft_phase_ms)
         res.time_ms += time_ms
         return outcome

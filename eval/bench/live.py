@@ -1,14 +1,19 @@
 """Live-engine benchmark (``specgym bench --sections live``): sim-to-real for every controller on a real pair.
 
-On the test prompts of a workload recorded from the pair (the same requests the replay harness evaluates), every
-controller decodes live, with the pair on this machine:
+On test prompts of a workload recorded from the pair (the same requests the replay harness evaluates), every
+controller decodes live, with the pair on this machine. What makes the figures trustworthy:
 
-* plain decoding (the target alone, its fastest path) and fixed K = 1..6, every baseline and every given policy;
-* live tokens/s, median of ``repeats`` repeats (controllers interleaved within each repeat, so load changes on a
-  shared machine hit all of them alike), and the speedup over plain decoding;
-* the **replay prediction** for the same requests: the replay engine plays the controller on the recorded trace of
-  those requests and prices its rounds with the pair's cost profile; ``measured / predicted`` tells how far the cost
-  model is from the machine;
+* **the fastest plain path**: the pair loads with each linear layer's kernel chosen by measurement for each row count
+  (:mod:`specgym.envs.engines.fast_linear`; printed), and the bench prints the target's one- and two-token forwards
+  through the engine, so every speedup is against plain decoding at its best on this machine;
+* **a profile of this machine, fitted to the engine's own rounds** (:mod:`specgym.envs.engines.calibration`, on
+  train-split prompts, never the measured ones) unless ``profile`` names one; the micro-benchmarked profile
+  (:func:`~specgym.envs.engines.profiler.measure_profile`) is measured too and its prediction printed beside, as a
+  cross-check. Controllers see the profile in use, and the replay prediction prices their rounds with it;
+* **paired statistics**: per prompt, every controller runs back to back (order rotated per prompt and repeat, so a
+  drifting machine slows all alike), ``repeats`` times; a prompt's time is the median of its repeats; each
+  controller's speedup over the best fixed K (and over plain decoding) carries a paired bootstrap 95% interval over
+  prompts (:class:`~specgym.eval.stats.PairedBootstrap`), and a row whose interval contains 1 is a **tie**;
 * whether every greedy output equals plain decoding, token for token;
 * once through transformers' ``generate(assistant_model=...)`` (:func:`generate_with_controller`) with the best
   controller, against transformers' own plain ``generate()``.
@@ -20,11 +25,17 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from specgym.paths import MODELS_DIR, default_pair_name, pair_profile
+from specgym.paths import MODELS_DIR, default_pair_name
+
+#: Defaults sized for about +-2% intervals in ~15 minutes on a 2-core CI-class machine (see the README).
+DEFAULT_PER_CATEGORY = 12
+DEFAULT_REPEATS = 3
+DEFAULT_CALIBRATION_PROMPTS = 3  # per category, from the train split
 
 
 def _policies() -> list[str]:
@@ -40,10 +51,91 @@ def controller_specs(k_values=range(1, 7)) -> list[str]:
     return ["fixed:0", *(f"fixed:{k}" for k in k_values), *ALL_BASELINES, *_policies()]
 
 
+@dataclass
+class LiveRow:
+    """One controller's live figures.
+
+    Attributes:
+        controller: Its spec.
+        tok_s: Live tokens/s (sum of per-prompt median times).
+        speedup: Over plain decoding, with its paired 95% interval ``speedup_ci``.
+        vs_best_fixed: Over the best fixed K, with ``vs_best_fixed_ci``; ``verdict`` is ``faster``, ``slower`` or
+            ``tie`` (the interval contains 1).
+        predicted_tok_s: The replay prediction with the profile in use; ``measured_over_predicted`` = live tok/s /
+            predicted (1 = exact). ``micro_measured_over_predicted``: the same with the micro-benchmarked profile.
+        acceptance: Accepted / drafted tokens (first repeat).
+        greedy_identical: Every output equals plain decoding (greedy).
+    """
+
+    controller: str
+    tok_s: float
+    speedup: float
+    speedup_ci: tuple[float, float] | None
+    vs_best_fixed: float
+    vs_best_fixed_ci: tuple[float, float] | None
+    verdict: str
+    predicted_tok_s: float
+    measured_over_predicted: float
+    micro_measured_over_predicted: float | None
+    acceptance: float
+    greedy_identical: bool
+
+
+def verdict(ci: tuple[float, float] | None, point: float) -> str:
+    """``faster`` / ``slower`` when the interval clears 1, else ``tie`` (no interval: by the point estimate)."""
+    lo, hi = ci if ci is not None else (point, point)
+    return "faster" if lo > 1.0 else "slower" if hi < 1.0 else "tie"
+
+
+def engine_forward_ms(engine: Any, model: Any, rows: tuple[int, ...] = (1, 2), context: int = 64,
+                      repeats: int = 40) -> dict[int, float]:
+    """Median ms of the engine's cached forward of ``model`` over each row count (interleaved)."""
+    import torch
+
+    ms: dict[int, list[float]] = {r: [] for r in rows}
+    with torch.inference_mode():
+        cache = engine.new_cache(model)
+        engine.forward(model, [(5 * t) % (engine.vocab - 1) + 1 for t in range(context)], cache)
+        for rep in range(repeats + 4):
+            for r in rows:
+                t0 = time.perf_counter()
+                engine.forward(model, [(3 * t + rep) % (engine.vocab - 1) + 1 for t in range(r)], cache)
+                elapsed = (time.perf_counter() - t0) * 1000.0
+                cache.crop(-r)
+                if rep >= 4:
+                    ms[r].append(elapsed)
+    return {r: float(statistics.median(v)) for r, v in ms.items()}
+
+
+def _pick(wl: Any, split: str, per_category: int) -> np.ndarray:
+    idx = wl.split_indices(split)
+    chosen: list[int] = []
+    for cat in wl.categories():
+        chosen += [int(r) for r in idx if wl.category[r] == cat][:per_category]
+    return np.asarray(chosen, dtype=np.int64)
+
+
 def run_live_bench(console: Any, pair_name: str | None = None, workload: str | None = None,
-                   per_category: int = 8, repeats: int = 3, specs: list[str] | None = None, threads: int = 1,
-                   max_new_tokens: int | None = None) -> dict[str, Any]:
-    """Run the live benchmark; returns every figure (also printed as a table)."""
+                   per_category: int = DEFAULT_PER_CATEGORY, repeats: int = DEFAULT_REPEATS,
+                   specs: list[str] | None = None, threads: int = 1, max_new_tokens: int | None = None,
+                   profile: str | None = None, calibration_prompts: int = DEFAULT_CALIBRATION_PROMPTS,
+                   resamples: int = 2000, hf_generate: bool = True) -> dict[str, Any]:
+    """Run the live benchmark; returns every figure (also printed as a table).
+
+    Args:
+        console: A rich console.
+        pair_name: Shipped pair (default: the default pair).
+        workload: Workload recorded from the pair (default ``PAIR-greedy``).
+        per_category: Test prompts per category.
+        repeats: Times each (prompt, controller) runs; a prompt's time is the median.
+        specs: Controller specs (default: plain, fixed K = 1..6, every baseline and shipped policy).
+        threads: torch threads.
+        max_new_tokens: Completion length (default: each request's recorded length).
+        profile: Cost profile name or path; ``None`` = fit one to the engine's rounds on this machine now.
+        calibration_prompts: Train-split prompts per category for the fit.
+        resamples: Bootstrap resamples of the paired intervals.
+        hf_generate: Also time transformers' ``generate()`` plain and assisted.
+    """
     import torch
     import transformers
     from rich.table import Table
@@ -51,99 +143,154 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     from specgym.baselines.registry import make_controller
     from specgym.envs.core.cost import load_profile
     from specgym.envs.core.rounds import DEFAULT_K_MAX
+    from specgym.envs.engines.calibration import calibrate
     from specgym.envs.engines.live_engine import LiveEngine, load_pair
+    from specgym.envs.engines.profiler import hardware_description, measure_profile
     from specgym.envs.engines.trace_engine import TraceEngine
     from specgym.envs.workloads.trace_format import cached_workload
     from specgym.eval.runner import run_controller
+    from specgym.eval.stats import PairedBootstrap
 
     torch.set_num_threads(threads)
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+    t_start = time.perf_counter()
     pair_name = pair_name or default_pair_name()
     pair = load_pair(str(MODELS_DIR / pair_name / "draft"), str(MODELS_DIR / pair_name / "target"))
-    prof_path = pair_profile(pair_name)
-    if prof_path is None:
-        raise RuntimeError(f"no measured profile cpu-{pair_name}.json: run specgym profile first")
-    prof = load_profile(prof_path)
+    console.print(pair.kernel_summary(), highlight=False)
+    k_max = DEFAULT_K_MAX
     wl = cached_workload(workload or f"{pair_name}-greedy")
-    test = wl.split_indices("test")
-    chosen: list[int] = []
-    for cat in wl.categories():
-        chosen += [int(r) for r in test if wl.category[r] == cat][:per_category]
-    requests = np.asarray(chosen, dtype=np.int64)
     texts = wl.prompt_text or []
     if not texts:
         raise RuntimeError(f"workload {wl.name} stores no prompt texts: record it with specgym record")
-    prompts = [pair.tokenizer(texts[r], add_special_tokens=False)["input_ids"] for r in requests]
-    lengths = [int(wl.lengths[r]) if max_new_tokens is None else max_new_tokens for r in requests]
+
+    def encode(rows: np.ndarray) -> tuple[list[list[int]], list[int]]:
+        ids = [pair.tokenizer(texts[r], add_special_tokens=False)["input_ids"] for r in rows]
+        return ids, [int(wl.lengths[r]) if max_new_tokens is None else max_new_tokens for r in rows]
+
+    requests = _pick(wl, "test", per_category)
+    prompts, lengths = encode(requests)
+    probe = LiveEngine.from_pair(pair, k_max=k_max, timing="wall")
+    fwd = engine_forward_ms(probe, pair.target)
+    console.print(f"target forward through the engine: 1 token {fwd[1]:.3f} ms, 2 tokens {fwd[2]:.3f} ms "
+                  f"({'ok: one token is not slower' if fwd[1] <= fwd[2] else 'ONE TOKEN IS SLOWER'})", highlight=False)
+    micro = measure_profile(pair, k_max=k_max, name=f"micro-{pair_name}")
+    fit_summary = None
+    if profile is not None:
+        prof = load_profile(profile)
+        prof_note = f"profile {prof.name} (given: {profile})"
+    else:
+        cal_ids, cal_len = encode(_pick(wl, "train", calibration_prompts))
+        fit = calibrate(probe, cal_ids, cal_len, k_max, name=f"fitted-{pair_name}",
+                        hardware=hardware_description("cpu", pair.dtypes))
+        prof, fit_summary = fit.profile, fit.summary()
+        prof_note = f"profile fitted on this machine now: {fit_summary}"
+    console.print(prof_note, highlight=False)
+    console.print(f"cross-check, micro-benchmarked profile: t_AR {micro.t_ar_ms:.2f} ms, round(1) "
+                  f"{micro.round_time(1):.2f} ms, round({k_max}) {micro.round_time(k_max):.2f} ms", highlight=False)
+
     specs = specs or controller_specs()
-    k_max = DEFAULT_K_MAX
+    if "fixed:0" not in specs:
+        specs = ["fixed:0", *specs]
     eng = LiveEngine.from_pair(pair, k_max=k_max, profile=prof, timing="wall")
-    replay = TraceEngine(wl, prof, k_max, seed=0)
     eng.run_request(prompts[0], None, 16)  # warm-up both models
     eng.run_request(prompts[0], 3, 16)
-    live_ms: dict[str, list[float]] = {s: [] for s in specs}
-    accepted: dict[str, list[int]] = {s: [0, 0] for s in specs}
-    identical = dict.fromkeys(specs, True)
-    plain_tokens: list[list[int]] = []
-    t_start = time.perf_counter()
+    n_p = len(prompts)
+    times = np.zeros((len(specs), n_p, repeats))
+    accepted = np.zeros((len(specs), 2), dtype=np.int64)
+    identical = np.ones(len(specs), dtype=bool)
+    plain_tokens: list[list[int]] = [[] for _ in range(n_p)]
     for rep in range(repeats):
-        order = specs[rep % len(specs):] + specs[: rep % len(specs)]
-        for spec in order:
-            ctrl = make_controller(spec, k_max)
-            total = 0.0
-            for i, (ids, n) in enumerate(zip(prompts, lengths)):
-                res = eng.run_request(ids, ctrl if spec != "fixed:0" else None, n, request_id=str(wl.request_id[
-                    requests[i]]), category=str(wl.category[requests[i]]))
-                total += res.time_ms
-                if rep == 0:  # the first repeat runs plain decoding first: greedy exactness is checked on it
-                    accepted[spec][0] += res.accepted
-                    accepted[spec][1] += res.drafted
-                    if spec == "fixed:0":
-                        plain_tokens.append(res.tokens)
-                    identical[spec] &= res.tokens == plain_tokens[i]
-            live_ms[spec].append(total)
-            console.print(f"  repeat {rep + 1}/{repeats} {spec:<22} {sum(lengths) / total * 1000:7.1f} tok/s",
-                          highlight=False)
+        controllers = [make_controller(s, k_max) for s in specs]  # fresh per repeat, reused across its prompts
+        for p, (ids, n) in enumerate(zip(prompts, lengths)):
+            shift = (rep * n_p + p) % len(specs)
+            order = list(range(len(specs)))
+            order = order[shift:] + order[:shift]
+            if rep == 0:  # plain decoding first: greedy exactness is checked against it
+                order.remove(specs.index("fixed:0"))
+                order.insert(0, specs.index("fixed:0"))
+            for s in order:
+                res = eng.run_request(ids, controllers[s] if specs[s] != "fixed:0" else None, n,
+                                      request_id=str(wl.request_id[requests[p]]),
+                                      category=str(wl.category[requests[p]]))
+                times[s, p, rep] = res.time_ms
+                if rep == 0:
+                    accepted[s] += (res.accepted, res.drafted)
+                    if specs[s] == "fixed:0":
+                        plain_tokens[p] = res.tokens
+                    identical[s] &= res.tokens == plain_tokens[p]
+        done = (rep + 1) / repeats
+        console.print(f"  repeat {rep + 1}/{repeats} done ({time.perf_counter() - t_start:.0f} s; "
+                      f"{100 * done:.0f}%)", highlight=False)
+    per_prompt = np.median(times, axis=2)  # (specs, prompts)
+    totals = per_prompt.sum(axis=1)
     n_tok = sum(lengths)
-    plain_ms = statistics.median(live_ms["fixed:0"])
-    rows: list[dict[str, Any]] = []
-    for spec in specs:
-        ms = statistics.median(live_ms[spec])
-        pred = run_controller(replay, requests, make_controller(spec, k_max))
-        pred_ms = float(pred.time_ms.sum())
-        rows.append({"controller": spec, "tok_s": n_tok / ms * 1000.0, "speedup": plain_ms / ms,
-                     "predicted_tok_s": n_tok / pred_ms * 1000.0, "predicted_speedup": n_tok * prof.t_ar_ms / pred_ms,
-                     "measured_over_predicted": pred_ms / ms,
-                     "acceptance": accepted[spec][0] / max(accepted[spec][1], 1),
-                     "greedy_identical": identical[spec], "repeats_ms": live_ms[spec]})
-    fixed = [r for r in rows if r["controller"].startswith("fixed:") and r["controller"] != "fixed:0"]
-    best_fixed = max(fixed, key=lambda r: r["tok_s"])
-    best = max(rows, key=lambda r: r["tok_s"])
-    hf = _hf_generate(pair, prompts[:6], lengths[:6], make_controller(best["controller"], k_max), prof)
+    plain = specs.index("fixed:0")
+    fixed_ix = [i for i, s in enumerate(specs) if s.startswith("fixed:") and s != "fixed:0"]
+    best_fixed = min(fixed_ix, key=lambda i: totals[i])
+    boot = PairedBootstrap(n_p, resamples, seed=0)
+    replay = TraceEngine(wl, prof, k_max, seed=0)
+    replay_micro = TraceEngine(wl, micro, k_max, seed=0)
+    rows: list[LiveRow] = []
+    for i, spec in enumerate(specs):
+        pred_ms = float(run_controller(replay, requests, make_controller(spec, k_max)).time_ms.sum())
+        micro_ms = float(run_controller(replay_micro, requests, make_controller(spec, k_max)).time_ms.sum())
+        vs_best = totals[best_fixed] / totals[i]
+        vs_ci = boot.ratio_ci(per_prompt[best_fixed], per_prompt[i])
+        rows.append(LiveRow(
+            controller=spec, tok_s=n_tok / totals[i] * 1000.0, speedup=totals[plain] / totals[i],
+            speedup_ci=boot.ratio_ci(per_prompt[plain], per_prompt[i]), vs_best_fixed=vs_best,
+            vs_best_fixed_ci=vs_ci, verdict="reference" if i == best_fixed else verdict(vs_ci, vs_best),
+            predicted_tok_s=n_tok / pred_ms * 1000.0, measured_over_predicted=pred_ms / totals[i],
+            micro_measured_over_predicted=micro_ms / totals[i],
+            acceptance=accepted[i, 0] / max(accepted[i, 1], 1), greedy_identical=bool(identical[i])))
+    errors = [abs(r.measured_over_predicted - 1.0) for r in rows]
+    micro_errors = [abs((r.micro_measured_over_predicted or 1.0) - 1.0) for r in rows]
+    best = max(rows, key=lambda r: r.tok_s)
+    hf = None
+    if hf_generate:
+        hf = _hf_generate(pair, prompts[:6], lengths[:6], make_controller(best.controller, k_max), prof)
     result = {
-        "pair": pair_name, "dtypes": pair.dtypes, "packed_linears": pair.packed, "profile": prof.name,
-        "workload": wl.name, "prompts": len(prompts), "tokens": n_tok, "repeats": repeats, "clock": "wall",
-        "threads": torch.get_num_threads(), "plain_tok_s": n_tok / plain_ms * 1000.0, "rows": rows,
-        "best_fixed_k": int(best_fixed["controller"].split(":")[1]), "best_fixed_speedup": best_fixed["speedup"],
-        "best_controller": best["controller"], "best_speedup": best["speedup"], "hf_generate": hf,
-        "max_new_tokens": max_new_tokens or f"recorded lengths (mean {n_tok / len(prompts):.0f})",
+        "pair": pair_name, "dtypes": pair.dtypes, "packed_linears": pair.packed,
+        "kernels": {role: plan.to_dict() for role, plan in pair.kernels.items()},
+        "target_forward_ms": {"1": fwd[1], "2": fwd[2]},
+        "profile": prof.to_dict(), "profile_note": prof_note, "micro_profile": micro.to_dict(),
+        "workload": wl.name, "prompts": n_p, "tokens": n_tok, "repeats": repeats, "clock": "wall",
+        "threads": torch.get_num_threads(), "plain_tok_s": n_tok / totals[plain] * 1000.0,
+        "rows": [asdict(r) for r in rows], "best_fixed_k": int(specs[best_fixed].split(":")[1]),
+        "best_fixed_speedup": totals[plain] / totals[best_fixed], "best_controller": best.controller,
+        "best_speedup": best.speedup, "prediction_error": {"median": float(np.median(errors)),
+                                                           "max": float(np.max(errors)),
+                                                           "micro_median": float(np.median(micro_errors)),
+                                                           "micro_max": float(np.max(micro_errors))},
+        "hf_generate": hf, "bootstrap": {"resamples": resamples, "level": 0.95, "unit": "prompt"},
+        "max_new_tokens": max_new_tokens or f"recorded lengths (mean {n_tok / n_p:.0f})",
+        "times_ms": {s: times[i].tolist() for i, s in enumerate(specs)},
         "wall_s": time.perf_counter() - t_start,
     }
-    table = Table(title=f"live, {pair_name} ({pair.dtypes}), {len(prompts)} test prompts of {wl.name}, "
-                        f"{n_tok} tokens, median of {repeats}, wall clock, 1 thread")
-    for col in ("controller", "live tok/s", "speedup vs plain", "replay prediction tok/s", "measured / predicted",
-                "acceptance", "greedy = plain"):
+    table = Table(title=f"live, {pair_name} ({pair.dtypes}), {n_p} test prompts of {wl.name}, {n_tok} tokens, "
+                        f"median of {repeats} per prompt, wall clock, {torch.get_num_threads()} thread(s)")
+    for col in ("controller", "live tok/s", "vs plain", f"vs best fixed (K={result['best_fixed_k']}) [95% CI]",
+                "verdict", "replay prediction tok/s", "live / predicted", "(micro profile)", "acceptance",
+                "greedy = plain"):
         table.add_column(col, justify="right")
-    for r in sorted(rows, key=lambda r: -r["tok_s"]):
-        table.add_row(r["controller"], f"{r['tok_s']:.1f}", f"{r['speedup']:.3f}x", f"{r['predicted_tok_s']:.1f}",
-                      f"{r['measured_over_predicted']:.3f}", f"{r['acceptance']:.2f}", str(r["greedy_identical"]))
+    for r in sorted(rows, key=lambda r: -r.tok_s):
+        ci = r.vs_best_fixed_ci
+        table.add_row(r.controller, f"{r.tok_s:.1f}", f"{r.speedup:.3f}x",
+                      f"{r.vs_best_fixed:.3f}x" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""), r.verdict,
+                      f"{r.predicted_tok_s:.1f}", f"{r.measured_over_predicted:.3f}",
+                      f"{r.micro_measured_over_predicted:.3f}", f"{r.acceptance:.2f}", str(r.greedy_identical))
     console.print(table)
-    console.print(f"best fixed K={result['best_fixed_k']}: {best_fixed['speedup']:.3f}x plain; best controller "
-                  f"{best['controller']}: {best['speedup']:.3f}x; transformers generate(assistant_model=...) with it: "
-                  f"{hf['assisted_tok_s']:.1f} tok/s vs plain generate() {hf['plain_tok_s']:.1f} tok/s "
-                  f"({hf['assisted_tok_s'] / hf['plain_tok_s']:.3f}x), outputs identical: {hf['identical']}",
-                  highlight=False)
+    console.print(f"plain decoding {result['plain_tok_s']:.1f} tok/s; best fixed K={result['best_fixed_k']}: "
+                  f"{result['best_fixed_speedup']:.3f}x plain; best controller {best.controller}: "
+                  f"{best.speedup:.3f}x; replay prediction error |live/predicted - 1|: median "
+                  f"{100 * np.median(errors):.1f}%, max {100 * np.max(errors):.1f}% (micro-benchmarked profile: median "
+                  f"{100 * np.median(micro_errors):.1f}%, max {100 * np.max(micro_errors):.1f}%)", highlight=False)
+    if hf is not None:
+        console.print(f"transformers generate(assistant_model=...) with {hf['controller']}: "
+                      f"{hf['assisted_tok_s']:.1f} tok/s vs plain generate() {hf['plain_tok_s']:.1f} tok/s "
+                      f"({hf['assisted_tok_s'] / hf['plain_tok_s']:.3f}x), outputs identical: {hf['identical']}",
+                      highlight=False)
     return result
 
 
@@ -184,6 +331,7 @@ def live_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     except ImportError as exc:
         console.print(f"[yellow]live section skipped: {exc}[/yellow]")
         return {}
-    r = run_live_bench(console, repeats=getattr(args, "live_repeats", 3),
-                       per_category=getattr(args, "live_prompts", 8))
+    r = run_live_bench(console, repeats=getattr(args, "live_repeats", DEFAULT_REPEATS),
+                       per_category=getattr(args, "live_prompts", DEFAULT_PER_CATEGORY),
+                       profile=getattr(args, "live_profile", None))
     return {"live": r}

@@ -16,6 +16,7 @@ from specgym.paths import default_workload_name
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``bench``."""
     from specgym.eval.bench import DEFAULT_SECTIONS, SECTIONS
+    from specgym.eval.bench.live import DEFAULT_PER_CATEGORY, DEFAULT_REPEATS
 
     p = sub.add_parser("bench", help="speed benchmarks (env, replay, controllers, evaluation, live engine)")
     p.add_argument("--workload", default=None, help="workload name or path (default: the default workload)")
@@ -23,10 +24,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"comma-separated, from: {','.join(SECTIONS)} (default: %(default)s)")
     p.add_argument("--eval-requests", type=positive_int, default=10_000,
                    help="requests of synthetic speclane-mix for the evaluation-speed section (default %(default)s)")
-    p.add_argument("--live-prompts", type=positive_int, default=8,
+    p.add_argument("--live-prompts", type=positive_int, default=DEFAULT_PER_CATEGORY,
                    help="live section: test prompts per category (default %(default)s)")
-    p.add_argument("--live-repeats", type=positive_int, default=3,
-                   help="live section: repeats, the median is reported (default %(default)s)")
+    p.add_argument("--live-repeats", type=positive_int, default=DEFAULT_REPEATS,
+                   help="live section: runs of every (prompt, controller); a prompt's time is their median "
+                        "(default %(default)s)")
+    p.add_argument("--live-profile", default=None,
+                   help="live section: cost profile (name or path) for controllers and the replay prediction "
+                        "(default: fit one to the engine's rounds on this machine first)")
     p.add_argument("--policy", default=None, help="exported policy for the 'policy' section (name or folder)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     p.set_defaults(func=_run)
@@ -36,6 +41,7 @@ def _run(args: argparse.Namespace) -> int:
     from specgym.console import make_console
     from specgym.envs.workloads.trace_format import resolve_workload_path
     from specgym.eval.bench import SECTIONS, section
+    from specgym.eval.bench.machine import machine_calibration, machine_line
 
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = [s for s in sections if s not in SECTIONS]
@@ -44,8 +50,14 @@ def _run(args: argparse.Namespace) -> int:
     console = make_console()
     workload = args.workload or default_workload_name()
     resolve_workload_path(workload)
-    figures: dict[str, Any] = {"workload": workload, "cpu_count": os.cpu_count()}
-    console.print(f"[bold]specgym bench[/bold] on workload {workload} ({os.cpu_count()} CPUs)")
+    if args.live_profile is not None:
+        from specgym.envs.core.cost import load_profile
+
+        load_profile(args.live_profile)  # a bad name fails before anything runs
+    machine = machine_calibration()
+    figures: dict[str, Any] = {"workload": workload, "cpu_count": os.cpu_count(), "machine": machine}
+    console.print(f"[bold]specgym bench[/bold] on workload {workload}")
+    console.print(machine_line(machine), highlight=False)
     for name in sections:
         figures.update(section(name)(args, workload, console))
     if args.json:

@@ -207,13 +207,46 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(f"wrote {out}: batched profile at batch sizes {','.join(map(str, sizes))}; one step "
               f"{bprof.verify(1, 1):.3f} ms at batch 1, {bprof.verify(sizes[-1], 1):.3f} ms at batch {sizes[-1]}")
         return 0
-    prof = measure_profile(pair, k_max=args.k_max, context=args.context, repeats=args.repeats, warmup=args.warmup,
-                           name=args.name or out.stem, clock=args.clock)
+    print(pair.kernel_summary())
+    micro = measure_profile(pair, k_max=args.k_max, context=args.context, repeats=args.repeats, warmup=args.warmup,
+                            name=args.name or out.stem, clock=args.clock)
+    prof = micro if args.method == "micro" else _fit_rounds(args, pair, out, micro)
     save_profile(prof, out, overwrite=args.force)
-    print(f"wrote {out}: draft {prof.draft_ms:.3f} ms, t_AR {prof.t_ar_ms:.3f} ms (cost ratio "
+    print(f"wrote {out} ({args.method}): draft {prof.draft_ms:.3f} ms, t_AR {prof.t_ar_ms:.3f} ms (cost ratio "
           f"{prof.cost_ratio:.3f}), verify[k_max+1] {prof.verify_ms[-1]:.3f} ms, overhead "
           f"{prof.round_overhead_ms:.3f} ms")
     return 0
+
+
+def _fit_rounds(args: argparse.Namespace, pair, out: Path, micro):
+    """``profile --method rounds``: the cost model fitted to engine rounds; the micro-benchmarks as cross-check."""
+    import torch
+
+    from specgym.envs.engines.calibration import calibrate
+    from specgym.envs.engines.live_engine import LiveEngine
+    from specgym.envs.engines.profiler import hardware_description
+
+    n = args.calibration_prompts
+    engine = LiveEngine.from_pair(pair, k_max=args.k_max, timing=args.clock)
+    if args.prompts:
+        from specgym.envs.engines.recorder import read_prompts
+
+        texts = [p.text for p in read_prompts(args.prompts)][:n]
+        prompts = [pair.tokenizer(t, add_special_tokens=False)["input_ids"] or [0] for t in texts]
+    else:
+        gen = torch.Generator().manual_seed(0)
+        prompts = [torch.randint(1, engine.vocab, (args.context,), generator=gen).tolist() for _ in range(n)]
+    tokens = min(args.calibration_tokens, engine.context - max(len(p) for p in prompts))
+    if tokens < args.k_max + 2:
+        raise SpecgymError(f"--calibration-tokens: prompts leave only {tokens} tokens of the models' context")
+    fit = calibrate(engine, prompts, [tokens] * len(prompts), args.k_max, name=args.name or out.stem,
+                    hardware={**hardware_description(str(engine.device), pair.dtypes), "clock": args.clock,
+                              "packed_linears": pair.packed})
+    print(fit.summary())
+    print(f"cross-check, micro-benchmarks: t_AR {micro.t_ar_ms:.3f} ms (fit {fit.round_ms[0]:.3f}), round(1) "
+          f"{micro.round_time(1):.3f} ms (fit {fit.round_ms[1]:.3f}), round({args.k_max}) "
+          f"{micro.round_time(args.k_max):.3f} ms (fit {fit.round_ms[-1]:.3f})")
+    return fit.profile
 
 
 def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
@@ -278,6 +311,17 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
                    help="wall time, or thread CPU time (excludes preemption on a shared CPU; CPU device only)")
     p.add_argument("--batch-sizes", default=None,
                    help="measure a batched profile (specgym tune) at these batch sizes, e.g. 1,2,4,8,16,32")
+    p.add_argument("--method", choices=("rounds", "micro"), default="rounds",
+                   help="rounds: fit the cost model to the engine's own rounds (fixed K = 0..k-max on a few "
+                        "prompts), the micro-benchmarks printed as a cross-check; micro: time each forward alone "
+                        "(default %(default)s)")
+    p.add_argument("--prompts", default=None,
+                   help="rounds method: JSON Lines prompts file to calibrate on (default: random-token prompts of "
+                        "--context tokens; round costs do not depend on what is accepted)")
+    p.add_argument("--calibration-prompts", type=positive_int, default=6,
+                   help="rounds method: prompts decoded with every fixed K (default %(default)s)")
+    p.add_argument("--calibration-tokens", type=positive_int, default=64,
+                   help="rounds method: tokens decoded per prompt and K (default %(default)s)")
     p.add_argument("--force", action="store_true", help="overwrite --out")
     p.set_defaults(func=cmd_profile)
 

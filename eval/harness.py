@@ -25,7 +25,7 @@ from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.workloads.trace_format import Workload, cached_workload, resolve_workload_path
-from specgym.eval.metrics import category_metrics, run_metrics
+from specgym.eval.metrics import category_metrics, headroom_closed, run_metrics
 from specgym.eval.runner import RunResult, run_controller, run_fixed_vectorised, run_plan_vectorised
 from specgym.eval.stats import PairedBootstrap
 from specgym.errors import SpecgymError
@@ -214,13 +214,13 @@ def headroom_split(tokens: int, t_best_fixed: float, t_informed: float, t_oracle
     """
     tps = {name: tokens / t * 1000.0 for name, t in (("best_fixed", t_best_fixed), ("informed", t_informed),
                                                      ("clairvoyant", t_oracle))}
-    gap = t_best_fixed - t_oracle
+    closed = headroom_closed(t_best_fixed, t_informed, t_oracle)  # the informed oracle's own share
     return {
         "best_fixed_tok_s": tps["best_fixed"], "informed_tok_s": tps["informed"],
         "clairvoyant_tok_s": tps["clairvoyant"],
         "chance_tok_s": tps["clairvoyant"] - tps["informed"],
         "removable_tok_s": tps["informed"] - tps["best_fixed"],
-        "chance_share": (t_informed - t_oracle) / gap if gap > 1e-9 * t_best_fixed else None,
+        "chance_share": None if closed is None else 1.0 - closed,
     }
 
 

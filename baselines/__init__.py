@@ -1,4 +1,4 @@
-"""Baseline speculation-length controllers, the clairvoyant oracle and the spec registry."""
+"""Baseline speculation-length controllers, the clairvoyant and informed oracles and the spec registry."""
 
 from specgym.baselines.assc import ASSC
 from specgym.envs.core.controller import Controller
@@ -7,6 +7,7 @@ from specgym.baselines.cumulative import CumulativeStop
 from specgym.baselines.entropy import EntropyStop
 from specgym.baselines.fixed import FixedK
 from specgym.baselines.hf_heuristic import HFHeuristic
+from specgym.baselines.informed_oracle import informed_plan
 from specgym.baselines.marginal import MarginalStop
 from specgym.baselines.oracle import oracle_plan, oracle_times, run_lengths
 from specgym.baselines.registry import expand_specs, make_controller, register_prefix
@@ -25,6 +26,7 @@ __all__ = [
     "SpecLane",
     "UCBBandit",
     "expand_specs",
+    "informed_plan",
     "make_controller",
     "oracle_plan",
     "oracle_times",

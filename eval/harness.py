@@ -1,7 +1,9 @@
-"""The evaluation harness: every controller on the same requests with the same random numbers, plus the oracle.
+"""The evaluation harness: every controller on the same requests with the same random numbers, plus the oracles.
 
 ``evaluate`` replays each controller over one split of a workload (common random numbers from one seed), always
-computes the fixed-K references (K = 1..k_max, vectorised) and the oracle, and returns a JSON-ready report with
+computes the fixed-K references (K = 1..k_max, vectorised), the clairvoyant oracle (knows the draws) and the
+informed oracle (knows each position's acceptance probability, never the draws; played with the same draws), splits
+the headroom between them (*chance* and *prediction + decision*), and returns a JSON-ready report with
 everything needed to reproduce any row: workload (name, path, sha256, synthetic or recorded), cost profile,
 seeds, k_max and the package version.
 """
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from specgym import __version__
+from specgym.baselines.informed_oracle import informed_plan
 from specgym.baselines.oracle import oracle_plan, oracle_times
 from specgym.baselines.registry import expand_specs, make_controller
 from specgym.envs.core.controller import Controller
@@ -22,14 +25,16 @@ from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.workloads.trace_format import Workload, cached_workload, resolve_workload_path
-from specgym.eval.metrics import category_metrics, run_metrics
-from specgym.eval.runner import RunResult, run_controller, run_fixed_vectorised
+from specgym.eval.metrics import category_metrics, headroom_closed, run_metrics
+from specgym.eval.runner import RunResult, run_controller, run_fixed_vectorised, run_plan_vectorised
 from specgym.eval.stats import PairedBootstrap
 from specgym.errors import SpecgymError
 from specgym.io import sha256_file
 
 
 Specs = str | Sequence[str | Controller | tuple[str, Controller]]
+
+INFORMED = "oracle:informed"  # the informed oracle's row name (the clairvoyant one's is "oracle")
 
 
 @dataclass
@@ -118,6 +123,9 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
     sub_runs = np.concatenate([runs[wl.span(r)] for r in requests.tolist()])
     t_oracle_req = oracle_times(sub_runs, sub.offsets, engine.round_times, cfg.k_max)
     t_oracle = float(t_oracle_req.sum())
+    plan = informed_plan(sub.p_accept, sub.offsets, engine.round_times, cfg.k_max)
+    informed = run_plan_vectorised(engine, requests, plan.choice, sub.offsets, INFORMED)
+    t_informed = float(informed.time_ms.sum())
     t_ar = engine.t_ar
 
     results: list[RunResult] = []
@@ -126,16 +134,21 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
         trace = () if spec.startswith("fixed:") else traced.values()
         results.append(run_controller(engine, requests, ctrl, trace=trace, on_request=tick))
 
-    rows = [run_metrics(r, t_ar, t_k4, t_fixed[best_k], t_oracle) for r in results]
+    rows = [run_metrics(r, t_ar, t_k4, t_fixed[best_k], t_oracle, t_informed) for r in results]
     boot = PairedBootstrap(len(requests), cfg.bootstrap, seed=0)  # fixed: reports are reproducible
     refs = {"speedup_vs_ar": sub.lengths * t_ar, "speedup_vs_k4": fixed[min(4, cfg.k_max)].time_ms,
-            "speedup_vs_best_fixed": fixed[best_k].time_ms, "oracle_ratio": t_oracle_req}
+            "speedup_vs_best_fixed": fixed[best_k].time_ms, "oracle_ratio": t_oracle_req,
+            "informed_ratio": informed.time_ms}
     for row, r, (spec, ctrl) in zip(rows, results, named):
         row["spec"] = spec
         row["token_level"] = bool(ctrl.token_level)
         row["categories"] = category_metrics(r, categories)
         row["ci95"] = {key: boot.ratio_ci(ref, r.time_ms) for key, ref in refs.items()}
     rows.sort(key=lambda row: -row["throughput_tok_s"])
+    informed_row = run_metrics(informed, t_ar, t_k4, t_fixed[best_k], t_oracle, t_informed)
+    informed_row.update(spec=INFORMED, token_level=False, categories=category_metrics(informed, categories),
+                        expected_time_ms=float(plan.expected_ms.sum()),
+                        ci95={key: boot.ratio_ci(ref, informed.time_ms) for key, ref in refs.items()})
     n_tokens = int(sub.n_positions)
     oracle_row = {
         "controller": "oracle",
@@ -150,11 +163,13 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
         "tokens": n_tokens,
     }
     traces = {}
+    served = {r: m for m, r in enumerate(requests.tolist())}  # workload index -> index in `sub`
     for cat, req in traced.items():
         traces[cat] = {
             "request_id": str(wl.request_id[req]),
             "length": int(wl.lengths[req]),
             "oracle": _oracle_trace(runs[wl.span(req)], engine, cfg.k_max),
+            "informed": _plan_trace(runs[wl.span(req)], plan.choice[sub.span(served[req])]),
             "controllers": {res.name: res.traces[req] for res in results if req in res.traces},
         }
     p_accept_by_cat = {
@@ -176,6 +191,8 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
         "reference": {"t_ar_ms": t_ar, "best_fixed_k": best_k,
                       "fixed_time_ms": {str(k): v for k, v in t_fixed.items()}},
         "oracle": oracle_row,
+        "informed_oracle": informed_row,
+        "headroom": headroom_split(n_tokens, t_fixed[best_k], t_informed, t_oracle),
         "rows": rows,
         "traces": traces,
     }
@@ -184,7 +201,27 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
         report["per_request_time_ms"] = {spec: res.time_ms for (spec, _), res in zip(named, results)}
         report["per_request_time_ms"].update({f"fixed:{k}": f.time_ms for k, f in fixed.items()})
         report["per_request_time_ms"]["oracle"] = t_oracle_req
+        report["per_request_time_ms"][INFORMED] = informed.time_ms
     return report
+
+
+def headroom_split(tokens: int, t_best_fixed: float, t_informed: float, t_oracle: float) -> dict[str, Any]:
+    """The headroom above the best fixed K, split at the informed oracle (throughputs in tok/s).
+
+    *chance* = clairvoyant - informed: what knowing the draws adds, which no controller that has to predict can
+    remove; *removable* = informed - best fixed K: what prediction + decision can gain. ``chance_share`` is the
+    chance part of the best-fixed-to-clairvoyant headroom in time (the unit of ``headroom_closed``).
+    """
+    tps = {name: tokens / t * 1000.0 for name, t in (("best_fixed", t_best_fixed), ("informed", t_informed),
+                                                     ("clairvoyant", t_oracle))}
+    closed = headroom_closed(t_best_fixed, t_informed, t_oracle)  # the informed oracle's own share
+    return {
+        "best_fixed_tok_s": tps["best_fixed"], "informed_tok_s": tps["informed"],
+        "clairvoyant_tok_s": tps["clairvoyant"],
+        "chance_tok_s": tps["clairvoyant"] - tps["informed"],
+        "removable_tok_s": tps["informed"] - tps["best_fixed"],
+        "chance_share": None if closed is None else 1.0 - closed,
+    }
 
 
 def _oracle_trace(run: np.ndarray, engine: TraceEngine, k_max: int) -> list[tuple[int, int, int, int]]:
@@ -192,6 +229,17 @@ def _oracle_trace(run: np.ndarray, engine: TraceEngine, k_max: int) -> list[tupl
     plan = oracle_plan(run, engine.round_times, k_max)
     out, i = [], 0
     for k in plan:
+        acc = min(int(run[i]), k)
+        out.append((i, k, k, acc))
+        i += acc + 1
+    return out
+
+
+def _plan_trace(run: np.ndarray, choice: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """The informed oracle's rounds on one request under the replayed draws: (position, K, drafted, accepted)."""
+    out, i = [], 0
+    while i < len(run):
+        k = int(choice[i])
         acc = min(int(run[i]), k)
         out.append((i, k, k, acc))
         i += acc + 1

@@ -1,9 +1,11 @@
 """PNG plots of an evaluation report (matplotlib, headless).
 
 * ``throughput.png``: throughput per controller with its paired 95% interval; fixed K, rule-based and learned
-  controllers in distinct colours (legend below the axes), the oracle and plain decoding as reference lines.
+  controllers in distinct colours (legend below the axes), the clairvoyant and informed oracles and plain decoding
+  as reference lines, the headroom split shaded: *chance* (clairvoyant - informed) and the part prediction +
+  decision can remove (informed - best fixed K).
 * ``k_over_time.png``: small multiples, one row per adaptive controller and one column per category: the draft
-  length it chose along one request against the oracle's.
+  length it chose along one request against the clairvoyant oracle's (grey) and the informed oracle's (dotted).
 * ``acceptance_by_category.png``: acceptance rate (accepted / drafted) per controller, one marker per category,
   the trace's mean acceptance probability as a dashed line per category.
 """
@@ -40,10 +42,12 @@ def _kind(row: dict[str, Any]) -> str:
 
 
 def plot_throughput(report: dict[str, Any]) -> Figure:
-    """Horizontal bars: throughput by controller with 95% intervals, the oracle and plain decoding as lines."""
+    """Horizontal bars: throughput by controller with 95% intervals; both oracles and plain decoding as lines, the
+    headroom split (chance, prediction + decision) as shaded bands."""
     rows = report["rows"][::-1]
     ar_tps = 1000.0 / report["reference"]["t_ar_ms"]
-    fig, ax = plt.subplots(figsize=(8.5, 0.32 * len(rows) + 2.2))
+    height = 0.32 * len(rows) + 2.6
+    fig, ax = plt.subplots(figsize=(8.5, height))
     y = np.arange(len(rows))
     for kind, (color, label) in KINDS.items():
         idx = [i for i, r in enumerate(rows) if _kind(r) == kind]
@@ -58,12 +62,20 @@ def plot_throughput(report: dict[str, Any]) -> Figure:
             err = np.vstack([np.maximum(vals - lo, 0), np.maximum(hi - vals, 0)])
         ax.barh(y[idx], vals, xerr=err, color=color, label=label, capsize=2, error_kw={"lw": 0.8})
     ax.set_yticks(y, [r["controller"] for r in rows], fontsize=8)
-    ax.axvline(report["oracle"]["throughput_tok_s"], color="k", ls="--", label="oracle (clairvoyant)")
+    clairvoyant = report["oracle"]["throughput_tok_s"]
+    ax.axvline(clairvoyant, color="k", ls="--", label="oracle (clairvoyant)")
+    if "headroom" in report:
+        h = report["headroom"]
+        ax.axvline(h["informed_tok_s"], color="tab:green", ls="-.", label="oracle:informed (knows p_accept)")
+        ax.axvspan(h["informed_tok_s"], clairvoyant, color="0.85", lw=0, zorder=0,
+                   label="chance (clairvoyant - informed)")
+        ax.axvspan(h["best_fixed_tok_s"], h["informed_tok_s"], color="tab:green", alpha=0.08, lw=0, zorder=0,
+                   label="prediction + decision (informed - best fixed K)")
     ax.axvline(ar_tps, color="k", ls=":", label="plain decoding")
     ax.set_xlabel("throughput (tokens/s, simulated from the cost profile); bars: paired bootstrap 95% interval")
     ax.set_title(_title(report, "Throughput"), fontsize=9)
-    fig.legend(loc="lower center", ncol=5, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.legend(loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.6 / height, 1, 1))  # two legend rows below the axes
     return fig
 
 
@@ -82,6 +94,9 @@ def plot_k_over_time(report: dict[str, Any]) -> Figure:
         for row, name in enumerate(names):
             ax = axes[row, col]
             ax.fill_between(o[:, 0], o[:, 1], step="post", color="0.82", lw=0)
+            if t.get("informed"):
+                inf = np.array(t["informed"])
+                ax.step(inf[:, 0], inf[:, 1], where="post", lw=0.8, ls=":", color="tab:green")
             rounds = t["controllers"].get(name)
             if rounds:
                 a = np.array(rounds)
@@ -94,7 +109,8 @@ def plot_k_over_time(report: dict[str, Any]) -> Figure:
             if row == 0:
                 ax.set_title(f"{cat}: {t['request_id']} ({t['length']} tokens)", fontsize=8)
         axes[-1, col].set_xlabel("completion position", fontsize=8)
-    fig.suptitle(_title(report, "Drafted tokens per round (line) against the oracle's K (grey)"), fontsize=9)
+    fig.suptitle(_title(report, "Drafted tokens per round (line) against the clairvoyant oracle's K (grey) and the "
+                               "informed oracle's (dotted)"), fontsize=9)
     fig.tight_layout()
     return fig
 

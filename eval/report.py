@@ -16,6 +16,7 @@ COLUMNS = (
     ("speedup_vs_best_fixed", "vs best fixed", "{:.3f}x"),
     ("oracle_ratio", "oracle ratio", "{:.3f}"),
     ("headroom_closed", "headroom closed", "{:+.1%}"),
+    ("headroom_closed_informed", "headroom closed (informed)", "{:+.1%}"),
     ("draft_waste", "waste", "{:.3f}"),
     ("mean_accept_len", "accept len", "{:.2f}"),
     ("mean_k", "mean K", "{:.2f}"),
@@ -38,14 +39,48 @@ def _cell(row: dict[str, Any], key: str, fmt: str) -> str:
     return text
 
 
+INFORMED_LABEL = "**oracle:informed** (knows p_accept, not the draws)"
+
+
 def markdown_table(report: dict[str, Any]) -> str:
-    """The report's one table: the oracle first (the physical limit), then controllers by throughput."""
+    """The report's main table: the two oracles first (the physical limit, then the limit of any controller that
+    has to predict), then controllers by throughput."""
     head = "| " + " | ".join(c[1] for c in COLUMNS) + " |"
     sep = "|" + "|".join("---" if i == 0 else "---:" for i in range(len(COLUMNS))) + "|"
     oracle = dict(report["oracle"], controller="**oracle** (clairvoyant limit)")
     lines = [head, sep, "| " + " | ".join(_cell(oracle, k, f) for k, _, f in COLUMNS) + " |"]
+    if "informed_oracle" in report:
+        informed = dict(report["informed_oracle"], controller=INFORMED_LABEL)
+        lines.append("| " + " | ".join(_cell(informed, k, f) for k, _, f in COLUMNS) + " |")
     for row in report["rows"]:
         lines.append("| " + " | ".join(_cell(row, k, f) for k, _, f in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def headroom_section(report: dict[str, Any]) -> str:
+    """The headroom split: *chance* (clairvoyant - informed) and, per controller, *prediction + decision*
+    (informed - controller), with the headroom closed against both oracles."""
+    h = report["headroom"]
+    share = "" if h["chance_share"] is None else f", {h['chance_share']:.0%} of the best-fixed-to-clairvoyant " \
+                                                  "headroom in time"
+    lines = [
+        "## Headroom split",
+        "",
+        f"Clairvoyant oracle {h['clairvoyant_tok_s']:.2f} tok/s, informed oracle {h['informed_tok_s']:.2f}, best "
+        f"fixed K {h['best_fixed_tok_s']:.2f}. **Chance** (clairvoyant - informed) = {h['chance_tok_s']:.2f} tok/s"
+        f"{share}: what knowing the draws adds, which no controller that has to predict can remove. What "
+        f"prediction + decision can gain over the best fixed K: {h['removable_tok_s']:.2f} tok/s (informed - best "
+        "fixed K).",
+        "",
+        "| controller | tok/s | chance tok/s | prediction + decision tok/s | headroom closed (clairvoyant) | "
+        "headroom closed (informed) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in report["rows"]:
+        cells = [row["controller"], _cell(row, "throughput_tok_s", "{:.2f}"), f"{h['chance_tok_s']:.2f}",
+                 _cell(row, "prediction_decision_tok_s", "{:+.2f}"), _cell(row, "headroom_closed", "{:+.1%}"),
+                 _cell(row, "headroom_closed_informed", "{:+.1%}")]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -68,6 +103,7 @@ def markdown_report(report: dict[str, Any]) -> str:
         "",
         markdown_table(report),
         "",
+        *([headroom_section(report), ""] if "headroom" in report else []),
         "Plots: `throughput.png`, `k_over_time.png`, `acceptance_by_category.png`.",
         "",
     ])

@@ -51,6 +51,26 @@ def run_fixed_vectorised(engine: TraceEngine, requests: np.ndarray, k: int, name
                      v.drafted_total.copy(), v.accepted_total.copy())
 
 
+def run_plan_vectorised(engine: TraceEngine, requests: np.ndarray, choice: np.ndarray, offsets: np.ndarray,
+                        name: str) -> RunResult:
+    """Play a per-position K table (an oracle's policy) over all requests at once, with the engine's draws.
+
+    Args:
+        engine: Replay engine (workload, profile, seed): the same common random numbers as every controller.
+        requests: Workload request indices.
+        choice: Flat K per position of the requests' subset (``Workload.subset(requests)`` order).
+        offsets: ``(len(requests)+1,)`` boundaries of ``choice`` per request.
+        name: Row name.
+    """
+    v = VectorReplay(engine, requests)
+    base = np.asarray(offsets[:-1], dtype=np.int64) - v.start  # global position -> index into `choice`
+    last = max(len(choice) - 1, 0)
+    while v.active.any():
+        v.step(choice[np.minimum(v.pos + base, last)])  # finished requests' entries are ignored
+    return RunResult(name, v.requests, v.pos - v.start, v.time_ms.copy(), v.rounds.copy(), v.drafted_total.copy(),
+                     v.accepted_total.copy())
+
+
 def run_controller(
     engine: TraceEngine,
     requests: np.ndarray,

@@ -9,8 +9,9 @@ included, and each policy is compared with
   paired bootstrap 95% interval of the throughput ratio;
 * for K-mode policies, the **best K-level baseline in hindsight** (fixed K, ASSC, SpecLane, the transformers
   heuristic, the bandit);
-* ``marginal``, the strongest analytic rule, and the **oracle** (the share of the best-fixed-K-to-oracle headroom
-  closed).
+* ``marginal``, the strongest analytic rule, the clairvoyant **oracle** (the share of the best-fixed-K-to-oracle
+  headroom closed) and the **informed oracle** (knows p_accept, not the draws: the share of the headroom that
+  prediction + decision can remove which the policy closes).
 
 The summary gives the geometric mean of each ratio over the cells and the worst cell.
 """
@@ -27,7 +28,8 @@ from specgym.baselines.registry import ALL_BASELINES, make_controller
 from specgym.envs.core.cost import load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.workloads.domains import Cell, cell_workload, suite_cells
-from specgym.eval.harness import EvalConfig, evaluate
+from specgym.eval.harness import INFORMED, EvalConfig, evaluate
+from specgym.eval.metrics import headroom_closed
 from specgym.eval.stats import PairedBootstrap
 
 K_LEVEL = ("assc", "speclane", "speclane:ratio", "hf-heuristic", "ucb")
@@ -65,17 +67,17 @@ def run_suite(policies: Sequence[str], cells: Sequence[Cell] | None = None, k_ma
         best_k_level = min([s for s in baselines if s.startswith("fixed:") or s in K_LEVEL], key=lambda s: total[s])
         boot = PairedBootstrap(len(times[best]), bootstrap, seed=0)
         t_best_fixed = min(total[s] for s in baselines if s.startswith("fixed:") and s != "fixed:0")
-        t_oracle = total["oracle"]
+        t_oracle, t_informed = total["oracle"], total[INFORMED]
         row: dict[str, Any] = {
             "cell": cell.name, "workload": cell.workload, "profile": cell.profile, "split": cell.split,
             "synthetic": bool(rep["workload"]["synthetic"]), "requests": rep["workload"]["requests"],
             "best_baseline": best, "best_baseline_tok_s": tokens / total[best] * 1000.0,
             "best_k_level_baseline": best_k_level, "marginal_tok_s": tokens / total["marginal"] * 1000.0,
-            "oracle_tok_s": tokens / t_oracle * 1000.0, "policies": {},
+            "oracle_tok_s": tokens / t_oracle * 1000.0, "informed_oracle_tok_s": tokens / t_informed * 1000.0,
+            "policies": {},
         }
         for spec in policies:
             t = total[spec]
-            gap = t_best_fixed - t_oracle
             row["policies"][spec] = {
                 "tok_s": tokens / t * 1000.0,
                 "vs_best_baseline": total[best] / t, "vs_best_baseline_ci95": boot.ratio_ci(times[best], times[spec]),
@@ -84,7 +86,9 @@ def run_suite(policies: Sequence[str], cells: Sequence[Cell] | None = None, k_ma
                 "vs_marginal": total["marginal"] / t, "vs_marginal_ci95": boot.ratio_ci(times["marginal"],
                                                                                         times[spec]),
                 "oracle_ratio": t_oracle / t,
-                "headroom_closed": (t_best_fixed - t) / gap if gap > 1e-9 * t_best_fixed else None,
+                "headroom_closed": headroom_closed(t_best_fixed, t, t_oracle),
+                "informed_ratio": t_informed / t,
+                "headroom_closed_informed": headroom_closed(t_best_fixed, t, t_informed),
             }
         rows.append(row)
     summary = {}
@@ -98,12 +102,16 @@ def run_suite(policies: Sequence[str], cells: Sequence[Cell] | None = None, k_ma
             "worst_ci_low_vs_best_baseline": min((p["vs_best_baseline_ci95"] or (math.nan,))[0] for p in per),
             "worst_vs_best_k_level": min(p["vs_best_k_level"] for p in per),
             "cells_at_or_above_best_baseline": sum(p["vs_best_baseline"] >= 1.0 for p in per),
-            "mean_headroom_closed": float(np.mean([p["headroom_closed"] for p in per
-                                                   if p["headroom_closed"] is not None] or [math.nan])),
+            "mean_headroom_closed": _mean_defined([p["headroom_closed"] for p in per]),
+            "mean_headroom_closed_informed": _mean_defined([p["headroom_closed_informed"] for p in per]),
         }
     return {"suite": "generalization", "k_max": k_max, "max_requests": max_requests, "policies": list(policies),
             "baselines": baselines,
             "bootstrap": bootstrap, "cells": rows, "summary": summary}
+
+
+def _mean_defined(values: list[float | None]) -> float:
+    return float(np.mean([v for v in values if v is not None] or [math.nan]))
 
 
 def _geomean(values: list[float]) -> float:
@@ -124,17 +132,22 @@ def markdown(report: dict[str, Any]) -> str:
                   f"{s['worst_ci_low_vs_best_baseline']:.3f}; {s['cells_at_or_above_best_baseline']}/"
                   f"{len(report['cells'])} cells at or above it), {s['geomean_vs_best_k_level']:.3f}x the best "
                   f"K-level baseline, {s['geomean_vs_marginal']:.3f}x marginal; mean oracle headroom closed "
-                  f"{s['mean_headroom_closed']:+.1%}.", "",
+                  f"{s['mean_headroom_closed']:+.1%} (clairvoyant), "
+                  f"{s.get('mean_headroom_closed_informed', math.nan):+.1%} (informed).", "",
                   "| cell | best baseline in hindsight | policy tok/s | vs best baseline [95% CI] | vs best K-level | "
-                  "vs marginal [95% CI] | oracle ratio | headroom closed |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+                  "vs marginal [95% CI] | oracle ratio | headroom closed | informed oracle tok/s | "
+                  "headroom closed (informed) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in report["cells"]:
             p = r["policies"][spec]
             name = r["cell"] + (" *(synthetic)*" if r["synthetic"] else "")
             ci, cm = p["vs_best_baseline_ci95"], p["vs_marginal_ci95"]
             hc = "–" if p["headroom_closed"] is None else f"{p['headroom_closed']:+.1%}"
+            hi = "–" if p.get("headroom_closed_informed") is None else f"{p['headroom_closed_informed']:+.1%}"
+            it = "–" if r.get("informed_oracle_tok_s") is None else f"{r['informed_oracle_tok_s']:.1f}"
             lines.append(f"| {name} | {r['best_baseline']} ({r['best_baseline_tok_s']:.1f}) | {p['tok_s']:.1f} | "
                          f"{p['vs_best_baseline']:.3f}x" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") +
                          f" | {p['vs_best_k_level']:.3f}x | {p['vs_marginal']:.3f}x" +
-                         (f" [{cm[0]:.3f}, {cm[1]:.3f}]" if cm else "") + f" | {p['oracle_ratio']:.3f} | {hc} |")
+                         (f" [{cm[0]:.3f}, {cm[1]:.3f}]" if cm else "") +
+                         f" | {p['oracle_ratio']:.3f} | {hc} | {it} | {hi} |")
         lines.append("")
     return "\n".join(lines)

@@ -43,10 +43,22 @@ def test_report_golden_structure(small_report):
         for key, _, _ in COLUMNS[1:]:
             assert key in row
         assert row["oracle_ratio"] <= 1.0 + 1e-12
+    assert rep["oracle"]["controller"] == "oracle"  # the clairvoyant row, unchanged
+    informed = rep["informed_oracle"]  # beside it, never among the controllers' rows
+    assert informed["controller"] == informed["spec"] == "oracle:informed" and "oracle:informed" not in specs
+    assert informed["total_time_ms"] >= rep["oracle"]["total_time_ms"]
+    for key, _, _ in COLUMNS[1:]:
+        assert key in informed
+    h = rep["headroom"]
+    assert set(h) == {"best_fixed_tok_s", "informed_tok_s", "clairvoyant_tok_s", "chance_tok_s", "removable_tok_s",
+                      "chance_share"}
+    assert h["chance_tok_s"] + h["removable_tok_s"] == pytest.approx(h["clairvoyant_tok_s"] - h["best_fixed_tok_s"])
     md = (small_report / "report.md").read_text()
-    assert "(synthetic workload)" in md and "**oracle**" in md
+    assert "(synthetic workload)" in md and "**oracle**" in md and "**oracle:informed**" in md
+    assert "## Headroom split" in md and "prediction + decision" in md
     header = next(line for line in md.splitlines() if line.startswith("| controller"))
     assert [c.strip() for c in header.strip("|").split("|")] == [c[1] for c in COLUMNS]
+    assert "headroom closed (informed)" in header
     assert set(rep["traces"]) == {"code", "reasoning"}
 
 

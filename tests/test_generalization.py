@@ -147,6 +147,11 @@ def test_suite_report_compares_with_the_best_baseline_in_hindsight():
     lo, hi = p["vs_best_baseline_ci95"]
     assert lo <= p["vs_best_baseline"] <= hi
     assert 0 < p["oracle_ratio"] <= 1.0
+    cell = rep["cells"][0]
+    assert cell["informed_oracle_tok_s"] == pytest.approx(cell["oracle_tok_s"])  # a greedy workload: they coincide
+    assert p["informed_ratio"] == pytest.approx(p["oracle_ratio"])
+    assert "mean_headroom_closed_informed" in rep["summary"]["confidence:0.4"]
+    assert "headroom closed (informed)" in markdown(rep)
     assert not math.isnan(rep["summary"]["confidence:0.4"]["geomean_vs_marginal"])
     assert "confidence:0.4" in markdown(rep) and "(synthetic)" in markdown(rep)
     assert load_profile("speclane-table")

@@ -2,8 +2,9 @@
 
 Grammar: ``NAME`` or ``NAME:ARG`` (split at the first ``:``). Built in:
 ``fixed:K`` (0..k_max), ``assc``, ``speclane[:ratio]``, ``hf-heuristic``, ``confidence[:TAU|:adaptive]``,
-``cumulative[:H]``, ``entropy[:LAM[:GAMMA]]``, ``ucb``, ``marginal[:THRESHOLD]``, and ``ppo:NAME_OR_DIR`` (an
-exported policy: a shipped policy's name or a folder; a bare policy folder works too). ``all`` (in
+``cumulative[:H]``, ``entropy[:LAM[:GAMMA]]``, ``ucb``, ``marginal[:THRESHOLD]``, ``ppo:NAME_OR_DIR`` (an
+exported policy: a shipped policy's name or a folder; a bare policy folder works too) and ``predicted:NAME_OR_FILE``
+(the marginal rule on a learned acceptance predictor). ``all`` (in
 :func:`expand_specs`) = every baseline with its defaults plus ``fixed:1..fixed:k_max``. ``assc`` gets the range
 [2, k_max] (the write-up's [2, 8] is its example for k_max = 8); the other adaptive baselines cap at the request's
 ``ctx.k_max``. Users add their own prefixes with :func:`register_prefix`. Every bad spec raises
@@ -212,6 +213,13 @@ def _ppo(arg: str | None, k_max: int) -> Controller:
     return ctrl
 
 
+def _predicted(arg: str | None, k_max: int) -> Controller:
+    """``predicted:NAME`` (a shipped acceptance predictor) or ``predicted:FILE`` (a predictor JSON)."""
+    from specgym.agents.predicted_marginal import make_predicted
+
+    return make_predicted(arg, k_max)
+
+
 for _prefix, _factory, _usage in (
     ("fixed", _fixed, "fixed:K (K=0..K_MAX)"),
     ("assc", _assc, "assc"),
@@ -223,5 +231,6 @@ for _prefix, _factory, _usage in (
     ("ucb", _no_arg(UCBBandit), "ucb"),
     ("marginal", _marginal, "marginal[:THRESHOLD]"),
     ("ppo", _ppo, "ppo:NAME|DIR (exported policy)"),
+    ("predicted", _predicted, "predicted:NAME|FILE (acceptance predictor)"),
 ):
     _REGISTRY[_prefix] = _Entry(_factory, _usage, builtin=True)

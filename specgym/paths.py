@@ -22,6 +22,7 @@ WORKLOADS_DIR = DATA_DIR / "workloads"
 PROFILES_DIR = DATA_DIR / "profiles"
 MODELS_DIR = DATA_DIR / "models"
 POLICIES_DIR = DATA_DIR / "policies"
+PREDICTORS_DIR = DATA_DIR / "predictors"
 
 #: Workloads in order of preference for commands run without ``--workload``: the recorded greedy trace of the
 #: shipped model pair when present, else the synthetic SpecLane mix.

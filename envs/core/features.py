@@ -267,15 +267,16 @@ class TokenDecisionState:
         self.prefix_prob = 1.0
         self.expected = 1.0  # tokens the round produces if it verifies now: the target's own token
 
-    def add(self, step: DraftStep) -> None:
-        """Fold in the draft token just proposed."""
+    def add(self, step: DraftStep, accept: float | None = None) -> None:
+        """Fold in the draft token just proposed; ``accept`` (a predictor's acceptance probability) replaces the
+        calibrated confidence as its acceptance estimate when given."""
         self.drafted = step.index
         self.cap = step.cap
         self.conf, self.entropy = step.conf, step.entropy
         self.conf_prod *= step.conf
         if step.conf < self.conf_min:
             self.conf_min = step.conf
-        self.accept_est = self.tracker.calibration.accept_prob(step.conf)
+        self.accept_est = self.tracker.calibration.accept_prob(step.conf) if accept is None else accept
         self.prefix_prob *= self.accept_est
         self.expected += self.prefix_prob
 

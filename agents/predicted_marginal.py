@@ -1,0 +1,84 @@
+"""PredictedMarginal (``predicted:NAME``): the cost-aware marginal rule on a learned acceptance predictor.
+
+The marginal rule (:mod:`specgym.baselines.marginal`) drafts on while one more token raises the round's expected
+rate; the quality of that rule is the quality of its per-token acceptance estimate. ``marginal`` estimates it from
+the draft's confidence, calibrated online; this controller asks a trained
+:class:`~specgym.envs.core.acceptance_predictor.AcceptancePredictor` instead, which also reads the recorded context
+signals (the draft's top-k shape, the context lookup). Everything else — costs, the expected-tokens arithmetic, the
+decision before the first token, the online calibration it falls back on — is the marginal rule's, unchanged.
+
+Where a draft step lacks a signal the predictor reads (a trace without v2 columns, an engine without lookups) the
+step falls back to calibrated confidence, so on such input this controller decides exactly as ``marginal``.
+
+Predictors: a shipped name (``data/predictors/NAME.json``, e.g. the pair's) or a path to a predictor JSON file
+(``specgym predictor train``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specgym.baselines.marginal import MarginalStop
+from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor
+from specgym.envs.core.rounds import DraftStep, RequestContext
+from specgym.errors import SpecgymError
+from specgym.paths import PREDICTORS_DIR
+
+
+def list_predictors() -> list[str]:
+    """Names of the shipped predictors."""
+    return sorted(p.stem for p in PREDICTORS_DIR.glob("*.json")) if PREDICTORS_DIR.is_dir() else []
+
+
+def resolve_predictor(name_or_path: str) -> Path:
+    """The file of a shipped predictor name or a path; a miss lists the shipped names."""
+    p = Path(name_or_path)
+    if p.suffix == ".json" or p.exists():
+        if not p.is_file():
+            raise SpecgymError(f"{p}: acceptance predictor file not found")
+        return p
+    shipped = PREDICTORS_DIR / f"{name_or_path}.json"
+    if not shipped.is_file():
+        raise SpecgymError(f"unknown acceptance predictor {name_or_path!r}; shipped: "
+                           f"{', '.join(list_predictors()) or 'none'} (or give a .json path)")
+    return shipped
+
+
+class PredictedMarginal(MarginalStop):
+    """The marginal rule with the predictor's acceptance probability per draft token.
+
+    Args:
+        predictor: A loaded predictor.
+        name: Row name (default ``predicted:<predictor name>``).
+        threshold: As :class:`MarginalStop`.
+    """
+
+    def __init__(self, predictor: AcceptancePredictor, name: str | None = None, threshold: float = 1.0) -> None:
+        super().__init__(threshold)
+        self.predictor = predictor
+        self.name = name or f"predicted:{predictor.name}"
+        self._temperature = 0.0
+        self.predicted = 0  # draft tokens priced by the predictor (the rest fell back to calibrated confidence)
+        self.fallbacks = 0
+
+    def reset(self, ctx: RequestContext) -> None:
+        """New request (see :meth:`MarginalStop.reset`)."""
+        super().reset(ctx)
+        self._temperature = float(ctx.temperature)
+
+    def keep_drafting(self, step: DraftStep) -> bool:
+        """Draft on iff one more token raises the round's expected rate, with the predicted acceptance."""
+        p = self.predictor.predict_step(step, self._temperature)
+        if p is None:
+            self.fallbacks += 1
+        else:
+            self.predicted += 1
+        self.decisions.add(step, accept=p)
+        return self.decisions.marginal_ratio() > self.threshold
+
+
+def make_predicted(arg: str | None, k_max: int) -> PredictedMarginal:
+    """Registry factory of ``predicted:NAME|PATH``."""
+    if not arg:
+        raise SpecgymError("predicted needs a shipped predictor name or a predictor .json path, e.g. predicted:midpair")
+    return PredictedMarginal(load_predictor(resolve_predictor(arg)), name=f"predicted:{arg}")

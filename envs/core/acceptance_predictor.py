@@ -1,0 +1,251 @@
+"""A learned acceptance predictor: P(draft token accepted) from the signals a controller has before verification.
+
+The decision of when to stop drafting is a threshold on the acceptance probability (SpecDec++), so a controller is as
+good as its estimate of that probability. The draft's confidence alone is a weak estimate (AUC ~0.84 on the greedy
+midpair); recorded context signals (:mod:`specgym.envs.core.signals`, trace format v2) add what the draft does not
+know about itself, above all whether the text is repeating (the context lookup). This module is the predictor's
+*inference* and artifact: a small model over a fixed design matrix, numpy only, stored as JSON with its signal
+groups, feature version and a checksum over every field that changes its output. Training lives in
+:mod:`specgym.training.predictor`.
+
+**Inputs** (:func:`design_matrix`; the same function serves training on trace columns and deployment on one
+:class:`~specgym.envs.core.rounds.DraftStep`), by signal group:
+
+* ``conf``: ``logit(draft_conf)`` (clipped to +-12) — always present;
+* ``shape``: draft entropy / 8 nats, the top-2 probability, ``top1 - top2``, ``log(top1 / top2)``, the top-8 mass;
+* ``position``: ``log1p(completion position) / log1p(4096)``, and the temperature;
+* ``lookup``: one-hot of the lookup match length 1..4, whether its continuation equals the draft token, and that
+  agreement times the match length / 4;
+* ``hidden``: the draft hidden-state sketch (``D`` values), when recorded.
+
+Every column is standardised with the training set's mean and scale (stored). **Models**: ``logistic`` (one
+linear layer) or ``mlp`` (one tanh hidden layer), chosen by validation log loss.
+
+**Degrading**: a predictor needs its groups' signals; where a step lacks one (a synthetic trace, a v1 trace, an
+engine without lookups) :meth:`AcceptancePredictor.predict_step` returns ``None`` and the controller falls back to
+calibrated confidence. Bump :data:`PREDICTOR_VERSION` when any input's meaning or scaling changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specgym.envs.core.rounds import DraftStep
+from specgym.errors import SpecgymError
+
+PREDICTOR_VERSION = 1
+SIGNAL_GROUPS = ("conf", "shape", "position", "lookup", "hidden")
+MODEL_KINDS = ("logistic", "mlp")
+_LOGIT_CLIP = 12.0
+_ENTROPY_SCALE = 8.0
+_LOG_POS = math.log1p(4096.0)
+_EPS = 1e-6
+
+
+def group_columns(groups: tuple[str, ...], hidden_dim: int = 0) -> list[str]:
+    """Names of the design-matrix columns of ``groups``, in order."""
+    names: list[str] = []
+    for g in SIGNAL_GROUPS:
+        if g not in groups:
+            continue
+        if g == "conf":
+            names += ["logit_conf"]
+        elif g == "shape":
+            names += ["entropy", "top2", "top1_minus_top2", "log_top1_over_top2", "top8_mass"]
+        elif g == "position":
+            names += ["log_position", "temperature"]
+        elif g == "lookup":
+            names += [f"lookup_len_{n}" for n in range(1, 5)] + ["lookup_agree", "lookup_agree_x_len"]
+        elif g == "hidden":
+            names += [f"hidden_{d}" for d in range(hidden_dim)]
+    return names
+
+
+def check_groups(groups: tuple[str, ...] | list[str], where: str = "groups") -> tuple[str, ...]:
+    """Validated groups in canonical order (``conf`` always included)."""
+    unknown = [g for g in groups if g not in SIGNAL_GROUPS]
+    if unknown:
+        raise SpecgymError(f"{where}: unknown signal group(s) {unknown}; choose from {', '.join(SIGNAL_GROUPS)}")
+    return tuple(g for g in SIGNAL_GROUPS if g in set(groups) | {"conf"})
+
+
+def design_matrix(groups: tuple[str, ...], conf: np.ndarray, entropy: np.ndarray, position: np.ndarray,
+                  temperature: np.ndarray | float, topk: np.ndarray | None = None,
+                  lookup_len: np.ndarray | None = None, lookup_agree: np.ndarray | None = None,
+                  hidden: np.ndarray | None = None) -> np.ndarray | None:
+    """The predictor's inputs for ``n`` draft tokens, ``(n, F)`` float64 (unstandardised); ``None`` when a signal a
+    group needs is absent.
+
+    Args:
+        groups: Signal groups (:data:`SIGNAL_GROUPS`), canonical order.
+        conf, entropy, position: ``(n,)`` draft confidence, draft entropy (nats), completion position.
+        temperature: Sampling temperature (scalar or ``(n,)``).
+        topk, lookup_len, lookup_agree, hidden: The v2 signals (``(n, 8)``, ``(n,)``, ``(n,)``, ``(n, D)``).
+    """
+    conf = np.asarray(conf, dtype=np.float64)
+    n = conf.shape[0]
+    cols: list[np.ndarray] = []
+    c = np.clip(conf, _EPS, 1.0 - _EPS)
+    cols.append(np.clip(np.log(c) - np.log1p(-c), -_LOGIT_CLIP, _LOGIT_CLIP)[:, None])
+    if "shape" in groups:
+        if topk is None:
+            return None
+        tk = np.asarray(topk, dtype=np.float64)
+        t1, t2 = tk[:, 0], tk[:, 1]
+        ent = np.minimum(np.asarray(entropy, dtype=np.float64), _ENTROPY_SCALE) / _ENTROPY_SCALE
+        ratio = np.log(np.maximum(t1, _EPS)) - np.log(np.maximum(t2, _EPS))
+        cols.append(np.stack([ent, t2, t1 - t2, np.minimum(ratio, _LOGIT_CLIP), tk.sum(axis=1)], axis=1))
+    if "position" in groups:
+        temp = np.broadcast_to(np.asarray(temperature, dtype=np.float64), (n,))
+        cols.append(np.stack([np.log1p(np.asarray(position, dtype=np.float64)) / _LOG_POS, temp], axis=1))
+    if "lookup" in groups:
+        if lookup_len is None or lookup_agree is None:
+            return None
+        ll = np.asarray(lookup_len, dtype=np.int64)
+        ag = np.asarray(lookup_agree, dtype=np.float64)
+        onehot = (ll[:, None] == np.arange(1, 5)[None, :]).astype(np.float64)
+        cols.append(np.concatenate([onehot, ag[:, None], (ag * ll / 4.0)[:, None]], axis=1))
+    if "hidden" in groups:
+        if hidden is None:
+            return None
+        cols.append(np.asarray(hidden, dtype=np.float64).reshape(n, -1))
+    return np.concatenate(cols, axis=1)
+
+
+@dataclass(frozen=True)
+class AcceptancePredictor:
+    """A trained acceptance predictor (see the module docstring).
+
+    Attributes:
+        name: Short identifier, e.g. ``midpair``.
+        groups: Signal groups it reads.
+        kind: ``logistic`` or ``mlp``.
+        mean, scale: Standardisation of each design-matrix column.
+        layers: ``[(W, b), ...]``: ``logistic`` one ``(F, 1)`` layer; ``mlp`` ``(F, H)`` tanh then ``(H, 1)``.
+        hidden_dim: Width of the hidden sketch it reads (0 without the ``hidden`` group).
+        version: :data:`PREDICTOR_VERSION` it was trained with.
+        meta: Provenance and measured figures (workload, pair, AUC...): does not change the function.
+    """
+
+    name: str
+    groups: tuple[str, ...]
+    kind: str
+    mean: np.ndarray
+    scale: np.ndarray
+    layers: tuple[tuple[np.ndarray, np.ndarray], ...]
+    hidden_dim: int = 0
+    version: int = PREDICTOR_VERSION
+    meta: dict[str, Any] | None = None
+
+    @property
+    def columns(self) -> list[str]:
+        """Design-matrix column names."""
+        return group_columns(self.groups, self.hidden_dim)
+
+    def predict_matrix(self, x: np.ndarray) -> np.ndarray:
+        """Acceptance probabilities of unstandardised design rows ``x`` ``(n, F)``."""
+        h = (np.asarray(x, dtype=np.float64) - self.mean) / self.scale
+        for i, (w, b) in enumerate(self.layers):
+            h = h @ w + b
+            if i < len(self.layers) - 1:
+                h = np.tanh(h)
+        z = np.clip(h[:, 0], -30.0, 30.0)
+        return 1.0 / (1.0 + np.exp(-z))
+
+    def predict_step(self, step: DraftStep, temperature: float) -> float | None:
+        """P(the draft token of ``step`` is accepted), or ``None`` when the step lacks a signal this predictor reads."""
+        sig = step.signals
+        topk = ll = ag = hid = None
+        if sig is not None:
+            tk, lk, agr, hs = sig.topk, sig.lookup_len, sig.lookup_agree, sig.hidden_sketch
+            topk = None if tk is None else tk[-1:]
+            ll = None if lk is None else lk[-1:]
+            ag = None if agr is None else agr[-1:]
+            hid = None if hs is None else hs[-1:]
+        x = design_matrix(self.groups, np.array([step.conf]), np.array([step.entropy]), np.array([step.position]),
+                          temperature, topk, ll, ag, hid)
+        if x is None or x.shape[1] != self.mean.shape[0]:
+            return None
+        return float(self.predict_matrix(x)[0])
+
+    # ------------------------------------------------------------------------------------------ artifact
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form; ``sha256`` covers every field that changes the function (not ``meta``)."""
+        body = self._function_fields()
+        return {**body, "name": self.name, "meta": self.meta or {}, "sha256": _digest(body)}
+
+    def _function_fields(self) -> dict[str, Any]:
+        return {"format": "specgym-acceptance-predictor", "version": int(self.version), "groups": list(self.groups),
+                "kind": self.kind, "hidden_dim": int(self.hidden_dim), "columns": self.columns,
+                "mean": [float(v) for v in self.mean], "scale": [float(v) for v in self.scale],
+                "layers": [{"w": np.asarray(w, dtype=np.float64).tolist(), "b": np.asarray(b, dtype=np.float64)
+                            .tolist()} for w, b in self.layers]}
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "<predictor>") -> AcceptancePredictor:
+        """Build and validate; a tampered or mismatched artifact raises one line naming ``where`` and the field."""
+        if not isinstance(d, dict) or d.get("format") != "specgym-acceptance-predictor":
+            raise SpecgymError(f"{where}: not a specgym acceptance predictor (field 'format')")
+        version = d.get("version")
+        if version != PREDICTOR_VERSION:
+            raise SpecgymError(f"{where}: predictor version {version!r}, this specgym reads version "
+                               f"{PREDICTOR_VERSION}: retrain it with specgym predictor train")
+        try:
+            groups = check_groups(list(d["groups"]), f"{where}: field 'groups'")
+            kind = str(d["kind"])
+            hidden_dim = int(d["hidden_dim"])
+            mean = np.asarray(d["mean"], dtype=np.float64)
+            scale = np.asarray(d["scale"], dtype=np.float64)
+            layers = tuple((np.asarray(layer["w"], dtype=np.float64), np.asarray(layer["b"], dtype=np.float64))
+                           for layer in d["layers"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SpecgymError(f"{where}: malformed predictor ({exc})") from None
+        if kind not in MODEL_KINDS:
+            raise SpecgymError(f"{where}: field 'kind' must be one of {MODEL_KINDS}, got {kind!r}")
+        pred = cls(str(d.get("name", "predictor")), groups, kind, mean, scale, layers, hidden_dim, version,
+                   d.get("meta") or {})
+        if d.get("columns") != pred.columns:
+            raise SpecgymError(f"{where}: field 'columns' does not match groups {list(groups)} (signal list "
+                               f"mismatch)")
+        f = len(pred.columns)
+        width = f
+        for i, (w, b) in enumerate(layers):
+            if w.ndim != 2 or w.shape[0] != width or b.shape != (w.shape[1],):
+                raise SpecgymError(f"{where}: field 'layers[{i}]' has shape {w.shape}/{b.shape}, expected "
+                                   f"({width}, H)/(H,)")
+            width = w.shape[1]
+        if width != 1 or mean.shape != (f,) or scale.shape != (f,) or not np.all(scale > 0):
+            raise SpecgymError(f"{where}: fields 'mean'/'scale'/'layers' do not fit {f} columns")
+        if d.get("sha256") != _digest(pred._function_fields()):
+            raise SpecgymError(f"{where}: checksum mismatch (field 'sha256'): the file was edited or damaged")
+        return pred
+
+
+def _digest(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def save_predictor(pred: AcceptancePredictor, path: str | Path, overwrite: bool = False) -> Path:
+    """Write ``pred`` as JSON atomically."""
+    from specgym.io import atomic_write_text
+
+    return atomic_write_text(Path(path), json.dumps(pred.to_dict(), indent=1) + "\n", overwrite=overwrite)
+
+
+def load_predictor(path: str | Path) -> AcceptancePredictor:
+    """Read a predictor JSON file (pickle-free); defects raise one line naming the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecgymError(f"{p}: acceptance predictor file not found")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SpecgymError(f"{p}: not valid JSON ({exc})") from None
+    return AcceptancePredictor.from_dict(data, where=str(p))

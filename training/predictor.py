@@ -1,0 +1,197 @@
+"""Training and measuring the acceptance predictor (:mod:`specgym.envs.core.acceptance_predictor`).
+
+Data: every position of a workload's split, its signals at the correct prefix (trace format v2) and its label —
+greedy traces the accept bit, sampled traces ``p_accept`` as a soft label (the exact acceptance probability, so the
+fit needs no draws). The loss is the binary cross-entropy with an L2 penalty, minimised by L-BFGS (scipy) on
+standardised inputs; ``logistic`` and a small ``mlp`` (one tanh layer) are both fitted and the one with the lower
+validation log loss is kept (:func:`select_predictor`).
+
+Measures (:func:`predictor_metrics`): AUC (soft labels count each position as accepted with weight ``p`` and
+rejected with ``1 - p``), log loss, expected calibration error (10 equal-width bins), against calibrated
+confidence (the ``conf``-only logistic: Platt scaling of the draft's confidence).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from specgym.envs.core.acceptance_predictor import (
+    MODEL_KINDS,
+    AcceptancePredictor,
+    check_groups,
+    design_matrix,
+)
+from specgym.envs.workloads.trace_format import Workload
+from specgym.errors import SpecgymError
+
+
+@dataclass
+class Dataset:
+    """Design rows and labels of a workload split."""
+
+    x: np.ndarray
+    y: np.ndarray
+    loops: np.ndarray  # per row: the request has a repetition loop (lookup agreement on most positions)
+
+
+def workload_dataset(wl: Workload, split: str, groups: tuple[str, ...], max_rows: int | None = None,
+                     seed: int = 0) -> Dataset:
+    """The predictor's design matrix and labels over the positions of ``split``'s requests."""
+    groups = check_groups(groups)
+    reqs = wl.split_indices(split)
+    rows = np.concatenate([np.arange(wl.offsets[r], wl.offsets[r + 1]) for r in reqs]) if len(reqs) else \
+        np.zeros(0, np.int64)
+    pos = np.concatenate([np.arange(wl.offsets[r + 1] - wl.offsets[r]) for r in reqs]) if len(reqs) else rows
+    temp = np.concatenate([np.full(wl.offsets[r + 1] - wl.offsets[r], wl.temperature[r]) for r in reqs]) \
+        if len(reqs) else rows.astype(np.float64)
+
+    def col(name: str) -> np.ndarray | None:
+        a = getattr(wl, name, None)
+        return None if a is None else a[rows]
+
+    x = design_matrix(groups, wl.draft_conf[rows], wl.draft_entropy[rows], pos, temp, col("draft_topk"),
+                      col("lookup_len"), col("lookup_agree"), col("hidden_sketch"))
+    if x is None:
+        missing = [g for g in groups if g in ("shape", "lookup", "hidden")]
+        raise SpecgymError(f"workload {wl.name!r} lacks the signals of group(s) {missing}: record it with trace "
+                           f"format v2 (specgym record), or train on --groups conf,position")
+    loops = np.concatenate([np.full(wl.offsets[r + 1] - wl.offsets[r], request_loops(wl, int(r))) for r in reqs]) \
+        if len(reqs) else np.zeros(0, bool)
+    y = wl.p_accept[rows].astype(np.float64)
+    if max_rows is not None and len(y) > max_rows:
+        keep = np.sort(np.random.default_rng(seed).choice(len(y), max_rows, replace=False))
+        x, y, loops = x[keep], y[keep], loops[keep]
+    return Dataset(x, y, loops)
+
+
+def request_loops(wl: Workload, r: int, share: float = 0.5) -> bool:
+    """True when request ``r`` repeats itself: its lookup continuation equals the draft token at more than ``share``
+    of its positions (a repetition loop); ``False`` without lookup signals."""
+    agree = getattr(wl, "lookup_agree", None)
+    if agree is None:
+        return False
+    sl = slice(int(wl.offsets[r]), int(wl.offsets[r + 1]))
+    a = agree[sl]
+    return bool(len(a) and a.mean() > share)
+
+
+# ---------------------------------------------------------------------------------------------------- fitting
+def _unpack(theta: np.ndarray, shapes: list[tuple[int, int]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    layers, i = [], 0
+    for fin, fout in shapes:
+        w = theta[i: i + fin * fout].reshape(fin, fout)
+        i += fin * fout
+        b = theta[i: i + fout]
+        i += fout
+        layers.append((w, b))
+    return layers
+
+
+def _loss_grad(theta: np.ndarray, x: np.ndarray, y: np.ndarray, shapes: list[tuple[int, int]], l2: float):
+    layers = _unpack(theta, shapes)
+    acts = [x]
+    h = x
+    for i, (w, b) in enumerate(layers):
+        h = h @ w + b
+        if i < len(layers) - 1:
+            h = np.tanh(h)
+        acts.append(h)
+    z = acts[-1][:, 0]
+    n = len(y)
+    # BCE with logits: log(1 + e^z) - y z
+    loss = float(np.mean(np.logaddexp(0.0, z) - y * z)) + 0.5 * l2 * sum(float((w * w).sum()) for w, _ in layers)
+    g = ((1.0 / (1.0 + np.exp(-z))) - y)[:, None] / n
+    grads: list[np.ndarray] = []
+    for i in range(len(layers) - 1, -1, -1):
+        w, _ = layers[i]
+        a_in = acts[i]
+        gw = a_in.T @ g + l2 * w
+        gb = g.sum(axis=0)
+        grads = [gw.ravel(), gb] + grads
+        if i > 0:
+            g = (g @ w.T) * (1.0 - acts[i] ** 2)
+    return loss, np.concatenate(grads)
+
+
+def fit_predictor(train: Dataset, groups: tuple[str, ...], kind: str = "logistic", hidden_units: int = 16,
+                  l2: float = 1e-4, seed: int = 0, name: str = "predictor", hidden_dim: int = 0,
+                  max_iter: int = 400) -> AcceptancePredictor:
+    """Fit one model (``logistic`` or ``mlp``) by L-BFGS on standardised inputs."""
+    from scipy.optimize import minimize
+
+    if kind not in MODEL_KINDS:
+        raise SpecgymError(f"model kind {kind!r}: choose one of {', '.join(MODEL_KINDS)}")
+    if len(train.y) == 0:
+        raise SpecgymError("no training positions (empty split)")
+    mean = train.x.mean(axis=0)
+    scale = train.x.std(axis=0)
+    scale = np.where(scale > 1e-8, scale, 1.0)
+    xs = (train.x - mean) / scale
+    f = xs.shape[1]
+    shapes = [(f, 1)] if kind == "logistic" else [(f, hidden_units), (hidden_units, 1)]
+    rng = np.random.default_rng(seed)
+    theta0 = np.concatenate([np.concatenate([rng.standard_normal(fi * fo) * (0.0 if kind == "logistic" else
+                                                                          1.0 / np.sqrt(fi)), np.zeros(fo)])
+                             for fi, fo in shapes])
+    res = minimize(_loss_grad, theta0, args=(xs, train.y, shapes, l2), jac=True, method="L-BFGS-B",
+                   options={"maxiter": max_iter})
+    layers = tuple((w.copy(), b.copy()) for w, b in _unpack(res.x, shapes))
+    return AcceptancePredictor(name, groups, kind, mean, scale, layers, hidden_dim)
+
+
+def select_predictor(wl: Workload, groups: tuple[str, ...], name: str, kinds: tuple[str, ...] = MODEL_KINDS,
+                     max_rows: int | None = 200_000, seed: int = 0) -> tuple[AcceptancePredictor, dict[str, Any]]:
+    """Fit every kind on the train split, keep the one with the lowest validation log loss; returns it and the
+    validation figures of every candidate."""
+    groups = check_groups(groups)
+    hidden_dim = int(wl.hidden_sketch.shape[1]) if "hidden" in groups and getattr(wl, "hidden_sketch", None) \
+        is not None else 0
+    train = workload_dataset(wl, "train", groups, max_rows, seed)
+    val = workload_dataset(wl, "val", groups)
+    candidates: dict[str, Any] = {}
+    best: AcceptancePredictor | None = None
+    for kind in kinds:
+        pred = fit_predictor(train, groups, kind, name=name, hidden_dim=hidden_dim, seed=seed)
+        m = predictor_metrics(pred.predict_matrix(val.x), val.y)
+        candidates[kind] = m
+        if best is None or m["log_loss"] < candidates[best.kind]["log_loss"]:
+            best = pred
+    assert best is not None
+    return best, candidates
+
+
+# ---------------------------------------------------------------------------------------------------- metrics
+def soft_auc(p: np.ndarray, y: np.ndarray) -> float:
+    """AUC with soft labels: each row is a positive of weight ``y`` and a negative of weight ``1 - y``."""
+    order = np.argsort(p, kind="mergesort")
+    p, y = p[order], y[order]
+    pos, neg = y, 1.0 - y
+    # ties: give each tied group half credit
+    _, start, counts = np.unique(p, return_index=True, return_counts=True)
+    neg_before = np.concatenate([[0.0], np.cumsum(neg)])
+    auc = 0.0
+    for s, c in zip(start, counts):
+        e = s + c
+        n_below = neg_before[s]
+        n_tie = neg_before[e] - neg_before[s]
+        auc += float(pos[s:e].sum()) * (n_below + 0.5 * n_tie)
+    total = float(pos.sum()) * float(neg.sum())
+    return auc / total if total > 0 else float("nan")
+
+
+def predictor_metrics(p: np.ndarray, y: np.ndarray, bins: int = 10) -> dict[str, float]:
+    """AUC, log loss, expected calibration error and the mean prediction vs the mean label."""
+    p = np.clip(np.asarray(p, dtype=np.float64), 1e-7, 1 - 1e-7)
+    y = np.asarray(y, dtype=np.float64)
+    ll = float(np.mean(-(y * np.log(p) + (1 - y) * np.log1p(-p))))
+    idx = np.minimum((p * bins).astype(int), bins - 1)
+    ece = 0.0
+    for b in range(bins):
+        m = idx == b
+        if m.any():
+            ece += m.mean() * abs(float(p[m].mean()) - float(y[m].mean()))
+    return {"auc": soft_auc(p, y), "log_loss": ll, "ece": float(ece), "mean_pred": float(p.mean()),
+            "mean_label": float(y.mean()), "positions": int(len(y))}

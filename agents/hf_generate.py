@@ -25,7 +25,12 @@ transformers' assistant stops drafting at EOS (the draft model's generation conf
 Round time in the :class:`RoundOutcome` is the wall clock from ``get_candidates`` to ``update_candidate_strategy``
 (draft + verify of that round). Draft features come from
 :func:`~specgym.envs.engines.draft_stats.draft_stats` over the assistant's scores (already tempered by its logits
-processors), the definition the live engine and the recorder use.
+processors), the definition the live engine and the recorder use. The pre-verification signals
+(:class:`~specgym.envs.core.signals.DraftSignals` in ``DraftStep.signals`` and ``RoundOutcome.signals``) are those
+of the live engine: the top-8 probabilities of the same scores, and the context lookup from an incremental n-gram
+index over the prompt and the accepted tokens (O(1) per token; each round's drafts are appended tentatively and
+rolled back at the next round). The hidden sketch is not available here (transformers' assistant loop does not
+expose the draft's hidden states to a stopping criterion): ``hidden_sketch`` is ``None``.
 """
 
 from __future__ import annotations
@@ -38,9 +43,11 @@ import numpy as np
 
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile, placeholder_profile
+from specgym.envs.core.lookup import NGramIndex
 from specgym.envs.core.request import Episode
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome
-from specgym.envs.engines.draft_stats import draft_stats
+from specgym.envs.core.signals import TOPK, DraftSignals, SignalColumns
+from specgym.envs.engines.draft_stats import draft_stats, top_probs
 from specgym.errors import SpecgymError
 
 try:  # transformers is an optional dependency (extra "hf")
@@ -67,10 +74,20 @@ class _ControllerStop(StoppingCriteria):
         g._conf.append(conf)
         g._ent.append(ent)
         j = len(g._conf)
+        signals = None
+        topk, lens, agree = g._rows
+        if j <= len(lens):
+            tok = int(input_ids[0, -1])
+            n, cont = g._index.lookup()  # the index holds the sequence before this draft token
+            g._index.append(tok)
+            topk[j - 1] = top_probs(st.probs)[0].cpu().numpy()
+            lens[j - 1] = n
+            agree[j - 1] = n > 0 and cont == tok
+            signals = DraftSignals(g._signals, 0, j)
         stop = False
         keep = g.episode.keep_drafting
         if keep is not None and j < g._cap:
-            stop = not keep(DraftStep(j, g._cap, g._position + j - 1, conf, ent))
+            stop = not keep(DraftStep(j, g._cap, g._position + j - 1, conf, ent, signals))
         return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
 
 
@@ -105,6 +122,14 @@ class ControllerCandidateGenerator(AssistedCandidateGenerator):
         self._conf: list[float] = []
         self._ent: list[float] = []
         self._t0 = 0.0
+        self._index = NGramIndex()
+        self._rows = self._new_rows(0)
+        self._signals = SignalColumns(*self._rows)
+
+    @staticmethod
+    def _new_rows(cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Zeroed signal rows (top-k, lookup length, lookup agreement) for up to ``cap`` draft tokens."""
+        return np.zeros((cap, TOPK), np.float32), np.zeros(cap, np.int8), np.zeros(cap, np.bool_)
 
     def get_candidates(self, input_ids, **kwargs):
         """Ask the controller for K, clip it, and draft up to that many tokens."""
@@ -116,6 +141,13 @@ class ControllerCandidateGenerator(AssistedCandidateGenerator):
         self._cap = max(0, min(k, self.k_max, remaining - 1))
         self.num_assistant_tokens = self._cap
         self._conf, self._ent = [], []
+        # roll back last round's drafts, add the tokens verified since (the prompt, the first time)
+        index = self._index
+        index.truncate(index.committed)
+        index.extend(input_ids[0, index.committed:].tolist())
+        index.commit()
+        self._rows = self._new_rows(self._cap)
+        self._signals = SignalColumns(*self._rows)
         return super().get_candidates(input_ids, **kwargs)
 
     def _prepare_generation_args(self, input_ids, min_new_tokens: int, max_new_tokens: int) -> dict:
@@ -139,6 +171,7 @@ class ControllerCandidateGenerator(AssistedCandidateGenerator):
             self._position, self._cap, drafted, accepted, accepted + 1, (time.perf_counter() - self._t0) * 1000.0,
             np.asarray(self._conf[:drafted], dtype=np.float32), np.asarray(self._ent[:drafted], dtype=np.float32),
             done=int(input_ids.shape[-1]) >= self.main_model_max_length,
+            signals=DraftSignals(self._signals, 0, min(drafted, len(self._conf))),
         )
         if self.rounds is not None:
             self.rounds.append(outcome)

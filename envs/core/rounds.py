@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specgym.envs.core.cost import CostProfile
+from specgym.envs.core.signals import DraftSignals
 from specgym.errors import SpecgymError
 
 #: Draft cap every command, environment and controller uses unless told otherwise.
@@ -68,6 +69,8 @@ class DraftStep:
         position: Completion position of this token (``i + j - 1``).
         conf: Draft probability of the proposed token.
         entropy: Entropy (nats) of the draft distribution at this token.
+        signals: Pre-verification signals of the round's draft tokens ``1..j`` (this token last:
+            ``signals.topk[-1]``), or ``None`` when the engine has none (a trace without signal columns).
     """
 
     index: int
@@ -75,6 +78,7 @@ class DraftStep:
     position: int
     conf: float
     entropy: float
+    signals: DraftSignals | None = None
 
 
 @dataclass(slots=True)
@@ -91,6 +95,8 @@ class RoundOutcome:
         draft_conf: Draft confidence of each drafted token, shape ``(drafted,)``.
         draft_entropy: Draft entropy (nats) of each drafted token, shape ``(drafted,)``.
         done: True when the request's completion is finished after this round.
+        signals: Pre-verification signals of each drafted token (``drafted`` rows,
+            :mod:`specgym.envs.core.signals`), or ``None`` when the engine has none.
     """
 
     position: int
@@ -102,6 +108,7 @@ class RoundOutcome:
     draft_conf: np.ndarray = field(default_factory=lambda: _EMPTY)
     draft_entropy: np.ndarray = field(default_factory=lambda: _EMPTY)
     done: bool = False
+    signals: DraftSignals | None = None
 
     @property
     def forced(self) -> bool:

@@ -59,8 +59,10 @@ class LeanGPT2:
         """An empty cache for one sequence of up to ``n_positions`` tokens."""
         return KVCache(len(self.blocks), self.heads, self.capacity, self.head_dim, self.wte.dtype, self.wte.device)
 
-    def __call__(self, ids: list[int], cache: KVCache) -> Any:
-        """Logits ``(len(ids), V)`` of the tokens ``ids`` following the ``cache.length`` tokens in ``cache``."""
+    def __call__(self, ids: list[int], cache: KVCache, hidden: bool = False) -> Any:
+        """Logits ``(len(ids), V)`` of the tokens ``ids`` following the ``cache.length`` tokens in ``cache``; with
+        ``hidden``, ``(logits, h)`` where ``h`` ``(len(ids), width)`` is the last hidden state (after ``ln_f``, as
+        transformers' ``hidden_states[-1]``)."""
         import torch
         import torch.nn.functional as F
 
@@ -83,7 +85,8 @@ class LeanGPT2:
             x = x + block.attn.c_proj(att.transpose(0, 1).reshape(n, self.width))
             x = x + block.mlp.c_proj(block.mlp.act(block.mlp.c_fc(block.ln_2(x))))
         cache.length = end
-        return self.lm_head(self.ln_f(x))
+        h = self.ln_f(x)
+        return (self.lm_head(h), h) if hidden else self.lm_head(h)
 
 
 def lean_runner(model: Any) -> LeanGPT2 | None:

@@ -22,6 +22,16 @@ model forward takes ``cache=`` (``past_key_values=`` is deprecated).
 Draft features of each drafted token (``RoundOutcome.draft_conf`` / ``draft_entropy``) come from
 :func:`~specgym.envs.engines.draft_stats.draft_stats`, the definition the recorder uses for trace columns.
 
+Pre-verification signals (``signals=True``, the default): for each drafted token the engine computes online what
+the recorder writes in the v2 trace columns and hands it to the controller as
+:class:`~specgym.envs.core.signals.DraftSignals` (in ``DraftStep.signals`` and ``RoundOutcome.signals``): the
+draft's top-8 probabilities, the context lookup from an incremental n-gram index
+(:class:`~specgym.envs.core.lookup.NGramIndex`: O(1) per token; the round's drafts are appended tentatively, so
+draft ``j`` looks up ``prompt + accepted + d_1..d_{j-1}``, and rolled back to the accepted ones after verification)
+and, given a ``sketch`` projection (a trace's :meth:`~specgym.envs.workloads.trace_format.Workload.sketch_projection`),
+the draft's projected last hidden state. At every draft token whose earlier drafts in the round are all accepted
+the prefix is the correct one, so the signals equal the recorder's (up to float rounding of the cached forward).
+
 Each model runs in its own dtype (e.g. draft float32, target bfloat16 where the CPU has native bf16): speedups are
 measured against plain decoding of the same target in the same dtype.
 
@@ -47,9 +57,11 @@ import numpy as np
 
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile, placeholder_profile
+from specgym.envs.core.lookup import NGramIndex
 from specgym.envs.core.request import KeepDrafting, Request, drive
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome, check_k_max
-from specgym.envs.engines.draft_stats import draft_stats
+from specgym.envs.core.signals import TOPK, DraftSignals, SignalColumns
+from specgym.envs.engines.draft_stats import draft_stats, top_probs
 from specgym.errors import SpecgymError
 
 
@@ -304,10 +316,15 @@ class LiveEngine:
         eos_token_id: Used only with ``stop_at_eos``.
         lean: Run GPT-2 models through :mod:`specgym.envs.engines.lean_forward` (same logits up to float rounding,
             far less per-call overhead); other models always use the transformers forward.
+        signals: Compute the pre-verification signals of each draft token (:class:`DraftSignals` in the round
+            records); ``False`` leaves them ``None`` (the recorder's generation pass).
+        sketch: Projection ``(hidden, D)`` of the draft's last hidden state (``signals.hidden_sketch``); ``None`` =
+            no sketch.
     """
 
     def __init__(self, draft: Any, target: Any, k_max: int = DEFAULT_K_MAX, timing: str | CostProfile = "wall",
-                 profile: CostProfile | None = None, eos_token_id: int | None = None, lean: bool = True):
+                 profile: CostProfile | None = None, eos_token_id: int | None = None, lean: bool = True,
+                 signals: bool = True, sketch: np.ndarray | None = None):
         import torch
 
         from specgym.envs.engines.lean_forward import lean_runner
@@ -336,6 +353,12 @@ class LiveEngine:
         self.vocab = min(draft.get_output_embeddings().weight.shape[0], target.get_output_embeddings().weight.shape[0])
         self._torch = torch
         self._lean = {id(m): lean_runner(m) for m in (draft, target)} if lean else {}
+        self.signals = bool(signals)
+        self.sketch = None if sketch is None else np.asarray(sketch, dtype=np.float32)
+        hidden = int(draft.get_output_embeddings().weight.shape[1])
+        if self.sketch is not None and (self.sketch.ndim != 2 or self.sketch.shape[0] != hidden):
+            raise SpecgymError(f"sketch projection has shape {self.sketch.shape}, expected ({hidden}, D) for the "
+                               f"draft's hidden size {hidden}")
 
     @classmethod
     def from_pair(cls, pair: LivePair, **kw: Any) -> LiveEngine:
@@ -374,6 +397,16 @@ class LiveEngine:
             return runner(ids, cache)[:, : self.vocab]
         x = self._torch.tensor([ids], dtype=self._torch.long, device=self.device)
         return model(input_ids=x, cache=cache, use_cache=True).logits[0, :, : self.vocab]
+
+    def forward_hidden(self, model: Any, ids: list[int], cache: Any) -> tuple[Any, Any]:
+        """Logits ``(len(ids), V)`` and last hidden states ``(len(ids), width)`` of one cached forward."""
+        runner = self._lean.get(id(model))
+        if runner is not None:
+            logits, h = runner(ids, cache, hidden=True)
+            return logits[:, : self.vocab], h
+        x = self._torch.tensor([ids], dtype=self._torch.long, device=self.device)
+        out = model(input_ids=x, cache=cache, use_cache=True, output_hidden_states=True)
+        return out.logits[0, :, : self.vocab], out.hidden_states[-1][0]
 
     def check_request(self, prompt_len: int, max_new_tokens: int) -> None:
         """Raise if a request does not fit the models' context."""
@@ -464,6 +497,7 @@ class LiveRequest(Request):
         self.stop_at_eos = stop_at_eos
         self.position = 0
         self.done = False
+        self.index = NGramIndex(self.prompt) if engine.signals else None
         with torch.inference_mode():
             t0 = engine._clock()
             self.tcache = engine.new_cache(engine.target)
@@ -482,27 +516,57 @@ class LiveRequest(Request):
         with self.engine._torch.inference_mode():
             return self._play(self.clip(k), keep_drafting)
 
-    def _draft(self, cap: int, keep_drafting: KeepDrafting | None) -> tuple[list[int], list, list[float], list[float]]:
-        """Propose up to ``cap`` tokens one at a time; returns tokens, their draft distributions, conf, entropy."""
+    def _signal_rows(self, cap: int) -> SignalColumns | None:
+        """Zeroed signal arrays for a round of up to ``cap`` draft tokens (``None`` without signals)."""
+        eng = self.engine
+        if not eng.signals:
+            return None
+        d = 0 if eng.sketch is None else eng.sketch.shape[1]
+        return SignalColumns(np.zeros((cap, TOPK), np.float32), np.zeros(cap, np.int8), np.zeros(cap, np.bool_),
+                             None if eng.sketch is None else np.zeros((cap, d), np.float32))
+
+    def _draft(self, cap: int, keep_drafting: KeepDrafting | None
+               ) -> tuple[list[int], list, list[float], list[float], SignalColumns | None]:
+        """Propose up to ``cap`` tokens one at a time; returns tokens, their draft distributions, conf, entropy and
+        their signals (the lookup index then holds the drafts, to be rolled back after verification)."""
         eng, seq, dcache = self.engine, self.seq, self.dcache
         temperature = 0.0 if self.greedy else self.temperature
         drafts: list[int] = []
         q_probs: list = []
         confs: list[float] = []
         ents: list[float] = []
+        sig, index, sketch = self._signal_rows(cap), self.index, eng.sketch
+        empty = np.zeros((cap, 1), np.float32)
+        rows = [empty, empty, empty, empty] if sig is None else \
+            [empty if a is None else a for a in (sig.topk, sig.lookup_len, sig.lookup_agree, sig.hidden_sketch)]
+        topk_rows, len_rows, agree_rows, sketch_rows = rows
         feed = seq[dcache.get_seq_length():]  # catch the draft cache up with the accepted sequence
         for j in range(1, cap + 1):
-            st = draft_stats(eng.forward(eng.draft, feed, dcache)[-1:], temperature, generator=self.gen)
+            if sketch is not None:
+                logits, hidden = eng.forward_hidden(eng.draft, feed, dcache)
+            else:
+                logits = eng.forward(eng.draft, feed, dcache)
+            st = draft_stats(logits[-1:], temperature, generator=self.gen)
             tok, conf, ent = int(st.tokens[0]), float(st.conf[0]), float(st.entropy[0])
             drafts.append(tok)
             q_probs.append(st.probs[0])
             confs.append(conf)
             ents.append(ent)
+            step_signals = None
+            if sig is not None and index is not None:
+                topk_rows[j - 1] = top_probs(st.probs)[0].cpu().numpy()
+                n, cont = index.lookup()
+                len_rows[j - 1] = n
+                agree_rows[j - 1] = n > 0 and cont == tok
+                if sketch is not None:
+                    sketch_rows[j - 1] = hidden[-1].float().cpu().numpy() @ sketch
+                index.append(tok)
+                step_signals = DraftSignals(sig, 0, j)
             if j < cap and keep_drafting is not None and \
-                    not keep_drafting(DraftStep(j, cap, self.position + j - 1, conf, ent)):
+                    not keep_drafting(DraftStep(j, cap, self.position + j - 1, conf, ent, step_signals)):
                 break
             feed = [tok]
-        return drafts, q_probs, confs, ents
+        return drafts, q_probs, confs, ents, sig
 
     def _verify(self, drafts: list[int], q_probs: list) -> tuple[int, int]:
         """One target forward over ``[last, drafts...]``; returns (accepted, the target's extra token)."""
@@ -534,10 +598,15 @@ class LiveRequest(Request):
         eng, seq = self.engine, self.seq
         i, n = self.position, self.length
         r0 = eng._clock()
-        drafts, q_probs, confs, ents = self._draft(cap, keep_drafting) if cap > 0 else ([], [], [], [])
+        drafts, q_probs, confs, ents, sig = self._draft(cap, keep_drafting) if cap > 0 else \
+            ([], [], [], [], self._signal_rows(0))
         draft_phase_ms = (eng._clock() - r0) * 1000.0
         drafted = len(drafts)
         accepted, extra = self._verify(drafts, q_probs)
+        if self.index is not None:  # keep the accepted drafts, add the target's token
+            self.index.truncate(len(seq) + accepted)
+            self.index.append(extra)
+            self.index.commit()
         new = drafts[:accepted] + [extra]
         # roll back both caches to the accepted prefix
         if drafted > accepted:
@@ -560,7 +629,8 @@ class LiveRequest(Request):
         self.position = i_end
         self.done = i_end >= n
         outcome = RoundOutcome(i, cap, drafted, accepted, produced, time_ms, np.asarray(confs, dtype=np.float32),
-                               np.asarray(ents, dtype=np.float32), done=self.done)
+                               np.asarray(ents, dtype=np.float32), done=self.done,
+                               signals=None if sig is None else DraftSignals(sig, 0, drafted))
         res = self.result
         res.tokens.extend(new)
         if len(res.tokens) > n:

@@ -9,7 +9,13 @@ then ONE teacher-forced forward of each model over ``prompt + completion`` yield
 * sampling (T > 0): with ``p = softmax(target/T)`` and ``q = softmax(draft/T)``: ``p_accept = sum_x min(p, q)``;
 * ``draft_conf`` and ``draft_entropy`` by :func:`~specgym.envs.engines.draft_stats.draft_stats`, the live engine's
   definition (sampling draws the proposed token from ``q``, seeded), so replayed and live features have the same
-  distribution; ``target_entropy = H(p)``.
+  distribution; ``target_entropy = H(p)``;
+* the format v2 signal columns: ``token_id`` (the completion), ``draft_token`` (the proposed token above),
+  ``target_rank`` (:func:`~specgym.envs.engines.draft_stats.token_rank` of the target's token in the draft's raw
+  logits), ``draft_topk`` (:func:`~specgym.envs.engines.draft_stats.top_probs` of ``q``), the context lookup
+  (``lookup_len``, ``lookup_token``, ``lookup_agree``; :func:`~specgym.envs.core.lookup.lookup_columns`) and, with
+  ``hidden_sketch=D``, the draft's last hidden state (after the final layer norm) times a fixed projection
+  (:func:`~specgym.envs.core.signals.sketch_projection`, stored in the metadata).
 
 Prompts file: JSON Lines, one object per line: ``{"prompt": str, "id"?: str, "category"?: str,
 "max_new_tokens"?: int, "temperature"?: float}``; blank lines are skipped; errors name the line.
@@ -36,7 +42,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from specgym.envs.core.cost import CostProfile
-from specgym.envs.engines.draft_stats import draft_stats
+from specgym.envs.core.lookup import LOOKUP_MAX_N, lookup_columns
+from specgym.envs.core.signals import TOPK, projection_to_meta, sketch_projection
+from specgym.envs.engines.draft_stats import draft_stats, token_rank, top_probs
 from specgym.envs.engines.live_engine import LiveEngine, LivePair
 from specgym.envs.workloads.trace_format import Workload, save_workload, workload_from_requests
 from specgym.errors import SpecgymError
@@ -133,15 +141,20 @@ def request_length(request_id: str, lo: int, hi: int, seed: int) -> int:
 
 
 def trace_columns(draft: Any, target: Any, prompt_ids: Sequence[int], completion: Sequence[int],
-                  temperature: float, seed: int = 0, vocab: int | None = None) -> dict[str, np.ndarray]:
+                  temperature: float, seed: int = 0, vocab: int | None = None,
+                  sketch: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Every per-position trace column of one request from one teacher-forced forward of each model."""
-    return trace_columns_batch(draft, target, [(prompt_ids, completion, temperature, seed)], vocab)[0]
+    return trace_columns_batch(draft, target, [(prompt_ids, completion, temperature, seed)], vocab, sketch)[0]
 
 
 def trace_columns_batch(draft: Any, target: Any, items: Sequence[tuple[Sequence[int], Sequence[int], float, int]],
-                        vocab: int | None = None) -> list[dict[str, np.ndarray]]:
+                        vocab: int | None = None, sketch: np.ndarray | None = None) -> list[dict[str, np.ndarray]]:
     """Trace columns of several requests, ``(prompt_ids, completion, temperature, seed)`` each, with one batched
-    teacher-forced forward of each model (right-padded: a causal model's logits at a position never see padding)."""
+    teacher-forced forward of each model (right-padded: a causal model's logits at a position never see padding).
+
+    Args:
+        sketch: The hidden sketch's projection ``(hidden, D)``; ``None`` = no ``hidden_sketch`` column.
+    """
     import torch
 
     seqs = [list(p) + list(c[:-1]) for p, c, _, _ in items]
@@ -153,7 +166,9 @@ def trace_columns_batch(draft: Any, target: Any, items: Sequence[tuple[Sequence[
         mask[row, : len(x)] = 1
     with torch.inference_mode():
         t_all = target(input_ids=ids, attention_mask=mask).logits
-        d_all = draft(input_ids=ids.to(draft.device), attention_mask=mask.to(draft.device)).logits
+        d_out = draft(input_ids=ids.to(draft.device), attention_mask=mask.to(draft.device),
+                      output_hidden_states=sketch is not None)
+        d_all = d_out.logits
     out = []
     for row, (prompt_ids, completion, temperature, seed) in enumerate(items):
         p_len, n = len(prompt_ids), len(completion)
@@ -172,8 +187,17 @@ def trace_columns_batch(draft: Any, target: Any, items: Sequence[tuple[Sequence[
         p_accept = (d.tokens == tokens).float() if temperature == 0 else \
             torch.minimum(p, d.probs).sum(-1).clamp(0.0, 1.0)
         cols = {"p_accept": p_accept, "draft_conf": d.conf, "draft_entropy": d.entropy,
-                "target_entropy": (-(p * lp).sum(-1)).clamp_min(0.0)}
-        out.append({k: v.cpu().numpy().astype(np.float32) for k, v in cols.items()})
+                "target_entropy": (-(p * lp).sum(-1)).clamp_min(0.0), "draft_topk": top_probs(d.probs)}
+        res = {k: v.cpu().numpy().astype(np.float32) for k, v in cols.items()}
+        res["token_id"] = np.asarray(completion, dtype=np.int32)
+        res["draft_token"] = d.tokens.cpu().numpy().astype(np.int32)
+        res["target_rank"] = token_rank(d_logits, tokens).cpu().numpy().astype(np.int32)
+        res["lookup_len"], res["lookup_token"], res["lookup_agree"] = lookup_columns(prompt_ids, completion,
+                                                                                     res["draft_token"])
+        if sketch is not None:
+            hidden = d_out.hidden_states[-1][row, p_len - 1 : p_len - 1 + n].float().cpu().numpy()
+            res["hidden_sketch"] = (hidden @ sketch).astype(np.float32)
+        out.append(res)
     return out
 
 
@@ -199,12 +223,20 @@ class Recorder:
         pair: The loaded pair (:func:`specgym.envs.engines.live_engine.load_pair`).
         gen_k: Fixed draft cap used to generate completions (exact speculative decoding; only speed depends on it).
         k_max: Engine k_max (>= gen_k).
+        hidden_sketch: Dimension D of the hidden sketch column (0 = none).
+        sketch_seed: Seed of the sketch's projection.
     """
 
-    def __init__(self, pair: LivePair, gen_k: int = 4, k_max: int = 8):
+    def __init__(self, pair: LivePair, gen_k: int = 4, k_max: int = 8, hidden_sketch: int = 0,
+                 sketch_seed: int = 0):
         self.pair = pair
-        self.engine = LiveEngine.from_pair(pair, k_max=max(k_max, gen_k))
+        self.engine = LiveEngine.from_pair(pair, k_max=max(k_max, gen_k), signals=False)
         self.gen_k = gen_k
+        if hidden_sketch < 0:
+            raise SpecgymError(f"--hidden-sketch must be >= 0, got {hidden_sketch}")
+        hidden = int(pair.draft.get_output_embeddings().weight.shape[1])
+        self.sketch = sketch_projection(hidden, hidden_sketch, sketch_seed) if hidden_sketch else None
+        self.sketch_seed = sketch_seed
         self.trace_s = 0.0
         self.gen_s = 0.0
         self.positions = 0
@@ -229,10 +261,19 @@ class Recorder:
         t0 = time.perf_counter()
         cols = trace_columns_batch(self.pair.draft, self.pair.target,
                                    [(r["_prompt_ids"], r["completion"], r["temperature"], r["_seed"]) for r in pending],
-                                   vocab=self.engine.vocab)
+                                   vocab=self.engine.vocab, sketch=self.sketch)
         self.trace_s += time.perf_counter() - t0
         self.positions += sum(len(r["completion"]) for r in pending)
         return [{**{k: v for k, v in r.items() if not k.startswith("_")}, **c} for r, c in zip(pending, cols)]
+
+    def signal_meta(self) -> dict[str, Any]:
+        """The ``signals`` metadata block of the traces this recorder writes."""
+        meta: dict[str, Any] = {"topk": TOPK, "lookup_max_n": LOOKUP_MAX_N, "vocab_size": int(self.engine.vocab),
+                                "rank": "true rank of the target's token in the draft's raw logits, 0 = top-1, "
+                                        "ties by token id"}
+        if self.sketch is not None:
+            meta["hidden_sketch"] = projection_to_meta(self.sketch, self.sketch_seed)
+        return meta
 
     def record(self, spec: PromptSpec, n: int, temperature: float, seed: int) -> dict[str, Any]:
         """One request dict (``workload_from_requests`` format) plus its completion tokens."""
@@ -284,8 +325,12 @@ def record_workload(
     extra: dict[str, Any] | None = None,
     split_fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
     batch: int = 8,
+    hidden_sketch: int = 0,
 ) -> tuple[Workload, dict[str, Any]]:
     """Record every prompt, resumably, and write the workload atomically.
+
+    Args:
+        hidden_sketch: Dimension of the optional ``hidden_sketch`` column (0 = not recorded).
 
     Returns:
         ``(workload, stats)``; stats holds counts, timings, trace positions/s and the greedy loop share.
@@ -296,7 +341,7 @@ def record_workload(
     if temperature < 0 or not math.isfinite(temperature):
         raise SpecgymError(f"--temperature must be >= 0, got {temperature}")
     lo, hi = parse_length(max_new_tokens)
-    rec = Recorder(pair, gen_k=gen_k)
+    rec = Recorder(pair, gen_k=gen_k, hidden_sketch=hidden_sketch)
     for spec in prompts:
         n = spec.max_new_tokens or hi
         plen = len(pair.tokenizer(spec.text, add_special_tokens=False)["input_ids"])
@@ -307,7 +352,8 @@ def record_workload(
             )
     header = {"draft": pair.draft_name, "target": pair.target_name, "temperature": temperature,
               "max_new_tokens": str(max_new_tokens), "seed": seed, "gen_k": gen_k,
-              "prompts": sha256_file(prompts_path)[:16] if prompts_path else len(prompts)}
+              "prompts": sha256_file(prompts_path)[:16] if prompts_path else len(prompts),
+              "format": 2, "hidden_sketch": hidden_sketch}
     partial = out.with_name(out.name + PARTIAL_SUFFIX)
     if restart and partial.exists():
         partial.unlink()
@@ -363,6 +409,7 @@ def record_workload(
         "loop_share_by_category": {c: loop_share([x for x, r in zip(completions, requests) if r["category"] == c])
                                    for c in dict.fromkeys(r["category"] for r in requests)},
         "mean_p_accept": float(np.mean(np.concatenate([np.asarray(r["p_accept"]) for r in requests]))),
+        "lookup_agree_share": float(np.mean(np.concatenate([np.asarray(r["lookup_agree"]) for r in requests]))),
     }
     source = {"kind": "recorded", "draft_model": portable_name(pair.draft_name),
               "target_model": portable_name(pair.target_name), "temperature": temperature,
@@ -372,7 +419,8 @@ def record_workload(
     wl = workload_from_requests(name or out.stem, source, profile, requests, split_seed=seed,
                                 split_fractions=split_fractions,
                                 extra={"loop_share": stats["loop_share"],
-                                       "loop_share_by_category": stats["loop_share_by_category"], **(extra or {})})
+                                       "loop_share_by_category": stats["loop_share_by_category"], **(extra or {})},
+                                signal_meta=rec.signal_meta())
     save_workload(wl, out, overwrite=overwrite)
     partial.unlink()
     return wl, stats

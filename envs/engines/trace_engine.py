@@ -16,6 +16,11 @@ fast, and what lets the oracle plan over the same outcomes.
 For greedy traces the replay is exact (the draft proposes the target's tokens up to the first rejection). Draft
 features of tokens after the first rejection come from the correct-prefix trace: an approximation, since the real
 draft would be conditioned on its own wrong token; controllers only learn of the rejection at verification.
+
+Signals: a trace with v2 signal columns (:mod:`specgym.envs.workloads.trace_format`) gives controllers the same
+:class:`~specgym.envs.core.signals.DraftSignals` record the live engine computes online (``DraftStep.signals``: the
+round's draft tokens so far; ``RoundOutcome.signals``: every drafted token), a view of the trace rows of the round's
+positions; a trace without them gives ``None``. Rows after the first rejection are correct-prefix values, as above.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.request import KeepDrafting, Request
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome, check_k_max
+from specgym.envs.core.signals import DraftSignals
 from specgym.envs.workloads.trace_format import Workload
 from specgym.errors import SpecgymError
 
@@ -75,6 +81,7 @@ class TraceEngine:
         self.t_ar = float(self.round_times[0])
         self._runs: dict[int, np.ndarray] = {}
         self._all_runs: np.ndarray | None = None
+        self.signals = workload.signal_columns()
 
     # ------------------------------------------------------------------------------------------ outcomes
     def request_runs(self, r: int) -> np.ndarray:
@@ -143,7 +150,7 @@ class ReplayRequest(Request):
     """
 
     __slots__ = ("engine", "r", "context", "position", "length", "k_max", "done", "_runs", "_conf", "_ent",
-                 "_times")
+                 "_times", "_sig", "_base")
 
     def __init__(self, engine: TraceEngine, r: int, runs: np.ndarray):
         wl = engine.workload
@@ -159,6 +166,16 @@ class ReplayRequest(Request):
         self._conf = wl.draft_conf[sl]
         self._ent = wl.draft_entropy[sl]
         self._times = engine.round_times.tolist()
+        self._sig = engine.signals
+        self._base = sl.start
+
+    def signals(self, position: int, n: int) -> DraftSignals | None:
+        """The signals of ``n`` draft tokens proposed from ``position`` (``None`` when the trace has none)."""
+        sig = self._sig
+        if sig is None:
+            return None
+        start = self._base + position
+        return DraftSignals(sig, start, start + n)
 
     def play(self, k: int, keep_drafting: KeepDrafting | None = None) -> RoundOutcome:
         """Play one round with draft cap ``k``; ``keep_drafting`` (token-level) may stop after token j < K."""
@@ -168,10 +185,10 @@ class ReplayRequest(Request):
         cap = self.clip(int(k))
         drafted = cap
         if keep_drafting is not None and cap > 1:
-            conf, ent = self._conf, self._ent
+            conf, ent, signals = self._conf, self._ent, self.signals
             for j in range(1, cap):
                 p = i + j - 1
-                if not keep_drafting(DraftStep(j, cap, p, float(conf[p]), float(ent[p]))):
+                if not keep_drafting(DraftStep(j, cap, p, float(conf[p]), float(ent[p]), signals(i, j))):
                     drafted = j
                     break
         return self.verify(cap, drafted)
@@ -190,7 +207,7 @@ class ReplayRequest(Request):
         self.done = self.position >= self.length
         return RoundOutcome(
             i, cap, drafted, accepted, produced, self._times[drafted],
-            self._conf[i : i + drafted], self._ent[i : i + drafted], self.done,
+            self._conf[i : i + drafted], self._ent[i : i + drafted], self.done, self.signals(i, drafted),
         )
 
 

@@ -17,8 +17,36 @@ Every value at position ``i`` is computed with the correct prefix (prompt + the 
 * ``draft_entropy[i]``: entropy of the draft distribution (nats); ``target_entropy[i]``: the target's, NaN if
   unknown (synthetic traces).
 
+**Format v2** adds optional per-position signal columns, for the acceptance predictor (what a controller can know
+before verification) and exact greedy tree replay (the rank of the target's token). Each is present in every
+request or absent; an absent column loads as ``None``, never as zeros (v1 files and synthetic workloads have none).
+With ``d_i`` the draft's logits at position ``i`` (correct prefix), ``q_i`` its distribution at the recording
+temperature (greedy: ``softmax(d_i)``; sampled: ``softmax(d_i / T)``) and ``t_i`` the target's token:
+
+* ``token_id`` (``list<int32>``): ``t_i``, the completion itself (lookups and tree tests recompute from it);
+* ``draft_token`` (``list<int32>``): the token the draft proposes (greedy: ``argmax d_i``, so
+  ``p_accept = [draft_token == token_id]``; sampled: the recorder's seeded draw from ``q_i``);
+* ``target_rank`` (``list<int32>``): the TRUE rank of ``t_i`` in the draft's order, 0 = the draft's top-1:
+  ``#{v: d_i[v] > d_i[t_i]} + #{v < t_i: d_i[v] == d_i[t_i]}`` (ties broken by token id, as ``argmax`` does; raw
+  logits, so the rank does not depend on the temperature). Not capped: a tree of width ``w`` at that depth holds
+  the target's token iff ``target_rank < w``. Greedy: ``p_accept = [target_rank == 0]``;
+* ``draft_topk`` (``list<fixed_size_list<float32>[8]>``): the 8 largest probabilities of ``q_i``, descending (0-padded
+  when the vocabulary is smaller);
+* ``lookup_len`` (``list<int8>``), ``lookup_token`` (``list<int32>``), ``lookup_agree`` (``list<bool>``): the
+  context lookup on ``prompt + t_0..t_{i-1}`` (:mod:`specgym.envs.core.lookup`): the longest ``n <= 4`` whose
+  suffix occurred earlier (0 if none), the token that followed its latest earlier occurrence (-1 if none), and
+  whether that token equals ``draft_token``;
+* ``hidden_sketch`` (``list<fixed_size_list<float32>[D]>``, optional even in recorded v2 traces): the draft's last
+  hidden state (after the final layer norm) times a fixed seeded random projection ``(hidden, D)``, stored exactly
+  in the metadata (``signals.hidden_sketch``, :func:`~specgym.envs.core.signals.projection_to_meta`).
+
+The metadata block ``signals`` describes them (``topk``, ``lookup_max_n``, ``vocab_size``, ``rank``,
+``hidden_sketch``). The loader checks every present column (list type, per-request lengths equal to ``p_accept``'s,
+value type, ranges, and the identities above) and names the file and the field in a one-line error.
+
 Replay draws ``u[i]`` uniformly per position and accepts iff ``u[i] < p_accept[i]``
-(:mod:`specgym.envs.engines.trace_engine`).
+(:mod:`specgym.envs.engines.trace_engine`); the engine hands the signal columns to controllers as
+:class:`~specgym.envs.core.signals.DraftSignals`.
 """
 
 from __future__ import annotations
@@ -32,15 +60,29 @@ from collections.abc import Sequence
 import numpy as np
 
 from specgym.envs.core.cost import CostProfile
+from specgym.envs.core.lookup import LOOKUP_MAX_N
+from specgym.envs.core.signals import TOPK, SignalColumns, projection_from_meta
 from specgym.errors import SpecgymError
 from specgym.io import atomic_path
 from specgym.paths import WORKLOADS_DIR
 
-FORMAT_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+FORMAT_VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)
 META_KEY = b"specgym"
 SPLITS = ("train", "val", "test")
 POSITION_COLUMNS = ("p_accept", "draft_conf", "draft_entropy", "target_entropy")
+#: Optional per-position signal columns of format v2 (numpy dtype, trailing width: None = scalar per position,
+#: "topk" = TOPK, "sketch" = the metadata's hidden_sketch.dim).
+SIGNAL_COLUMNS: dict[str, tuple[Any, str | None]] = {
+    "token_id": (np.int32, None),
+    "draft_token": (np.int32, None),
+    "target_rank": (np.int32, None),
+    "draft_topk": (np.float32, "topk"),
+    "lookup_len": (np.int8, None),
+    "lookup_token": (np.int32, None),
+    "lookup_agree": (np.bool_, None),
+    "hidden_sketch": (np.float32, "sketch"),
+}
 REQUEST_COLUMNS = ("request_id", "category", "temperature", "prompt_len", "prompt_text", "split")
 SOURCE_KINDS = ("recorded", "synthetic")
 
@@ -67,6 +109,10 @@ class Workload:
         prompt_text: optional per-request prompt text.
         split_seed: seed the split assignment was drawn from.
         extra: free-form metadata kept through a save/load round trip.
+        token_id, draft_token, target_rank, draft_topk, lookup_len, lookup_token, lookup_agree, hidden_sketch:
+            the optional v2 signal columns (module docstring), flat over positions (``draft_topk`` ``(n, 8)``,
+            ``hidden_sketch`` ``(n, D)``); ``None`` where absent.
+        signal_meta: the ``signals`` metadata block (empty without signal columns).
     """
 
     name: str
@@ -85,6 +131,15 @@ class Workload:
     prompt_text: list[str] | None = None
     split_seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    token_id: np.ndarray | None = None
+    draft_token: np.ndarray | None = None
+    target_rank: np.ndarray | None = None
+    draft_topk: np.ndarray | None = None
+    lookup_len: np.ndarray | None = None
+    lookup_token: np.ndarray | None = None
+    lookup_agree: np.ndarray | None = None
+    hidden_sketch: np.ndarray | None = None
+    signal_meta: dict[str, Any] = field(default_factory=dict)
 
     # ----------------------------------------------------------------------------------------------- views
     @property
@@ -111,6 +166,21 @@ class Workload:
     def label(self) -> str:
         """Name with a ``(synthetic)`` tag where it applies, for tables and plots."""
         return f"{self.name} (synthetic)" if self.is_synthetic else self.name
+
+    @property
+    def signal_names(self) -> list[str]:
+        """The v2 signal columns this workload carries (empty for v1 and synthetic traces)."""
+        return [c for c in SIGNAL_COLUMNS if getattr(self, c) is not None]
+
+    def signal_columns(self) -> SignalColumns | None:
+        """The controller-visible signals (:class:`SignalColumns` over the flat positions), or ``None`` if none."""
+        cols = SignalColumns(self.draft_topk, self.lookup_len, self.lookup_agree, self.hidden_sketch)
+        return None if cols.empty else cols
+
+    def sketch_projection(self) -> np.ndarray | None:
+        """The hidden sketch's projection ``(hidden, D)`` from the metadata, or ``None`` without a sketch."""
+        meta = self.signal_meta.get("hidden_sketch")
+        return None if meta is None else projection_from_meta(meta, f"workload {self.name!r}")
 
     def span(self, r: int) -> slice:
         """Slice of the flat position arrays owned by request ``r``."""
@@ -151,6 +221,7 @@ class Workload:
             draft_entropy=self.draft_entropy[gather],
             target_entropy=self.target_entropy[gather],
             prompt_text=None if self.prompt_text is None else [self.prompt_text[i] for i in idx],
+            **{c: getattr(self, c)[gather] for c in self.signal_names},
         )
 
     def metadata(self) -> dict[str, Any]:
@@ -162,6 +233,7 @@ class Workload:
             "profile": self.profile.to_dict(),
             "split_seed": int(self.split_seed),
             "extra": self.extra,
+            **({"signals": self.signal_meta} if self.signal_meta else {}),
         }
 
 
@@ -194,12 +266,17 @@ def workload_from_requests(
     split_seed: int = 0,
     split_fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
     extra: dict[str, Any] | None = None,
+    signal_meta: dict[str, Any] | None = None,
 ) -> Workload:
     """Assemble a workload from per-request dicts.
 
-    Each dict holds ``request_id``, ``category``, ``temperature``, ``prompt_len``, optional ``prompt_text`` and
-    the per-position arrays ``p_accept``, ``draft_conf``, ``draft_entropy`` and optional ``target_entropy``.
-    Splits are assigned from ``split_seed`` unless every request carries a ``split``.
+    Each dict holds ``request_id``, ``category``, ``temperature``, ``prompt_len``, optional ``prompt_text``, the
+    per-position arrays ``p_accept``, ``draft_conf``, ``draft_entropy``, optional ``target_entropy`` and the
+    optional signal columns (:data:`SIGNAL_COLUMNS`; each in every request or in none). Splits are assigned from
+    ``split_seed`` unless every request carries a ``split``.
+
+    Args:
+        signal_meta: The ``signals`` metadata block (recorded traces with signal columns).
     """
     if not requests:
         raise SpecgymError(f"workload {name!r}: no requests")
@@ -213,6 +290,20 @@ def workload_from_requests(
             v = r.get(col)
             parts.append(np.full(n, np.nan, np.float32) if v is None else np.asarray(v, dtype=np.float32))
         return np.concatenate(parts).astype(np.float32, copy=False)
+
+    signals: dict[str, np.ndarray] = {}
+    for col, (dtype, _) in SIGNAL_COLUMNS.items():
+        have = [r.get(col) is not None for r in requests]
+        if not any(have):
+            continue
+        if not all(have):
+            raise SpecgymError(f"workload {name!r}: field {col!r} present in some requests only (all or none)")
+        parts = [np.asarray(r[col]) for r in requests]
+        bad = next((k for k, (v, n) in enumerate(zip(parts, lengths)) if len(v) != n), None)
+        if bad is not None:
+            raise SpecgymError(f"workload {name!r}: field {col!r} has {len(parts[bad])} values, expected "
+                               f"{lengths[bad]} (request {requests[bad]['request_id']!r})")
+        signals[col] = np.concatenate(parts).astype(dtype, copy=False)
 
     if all("split" in r for r in requests):
         split = np.array([r["split"] for r in requests], dtype=object)
@@ -236,6 +327,8 @@ def workload_from_requests(
         prompt_text=None if all(t is None for t in texts) else [t or "" for t in texts],
         split_seed=split_seed,
         extra=dict(extra or {}),
+        signal_meta=dict(signal_meta or {}),
+        **signals,
     )
     validate_workload(wl, where=f"workload {name!r}")
     return wl
@@ -287,6 +380,67 @@ def validate_workload(wl: Workload, where: str) -> None:
         raise SpecgymError(f"{where}: field 'split' has unknown value(s) {sorted(bad_split)}; allowed {SPLITS}")
     if len(set(wl.request_id.tolist())) != r:
         raise SpecgymError(f"{where}: field 'request_id' has duplicates")
+    _validate_signals(wl, where)
+
+
+def _validate_signals(wl: Workload, where: str) -> None:
+    """Checks of the v2 signal columns: shape and dtype, ranges, and the identities between them."""
+    n, off = wl.n_positions, wl.offsets
+    sketch_meta = wl.signal_meta.get("hidden_sketch")
+    if (sketch_meta is None) != (wl.hidden_sketch is None):
+        raise SpecgymError(f"{where}: field 'hidden_sketch' and metadata field 'signals.hidden_sketch' must come "
+                           "together")
+    sketch_dim = None if sketch_meta is None else projection_from_meta(sketch_meta, where).shape[1]
+    widths = {"topk": TOPK, "sketch": sketch_dim}
+    for col, (dtype, width) in SIGNAL_COLUMNS.items():
+        arr = getattr(wl, col)
+        if arr is None:
+            continue
+        shape = (n,) if width is None else (n, widths[width])
+        if arr.dtype != dtype or arr.shape != shape:
+            raise SpecgymError(f"{where}: field {col!r} has shape {arr.shape} {arr.dtype}, expected {shape} "
+                               f"{np.dtype(dtype).name}")
+
+    def fail(col: str, mask: np.ndarray, what: str) -> None:
+        rows = mask.reshape(len(mask), -1).any(axis=1)
+        if rows.any():
+            k = int(np.flatnonzero(rows)[0])
+            raise SpecgymError(f"{where}: field {col!r} {what} (request {wl.request_id[_first_request(off, k)]!r}, "
+                               f"position {k - int(off[_first_request(off, k)])})")
+
+    vocab = wl.signal_meta.get("vocab_size")
+    for col in ("token_id", "draft_token", "target_rank"):
+        arr = getattr(wl, col)
+        if arr is not None:
+            fail(col, arr < 0, "has a negative value")
+            if isinstance(vocab, int):
+                fail(col, arr >= vocab, f"has a value >= the vocabulary size {vocab}")
+    if wl.draft_topk is not None:
+        t = wl.draft_topk
+        fail("draft_topk", ~np.isfinite(t) | (t < 0) | (t > 1), "has a value outside [0, 1]")
+        fail("draft_topk", np.diff(t, axis=1) > 0, "is not sorted in descending order")
+        fail("draft_topk", t.sum(axis=1) > 1.0 + 1e-3, "sums to more than 1")
+    max_n = int(wl.signal_meta.get("lookup_max_n", LOOKUP_MAX_N))
+    if wl.lookup_len is not None:
+        fail("lookup_len", (wl.lookup_len < 0) | (wl.lookup_len > max_n), f"has a value outside [0, {max_n}]")
+        none = wl.lookup_len == 0
+        if wl.lookup_token is not None:
+            fail("lookup_token", (wl.lookup_token == -1) != none, "must be -1 exactly where lookup_len is 0")
+        if wl.lookup_agree is not None:
+            fail("lookup_agree", wl.lookup_agree & none, "is true where lookup_len is 0")
+            if wl.lookup_token is not None and wl.draft_token is not None:
+                fail("lookup_agree", wl.lookup_agree != (~none & (wl.lookup_token == wl.draft_token)),
+                     "disagrees with lookup_token == draft_token")
+    if wl.hidden_sketch is not None:
+        fail("hidden_sketch", ~np.isfinite(wl.hidden_sketch), "has a non-finite value")
+    greedy = np.repeat(wl.temperature == 0, np.diff(off))
+    if greedy.any():
+        if wl.draft_token is not None and wl.token_id is not None:
+            fail("draft_token", greedy & ((wl.draft_token == wl.token_id) != (wl.p_accept == 1)),
+                 "disagrees with p_accept (greedy: accepted iff draft_token == token_id)")
+        if wl.target_rank is not None:
+            fail("target_rank", greedy & ((wl.target_rank == 0) != (wl.p_accept == 1)),
+                 "disagrees with p_accept (greedy: accepted iff target_rank == 0)")
 
 
 def _first_request(offsets: np.ndarray, flat_index: int) -> int:
@@ -318,6 +472,12 @@ def workload_to_table(wl: Workload):
     list_cls = pa.ListArray if list_type is pa.list_ else pa.LargeListArray
     for col in POSITION_COLUMNS:
         cols[col] = list_cls.from_arrays(offsets, pa.array(getattr(wl, col), pa.float32()))
+    for col in wl.signal_names:
+        arr = getattr(wl, col)
+        values = pa.array(arr.reshape(-1))
+        if arr.ndim == 2:
+            values = pa.FixedSizeListArray.from_arrays(values, arr.shape[1])
+        cols[col] = list_cls.from_arrays(offsets, values)
     table = pa.table(cols)
     return table.replace_schema_metadata({META_KEY: json.dumps(wl.metadata()).encode()})
 
@@ -407,19 +567,10 @@ def load_workload(name_or_path: str | Path) -> Workload:
     offsets_ref = None
     flats: dict[str, np.ndarray] = {}
     for col in POSITION_COLUMNS:
-        chunked = table.column(col)
-        if not (pa.types.is_list(chunked.type) or pa.types.is_large_list(chunked.type)):
-            raise SpecgymError(f"{where}: column {col!r} must be a list of float32, got {chunked.type}")
-        arr = chunked.combine_chunks() if chunked.num_chunks != 1 else chunked.chunk(0)
-        if arr.null_count:
-            raise SpecgymError(f"{where}: column {col!r} has null lists")
-        offs = arr.offsets.to_numpy().astype(np.int64)
-        values = arr.values
+        offs, values = _list_column(pa, table, col, where)
         if not pa.types.is_floating(values.type):
             raise SpecgymError(f"{where}: column {col!r} must hold floats, got {values.type}")
-        base = offs[0]
-        flat = values.slice(base, offs[-1] - base).to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-        offs = offs - base
+        flat = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
         if offsets_ref is None:
             offsets_ref = offs
         elif not np.array_equal(offs, offsets_ref):
@@ -427,6 +578,16 @@ def load_workload(name_or_path: str | Path) -> Workload:
         flats[col] = flat
     if offsets_ref is None:  # pragma: no cover - POSITION_COLUMNS is never empty
         raise SpecgymError(f"{where}: no position columns")
+    signal_meta = meta.get("signals", {}) if version >= 2 else {}
+    if not isinstance(signal_meta, dict):
+        raise SpecgymError(f"{where}: metadata field 'signals' must be an object")
+    sketch_dim = (signal_meta.get("hidden_sketch") or {}).get("dim")
+    for col in SIGNAL_COLUMNS if version >= 2 else ():
+        if col in names:
+            offs, values = _list_column(pa, table, col, where)
+            if not np.array_equal(offs, offsets_ref):
+                raise SpecgymError(f"{where}: column {col!r} lengths differ from 'p_accept' (inconsistent lengths)")
+            flats[col] = _signal_values(pa, values, col, TOPK if col == "draft_topk" else sketch_dim, where)
     prompt_col = table.column("prompt_text")
     prompt_text = None if prompt_col.null_count == len(prompt_col) else [t or "" for t in prompt_col.to_pylist()]
     wl = Workload(
@@ -442,7 +603,41 @@ def load_workload(name_or_path: str | Path) -> Workload:
         prompt_text=prompt_text,
         split_seed=int(meta.get("split_seed", 0)),
         extra=dict(meta.get("extra", {})),
+        signal_meta=dict(signal_meta),
         **flats,
     )
     validate_workload(wl, where=where)
     return wl
+
+
+def _list_column(pa: Any, table: Any, col: str, where: str) -> tuple[np.ndarray, Any]:
+    """Rebased int64 offsets and the (sliced) values array of one list column."""
+    chunked = table.column(col)
+    if not (pa.types.is_list(chunked.type) or pa.types.is_large_list(chunked.type)):
+        raise SpecgymError(f"{where}: column {col!r} must be a list column, got {chunked.type}")
+    arr = chunked.combine_chunks() if chunked.num_chunks != 1 else chunked.chunk(0)
+    if arr.null_count:
+        raise SpecgymError(f"{where}: column {col!r} has null lists")
+    offs = arr.offsets.to_numpy().astype(np.int64)
+    base = offs[0]
+    return offs - base, arr.values.slice(base, offs[-1] - base)
+
+
+def _signal_values(pa: Any, values: Any, col: str, width: int | None, where: str) -> np.ndarray:
+    """The numpy array of a signal column's values; the Arrow type must be exactly the format's."""
+    dtype, kind = SIGNAL_COLUMNS[col]
+    want = {np.int32: pa.int32(), np.int8: pa.int8(), np.bool_: pa.bool_(), np.float32: pa.float32()}[dtype]
+    if kind is not None:
+        if width is None:
+            raise SpecgymError(f"{where}: column {col!r} needs metadata field 'signals.hidden_sketch'")
+        if not pa.types.is_fixed_size_list(values.type) or values.type.list_size != width \
+                or values.type.value_type != want:
+            raise SpecgymError(f"{where}: column {col!r} must be a list of fixed_size_list<{want}>[{width}], "
+                               f"got list<{values.type}>")
+        values = values.flatten()
+    elif values.type != want:
+        raise SpecgymError(f"{where}: column {col!r} must be a list of {want}, got list<{values.type}>")
+    if values.null_count:
+        raise SpecgymError(f"{where}: column {col!r} has null values")
+    out = values.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+    return out if kind is None else out.reshape(-1, width)

@@ -166,6 +166,7 @@ def cmd_record(args: argparse.Namespace) -> int:
             pair, prompts, out, args.max_new_tokens, args.temperature, profile, name=args.name or out.stem,
             seed=args.seed, gen_k=args.gen_k, overwrite=args.force, restart=args.restart, prompts_path=args.prompts,
             progress=lambda i, n: bar.update(task, completed=i), split_fractions=splits,
+            hidden_sketch=args.hidden_sketch,
         )
     if args.profile_out:
         save_profile(profile, args.profile_out, overwrite=args.force)
@@ -294,6 +295,9 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=nonneg_int, default=0, help="lengths, sampling and split seed (default %(default)s)")
     p.add_argument("--force", action="store_true", help="overwrite --out")
     p.add_argument("--restart", action="store_true", help="discard an interrupted recording instead of resuming")
+    p.add_argument("--hidden-sketch", type=nonneg_int, default=0, metavar="D",
+                   help="also record the draft's last hidden state projected to D dimensions (fixed seeded "
+                        "projection stored in the metadata; default 0 = off)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_record)
 

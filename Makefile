@@ -146,12 +146,12 @@ record-midpair: record-midpair-greedy record-midpair-t08
 
 record-midpair-greedy: $(STAMP)   # ~40 min
 	$(SPECGYM) record --prompts data/workloads/midpair-prompts.jsonl --max-new-tokens 64-128 --temperature 0 \
-		--name midpair-greedy --profile data/profiles/cpu-midpair.json --gen-k 3 --splits 0.7,0.1,0.2 \
+		--name midpair-greedy --profile data/profiles/cpu-midpair.json --gen-k 3 --splits 0.7,0.1,0.2 --hidden-sketch 16 \
 		--quiet --force --out data/workloads/midpair-greedy.parquet
 
 record-midpair-t08: $(STAMP)      # ~45 min
 	$(SPECGYM) record --prompts data/workloads/midpair-prompts.jsonl --max-new-tokens 64-128 --temperature 0.8 \
-		--name midpair-t08 --profile data/profiles/cpu-midpair.json --gen-k 2 --seed 1 --splits 0.7,0.1,0.2 \
+		--name midpair-t08 --profile data/profiles/cpu-midpair.json --gen-k 2 --seed 1 --splits 0.7,0.1,0.2 --hidden-sketch 16 \
 		--quiet --force --out data/workloads/midpair-t08.parquet
 
 record-tinypair: $(STAMP)  # ~12 min

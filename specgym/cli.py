@@ -23,6 +23,7 @@ SUBCOMMAND_MODULES = (
     "specgym.commands.train",
     "specgym.commands.live",
     "specgym.commands.lm_pair",
+    "specgym.commands.predictor",
     "specgym.commands.tune",
     "specgym.commands.bench",
     "specgym.commands.demo",

@@ -67,15 +67,17 @@ def workload_dataset(wl: Workload, split: str, groups: tuple[str, ...], max_rows
     return Dataset(x, y, loops)
 
 
-def request_loops(wl: Workload, r: int, share: float = 0.5) -> bool:
-    """True when request ``r`` repeats itself: its lookup continuation equals the draft token at more than ``share``
-    of its positions (a repetition loop); ``False`` without lookup signals."""
-    agree = getattr(wl, "lookup_agree", None)
-    if agree is None:
-        return False
+def request_loops(wl: Workload, r: int) -> bool:
+    """True when request ``r``'s completion ends in a repetition loop — the recorder's definition
+    (:func:`~specgym.envs.engines.recorder.is_looped`: the last 64 tokens periodic with period <= 32) on the recorded
+    token ids; without token ids, when the lookup agrees with the draft at more than half of its positions."""
+    from specgym.envs.engines.recorder import is_looped
+
     sl = slice(int(wl.offsets[r]), int(wl.offsets[r + 1]))
-    a = agree[sl]
-    return bool(len(a) and a.mean() > share)
+    if wl.token_id is not None:
+        return is_looped(wl.token_id[sl].tolist())
+    agree = wl.lookup_agree
+    return bool(agree is not None and len(agree[sl]) and agree[sl].mean() > 0.5)
 
 
 # ---------------------------------------------------------------------------------------------------- fitting
@@ -147,8 +149,8 @@ def select_predictor(wl: Workload, groups: tuple[str, ...], name: str, kinds: tu
     """Fit every kind on the train split, keep the one with the lowest validation log loss; returns it and the
     validation figures of every candidate."""
     groups = check_groups(groups)
-    hidden_dim = int(wl.hidden_sketch.shape[1]) if "hidden" in groups and getattr(wl, "hidden_sketch", None) \
-        is not None else 0
+    sketch = getattr(wl, "hidden_sketch", None)
+    hidden_dim = int(sketch.shape[1]) if "hidden" in groups and sketch is not None else 0
     train = workload_dataset(wl, "train", groups, max_rows, seed)
     val = workload_dataset(wl, "val", groups)
     candidates: dict[str, Any] = {}

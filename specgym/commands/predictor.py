@@ -1,0 +1,116 @@
+"""``specgym predictor``: train and measure acceptance predictors (:mod:`specgym.envs.core.acceptance_predictor`).
+
+* ``specgym predictor train --workload W --out FILE``: fit every model kind on W's train split, keep the one with the
+  lowest validation log loss, write it (pickle-free JSON with its signal groups, version and checksum);
+* ``specgym predictor eval --predictor P --workload W``: prediction quality vs calibrated confidence, the
+  ``predicted:P`` controller's speed vs ``marginal``, the best fixed K and both oracles (paired intervals), an
+  ablation per signal group, every figure split by requests with and without repetition loops
+  (:mod:`specgym.training.predictor_report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from specgym.commands.args import nonneg_int
+from specgym.errors import SpecgymError
+from specgym.paths import default_workload_name
+
+DEFAULT_GROUPS = "conf,shape,position,lookup"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``predictor train`` and ``predictor eval``."""
+    p = sub.add_parser("predictor", help="train and measure acceptance predictors (recorded context signals)")
+    psub = p.add_subparsers(dest="predictor_command", metavar="ACTION")
+    t = psub.add_parser("train", help="fit a predictor on a workload's train split (model kind chosen on val)")
+    t.add_argument("--workload", default=None, help="workload name or path with v2 signals (default: the default "
+                                                    "workload)")
+    t.add_argument("--groups", default=DEFAULT_GROUPS,
+                   help="signal groups, from conf,shape,position,lookup,hidden (default %(default)s)")
+    t.add_argument("--kinds", default="logistic,mlp", help="model kinds to try (default %(default)s)")
+    t.add_argument("--name", default=None, help="predictor name (default: the output file's stem)")
+    t.add_argument("--max-rows", type=nonneg_int, default=200_000,
+                   help="subsample the train split to this many positions, 0 = all (default %(default)s)")
+    t.add_argument("--out", type=Path, required=True, help="the predictor JSON to write")
+    t.add_argument("--force", action="store_true", help="overwrite --out")
+    t.set_defaults(func=cmd_train)
+    e = psub.add_parser("eval", help="prediction quality and decoding speed of a predictor, ablation, loop split")
+    e.add_argument("--predictor", required=True, help="shipped predictor name or predictor JSON path")
+    e.add_argument("--workload", default=None, help="workload name or path (default: the default workload)")
+    e.add_argument("--split", default="test", choices=("train", "val", "test", "all"),
+                   help="requests measured (default %(default)s)")
+    e.add_argument("--profile", default=None, help="cost profile override (default: the workload's own)")
+    e.add_argument("--no-ablation", action="store_true", help="skip the per-signal-group ablation")
+    e.add_argument("--controllers", default="",
+                   help="more controller specs to show beside it, e.g. ppo:midpair-k (comma-separated)")
+    e.add_argument("--bootstrap", type=nonneg_int, default=2000, help="bootstrap resamples (default %(default)s)")
+    e.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
+    e.add_argument("--md", type=Path, default=None, help="also write the report as Markdown here")
+    e.add_argument("--force", action="store_true", help="overwrite --json / --md")
+    e.set_defaults(func=cmd_eval)
+    p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
+
+
+def _workload(name: str | None):
+    from specgym.envs.workloads.trace_format import cached_workload, resolve_workload_path
+
+    return cached_workload(resolve_workload_path(name or default_workload_name()))
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Fit, choose and save a predictor."""
+    from specgym.envs.core.acceptance_predictor import MODEL_KINDS, check_groups, save_predictor
+    from specgym.io import refuse_overwrite
+    from specgym.training.predictor import predictor_metrics, select_predictor, workload_dataset
+
+    refuse_overwrite(args.out, args.force)
+    groups = check_groups([g.strip() for g in args.groups.split(",") if g.strip()], "--groups")
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    bad = [k for k in kinds if k not in MODEL_KINDS]
+    if bad or not kinds:
+        raise SpecgymError(f"--kinds: unknown model kind(s) {bad}; choose from {', '.join(MODEL_KINDS)}")
+    wl = _workload(args.workload)
+    name = args.name or args.out.stem
+    pred, candidates = select_predictor(wl, groups, name, kinds, max_rows=args.max_rows or None)
+    test = workload_dataset(wl, "test", groups)
+    test_m = predictor_metrics(pred.predict_matrix(test.x), test.y) if len(test.y) else None
+    pair = wl.source.get("target_model") if isinstance(wl.source, dict) else None
+    pred = type(pred)(**{**pred.__dict__, "meta": {
+        "workload": wl.name, "synthetic": wl.is_synthetic, "pair_target": pair, "groups": list(groups),
+        "validation": candidates, "test": test_m,
+        "reproduce": f"specgym predictor train --workload {wl.name} --groups {','.join(groups)} --out {args.out}"}})
+    save_predictor(pred, args.out, overwrite=args.force)
+    for kind, m in candidates.items():
+        print(f"  {kind:<9} validation AUC {m['auc']:.3f}, log loss {m['log_loss']:.4f}, ECE {m['ece']:.3f}")
+    extra = f"; test AUC {test_m['auc']:.3f}, log loss {test_m['log_loss']:.4f}" if test_m else ""
+    print(f"wrote {args.out}: {pred.kind} on {', '.join(groups)} ({len(pred.columns)} inputs){extra}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Measure a predictor (prediction, speed, ablation, loop split)."""
+    from specgym.agents.predicted_marginal import resolve_predictor
+    from specgym.baselines.registry import expand_specs, make_controller
+    from specgym.envs.core.acceptance_predictor import load_predictor
+    from specgym.envs.core.cost import load_profile
+    from specgym.io import atomic_write_text, refuse_overwrite
+    from specgym.training.predictor_report import predictor_report, report_markdown
+
+    for path in (args.json, args.md):
+        if path is not None:
+            refuse_overwrite(path, args.force)
+    pred = load_predictor(resolve_predictor(args.predictor))
+    wl = _workload(args.workload)
+    extra = tuple((s, make_controller(s)) for s in expand_specs(args.controllers)) if args.controllers else ()
+    report = predictor_report(wl, pred, args.split, load_profile(args.profile) if args.profile else None,
+                              ablation=not args.no_ablation, bootstrap=args.bootstrap, extra_controllers=extra)
+    md = report_markdown(report)
+    print(md)
+    if args.json:
+        atomic_write_text(args.json, json.dumps(report, indent=1, default=float) + "\n", overwrite=args.force)
+    if args.md:
+        atomic_write_text(args.md, md, overwrite=args.force)
+    return 0

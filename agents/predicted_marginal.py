@@ -17,6 +17,7 @@ Predictors: a shipped name (``data/predictors/NAME.json``, e.g. the pair's) or a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from specgym.baselines.marginal import MarginalStop
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor
@@ -42,6 +43,23 @@ def resolve_predictor(name_or_path: str) -> Path:
         raise SpecgymError(f"unknown acceptance predictor {name_or_path!r}; shipped: "
                            f"{', '.join(list_predictors()) or 'none'} (or give a .json path)")
     return shipped
+
+
+def predictors_for(workload: Any) -> list[str]:
+    """Shipped predictors trained for the pair ``workload`` was recorded from (matched on the target model named
+    in both); none for a workload without v2 signals, where the controller would only repeat ``marginal``."""
+    if workload.signal_columns() is None or not isinstance(workload.source, dict):
+        return []
+    target = workload.source.get("target_model")
+    out = []
+    for name in list_predictors():
+        try:
+            meta = load_predictor(PREDICTORS_DIR / f"{name}.json").meta or {}
+        except SpecgymError:
+            continue
+        if target is not None and meta.get("pair_target") == target:
+            out.append(name)
+    return out
 
 
 class PredictedMarginal(MarginalStop):

@@ -110,11 +110,12 @@ def make_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> Controller:
         raise _bad(spec, str(exc), k_max) from None
 
 
-def expand_specs(specs: str, k_max: int = DEFAULT_K_MAX) -> list[str]:
+def expand_specs(specs: str, k_max: int = DEFAULT_K_MAX, extra_all: tuple[str, ...] = ()) -> list[str]:
     """Expand a comma-separated list of specs (``all`` included) into validated specs, in order, deduplicated.
 
     Built-in specs are validated by building them (cheap); registered prefixes are only checked to exist, so
-    expanding does not load e.g. a PPO policy.
+    expanding does not load e.g. a PPO policy. ``extra_all`` joins ``all`` (e.g. ``predicted:midpair`` where a
+    predictor for the workload's pair is shipped).
     """
     out: list[str] = []
     for item in specs.split(","):
@@ -122,7 +123,7 @@ def expand_specs(specs: str, k_max: int = DEFAULT_K_MAX) -> list[str]:
         if not item:
             continue
         if item.lower() == "all":
-            expanded = [*ALL_BASELINES, *(f"fixed:{k}" for k in range(1, k_max + 1))]
+            expanded = [*ALL_BASELINES, *extra_all, *(f"fixed:{k}" for k in range(1, k_max + 1))]
         else:
             if _is_policy_dir(item):
                 item = f"ppo:{item}"

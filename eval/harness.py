@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from specgym import __version__
+from specgym.agents.predicted_marginal import predictors_for
 from specgym.baselines.informed_oracle import informed_plan
 from specgym.baselines.oracle import oracle_plan, oracle_times
 from specgym.baselines.registry import expand_specs, make_controller
@@ -65,8 +66,10 @@ class EvalConfig:
     per_request: bool = False
 
 
-def resolve_controllers(specs: Specs, k_max: int) -> list[tuple[str, Controller]]:
-    """``(label, controller)`` pairs; specs are validated (and built) before any replay starts."""
+def resolve_controllers(specs: Specs, k_max: int, workload: Workload | None = None) -> list[tuple[str, Controller]]:
+    """``(label, controller)`` pairs; specs are validated (and built) before any replay starts. With ``workload``,
+    ``all`` also brings the shipped acceptance predictors of its pair (:func:`predictors_for`)."""
+    extra = tuple(f"predicted:{name}" for name in predictors_for(workload)) if workload is not None else ()
     items = [specs] if isinstance(specs, str) else list(specs)
     out: list[tuple[str, Controller]] = []
     for item in items:
@@ -75,7 +78,7 @@ def resolve_controllers(specs: Specs, k_max: int) -> list[tuple[str, Controller]
         elif isinstance(item, tuple):  # an already resolved (label, controller) pair
             out.append(item)
         else:
-            out += [(s, make_controller(s, k_max)) for s in expand_specs(item, k_max)]
+            out += [(s, make_controller(s, k_max)) for s in expand_specs(item, k_max, extra)]
     return out
 
 
@@ -99,7 +102,7 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
     else:
         path = resolve_workload_path(cfg.workload)
         wl, wl_path, wl_hash = cached_workload(path), str(path), sha256_file(path)
-    named = resolve_controllers(cfg.controllers, cfg.k_max)  # fail fast on bad specs
+    named = resolve_controllers(cfg.controllers, cfg.k_max, wl)  # fail fast on bad specs
     specs = [label for label, _ in named]
     profile: CostProfile = (cfg.profile if isinstance(cfg.profile, CostProfile)
                             else load_profile(cfg.profile) if cfg.profile else wl.profile)

@@ -44,11 +44,13 @@ def _policies() -> list[str]:
     return [f"ppo:{p}" for p in list_policies()]
 
 
-def controller_specs(k_values=range(1, 7)) -> list[str]:
-    """Plain decoding, fixed K, every baseline, every shipped policy."""
+def controller_specs(k_values=range(1, 7), pair: str | None = None) -> list[str]:
+    """Plain decoding, fixed K, every baseline, the pair's shipped acceptance predictor, every shipped policy."""
+    from specgym.agents.predicted_marginal import list_predictors
     from specgym.baselines.registry import ALL_BASELINES
 
-    return ["fixed:0", *(f"fixed:{k}" for k in k_values), *ALL_BASELINES, *_policies()]
+    predicted = [f"predicted:{pair}"] if pair in list_predictors() else []
+    return ["fixed:0", *(f"fixed:{k}" for k in k_values), *ALL_BASELINES, *predicted, *_policies()]
 
 
 @dataclass
@@ -189,7 +191,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     console.print(f"cross-check, micro-benchmarked profile: t_AR {micro.t_ar_ms:.2f} ms, round(1) "
                   f"{micro.round_time(1):.2f} ms, round({k_max}) {micro.round_time(k_max):.2f} ms", highlight=False)
 
-    specs = specs or controller_specs()
+    specs = specs or controller_specs(pair=pair_name)
     if "fixed:0" not in specs:
         specs = ["fixed:0", *specs]
     eng = LiveEngine.from_pair(pair, k_max=k_max, profile=prof, timing="wall")

@@ -87,8 +87,8 @@ def run_eval_command(args: argparse.Namespace) -> int:
     workload = args.workload or default_workload_name()
     out = args.out or Path("out") / f"eval-{Path(workload).stem}"
     refuse_overwrite(out, args.force)
-    cached_workload(workload)  # bad input fails here, before the progress bar starts
-    controllers = resolve_controllers(args.controllers, args.k_max)
+    wl = cached_workload(workload)  # bad input fails here, before the progress bar starts
+    controllers = resolve_controllers(args.controllers, args.k_max, wl)
     cfg = EvalConfig(workload=workload, controllers=controllers, split=args.split, seed=args.seed,
                      k_max=args.k_max, profile=args.profile, max_requests=args.max_requests,
                      bootstrap=args.bootstrap)
@@ -102,8 +102,8 @@ def run_eval_command(args: argparse.Namespace) -> int:
 
         report = evaluate(cfg, progress)
     write_report(report, out, overwrite=args.force, plots=not args.no_plots)
-    wl = report["workload"]
-    print(f"{wl['label']} — split {wl['split']}, {wl['requests']} requests, profile {report['profile']['name']}, "
+    meta = report["workload"]
+    print(f"{meta['label']} — split {meta['split']}, {meta['requests']} requests, profile {report['profile']['name']}, "
           f"seed {report['seed']}")
     print(markdown_table(report))
     print(f"\nreport: {out}/report.md  (json: report.json, plots: *.png)")

@@ -106,3 +106,33 @@ def test_no_deprecation_warning_from_transformers(toy, caplog):
     finally:
         transformers.logging.disable_propagation()
     assert not [r for r in caplog.records if "deprecated" in r.getMessage()], [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.parametrize("spec", ["fixed:3", "fixed:8", "confidence"])
+def test_online_signals_equal_the_recorders(toy, spec):
+    """generate_with_controller computes the live engine's pre-verification signals: at every correct-prefix draft
+    token they equal the recorder's teacher-forced columns (top-8, lookup with rollback); no hidden sketch here."""
+    from specgym.envs.engines.recorder import trace_columns
+
+    tok, draft, target = toy
+    compared = 0
+    for prompt in ["def f(x):\n  return", "a b a b a b a"]:
+        ids = torch.tensor([tok(prompt)["input_ids"]])
+        rounds = []
+        out = generate_with_controller(target, draft, ids, make_controller(spec, 8), rounds=rounds, **_kw(ids, 40))
+        completion = out[0, ids.shape[1]:].tolist()
+        cols = trace_columns(draft, target, ids[0].tolist(), completion, 0.0)
+        # the random toy target emits the pad id (1) now and then; transformers' assistant then masks it out of its
+        # own input, so its logits leave the teacher-forced ones: compare up to the first generated pad token
+        first_pad = completion.index(1) if 1 in completion else len(completion)
+        for r in rounds:
+            sig = r.signals
+            assert sig is not None and len(sig) == r.drafted and sig.hidden_sketch is None
+            judged = max(0, min(r.accepted + 1, r.drafted, first_pad - r.position))
+            rows = slice(r.position, r.position + judged)
+            torch.testing.assert_close(torch.from_numpy(sig.topk[:judged]), torch.from_numpy(cols["draft_topk"][rows]),
+                                       rtol=1e-4, atol=1e-5)
+            assert sig.lookup_len[:judged].tolist() == cols["lookup_len"][rows].tolist()
+            assert sig.lookup_agree[:judged].tolist() == cols["lookup_agree"][rows].tolist()
+            compared += judged
+    assert compared >= 10

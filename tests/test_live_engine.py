@@ -356,3 +356,91 @@ def test_live_gym_env(tmp_path):
         steps += 1
     assert total == 30 and len(info["tokens"]) == 30
     env.close()
+
+
+# ------------------------------------------------------------------------------------------------ online signals
+class StepLog(RandomK):
+    """RandomK that keeps the signals of every DraftStep it is shown."""
+
+    def __init__(self, seed: int = 0, k_max: int = 8):
+        super().__init__(seed, k_max)
+        self.steps: list[DraftStep] = []
+
+    def keep_drafting(self, step: DraftStep) -> bool:
+        self.steps.append(step)
+        return super().keep_drafting(step)
+
+
+def assert_online_signals_match(wl, r, rounds, sketch=True):
+    """At every draft token whose earlier drafts in the round were all accepted (the correct prefix), the online
+    signals equal the recorded columns of that position. Returns the number of positions compared."""
+    base, compared = int(wl.offsets[r]), 0
+    for out in rounds:
+        sig = out.signals
+        assert sig is not None and len(sig) == out.drafted
+        judged = min(out.accepted + 1, out.drafted)
+        rows = slice(base + out.position, base + out.position + judged)
+        np.testing.assert_allclose(sig.topk[:judged], wl.draft_topk[rows], rtol=1e-4, atol=1e-5)
+        np.testing.assert_array_equal(sig.lookup_len[:judged], wl.lookup_len[rows])
+        np.testing.assert_array_equal(sig.lookup_agree[:judged], wl.lookup_agree[rows])
+        if sketch:
+            np.testing.assert_allclose(sig.hidden_sketch[:judged], wl.hidden_sketch[rows], rtol=1e-3, atol=1e-3)
+        compared += judged
+    return compared
+
+
+def test_online_signals_equal_the_recorders(tmp_path):
+    """The live engine's online signals (top-8, incremental lookup with rollback, hidden sketch) equal the
+    recorder's teacher-forced columns at every correct-prefix draft token; DraftStep carries the same rows."""
+    from specgym.envs.engines.recorder import PromptSpec, record_workload
+
+    d, t = save_toy_pair(tmp_path / "pair", seed=0)
+    pair = load_pair(str(d), str(t))
+    specs = [PromptSpec(f"r{i}", p, "toy") for i, p in enumerate(PROMPTS)]
+    wl, _ = record_workload(pair, specs, tmp_path / "sig.parquet", 50, 0.0, PROFILE, gen_k=3, hidden_sketch=5)
+    live = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE, sketch=wl.sketch_projection())
+    compared = 0
+    for r, spec in enumerate(specs):
+        ids = pair.tokenizer(spec.text, add_special_tokens=False)["input_ids"]
+        for c in ("fixed:4", "fixed:8", "random"):
+            ctl = StepLog(r) if c == "random" else make_controller(c, 8)
+            res = live.run_request(ids, ctl, 50)
+            assert res.tokens == wl.token_id[wl.span(r)].tolist()
+            compared += assert_online_signals_match(wl, r, res.rounds)
+            for step in getattr(ctl, "steps", []):
+                assert len(step.signals) == step.index
+                out = next(o for o in res.rounds if o.position == step.position - step.index + 1)
+                np.testing.assert_array_equal(step.signals.topk, out.signals.topk[: step.index])
+    assert compared > 100
+    # sampling: same definitions at the decoding temperature (values differ from a trace: different draws)
+    res = live.run_request(ids, make_controller("fixed:4", 8), 30, temperature=0.8, seed=1)
+    topk = np.concatenate([o.signals.topk for o in res.rounds])
+    assert np.all(np.diff(topk, axis=1) <= 0) and np.all(topk.sum(1) <= 1 + 1e-4) and np.all(topk[:, 0] > 0)
+    off = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE, signals=False).run_request(ids, 4, 20)
+    assert all(o.signals is None for o in off.rounds)
+
+
+@pytest.mark.parametrize("name", [_shipped("midpair")])
+def test_shipped_pair_online_signals_equal_the_recorders(name, tmp_path):
+    """On a few requests of the shipped midpair (greedy, recorded here with a short completion), the live engine's
+    online signals equal the recorder's at every correct-prefix draft token."""
+    from specgym.envs.engines.recorder import PromptSpec, record_workload
+    from specgym.envs.workloads.trace_format import cached_workload
+
+    pair = load_pair(str(MODELS_DIR / name / "draft"), str(MODELS_DIR / name / "target"))
+    shipped = cached_workload(f"{name}-greedy")
+    test = shipped.split_indices("test")
+    picked = [int(next(r for r in test if shipped.category[r] == cat)) for cat in shipped.categories()]
+    specs = [PromptSpec(str(shipped.request_id[r]), shipped.prompt_text[r], str(shipped.category[r]))
+             for r in picked]
+    wl, _ = record_workload(pair, specs, tmp_path / "mid.parquet", 48, 0.0, PROFILE, hidden_sketch=16)
+    live = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE, sketch=wl.sketch_projection())
+    compared = 0
+    for r, spec in enumerate(specs):
+        ids = pair.tokenizer(spec.text, add_special_tokens=False)["input_ids"]
+        for c in ("fixed:3", "marginal", "random"):
+            ctl = RandomK(r) if c == "random" else make_controller(c, 8)
+            res = live.run_request(ids, ctl, 48)
+            assert res.tokens == wl.token_id[wl.span(r)].tolist()
+            compared += assert_online_signals_match(wl, r, res.rounds)
+    assert compared > 100

@@ -54,6 +54,47 @@ def test_round_trip(pair, tmp_path, temperature):
         assert 0 < back.p_accept.min() and back.p_accept.max() <= 1.0
     assert not (out.parent / (out.name + ".partial.jsonl")).exists()
     assert stats["positions"] == back.n_positions
+    _check_signal_columns(pair, back, temperature)
+
+
+def _check_signal_columns(pair, wl, temperature):
+    """The v2 signal columns follow their definitions (trace_format's docstring) on a recorded workload."""
+    from specgym.envs.core.lookup import lookup_columns
+
+    assert {"token_id", "draft_token", "target_rank", "draft_topk", "lookup_len", "lookup_token",
+            "lookup_agree"} <= set(wl.signal_names)
+    assert wl.signal_meta["topk"] == 8 and wl.signal_meta["vocab_size"] == len(pair.tokenizer)
+    assert np.all(np.diff(wl.draft_topk, axis=1) <= 0) and np.all(wl.draft_topk.sum(1) <= 1 + 1e-3)
+    if temperature == 0:
+        np.testing.assert_array_equal(wl.p_accept == 1, wl.target_rank == 0)
+        np.testing.assert_array_equal(wl.p_accept == 1, wl.draft_token == wl.token_id)
+        np.testing.assert_allclose(wl.draft_topk[:, 0], wl.draft_conf, rtol=1e-5)
+    for r in range(wl.n_requests):
+        sl = wl.span(r)
+        prompt = pair.tokenizer(wl.prompt_text[r], add_special_tokens=False)["input_ids"]
+        lens, toks, agree = lookup_columns(prompt, wl.token_id[sl].tolist(), wl.draft_token[sl])
+        np.testing.assert_array_equal(wl.lookup_len[sl], lens)
+        np.testing.assert_array_equal(wl.lookup_token[sl], toks)
+        np.testing.assert_array_equal(wl.lookup_agree[sl], agree)
+
+
+def test_hidden_sketch_and_ranks_from_the_draft(pair, tmp_path):
+    """--hidden-sketch D: the column is the draft's last hidden state times the stored projection; target_rank is
+    the rank of the target's token in the draft's teacher-forced logits."""
+    wl, _ = record_workload(pair, _specs()[:2], tmp_path / "s.parquet", 12, 0.0, PROFILE, hidden_sketch=6)
+    back = load_workload(tmp_path / "s.parquet")
+    proj = back.sketch_projection()
+    assert proj.shape == (pair.draft.config.n_embd, 6) and back.hidden_sketch.shape == (back.n_positions, 6)
+    prompt = pair.tokenizer(TEXTS[0], add_special_tokens=False)["input_ids"]
+    comp = back.token_id[back.span(0)].tolist()
+    with torch.no_grad():
+        out = pair.draft(torch.tensor([prompt + comp[:-1]]), output_hidden_states=True)
+    rows = slice(len(prompt) - 1, len(prompt) - 1 + len(comp))
+    np.testing.assert_allclose(back.hidden_sketch[back.span(0)], out.hidden_states[-1][0, rows].numpy() @ proj,
+                               rtol=1e-4, atol=1e-4)
+    logits = out.logits[0, rows]
+    ranks = [int((logits[i] > logits[i, t]).sum()) for i, t in enumerate(comp)]
+    np.testing.assert_array_equal(back.target_rank[back.span(0)], ranks)
 
 
 def test_resume_after_interrupt(pair, tmp_path):
@@ -134,8 +175,8 @@ def test_cli_record_profile_generate(pair, tmp_path, capsys):
     out = tmp_path / "cli.parquet"
     common = ["--draft", pair.draft_name, "--target", pair.target_name]
     assert main(["record", *common, "--prompts", str(prompts), "--max-new-tokens", "16", "--temperature", "0",
-                 "--out", str(out), "--profile", str(prof_path), "--quiet"]) == 0
-    assert load_workload(out).n_requests == 3
+                 "--out", str(out), "--profile", str(prof_path), "--quiet", "--hidden-sketch", "4"]) == 0
+    assert load_workload(out).n_requests == 3 and load_workload(out).hidden_sketch.shape == (48, 4)
     assert main(["record", *common, "--prompts", str(prompts), "--max-new-tokens", "16", "--out", str(out),
                  "--profile", str(prof_path), "--quiet"]) == 2  # exists, no --force
     prompts.write_text('{"prompt": "a"}\nnot json\n')
@@ -202,5 +243,8 @@ def test_batched_extraction_equals_one_request_at_a_time(pair):
     for item, cols in zip(items, batched):
         alone = trace_columns(pair.draft, pair.target, *item)
         assert cols["p_accept"].shape == (len(item[1]),)
-        for key in ("p_accept", "draft_conf", "draft_entropy", "target_entropy"):
+        for key in ("p_accept", "draft_conf", "draft_entropy", "target_entropy", "draft_topk"):
             np.testing.assert_allclose(cols[key], alone[key], rtol=1e-4, atol=1e-5)
+        if item[2] == 0:
+            for key in ("token_id", "draft_token", "target_rank", "lookup_len", "lookup_token", "lookup_agree"):
+                np.testing.assert_array_equal(cols[key], alone[key])

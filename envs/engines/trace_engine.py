@@ -207,7 +207,8 @@ class ReplayRequest(Request):
         self.done = self.position >= self.length
         return RoundOutcome(
             i, cap, drafted, accepted, produced, self._times[drafted],
-            self._conf[i : i + drafted], self._ent[i : i + drafted], self.done, self.signals(i, drafted),
+            self._conf[i : i + drafted], self._ent[i : i + drafted], self.done,
+            None if self._sig is None else DraftSignals(self._sig, self._base + i, self._base + i + drafted),
         )
 
 

@@ -28,7 +28,7 @@ def small_report(tmp_path_factory):
 
 def test_report_golden_structure(small_report):
     files = sorted(p.name for p in small_report.iterdir())
-    assert files == sorted(["report.json", "report.md", *PLOT_FILES])
+    assert files == sorted([".specgym", "report.json", "report.md", *PLOT_FILES])  # + the marker of what specgym wrote
     for name in PLOT_FILES:
         data = (small_report / name).read_bytes()
         assert data[:8] == PNG_MAGIC and len(data) > 5000

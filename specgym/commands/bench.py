@@ -44,6 +44,10 @@ def _run(args: argparse.Namespace) -> int:
     console = make_console()
     workload = args.workload or default_workload_name()
     resolve_workload_path(workload)
+    if args.json:  # the figures file is rewritten on every run; still never a folder, device or link
+        from specgym.io import check_output
+
+        check_output(args.json, True, "file", "--json")
     figures: dict[str, Any] = {"workload": workload, "cpu_count": os.cpu_count()}
     console.print(f"[bold]specgym bench[/bold] on workload {workload} ({os.cpu_count()} CPUs)")
     for name in sections:

@@ -50,10 +50,9 @@ def run_suite_command(args: argparse.Namespace) -> int:
     from specgym.console import make_console
     from specgym.errors import SpecgymError
     from specgym.eval.suite import markdown, run_suite
-    from specgym.io import atomic_dir, refuse_overwrite
+    from specgym.io import atomic_dir, check_output
 
-    out = args.out or Path("out") / f"suite-{args.suite}"
-    refuse_overwrite(out, args.force)
+    out = check_output(args.out or Path("out") / f"suite-{args.suite}", args.force)
     if args.controllers == "all":
         policies = [f"ppo:{name}" for name in list_policies()]
         if not policies:
@@ -64,7 +63,7 @@ def run_suite_command(args: argparse.Namespace) -> int:
     with console.status("suite") as status:
         report = run_suite(policies, k_max=args.k_max, bootstrap=args.bootstrap,
                            progress=lambda name: status.update(f"suite cell {name}"), max_requests=args.max_requests)
-    with atomic_dir(out, overwrite=args.force) as tmp:
+    with atomic_dir(out, overwrite=args.force, owner="specgym eval --suite") as tmp:
         (tmp / "suite.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
         (tmp / "suite.md").write_text(markdown(report))
     print(markdown(report))
@@ -82,11 +81,10 @@ def run_eval_command(args: argparse.Namespace) -> int:
     from specgym.envs.workloads.trace_format import cached_workload
     from specgym.eval.harness import EvalConfig, evaluate, resolve_controllers
     from specgym.eval.report import markdown_table, write_report
-    from specgym.io import refuse_overwrite
+    from specgym.io import check_output
 
     workload = args.workload or default_workload_name()
-    out = args.out or Path("out") / f"eval-{Path(workload).stem}"
-    refuse_overwrite(out, args.force)
+    out = check_output(args.out or Path("out") / f"eval-{Path(workload).stem}", args.force)
     cached_workload(workload)  # bad input fails here, before the progress bar starts
     controllers = resolve_controllers(args.controllers, args.k_max)
     cfg = EvalConfig(workload=workload, controllers=controllers, split=args.split, seed=args.seed,

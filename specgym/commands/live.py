@@ -14,6 +14,7 @@ from pathlib import Path
 from specgym.commands.args import k_max_type, nonneg_int, positive_int, temperature_type
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.errors import SpecgymError
+from specgym.io import check_output
 from specgym.paths import MODELS_DIR, default_pair_name, pair_profile
 
 
@@ -151,9 +152,9 @@ def cmd_record(args: argparse.Namespace) -> int:
     prompts = read_prompts(args.prompts)
     if args.max_prompts is not None:
         prompts = prompts[: args.max_prompts]
-    out = Path(args.out)
-    if out.exists() and not args.force:
-        raise SpecgymError(f"{out}: already exists (pass --force to overwrite)")
+    out = check_output(args.out, args.force, "file")
+    if args.profile_out:  # --force covers --out only: an existing --profile-out is never replaced
+        check_output(args.profile_out, False, "file", "--profile-out")
     profile = load_profile(args.profile) if args.profile else None
     _setup(args)
     pair = _load_pair(args)
@@ -168,7 +169,7 @@ def cmd_record(args: argparse.Namespace) -> int:
             progress=lambda i, n: bar.update(task, completed=i), split_fractions=splits,
         )
     if args.profile_out:
-        save_profile(profile, args.profile_out, overwrite=args.force)
+        save_profile(profile, args.profile_out, overwrite=False)
     print(f"wrote {out}: {wl.n_requests} requests, {wl.n_positions} positions "
           f"({stats['resumed']} resumed); mean p_accept {stats['mean_p_accept']:.3f}; "
           f"greedy loop share {stats['loop_share']:.2f}")
@@ -184,9 +185,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from specgym.envs.engines.profiler import measure_profile
 
     _check_pair_args(args)
-    out = Path(args.out)
-    if out.exists() and not args.force:
-        raise SpecgymError(f"{out}: already exists (pass --force to overwrite)")
+    out = check_output(args.out, args.force, "file")
     sizes = None
     if args.batch_sizes:
         try:

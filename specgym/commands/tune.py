@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specgym.commands.args import float_range, int_range, k_max_type, nonneg_int, positive_int
 from specgym.envs.core.rounds import DEFAULT_K_MAX
-from specgym.errors import SpecgymError
+from specgym.io import check_output
 from specgym.paths import default_workload_name
 
 
@@ -83,8 +83,8 @@ def _vllm(args: argparse.Namespace) -> int:
     from specgym.envs.workloads.trace_format import cached_workload
     from specgym.eval.tune import describe, tune_vllm
 
-    if args.out is not None and args.out.exists() and not args.force:
-        raise SpecgymError(f"{args.out}: already exists (pass --force to overwrite)")
+    if args.out is not None:
+        check_output(args.out, args.force, "file")
     profile = load_batch_profile(args.profile)
     wl = cached_workload(args.workload or default_workload_name())
     result = tune_vllm(wl, profile, args.max_batch, args.k_max, args.split, args.seed)
@@ -96,8 +96,7 @@ def _vllm(args: argparse.Namespace) -> int:
 def _roofline(args: argparse.Namespace) -> int:
     from specgym.envs.core.batch_cost import Roofline, roofline_profile, save_batch_profile
 
-    if args.out.exists() and not args.force:
-        raise SpecgymError(f"{args.out}: already exists (pass --force to overwrite)")
+    check_output(args.out, args.force, "file")
     model = Roofline(args.target_params, args.draft_params, args.bytes_per_param, args.bandwidth_gb_s,
                      args.peak_tflops, args.efficiency, args.fixed_ms, args.overhead_ms)
     prof = roofline_profile(args.name or args.out.stem, model, args.max_batch, args.k_max)
@@ -114,8 +113,8 @@ def _compare(args: argparse.Namespace) -> int:
     from specgym.envs.workloads.trace_format import cached_workload
     from specgym.eval.batch_eval import compare
 
-    if args.out is not None and args.out.exists() and not args.force:
-        raise SpecgymError(f"{args.out}: already exists (pass --force to overwrite)")
+    if args.out is not None:
+        check_output(args.out, args.force, "file")
     specs = [s.strip() for s in args.controllers.split(",") if s.strip()]
     for s in specs:
         make_batch_controller(s)

@@ -37,6 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _make(args: argparse.Namespace) -> int:
+    from specgym.io import check_output
+
+    check_output(args.out, args.force, "file")
     profile = load_profile(args.profile) if args.profile else None
     wl = generate_workload(args.preset, args.requests, seed=args.seed, name=args.name, profile=profile)
     save_workload(wl, args.out, overwrite=args.force)

@@ -68,6 +68,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"specgym {args.command}: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:  # a size no check foresaw: one line, not a traceback
+        print(f"specgym {args.command}: error: out of memory (ask for less: fewer requests, resamples or "
+              f"timesteps)", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the file system said no (read-only folder, full disk) somewhere not checked before
+        print(f"specgym {args.command}: error: {exc.filename or ''}{': ' if exc.filename else ''}"
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -288,6 +288,19 @@ def _rename_exclusive(tmp: Path, path: Path) -> None:
         raise
 
 
+def read_text(path: str | Path, what: str = "file") -> str:
+    """A UTF-8 text file's contents; a folder, non-UTF-8 bytes or an unreadable file is a one-line error."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecgymError(f"{path}: not UTF-8 text (byte {exc.start}); a {what} must be UTF-8") from None
+    except IsADirectoryError:
+        raise SpecgymError(f"{path}: is a folder, expected a {what}") from None
+    except OSError as exc:
+        raise SpecgymError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
 def sha256_file(path: str | Path) -> str:
     """Hex SHA-256 of a file's bytes (read in 1 MiB chunks)."""
     import hashlib

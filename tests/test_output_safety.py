@@ -151,8 +151,20 @@ def test_an_unwritable_location_is_a_one_line_error_for_every_writer(tmp_path, c
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied", kwargs.get("dir"))
 
+    real_mkdir = os.mkdir
+
+    def mkdir_denied(path, *args, **kwargs):
+        if str(path).startswith(str(tmp_path)):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_mkdir(path, *args, **kwargs)
+
     monkeypatch.setattr(tempfile, "mkdtemp", denied)
     monkeypatch.setattr(tempfile, "mkstemp", denied)
+    monkeypatch.setattr(os, "mkdir", mkdir_denied)
+    for argv in (["train", "--workload", "assc-regimes", "--timesteps", "64", "--out", str(tmp_path / "run")],
+                 ["demo", "--workload", "assc-regimes", "--k-steps", "64", "--out", str(tmp_path / "demo")]):
+        assert main(argv) == 2
+        _one_line_error(capsys, "cannot write", "Permission denied")
     assert main([*EVAL, "--out", str(tmp_path / "ev")]) == 2
     _one_line_error(capsys, "cannot write", "Permission denied")
     assert main(["workloads", "make", "--preset", "assc-regimes", "--requests", "5",

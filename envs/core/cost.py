@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from specgym.errors import SpecgymError
+from specgym.io import read_text
 from specgym.paths import PROFILES_DIR
 
 PROFILE_SOURCES = ("measured", "published", "synthetic")
@@ -171,7 +172,7 @@ def load_profile(name_or_path: str | Path) -> CostProfile:
     if not path.exists():
         raise SpecgymError(f"{path}: cost profile file not found")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path, "cost profile (JSON)"))
     except json.JSONDecodeError as exc:
         raise SpecgymError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     return CostProfile.from_dict(data, where=str(path))

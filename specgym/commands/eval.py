@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specgym.commands.args import k_max_type, nonneg_int, positive_int
+from specgym.commands.args import bootstrap_type, k_max_type, nonneg_int, positive_int
 from specgym.paths import default_workload_name
 
 
@@ -29,8 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                    "workload's own)")
     p.add_argument("--max-requests", type=positive_int, default=None,
                    help="evaluate only the first N requests of the split (default: all)")
-    p.add_argument("--bootstrap", type=nonneg_int, default=2000,
-                   help="bootstrap resamples for the paired 95%% confidence intervals, 0 = none (default %(default)s)")
+    p.add_argument("--bootstrap", type=bootstrap_type, default=2000,
+                   help="bootstrap resamples for the paired 95%% confidence intervals: 0 = none, else 100..100000 "
+                        "(default %(default)s)")
     p.add_argument("--suite", choices=("generalization",), default=None,
                    help="run a suite instead of one workload: 'generalization' evaluates the policies given by "
                         "--controllers (default: the shipped ones) on held-out workload x cost-profile cells against "

@@ -46,7 +46,9 @@ def test_report_golden_structure(small_report):
     md = (small_report / "report.md").read_text()
     assert "(synthetic workload)" in md and "**oracle**" in md
     header = next(line for line in md.splitlines() if line.startswith("| controller"))
-    assert [c.strip() for c in header.strip("|").split("|")] == [c[1] for c in COLUMNS]
+    best = rep["reference"]["best_fixed_k"]  # the column names the K it compares with (issue 17)
+    titles = [f"{c[1]} (K={best})" if c[0] == "speedup_vs_best_fixed" else c[1] for c in COLUMNS]
+    assert [c.strip() for c in header.strip("|").split("|")] == titles
     assert set(rep["traces"]) == {"code", "reasoning"}
 
 

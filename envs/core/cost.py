@@ -136,12 +136,20 @@ class CostProfile:
         )
 
 
+#: The largest time a profile may state (ms): ~3 hours per forward. Beyond it a typo (1e300) would overflow
+#: every throughput to 0 without an error.
+MAX_MS = 1e7
+
+
 def _positive_number(value: Any, where: str, fieldname: str, allow_zero: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecgymError(f"{where}: field {fieldname!r} must be a number, got {value!r}")
     v = float(value)
     if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
         raise SpecgymError(f"{where}: field {fieldname!r} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    if v > MAX_MS:
+        raise SpecgymError(f"{where}: field {fieldname!r} = {value!r} ms is not a plausible time (at most "
+                           f"{MAX_MS:g} ms; times are milliseconds)")
     return v
 
 

@@ -53,6 +53,10 @@ def run_suite_command(args: argparse.Namespace) -> int:
     from specgym.eval.suite import markdown, run_suite
     from specgym.io import atomic_dir, check_output
 
+    for opt in ("workload", "profile"):
+        if getattr(args, opt, None) is not None:
+            raise SpecgymError(f"--suite {args.suite} runs its own held-out workload x profile cells: drop "
+                               f"--{opt} {getattr(args, opt)}")
     out = check_output(args.out or Path("out") / f"suite-{args.suite}", args.force)
     if args.controllers == "all":
         policies = [f"ppo:{name}" for name in list_policies()]

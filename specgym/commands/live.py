@@ -90,9 +90,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from specgym.baselines.registry import make_controller
 
     _check_pair_args(args)
+    if args.k is not None and args.controller is not None:
+        raise SpecgymError(f"--k {args.k} means --controller fixed:{args.k}: give one of them, not both")
     if args.k is not None and args.k > args.k_max:
         raise SpecgymError(f"--k {args.k} is above --k-max {args.k_max}")
-    spec = f"fixed:{args.k}" if args.k is not None else args.controller
+    spec = f"fixed:{args.k}" if args.k is not None else args.controller or "fixed:4"
     controller = make_controller(spec, args.k_max)  # a bad spec or policy fails before any model loads
     profile = _profile_or_none(args)
     _setup(args)
@@ -187,7 +189,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     _check_pair_args(args)
     out = check_output(args.out, args.force, "file")
     sizes = None
-    if args.batch_sizes:
+    if args.batch_sizes is not None:
         try:
             sizes = tuple(int(v) for v in args.batch_sizes.split(","))
         except ValueError:
@@ -220,9 +222,9 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("generate", help="speculative decoding of one prompt with a real pair")
     _pair_args(p)
     p.add_argument("--prompt", required=True, help="the prompt text")
-    p.add_argument("--controller", default="fixed:4",
+    p.add_argument("--controller", default=None,
                    help="controller spec (fixed:K, assc, speclane, ppo:NAME, ...) or policy folder "
-                        "(default %(default)s)")
+                        "(default fixed:4)")
     p.add_argument("--k", type=nonneg_int, default=None, help="shortcut for --controller fixed:K")
     p.add_argument("--k-max", type=k_max_type, default=DEFAULT_K_MAX, help="largest draft cap (default %(default)s)")
     p.add_argument("--max-new-tokens", type=positive_int, default=128, help="completion length (default %(default)s)")

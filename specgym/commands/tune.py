@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from specgym.commands.args import float_range, int_range, k_max_type, nonneg_int, positive_int
@@ -87,6 +88,10 @@ def _vllm(args: argparse.Namespace) -> int:
         check_output(args.out, args.force, "file")
     profile = load_batch_profile(args.profile)
     wl = cached_workload(args.workload or default_workload_name())
+    lo, hi = profile.batch_sizes[0], profile.batch_sizes[-1]
+    if args.max_batch > hi:
+        print(f"warning: {profile.name} was measured at batch sizes {lo}..{hi}; the table above batch {hi} (up to "
+              f"--max-batch {args.max_batch}) is an extrapolation", file=sys.stderr)
     result = tune_vllm(wl, profile, args.max_batch, args.k_max, args.split, args.seed)
     print("\n".join(describe(result)))
     _write(args.out, result, args.force)

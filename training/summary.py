@@ -39,13 +39,13 @@ def summarize(run: RunFiles, cfg: RunConfig, validator: Any, key: str, state: di
         where = f"on val ({val['replications']} mixed-concurrency replications)"
     what = "the best static K" if cfg.mode == "batch" else "the best fixed K"
     if sp >= 1.0:
-        verdict.append(f"beats {what} {where}: {sp:.3f}x")
+        verdict.append(f"the policy beats {what} {where}: {sp:.3f}x")
     else:
         verdict.append(f"WARNING: the policy is BELOW {what} {where}: {sp:.3f}x. Do not deploy it; train "
                        f"longer or tune (see training/configs).")
     for k, label in COMPARED_BASELINES:
         if k in val:
-            verdict.append(f"{'beats' if val[k] >= 1 else 'is BELOW'} {label}: {val[k]:.3f}x")
+            verdict.append(f"the policy {'beats' if val[k] >= 1 else 'is BELOW'} {label}: {val[k]:.3f}x")
     if val.get("oracle_ratio") == val.get("oracle_ratio"):
         verdict.append(f"oracle ratio {val['oracle_ratio']:.3f}")
     lines += [f"- {v}" for v in verdict] + [""]

@@ -117,6 +117,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({
             "text": text, "k_per_round": [r.planned_k for r in spec_res.rounds],
+            "drafted_per_round": [r.drafted for r in spec_res.rounds],
             "drafted": spec_res.drafted, "accepted": spec_res.accepted, "acceptance": spec_res.acceptance,
             "tokens": len(spec_res.tokens), "spec_ms": spec_res.time_ms, "plain_ms": plain.time_ms,
             "speedup": speedup, "controller": controller.name,
@@ -125,7 +126,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return 0
     print(args.prompt + text)
     print("-" * 60)
-    print(f"controller {controller.name}; K per round: {' '.join(str(r.planned_k) for r in spec_res.rounds)}")
+    if controller.token_level:  # the cap is k_max every round; what the controller decided is what it drafted
+        print(f"controller {controller.name} (token-level); drafted per round: "
+              f"{' '.join(str(r.drafted) for r in spec_res.rounds)}")
+    else:
+        print(f"controller {controller.name}; K per round: {' '.join(str(r.planned_k) for r in spec_res.rounds)}")
     per_round = len(spec_res.tokens) / len(spec_res.rounds)
     print(f"rounds {len(spec_res.rounds)}, drafted {spec_res.drafted}, accepted {spec_res.accepted} "
           f"(acceptance {spec_res.acceptance:.2f}), mean tokens/round {per_round:.2f}")

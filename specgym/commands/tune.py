@@ -132,6 +132,9 @@ def _compare(args: argparse.Namespace) -> int:
     print("|---|---:|---:|---:|")
     for r in sorted(res["rows"], key=lambda r: -r["tok_s_mean"]):
         lo, hi = r["vs_reference_ci95"]
+        if r["controller"] == res["reference"]:  # compared with itself: no interval, nothing to win
+            print(f"| {r['controller']} (reference) | {r['tok_s_mean']:.1f} | 1.000x | – |")
+            continue
         print(f"| {r['controller']} | {r['tok_s_mean']:.1f} | {r['vs_reference']:.3f}x [{lo:.3f}, {hi:.3f}] | "
               f"{r['wins']}/{args.replications} |")
     _write(args.out, res, args.force)

@@ -317,3 +317,12 @@ def test_run_stops_exactly_at_the_target_and_the_learning_rate_never_goes_negati
     steps = [h["timesteps"] for h in state["val_history"]]
     assert len(steps) == len(set(steps)) and max(steps) == 3000
     assert capsys.readouterr().err.count("[    3,000 steps] val") == 1
+
+
+def test_every_validation_reaches_tensorboard_and_verdicts_name_their_subject(tmp_path):
+    """A validation inside the last (stopped) rollout used to be printed but never logged (6 printed, 5 logged)."""
+    summary = train(_tiny(tmp_path, steps=3072))
+    state = json.loads((tmp_path / "run" / "state.json").read_text())
+    logged = [s for s, _ in _scalars(tmp_path / "run")["eval/speedup_vs_best_fixed"]]
+    assert logged == [h["timesteps"] for h in state["val_history"]] == [1024, 2048, 3072]
+    assert all(v.startswith(("the policy ", "WARNING: the policy ", "oracle ratio")) for v in summary["verdict"])

@@ -250,7 +250,8 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
     if val.freq > 0 and done > start and val.last != done:
         val.num_timesteps = done
         val.evaluate_now()
-        model.logger.dump(done)
+    # a validation inside the last (stopped) rollout is recorded but SB3 never dumps it: write it to tensorboard
+    model.logger.dump(done)
     state["status"] = "complete"
     write_json(run.state, state)
     from specgym.training.summary import summarize

@@ -2,7 +2,8 @@
 
 Each subcommand lives in its own module and registers itself through an ``add_parser(subparsers)`` function;
 heavy imports (torch, transformers, stable-baselines3) happen inside handlers so ``specgym --help`` stays fast.
-User errors (:class:`SpecgymError`) print one line and exit with status 2, never a traceback.
+User errors (:class:`SpecgymError`) print one line and exit with status 2, never a traceback; so do the file
+system's refusals (``OSError``) and running out of memory, where no check caught them first.
 """
 
 from __future__ import annotations

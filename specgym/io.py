@@ -167,11 +167,6 @@ def make_owned_dir(path: Path, owner: str, files: Iterable[str]) -> None:
         raise _fs_error(path, exc) from None
 
 
-def refuse_overwrite(path: Path, overwrite: bool, kind: str = "file") -> None:
-    """Raise if ``path`` may not be written (see :func:`check_output`)."""
-    check_output(path, overwrite, kind)
-
-
 @contextmanager
 def atomic_path(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; move it onto ``path`` only if the block succeeds.

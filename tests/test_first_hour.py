@@ -73,3 +73,21 @@ def test_shipped_pairs_and_prompts_by_name_from_any_folder(tmp_path, monkeypatch
     pytest.importorskip("transformers")
     tok, draft, target = specgym.load_pair("tinypair")
     assert tok("def f():")["input_ids"] and draft.config.vocab_size == target.config.vocab_size
+
+
+def test_token_level_generate_shows_what_was_drafted(capsys):
+    """The cap of a token-level controller is k_max every round; what it decided is how many it drafted."""
+    import pytest
+
+    pytest.importorskip("transformers")
+    from specgym.paths import MODELS_DIR
+
+    pair = ["--draft", str(MODELS_DIR / "tinypair" / "draft"), "--target", str(MODELS_DIR / "tinypair" / "target")]
+    assert main(["generate", *pair, "--prompt", "def f(x):", "--controller", "confidence:0.4",
+                 "--max-new-tokens", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "(token-level); drafted per round:" in out and "K per round" not in out
+    assert main(["generate", *pair, "--prompt", "def f(x):", "--controller", "confidence:0.4",
+                 "--max-new-tokens", "12", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert sum(doc["drafted_per_round"]) == doc["drafted"]

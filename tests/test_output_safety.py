@@ -183,3 +183,17 @@ def test_check_output_accepts_new_paths_and_owned_folders(tmp_path):
     check_output(tmp_path / "ok", True)
     with pytest.raises(SpecgymError, match="expected a file"):
         check_output(tmp_path / "ok", True, "file")
+
+
+def test_record_refuses_a_partial_recording_that_is_not_one(tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hello"}\n')
+    out = tmp_path / "t.parquet"
+    partial = tmp_path / "t.parquet.partial.jsonl"
+    for make, fragment in ((lambda: partial.mkdir(), "expected a file"),
+                           (lambda: partial.write_bytes(b"\xff\xfe"), "not UTF-8")):
+        make()
+        assert main(["record", "--prompts", str(prompts), "--out", str(out)]) == 2
+        _one_line_error(capsys, fragment)
+        (partial.rmdir if partial.is_dir() else partial.unlink)()
+    assert not out.exists()

@@ -163,6 +163,12 @@ def cmd_record(args: argparse.Namespace) -> int:
     out = check_output(args.out, args.force, "file")
     if args.profile_out:  # --force covers --out only: an existing --profile-out is never replaced
         check_output(args.profile_out, False, "file", "--profile-out")
+    from specgym.envs.engines.recorder import PARTIAL_SUFFIX
+    from specgym.io import read_text
+
+    partial = check_output(out.with_name(out.name + PARTIAL_SUFFIX), True, "file", "--out's partial recording")
+    if partial.exists():  # an interrupted recording is resumed from it: it must be one (UTF-8 JSON Lines)
+        read_text(partial, "partial recording (JSON Lines)")
     profile = load_profile(args.profile) if args.profile else None
     _setup(args)
     pair = _load_pair(args)

@@ -121,7 +121,8 @@ def _interrupt_at(monkeypatch, call: int, exc: type[BaseException] = KeyboardInt
     monkeypatch.setattr(TokenValueReward, "step", interrupting)
 
 
-def test_resume_equals_the_uninterrupted_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", ["k", "token"])
+def test_resume_equals_the_uninterrupted_run(tmp_path, monkeypatch, mode):
     """Interrupted mid-rollout and resumed, a run ends with the same weights, normalisation statistics, validation
     history and summary as the same run uninterrupted (snapshot at every rollout: learning-rate progress and
     num_timesteps, VecNormalize with its running returns, the envs' requests and RNGs, the global RNGs)."""
@@ -129,7 +130,7 @@ def test_resume_equals_the_uninterrupted_run(tmp_path, monkeypatch):
     from stable_baselines3 import PPO
 
     def tiny(name: str, **kw) -> TrainRequest:
-        return _tiny(tmp_path, name, steps=2560, checkpoint_every_s=0.0, **kw)
+        return _tiny(tmp_path, name, mode=mode, steps=2560, checkpoint_every_s=0.0, **kw)
 
     whole = train(tiny("whole"))
     _interrupt_at(monkeypatch, 1300)  # in the third rollout (512 steps each), after the validation at 1024
@@ -138,7 +139,7 @@ def test_resume_equals_the_uninterrupted_run(tmp_path, monkeypatch):
     state = json.loads((tmp_path / "cut" / "state.json").read_text())
     assert state["status"] == "interrupted" and state["checkpoint_timesteps"] == 1024
     monkeypatch.undo()
-    cut = train(TrainRequest(workload="ignored", mode="k", out=tmp_path / "cut", resume=True, quiet=True,
+    cut = train(TrainRequest(workload="ignored", mode=mode, out=tmp_path / "cut", resume=True, quiet=True,
                              checkpoint_every_s=0.0))
     a = PPO.load(tmp_path / "whole" / "model.zip").policy.state_dict()
     b = PPO.load(tmp_path / "cut" / "model.zip").policy.state_dict()

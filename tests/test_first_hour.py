@@ -91,3 +91,28 @@ def test_token_level_generate_shows_what_was_drafted(capsys):
                  "--max-new-tokens", "12", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert sum(doc["drafted_per_round"]) == doc["drafted"]
+
+
+def test_an_interrupted_demo_can_be_run_again_with_force(tmp_path, monkeypatch):
+    """Ctrl-C in the middle of a demo leaves a folder specgym owns: the next ``make demo`` (--force) replaces it."""
+    import pytest
+
+    pytest.importorskip("stable_baselines3")
+    from specgym.training.rewards import TokenValueReward
+
+    calls = {"n": 0}
+    original = TokenValueReward.step
+
+    def interrupting(self, action):
+        calls["n"] += 1
+        if calls["n"] == 300:
+            raise KeyboardInterrupt
+        return original(self, action)
+
+    root = tmp_path / "demo"
+    args = ["demo", "--workload", "assc-regimes", "--out", str(root), "--k-steps", "512", "--no-token", "--force"]
+    monkeypatch.setattr(TokenValueReward, "step", interrupting)
+    assert main(args) == 130
+    monkeypatch.undo()
+    assert main(args) == 0
+    assert (root / "report" / "report.md").is_file()

@@ -30,8 +30,9 @@ $(STAMP): pyproject.toml $(VENV)/.files
 
 install: $(STAMP)
 
+# --force: a demo folder specgym wrote (finished or interrupted) is replaced; a folder holding a file of yours is not
 demo: $(STAMP)
-	$(VENV)/bin/specgym demo
+	$(VENV)/bin/specgym demo --force
 
 # ruff on the checkout; mypy on the installed package (run outside the checkout root, where only the front door
 # folder would be visible); then the whole test suite, the wheel smoke test included.

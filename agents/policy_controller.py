@@ -173,9 +173,24 @@ def artifact_arrays(art: PolicyArtifact) -> dict[str, np.ndarray]:
     return arrays
 
 
+#: The ``policy.json`` fields that decide the policy's function (with the weights file, which ``weights_sha256``
+#: covers): ``function_sha256`` is the SHA-256 of them, so editing any (the activation, the normalisation, the
+#: feature version, the action mapping...) is refused on load, like a modified weights file.
+FUNCTION_FIELDS = ("format", "format_version", "mode", "feature_version", "features", "obs_dim", "k_min", "k_max",
+                   "action_mapping", "network", "obs_normalization", "weights_file", "weights_sha256")
+
+
+def function_sha256(meta: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of ``meta``'s :data:`FUNCTION_FIELDS`."""
+    import hashlib
+
+    doc = {k: meta.get(k) for k in FUNCTION_FIELDS}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def artifact_meta(art: PolicyArtifact, weights_sha256: str) -> dict[str, Any]:
-    """The ``policy.json`` document of an artifact."""
-    return {
+    """The ``policy.json`` document of an artifact (with its ``function_sha256``)."""
+    meta = {
         "format": ARTIFACT_FORMAT,
         "format_version": ARTIFACT_VERSION,
         "mode": art.mode,
@@ -199,8 +214,8 @@ def artifact_meta(art: PolicyArtifact, weights_sha256: str) -> dict[str, Any]:
         },
         "weights_file": WEIGHTS_FILE,
         "weights_sha256": weights_sha256,
-        **art.meta,
     }
+    return {**meta, "function_sha256": function_sha256(meta), **art.meta}
 
 
 def write_artifact(art: PolicyArtifact, out: str | Path, overwrite: bool = False) -> Path:
@@ -209,7 +224,7 @@ def write_artifact(art: PolicyArtifact, out: str | Path, overwrite: bool = False
 
     art.validate()
     out = Path(out)
-    with atomic_dir(out, overwrite=overwrite) as tmp:
+    with atomic_dir(out, overwrite=overwrite, owner="specgym export") as tmp:
         npz = tmp / WEIGHTS_FILE
         with open(npz, "wb") as f:
             np.savez(f, **artifact_arrays(art))  # type: ignore[arg-type]  # numpy stub types **kwds as bool
@@ -256,7 +271,8 @@ def load_policy(path: str | Path, expect_mode: str | None = None) -> PolicyArtif
         biases = [arrays[f"layer{i}_bias"] for i in range(n)]
         norm = meta["obs_normalization"]
         known = {"format", "format_version", "mode", "feature_version", "features", "obs_dim", "k_min", "k_max",
-                 "action_mapping", "network", "obs_normalization", "weights_file", "weights_sha256"}
+                 "action_mapping", "network", "obs_normalization", "weights_file", "weights_sha256",
+                 "function_sha256"}
         art = PolicyArtifact(
             mode=meta["mode"], k_min=int(meta["k_min"]), k_max=int(meta["k_max"]), weights=weights, biases=biases,
             activation=meta["network"]["activation"],
@@ -268,7 +284,12 @@ def load_policy(path: str | Path, expect_mode: str | None = None) -> PolicyArtif
         )
     except (KeyError, TypeError, ValueError, OSError) as exc:
         raise SpecgymError(f"{folder}: malformed policy artifact ({type(exc).__name__}: {exc})") from None
-    art.validate()
+    art.validate()  # a feature version or list from another specgym is named as such
+    if "function_sha256" not in meta:
+        raise SpecgymError(f"{meta_path}: no function_sha256 (exported by an older specgym: export the run again)")
+    if meta["function_sha256"] != function_sha256(meta):
+        raise SpecgymError(f"{meta_path}: function_sha256 does not match its fields (activation, normalisation, "
+                           f"features, K range or action mapping edited, or the file is corrupt)")
     return art
 
 

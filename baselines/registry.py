@@ -98,6 +98,8 @@ def make_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> Controller:
     Raises:
         SpecgymError: Unknown name or bad argument; the message lists the valid forms on one line.
     """
+    if not isinstance(spec, str):
+        raise SpecgymError(f"controller spec: expected a string such as 'fixed:4' or 'ppo:NAME', got {spec!r}")
     if _is_policy_dir(spec):
         spec = f"ppo:{spec}"
     name, arg = _split(spec)

@@ -21,6 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 PLOT_FILES = ("throughput.png", "k_over_time.png", "acceptance_by_category.png")
 KINDS = {"fixed": ("tab:gray", "fixed K"), "rule": ("tab:blue", "adaptive rule"),
@@ -103,6 +104,7 @@ def plot_k_over_time(report: dict[str, Any]) -> Figure:
                 color = KINDS["learned" if name.startswith("ppo") else "rule"][0]
                 ax.step(a[:, 0], a[:, 2], where="post", lw=0.9, color=color)
             ax.set_ylim(-0.3, k_max + 0.5)
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))  # K is a whole number: no 2.5 ticks
             ax.tick_params(labelsize=7)
             if col == 0:
                 ax.set_ylabel(name, fontsize=7, rotation=0, ha="right", va="center")
@@ -110,7 +112,8 @@ def plot_k_over_time(report: dict[str, Any]) -> Figure:
                 ax.set_title(f"{cat}: {t['request_id']} ({t['length']} tokens)", fontsize=8)
         axes[-1, col].set_xlabel("completion position", fontsize=8)
     fig.suptitle(_title(report, "Drafted tokens per round (line) against the clairvoyant oracle's K (grey) and the "
-                               "informed oracle's (dotted)"), fontsize=9)
+                                "informed oracle's (dotted); adaptive controllers only (a fixed K is a flat line)"),
+                 fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -142,7 +145,7 @@ def write_plots(report: dict[str, Any], folder: Path) -> list[Path]:
     paths = []
     for name, plot in zip(PLOT_FILES, (plot_throughput, plot_k_over_time, plot_acceptance)):
         fig = plot(report)
-        fig.savefig(folder / name, dpi=110)
+        fig.savefig(folder / name, dpi=110, bbox_inches="tight")  # long controller labels stay inside
         plt.close(fig)
         paths.append(folder / name)
     return paths

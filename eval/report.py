@@ -42,10 +42,19 @@ def _cell(row: dict[str, Any], key: str, fmt: str) -> str:
 INFORMED_LABEL = "**oracle:informed** (knows p_accept, not the draws)"
 
 
+def _header(report: dict[str, Any], key: str, title: str) -> str:
+    """A column's title naming the K it compares with: ``vs K=4`` is ``vs K=k_max`` below 4, the best fixed K."""
+    if key == "speedup_vs_k4":
+        return f"vs K={min(4, int(report.get('k_max', 4)))}"
+    if key == "speedup_vs_best_fixed" and report.get("reference", {}).get("best_fixed_k") is not None:
+        return f"vs best fixed (K={report['reference']['best_fixed_k']})"
+    return title
+
+
 def markdown_table(report: dict[str, Any]) -> str:
     """The report's main table: the two oracles first (the physical limit, then the limit of any controller that
     has to predict), then controllers by throughput."""
-    head = "| " + " | ".join(c[1] for c in COLUMNS) + " |"
+    head = "| " + " | ".join(_header(report, key, title) for key, title, _ in COLUMNS) + " |"
     sep = "|" + "|".join("---" if i == 0 else "---:" for i in range(len(COLUMNS))) + "|"
     oracle = dict(report["oracle"], controller="**oracle** (clairvoyant limit)")
     lines = [head, sep, "| " + " | ".join(_cell(oracle, k, f) for k, _, f in COLUMNS) + " |"]

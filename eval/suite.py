@@ -124,6 +124,9 @@ def markdown(report: dict[str, Any]) -> str:
              f"{len(report['cells'])} held-out cells (workload x cost profile never seen in training); every "
              "baseline (plain decoding included) runs in every cell; ratios are throughput ratios (> 1: the policy is "
              "faster) with paired bootstrap 95% intervals over requests; *(synthetic)* marks synthetic workloads.", ""]
+    if report.get("max_requests"):
+        lines[-1:-1] = ["", f"**Quick look: only the first {report['max_requests']} requests of each cell** "
+                            "(`--max-requests`); the published suite uses them all."]
     for spec in report["policies"]:
         s = report["summary"][spec]
         lines += [f"## {spec}", "",

@@ -93,12 +93,15 @@ def describe(result: dict[str, Any]) -> list[str]:
     """Human-readable lines of a tuning result."""
     lines = [f"vLLM Dynamic SD table for {result['workload']}" + (" (synthetic)" if result["synthetic"] else "")
              + f" on {result['profile']} ({result['profile_source']} profile), concurrency 1..{result['max_batch']}:",
-             "", result["vllm_fragment"], "",
-             f"{'batch sizes':>14} {'K':>3} {'vs best static K=' + str(result['static_k']):>22} "
-             f"{'vs no speculation':>18}"]
+             "", result["vllm_fragment"], ""]
+    same = result["static_k"] == 0  # the best static K is no speculation: one column says it all
+    lines.append(f"{'batch sizes':>14} {'K':>3} "
+                 + ("" if same else f"{'vs best static K=' + str(result['static_k']):>22} ")
+                 + f"{'vs no speculation' + (' (= the best static K)' if same else ''):>18}")
     for r in result["ranges"]:
-        lines.append(f"{r['start_bs']:>6} - {r['end_bs']:<6} {r['k']:>3} {r['speedup_vs_static']:>21.3f}x "
-                     f"{r['speedup_vs_no_spec']:>17.3f}x")
+        lines.append(f"{r['start_bs']:>6} - {r['end_bs']:<6} {r['k']:>3} "
+                     + ("" if same else f"{r['speedup_vs_static']:>21.3f}x ")
+                     + f"{r['speedup_vs_no_spec']:>17.3f}x")
     lines.append("")
     for c in result["checks"]:
         lines.append(f"check at concurrency {c['batch']}: predicted {c['predicted_tok_s']:.1f} tok/s, closed-loop "

@@ -9,6 +9,7 @@ import as ``specgym/SpecDecode-v1``, ``specgym/SpecDecodeToken-v1`` and, over re
 __version__ = "0.2.0"
 
 import os as _os
+from typing import Any
 
 # In a source checkout the subpackages live in the top-level folders (envs/, eval/, data/...) that pyproject's
 # package-dir maps onto specgym.*; when the checkout itself is on sys.path (python started in its root), this
@@ -38,6 +39,24 @@ for _id, (_entry, _nondeterministic) in _ENVS.items():
         register(id=_id, entry_point=_entry, nondeterministic=_nondeterministic)
 
 
+def load_pair(name: str = "midpair", device: str = "cpu") -> tuple[Any, Any, Any]:
+    """A shipped model pair as transformers objects, ``(tokenizer, draft, target)``, from any working folder.
+
+    Needs the ``hf`` extra. ``name``: ``midpair`` (where speculation pays on a CPU) or ``tinypair``.
+    """
+    from specgym.deps import require
+    from specgym.paths import pair_dir
+
+    folder = pair_dir(name)
+    require("hf", "specgym.load_pair")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder / "target")
+    draft: Any = AutoModelForCausalLM.from_pretrained(folder / "draft")
+    target: Any = AutoModelForCausalLM.from_pretrained(folder / "target")
+    return tok, draft.to(device), target.to(device)
+
+
 def make_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> Controller:
     """The controller a spec string names (``fixed:4``, ``assc``, ``ppo:NAME``...); see ``specgym eval --help``."""
     from specgym.baselines.registry import make_controller as _make
@@ -48,5 +67,5 @@ def make_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> Controller:
 __all__ = [
     "DEFAULT_K_MAX", "Controller", "CostProfile", "DraftStep", "InvalidAction", "Request", "RequestContext",
     "RoundOutcome", "SpecgymError", "TraceEngine", "VectorReplay", "Workload", "__version__", "drive",
-    "load_profile", "load_workload", "make_controller", "save_workload",
+    "load_pair", "load_profile", "load_workload", "make_controller", "save_workload",
 ]

@@ -2,7 +2,8 @@
 
 Each subcommand lives in its own module and registers itself through an ``add_parser(subparsers)`` function;
 heavy imports (torch, transformers, stable-baselines3) happen inside handlers so ``specgym --help`` stays fast.
-User errors (:class:`SpecgymError`) print one line and exit with status 2, never a traceback.
+User errors (:class:`SpecgymError`) print one line and exit with status 2, never a traceback; so do the file
+system's refusals (``OSError``) and running out of memory, where no check caught them first.
 """
 
 from __future__ import annotations
@@ -69,6 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"specgym {args.command}: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:  # a size no check foresaw: one line, not a traceback
+        print(f"specgym {args.command}: error: out of memory (ask for less: fewer requests, resamples or "
+              f"timesteps)", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the file system said no (read-only folder, full disk) somewhere not checked before
+        print(f"specgym {args.command}: error: {exc.filename or ''}{': ' if exc.filename else ''}"
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ def small_report(tmp_path_factory):
 
 def test_report_golden_structure(small_report):
     files = sorted(p.name for p in small_report.iterdir())
-    assert files == sorted(["report.json", "report.md", *PLOT_FILES])
+    assert files == sorted([".specgym", "report.json", "report.md", *PLOT_FILES])  # + the marker of what specgym wrote
     for name in PLOT_FILES:
         data = (small_report / name).read_bytes()
         assert data[:8] == PNG_MAGIC and len(data) > 5000
@@ -57,7 +57,9 @@ def test_report_golden_structure(small_report):
     assert "(synthetic workload)" in md and "**oracle**" in md and "**oracle:informed**" in md
     assert "## Headroom split" in md and "prediction + decision" in md
     header = next(line for line in md.splitlines() if line.startswith("| controller"))
-    assert [c.strip() for c in header.strip("|").split("|")] == [c[1] for c in COLUMNS]
+    best = rep["reference"]["best_fixed_k"]  # the column names the K it compares with (issue 17)
+    titles = [f"{c[1]} (K={best})" if c[0] == "speedup_vs_best_fixed" else c[1] for c in COLUMNS]
+    assert [c.strip() for c in header.strip("|").split("|")] == titles
     assert "headroom closed (informed)" in header
     assert set(rep["traces"]) == {"code", "reasoning"}
 

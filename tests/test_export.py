@@ -44,12 +44,12 @@ def _model_and_vec(run: Path):
 
 def test_artifact_is_pickle_free_and_self_describing(exported):
     _, art_dir = exported
-    assert sorted(p.name for p in art_dir.iterdir()) == ["policy.json", "policy.npz"]
+    assert sorted(p.name for p in art_dir.iterdir()) == [".specgym", "policy.json", "policy.npz"]  # + the marker
     with np.load(art_dir / "policy.npz", allow_pickle=False) as z:
         assert "layer0_weight" in z.files and "obs_mean" in z.files
     meta = json.loads((art_dir / "policy.json").read_text())
     for key in ("mode", "feature_version", "features", "k_min", "k_max", "action_mapping", "obs_normalization",
-                "training", "weights_sha256"):
+                "training", "weights_sha256", "function_sha256"):
         assert key in meta, key
     assert meta["training"]["workload"] == "assc-regimes"
 
@@ -197,6 +197,37 @@ def test_tampered_or_mismatched_artifacts_are_refused(exported, tmp_path):
     with pytest.raises(SpecgymError, match="k_max"):  # one rule: an engine cap below the policy's own
         make_controller(f"ppo:{art_dir}", 4)
     assert make_controller(f"ppo:{art_dir}", 12).name == f"ppo:{art_dir}"  # a larger cap is fine
+
+
+@pytest.mark.parametrize("edit", [
+    lambda m: m["network"].update(activation="relu" if m["network"]["activation"] == "tanh" else "tanh"),
+    lambda m: m["obs_normalization"].update(clip_obs=m["obs_normalization"]["clip_obs"] / 2),
+    lambda m: m["obs_normalization"].update(enabled=False),
+    lambda m: m["action_mapping"].update(note="edited"),
+    lambda m: m.pop("function_sha256"),
+])
+def test_the_checksum_covers_every_field_of_the_function(exported, tmp_path, edit):
+    """Editing policy.json (activation tanh -> relu, the normalisation, the action mapping...) is refused like a
+    modified weights file; the informational fields (training record, metrics) are not part of the function."""
+    _, art_dir = exported
+    bad = _copy(art_dir, tmp_path / "edited")
+    meta = json.loads((bad / "policy.json").read_text())
+    edit(meta)
+    (bad / "policy.json").write_text(json.dumps(meta))
+    with pytest.raises(SpecgymError, match="function_sha256"):
+        load_policy(bad)
+    ok = _copy(art_dir, tmp_path / "notes")
+    meta = json.loads((ok / "policy.json").read_text())
+    meta["metrics"] = {"note": "annotated by hand"}
+    (ok / "policy.json").write_text(json.dumps(meta))
+    load_policy(ok)
+
+
+def test_shipped_policies_carry_the_function_checksum():
+    from specgym.agents.policy_controller import list_policies, resolve_policy
+
+    for name in list_policies():
+        load_policy(resolve_policy(name))
 
 
 def test_eval_cli_puts_the_policy_in_the_table(exported, tmp_path, capsys):

@@ -107,6 +107,76 @@ def test_ctrl_c_saves_checkpoint_then_resume(tmp_path, monkeypatch):
     assert state["status"] == "complete" and state["timesteps_done"] >= 4096
 
 
+def _interrupt_at(monkeypatch, call: int, exc: type[BaseException] = KeyboardInterrupt) -> None:
+    """Make the ``call``-th env step raise ``exc`` (KeyboardInterrupt = Ctrl-C; anything else = a kill)."""
+    calls = {"n": 0}
+    original = TokenValueReward.step
+
+    def interrupting(self, action):
+        calls["n"] += 1
+        if calls["n"] == call:
+            raise exc
+        return original(self, action)
+
+    monkeypatch.setattr(TokenValueReward, "step", interrupting)
+
+
+@pytest.mark.parametrize("mode", ["k", "token"])
+def test_resume_equals_the_uninterrupted_run(tmp_path, monkeypatch, mode):
+    """Interrupted mid-rollout and resumed, a run ends with the same weights, normalisation statistics, validation
+    history and summary as the same run uninterrupted (snapshot at every rollout: learning-rate progress and
+    num_timesteps, VecNormalize with its running returns, the envs' requests and RNGs, the global RNGs)."""
+    import numpy as np
+    from stable_baselines3 import PPO
+
+    def tiny(name: str, **kw) -> TrainRequest:
+        return _tiny(tmp_path, name, mode=mode, steps=2560, checkpoint_every_s=0.0, **kw)
+
+    whole = train(tiny("whole"))
+    _interrupt_at(monkeypatch, 1300)  # in the third rollout (512 steps each), after the validation at 1024
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny("cut"))
+    state = json.loads((tmp_path / "cut" / "state.json").read_text())
+    assert state["status"] == "interrupted" and state["checkpoint_timesteps"] == 1024
+    monkeypatch.undo()
+    cut = train(TrainRequest(workload="ignored", mode=mode, out=tmp_path / "cut", resume=True, quiet=True,
+                             checkpoint_every_s=0.0))
+    a = PPO.load(tmp_path / "whole" / "model.zip").policy.state_dict()
+    b = PPO.load(tmp_path / "cut" / "model.zip").policy.state_dict()
+    assert all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
+    with open(tmp_path / "whole" / "vecnormalize.pkl", "rb") as f, open(tmp_path / "cut" / "vecnormalize.pkl",
+                                                                         "rb") as g:
+        va, vb = pickle.load(f), pickle.load(g)
+    assert np.array_equal(va.obs_rms.mean, vb.obs_rms.mean) and np.array_equal(va.ret_rms.var, vb.ret_rms.var)
+    assert cut["val"] == whole["val"] and cut["val_history"] == whole["val_history"]
+    assert cut["model"] == whole["model"]
+    md = (tmp_path / "cut" / "summary.md").read_text()
+    assert "2,560 timesteps" in md and ("saved at" in md or "(at 2,560 timesteps)" in md)
+
+
+def test_a_killed_run_can_be_exported_and_resumed(tmp_path, monkeypatch):
+    """SIGKILL leaves no chance to save: state.json, model.zip and the resume snapshot are kept current on a
+    cadence, so export (best and final) and --resume work from whatever was left."""
+    class Killed(BaseException):
+        pass
+
+    _interrupt_at(monkeypatch, 1800, Killed)
+    with pytest.raises(Killed):
+        train(_tiny(tmp_path, steps=4096, checkpoint_every_s=0.0))
+    run = tmp_path / "run"
+    state = json.loads((run / "state.json").read_text())
+    assert state["status"] == "running" and state["timesteps_done"] == state["checkpoint_timesteps"] == 1536
+    assert state["best"]["timesteps"] == 1024 and (run / "best_model.zip").is_file()
+    assert main(["export", str(run), "--which", "best", "--out", str(tmp_path / "best")]) == 0
+    assert main(["export", str(run), "--which", "final", "--out", str(tmp_path / "final")]) == 0
+    (run / "model.zip").unlink()  # killed before the first checkpoint finished: the best model still exports
+    assert main(["export", str(run), "--which", "best", "--out", str(tmp_path / "best2")]) == 0
+    monkeypatch.undo()
+    train(TrainRequest(workload="ignored", mode="k", out=run, resume=True, quiet=True))
+    state = json.loads((run / "state.json").read_text())
+    assert state["status"] == "complete" and state["timesteps_done"] == 4096
+
+
 def test_existing_run_folder_is_never_overwritten(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
@@ -195,13 +265,16 @@ def test_demo_refuses_an_existing_folder_and_force_leaves_nothing_stale(tmp_path
     args = ["demo", "--workload", "assc-regimes", "--out", str(root), "--k-steps", "1024", "--token-steps", "1024"]
     assert main(args) == 0
     first = sorted(p.name for p in root.iterdir())
-    assert first == ["k", "report", "token"]
+    assert first == [".specgym", "k", "report", "token"]
     marker = root / "k" / "mine.txt"
     marker.write_text("keep")
     assert main(args) == 2  # refused: nothing touched
     assert "already exists" in capsys.readouterr().err and marker.read_text() == "keep"
-    assert main([*args, "--no-token", "--force"]) == 0  # replaced whole: no stale token run, no leftover file
-    assert sorted(p.name for p in root.iterdir()) == ["k", "report"] and not marker.exists()
+    assert main([*args, "--force"]) == 2  # --force replaces only what specgym wrote: the user's file is not
+    assert "mine.txt is not" in capsys.readouterr().err and marker.read_text() == "keep"
+    marker.unlink()
+    assert main([*args, "--no-token", "--force"]) == 0  # replaced whole: no stale token run
+    assert sorted(p.name for p in root.iterdir()) == [".specgym", "k", "report"]
 
 
 def test_bc_init_clones_the_baseline_rule(tmp_path):
@@ -245,3 +318,12 @@ def test_run_stops_exactly_at_the_target_and_the_learning_rate_never_goes_negati
     steps = [h["timesteps"] for h in state["val_history"]]
     assert len(steps) == len(set(steps)) and max(steps) == 3000
     assert capsys.readouterr().err.count("[    3,000 steps] val") == 1
+
+
+def test_every_validation_reaches_tensorboard_and_verdicts_name_their_subject(tmp_path):
+    """A validation inside the last (stopped) rollout used to be printed but never logged (6 printed, 5 logged)."""
+    summary = train(_tiny(tmp_path, steps=3072))
+    state = json.loads((tmp_path / "run" / "state.json").read_text())
+    logged = [s for s, _ in _scalars(tmp_path / "run")["eval/speedup_vs_best_fixed"]]
+    assert logged == [h["timesteps"] for h in state["val_history"]] == [1024, 2048, 3072]
+    assert all(v.startswith(("the policy ", "WARNING: the policy ", "oracle ratio")) for v in summary["verdict"])

@@ -13,7 +13,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from specgym.training.config import RunConfig
 from specgym.training.export import artifact_from_model
-from specgym.training.run_folder import RunFiles, save_checkpoint
+from specgym.training.run_folder import RunFiles, save_checkpoint, write_json
 from specgym.training.validation import describe
 
 
@@ -136,9 +136,66 @@ class ValidationCallback(BaseCallback):
             save_checkpoint(self.model, vec, self.run.best_model, self.run.best_vecnorm)
             self.state["best"] = {k: res[k] for k in dict.fromkeys(keep)}
         self.state["last_eval_step"] = self.last
+        write_json(self.run.state, self.state)  # the best model on disk and state.json always agree
         self.console.print(f"  [{self.num_timesteps:>9,} steps] val: {describe(res)} "
                            f"({time.perf_counter() - t0:.1f} s)", highlight=False)
         return res
+
+
+class CheckpointCallback(BaseCallback):
+    """Between two rollouts, on a cadence: the resume snapshot, ``model.zip`` + ``vecnormalize.pkl`` and a current
+    ``state.json``, so a run killed outright (SIGKILL, power loss) can be exported and resumed.
+
+    A checkpoint is taken at the first rollout, then whenever ``every_s`` seconds passed, and always before the
+    run's last rollout (so extending a finished run continues from its end). Taking one changes nothing in the run.
+
+    Args:
+        run: The run folder.
+        state: The run's state dict (saved in the snapshot and as ``state.json``).
+        workload: The run's workload or domain distribution (stored by reference, see
+            :mod:`specgym.training.snapshot`).
+        target: The run's target timesteps.
+        rollout: Timesteps per rollout (``n_envs * n_steps``).
+        every_s: Seconds between checkpoints (0 = every rollout).
+        done: The timesteps of a checkpoint that already exists (a resumed run does not retake it).
+    """
+
+    def __init__(self, run: RunFiles, state: dict[str, Any], workload: Any, target: int, rollout: int,
+                 every_s: float, done: int | None = None):
+        super().__init__()
+        self.run, self.state, self.workload = run, state, workload
+        self.target, self.rollout, self.every_s = int(target), int(rollout), float(every_s)
+        self.last_step = done
+        self.last_time: float | None = None if done is None else time.perf_counter()
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_start(self) -> None:
+        n = self.num_timesteps
+        if n == self.last_step:
+            return
+        due = self.last_time is None or time.perf_counter() - self.last_time >= self.every_s
+        if due or n + self.rollout >= self.target:
+            self.save()
+
+    def save(self) -> None:
+        """Take a checkpoint now (call only between two rollouts)."""
+        import copy
+
+        from specgym.io import atomic_path, atomic_write_bytes
+        from specgym.training.snapshot import save_snapshot
+
+        n = int(self.num_timesteps)
+        self.state.update(status="running", timesteps_done=n, checkpoint_timesteps=n)
+        vec = self.model.get_vec_normalize_env()
+        assert vec is not None  # make_training_env always wraps the envs in VecNormalize
+        model_bytes = save_snapshot(self.run.resume, self.model, vec, copy.deepcopy(self.state), self.workload)
+        atomic_write_bytes(self.run.model, model_bytes, overwrite=True)
+        with atomic_path(self.run.vecnorm, overwrite=True) as tmp:
+            vec.save(str(tmp))
+        write_json(self.run.state, self.state)
+        self.last_step, self.last_time = n, time.perf_counter()
 
 
 class ProgressCallback(BaseCallback):

@@ -106,6 +106,10 @@ class PPOConfig:
         for key in ("n_envs", "n_steps", "batch_size", "n_epochs", "bc_epochs", "bc_passes", "timesteps"):
             if getattr(self, key) < 1:
                 raise bad(key, "must be >= 1")
+        if self.timesteps % self.n_envs:  # every step advances all n_envs envs: the run stops exactly at a multiple
+            lo = self.timesteps // self.n_envs * self.n_envs
+            raise bad("timesteps", f"must be a multiple of n_envs = {self.n_envs} (each step advances every env; "
+                                   f"e.g. {lo or self.n_envs} or {lo + self.n_envs})")
         if not 1 <= self.k_max <= K_MAX_LIMIT:
             raise bad("k_max", f"must be in [1, {K_MAX_LIMIT}]")
         if not 0 <= self.k_min <= self.k_max:

@@ -62,15 +62,19 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
 def load_run_model(run: RunFiles, which: str = "best") -> tuple[Any, Any, str, RunConfig]:
     """``(model, vecnormalize or None, "best"|"final", config)`` of a run folder.
 
-    ``best`` falls back to the final model when no validation ran.
+    ``best`` falls back to the final model when no validation ran; a run killed before its first checkpoint has
+    only ``best_model.zip``, which ``best`` still takes.
     """
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    if not run.config.is_file() or not run.model.is_file():
-        raise SpecgymError(f"{run.root}: not a training run (needs config.yaml and model.zip from 'specgym train')")
     if which not in ("best", "final"):
         raise SpecgymError(f"--which must be 'best' or 'final', got {which!r}")
+    if not run.config.is_file() or not (run.model.is_file() or run.best_model.is_file()):
+        raise SpecgymError(f"{run.root}: not a training run (needs config.yaml and model.zip or best_model.zip from "
+                           f"'specgym train')")
+    if which == "final" and not run.model.is_file():
+        raise SpecgymError(f"{run.root}: no final model yet (model.zip); export --which best, or resume the run")
     cfg = RunConfig.from_file(run.config)
     model_path, stats_path, picked = run.model, run.vecnorm, "final"
     if which == "best" and run.best_model.is_file():
@@ -96,7 +100,10 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = 
             ran) or ``final`` (the last saved model).
         overwrite: Replace an existing artifact folder.
     """
+    from specgym.io import check_output
+
     run = RunFiles(Path(run_dir))
+    out = check_output(out or run.root / "policy", overwrite)  # before the model loads
     model, vecnorm, picked, cfg = load_run_model(run, which)
     summary = read_summary(run)
     meta = {
@@ -113,4 +120,4 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = 
         "metrics": (summary or {}).get("val", {}),
     }
     art = artifact_from_model(model, vecnorm, cfg.mode, cfg.ppo.k_min, cfg.ppo.k_max, meta)
-    return write_artifact(art, out or run.root / "policy", overwrite=overwrite)
+    return write_artifact(art, out, overwrite=overwrite)

@@ -160,13 +160,13 @@ def best_run(runs: list[Path]) -> Path:
 
 def ship_policy(run: Path, policy_dir: Path, force: bool = False) -> None:
     """Copy ``run/policy`` (an exported artifact) to ``policy_dir``."""
-    from specgym.io import atomic_dir, refuse_overwrite
+    from specgym.io import atomic_dir, check_output
 
     src = run / "policy"
     if not (src / "policy.json").is_file():
         raise SpecgymError(f"{src}: no exported policy (run specgym export {run} first)")
-    refuse_overwrite(policy_dir, force)
-    with atomic_dir(policy_dir, overwrite=force) as tmp:
+    check_output(policy_dir, force)
+    with atomic_dir(policy_dir, overwrite=force, owner="specgym policy card", also_owns=("README.md",)) as tmp:
         for f in ("policy.json", "policy.npz"):
             (tmp / f).write_bytes((src / f).read_bytes())
 

@@ -17,12 +17,15 @@ Choices (documented here because they shape results):
 * The learning-rate schedule ``linear`` decays to 0 at the target and is clamped there; the run stops at exactly the
   target timesteps (the unfinished last rollout is not trained on).
 * Training draws requests from the ``train`` split; validation uses ``val``; reports use ``test``.
+* Crash safety: between two rollouts, every ``checkpoint_every_s`` seconds (and before the last rollout), the run
+  writes a resume snapshot, ``model.zip`` and ``state.json`` (:class:`~specgym.training.callbacks.CheckpointCallback`).
+  ``--resume`` continues from the snapshot exactly as the uninterrupted run would have
+  (:mod:`specgym.training.snapshot`); what was trained after it is redone, identically.
 * ``torch.set_num_threads(1)``: the networks are tiny and the machine is shared.
 """
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +33,11 @@ from typing import Any
 
 from specgym.console import make_console
 from specgym.errors import SpecgymError
-from specgym.io import atomic_write_text, sha256_file
+from specgym.io import atomic_write_text, check_output, make_owned_dir, remove_owned, sha256_file
 from specgym.training.config import PPOConfig, RunConfig, resolve_config
 from specgym.training.env_factory import make_training_env
 from specgym.training.rewards import auto_token_value
-from specgym.training.run_folder import RunFiles, read_state, save_checkpoint, write_json
+from specgym.training.run_folder import RUN_FILES, RunFiles, read_state, save_checkpoint, write_json
 from specgym.training.validation import make_validator
 
 
@@ -78,6 +81,7 @@ class TrainRequest:
     resume: bool = False
     force: bool = False
     quiet: bool = False
+    checkpoint_every_s: float = 30.0
 
 
 def workload_identity(name_or_path: str) -> tuple[Any, dict[str, Any]]:
@@ -108,8 +112,9 @@ def domain_identity() -> tuple[Any, dict[str, Any]]:
 
 
 def _new_run(req: TrainRequest, run: RunFiles) -> tuple[RunConfig, Any, dict[str, Any]]:
-    if run.root.exists() and not req.force:
+    if run.root.is_dir() and not run.root.is_symlink() and not req.force:
         raise SpecgymError(f"{run.root}: already exists (pass --force to replace it, --resume to continue)")
+    check_output(run.root, req.force)
     overrides = req.overrides or {}
     if overrides.get("domains"):
         wl, ident = domain_identity()
@@ -130,15 +135,15 @@ def _new_run(req: TrainRequest, run: RunFiles) -> tuple[RunConfig, Any, dict[str
     cfg = RunConfig(ppo=ppo, mode=req.mode, seed=int(req.seed), token_value_resolved=token_value,
                     token_value_note=note, **ident)
     if run.root.exists():
-        shutil.rmtree(run.root)
-    run.root.mkdir(parents=True)
+        remove_owned(run.root)
+    make_owned_dir(run.root, "specgym train", RUN_FILES)
     atomic_write_text(run.config, cfg.to_yaml())
     return cfg, wl, {"status": "running", "timesteps_done": 0}
 
 
 def _resumed_run(req: TrainRequest, run: RunFiles) -> tuple[RunConfig, Any, dict[str, Any]]:
-    if not run.config.is_file() or not run.model.is_file():
-        raise SpecgymError(f"{run.root}: nothing to resume (needs config.yaml and model.zip)")
+    if not run.config.is_file() or not (run.resume.is_file() or run.model.is_file()):
+        raise SpecgymError(f"{run.root}: nothing to resume (needs config.yaml and resume.pkl or model.zip)")
     cfg = RunConfig.from_file(run.config)
     wl, ident = domain_identity() if cfg.ppo.domains else workload_identity(cfg.workload_path)
     if ident["workload_sha256"] != cfg.workload_sha256:
@@ -159,8 +164,8 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import CallbackList
 
-    from specgym.training.callbacks import (CriticWarmupCallback, ProgressCallback, SpecDecMetricsCallback,
-                                            ValidationCallback)
+    from specgym.training.callbacks import (CheckpointCallback, CriticWarmupCallback, ProgressCallback,
+                                            SpecDecMetricsCallback, ValidationCallback)
 
     console = console or make_console(stderr=True, quiet=req.quiet)
     torch.set_num_threads(1)
@@ -174,7 +179,20 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
     write_json(run.state, state)
 
     seed = int(cfg.seed)
-    if req.resume:
+    resumed_at: int | None = None
+    if req.resume and run.resume.is_file():
+        from specgym.training.snapshot import load_snapshot
+
+        venv = make_training_env(cfg, wl, seed)
+        model, snap = load_snapshot(run.resume, venv, wl, run.tb)
+        resumed_at = int(model.num_timesteps)
+        # the snapshot's history up to its step (what follows is redone, identically); the best model on disk
+        # and its figures stay what state.json says, so a redone validation never replaces it by an equal one
+        state = {**snap, "best": state.get("best", snap.get("best")), "wall_s": state.get("wall_s", 0.0),
+                 "status": "running", "timesteps_target": target}
+    elif req.resume:  # a run folder from before resume snapshots: the model alone (not an exact continuation)
+        console.print(f"{run.resume}: missing; continuing from {run.model} alone (RNG, env and return-normalisation "
+                      "state start afresh)", style="yellow", highlight=False)
         venv = make_training_env(cfg, wl, seed + int(state.get("timesteps_done", 0)), run.vecnorm)
         model = PPO.load(run.model, env=venv, device="cpu", tensorboard_log=str(run.tb))
     else:
@@ -195,9 +213,11 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
     # validate the cloned policy before PPO starts: the kept best model is never worse (on val) than the clone
     validator, key = make_validator(cfg, wl)
     val = ValidationCallback(run, cfg, validator, key, state, console,
-                             at_start=bool(ppo.bc_init) and start == 0 and ppo.eval_freq > 0)
+                             at_start=bool(ppo.bc_init) and start == 0 and ppo.eval_freq > 0 and not req.resume)
     progress = ProgressCallback(target, start, console)
-    cbs = [SpecDecMetricsCallback(), val, progress]
+    checkpoint = CheckpointCallback(run, state, wl, target, ppo.n_envs * ppo.n_steps, req.checkpoint_every_s,
+                                    done=resumed_at)
+    cbs = [SpecDecMetricsCallback(), val, checkpoint, progress]
     if ppo.bc_init and ppo.bc_warmup > start:
         cbs.append(CriticWarmupCallback(ppo.bc_warmup))
     label = (f"the generalist distribution ({len(wl.workloads)} workloads x randomised profiles)" if ppo.domains
@@ -223,13 +243,15 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
     if interrupted:
         state["status"] = "interrupted"
         write_json(run.state, state)
-        console.print(f"interrupted at {done:,} timesteps: checkpoint saved to {run.model}; continue with "
-                      f"'specgym train --out {run.root} --resume'", highlight=False)
+        console.print(f"interrupted at {done:,} timesteps: model saved to {run.model}; 'specgym train --out "
+                      f"{run.root} --resume' continues from the checkpoint at "
+                      f"{state.get('checkpoint_timesteps', 0):,} timesteps", highlight=False)
         raise KeyboardInterrupt
     if val.freq > 0 and done > start and val.last != done:
         val.num_timesteps = done
         val.evaluate_now()
-        model.logger.dump(done)
+    # a validation inside the last (stopped) rollout is recorded but SB3 never dumps it: write it to tensorboard
+    model.logger.dump(done)
     state["status"] = "complete"
     write_json(run.state, state)
     from specgym.training.summary import summarize

@@ -3,12 +3,15 @@
 ::
 
     config.yaml            resolved hyperparameters + run identity (what reproduces the run)
-    model.zip              latest model (end of training, or the checkpoint written on Ctrl-C)
+    model.zip              latest model (each checkpoint, end of training, or the one written on Ctrl-C)
     vecnormalize.pkl       its VecNormalize statistics (observation and reward normalisation)
     best_model.zip         best model by validation speedup vs the best fixed K (+ best_vecnormalize.pkl)
-    state.json             status (running / interrupted / complete), timesteps done and target
+    resume.pkl             the resume snapshot, taken between two rollouts on a cadence (training/snapshot.py)
+    state.json             status (running / interrupted / complete), timesteps done and target; kept current at
+                           every checkpoint and validation, so a run killed outright still says where it stood
     summary.json/.md       final validation figures and an honest verdict against the best fixed K
     tb/PPO_1/              tensorboard: SB3's scalars, specdec/* (training rollouts) and eval/* (validation)
+    .specgym               the marker: what specgym owns here (``--force`` replaces nothing else)
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ from typing import Any
 
 from specgym.errors import SpecgymError
 from specgym.io import atomic_path, atomic_write_text
+
+
+#: What ``specgym train`` writes into a run folder (the marker's list; an exported ``policy/`` has its own marker).
+RUN_FILES = ("config.yaml", "model.zip", "vecnormalize.pkl", "best_model.zip", "best_vecnormalize.pkl", "resume.pkl",
+             "state.json", "summary.json", "summary.md", "tb/*")
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,10 @@ class RunFiles:
     @property
     def best_vecnorm(self) -> Path:
         return self.root / "best_vecnormalize.pkl"
+
+    @property
+    def resume(self) -> Path:
+        return self.root / "resume.pkl"
 
     @property
     def state(self) -> Path:

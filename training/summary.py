@@ -30,7 +30,7 @@ def summarize(run: RunFiles, cfg: RunConfig, validator: Any, key: str, state: di
              f"- mode {cfg.mode}, workload `{cfg.workload_name}`" + (" (synthetic)" if cfg.workload_synthetic else "")
              + f", {state['timesteps_done']:,} timesteps, seed {cfg.seed}, "
                f"{state.get('steps_per_s', 0):,.0f} steps/s in the last session",
-             f"- validation split ({val['requests']} requests), model `{pick}` "
+             f"- validation split ({val['requests']} requests), model `{pick}`{_at(state, pick)} "
              f"(the one `specgym export` takes by default):", ""]
     verdict = []
     sp = val["speedup_vs_best_fixed"]
@@ -39,13 +39,13 @@ def summarize(run: RunFiles, cfg: RunConfig, validator: Any, key: str, state: di
         where = f"on val ({val['replications']} mixed-concurrency replications)"
     what = "the best static K" if cfg.mode == "batch" else "the best fixed K"
     if sp >= 1.0:
-        verdict.append(f"beats {what} {where}: {sp:.3f}x")
+        verdict.append(f"the policy beats {what} {where}: {sp:.3f}x")
     else:
         verdict.append(f"WARNING: the policy is BELOW {what} {where}: {sp:.3f}x. Do not deploy it; train "
                        f"longer or tune (see training/configs).")
     for k, label in COMPARED_BASELINES:
         if k in val:
-            verdict.append(f"{'beats' if val[k] >= 1 else 'is BELOW'} {label}: {val[k]:.3f}x")
+            verdict.append(f"the policy {'beats' if val[k] >= 1 else 'is BELOW'} {label}: {val[k]:.3f}x")
     if val.get("oracle_ratio") == val.get("oracle_ratio"):
         verdict.append(f"oracle ratio {val['oracle_ratio']:.3f}")
     lines += [f"- {v}" for v in verdict] + [""]
@@ -59,3 +59,10 @@ def summarize(run: RunFiles, cfg: RunConfig, validator: Any, key: str, state: di
     for v in verdict[1:]:
         console.print(v, highlight=False)
     return summary
+
+
+def _at(state: dict[str, Any], pick: str) -> str:
+    """Which step the reported model is from (the best one's step is in the run state)."""
+    if pick == "best" and state.get("best", {}).get("timesteps") is not None:
+        return f" (saved at {int(state['best']['timesteps']):,} timesteps)"
+    return f" (at {int(state['timesteps_done']):,} timesteps)"

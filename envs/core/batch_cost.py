@@ -25,6 +25,7 @@ import numpy as np
 
 from specgym.envs.core.cost import CostProfile
 from specgym.errors import SpecgymError
+from specgym.io import read_text
 
 BATCH_SOURCES = ("measured", "roofline", "published", "synthetic")
 
@@ -175,7 +176,7 @@ def load_batch_profile(name_or_path: str | Path) -> BatchCostProfile:
         shipped = sorted(p.stem for p in PROFILES_DIR.glob("batch-*.json"))
         raise SpecgymError(f"batch profile {str(name_or_path)!r} not found; shipped: {', '.join(shipped) or 'none'}")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path, "batched cost profile (JSON)"))
     except json.JSONDecodeError as exc:
         raise SpecgymError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if data.get("kind") != "batched":

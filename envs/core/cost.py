@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from specgym.errors import SpecgymError
+from specgym.io import read_text
 from specgym.paths import PROFILES_DIR
 
 PROFILE_SOURCES = ("measured", "published", "synthetic")
@@ -135,12 +136,20 @@ class CostProfile:
         )
 
 
+#: The largest time a profile may state (ms): ~3 hours per forward. Beyond it a typo (1e300) would overflow
+#: every throughput to 0 without an error.
+MAX_MS = 1e7
+
+
 def _positive_number(value: Any, where: str, fieldname: str, allow_zero: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecgymError(f"{where}: field {fieldname!r} must be a number, got {value!r}")
     v = float(value)
     if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
         raise SpecgymError(f"{where}: field {fieldname!r} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    if v > MAX_MS:
+        raise SpecgymError(f"{where}: field {fieldname!r} = {value!r} ms is not a plausible time (at most "
+                           f"{MAX_MS:g} ms; times are milliseconds)")
     return v
 
 
@@ -171,7 +180,7 @@ def load_profile(name_or_path: str | Path) -> CostProfile:
     if not path.exists():
         raise SpecgymError(f"{path}: cost profile file not found")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path, "cost profile (JSON)"))
     except json.JSONDecodeError as exc:
         raise SpecgymError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     return CostProfile.from_dict(data, where=str(path))

@@ -9,6 +9,7 @@ controller behaves identically wherever it is deployed.
 
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -93,6 +94,8 @@ class Episode:
     def propose(self) -> int:
         """The controller's draft cap for the next round (the engine clips it)."""
         k = self._propose()
+        if type(k) is not int:
+            k = _whole_k(k, self.controller.name)
         if k < 0:
             raise SpecgymError(f"controller {self.controller.name} proposed K={k}; K must be >= 0")
         return k
@@ -106,6 +109,13 @@ class Episode:
         tot.rounds += 1
         tot.drafted += o.drafted
         tot.accepted += o.accepted
+
+
+def _whole_k(k: object, name: str) -> int:
+    """A proposed K that is not a plain int: a numpy integer is fine; None, NaN or 2.5 is a one-line error."""
+    if isinstance(k, numbers.Integral) and not isinstance(k, bool):
+        return int(k)
+    raise SpecgymError(f"controller {name} proposed K={k!r}; K must be a whole number >= 0")
 
 
 def drive(controller: Controller, request: Request,

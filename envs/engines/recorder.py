@@ -48,7 +48,7 @@ from specgym.envs.engines.draft_stats import draft_stats, token_rank, top_probs
 from specgym.envs.engines.live_engine import LiveEngine, LivePair
 from specgym.envs.workloads.trace_format import Workload, save_workload, workload_from_requests
 from specgym.errors import SpecgymError
-from specgym.io import sha256_file
+from specgym.io import read_text, sha256_file
 from specgym.paths import portable_name
 
 PARTIAL_SUFFIX = ".partial.jsonl"
@@ -70,6 +70,7 @@ def read_prompts(path: str | Path) -> list[PromptSpec]:
     path = Path(path)
     if not path.exists():
         raise SpecgymError(f"{path}: prompts file not found")
+    read_text(path, "prompts file (JSON Lines)")  # a folder or non-UTF-8 bytes: one line, not a traceback
     out: list[PromptSpec] = []
     seen: set[str] = set()
     with open(path, encoding="utf-8") as f:

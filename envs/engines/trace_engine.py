@@ -130,6 +130,8 @@ class TraceEngine:
             seed: Draw this request's outcomes from another seed (e.g. fresh draws per training episode);
                 default: the engine's seed (common random numbers).
         """
+        if not 0 <= r < self.workload.n_requests:
+            raise SpecgymError(f"request index {r} out of range [0, {self.workload.n_requests})")
         if seed is None or seed == self.seed:
             runs = self.request_runs(r)
         else:

@@ -13,7 +13,7 @@ from gymnasium import spaces
 
 from specgym.envs.core.batch import BATCH_FEATURE_DOCS, BATCH_FEATURE_NAMES, BatchFeatureTracker
 from specgym.envs.core.batch_cost import BatchCostProfile, load_batch_profile
-from specgym.envs.gym.config import update_config
+from specgym.envs.gym.config import check_reset_options, int_key, source_key, update_config
 from specgym.envs.core.rounds import DEFAULT_K_MAX, check_k_max
 from specgym.envs.engines.batch_engine import BatchReplay
 from specgym.envs.workloads.trace_format import Workload, cached_workload
@@ -80,6 +80,18 @@ class SpecDecodeBatchEnv(gym.Env):
         for c in (config or {}, overrides):
             update_config(self.config, c, "batch env")
         cfg = self.config
+        source_key(cfg, "workload", (Workload,), what="batch env")
+        source_key(cfg, "batch_profile", (BatchCostProfile,), what="batch env")
+        int_key(cfg, "requests", 1, what="batch env")
+        int_key(cfg, "max_batch", 1, what="batch env")
+        int_key(cfg, "k_max", -(2**62), what="batch env")
+        int_key(cfg, "outcome_seed", allow_none=True, what="batch env")
+        conc = cfg["concurrency"]
+        if not (conc == "mixed" or (isinstance(conc, int) and not isinstance(conc, bool) and conc >= 1)
+                or (isinstance(conc, (list, tuple)) and conc and all(isinstance(s, (list, tuple)) and len(s) == 2
+                                                                    for s in conc))):
+            raise SpecgymError(f"batch env config concurrency: expected an integer >= 1, [(ms, size), ...] or "
+                               f"'mixed', got {conc!r}")
         wl = cfg["workload"]
         self.workload: Workload = wl if isinstance(wl, Workload) else cached_workload(wl)
         bp = cfg["batch_profile"]
@@ -97,6 +109,7 @@ class SpecDecodeBatchEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Start serving a fresh set of requests; returns ``(observation, info)``."""
+        check_reset_options(options, ())
         super().reset(seed=seed)
         cfg = self.config
         rng = self.np_random

@@ -24,8 +24,9 @@ from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.features import FeatureTracker, TokenDecisionState, feature_bounds, feature_table
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RoundOutcome, check_k_max
 from specgym.envs.engines.trace_engine import ReplayRequest, TraceEngine
-from specgym.envs.gym.config import update_config
-from specgym.envs.workloads.trace_format import Workload, cached_workload
+from specgym.envs.gym.config import check_reset_options, int_key, source_key, update_config
+from specgym.envs.workloads.domains import DomainDistribution
+from specgym.envs.workloads.trace_format import SPLITS, Workload, cached_workload
 from specgym.errors import InvalidAction, SpecgymError
 from specgym.paths import default_workload_name
 
@@ -79,11 +80,23 @@ class _ReplayEnvBase(gym.Env):
 
     def _build(self) -> None:
         cfg = self.config
-        self.k_max = check_k_max(cfg["k_max"])
-        self.k_min = int(cfg["k_min"])
+        self.k_max = check_k_max(int_key(cfg, "k_max", -(2**62)))
+        self.k_min = int(int_key(cfg, "k_min") or 0)
         if not 0 <= self.k_min <= self.k_max:
             raise SpecgymError(f"k_min must be in [0, k_max={self.k_max}], got {self.k_min}")
+        int_key(cfg, "outcome_seed", allow_none=True)
+        if cfg["split"] not in (*SPLITS, "all"):
+            raise SpecgymError(f"env config split: expected one of {[*SPLITS, 'all']}, got {cfg['split']!r}")
+        if cfg["domains"] == "generalist":  # the shipped training distribution, by name
+            from specgym.envs.workloads.domains import generalist_domains
+
+            cfg["domains"] = generalist_domains()
+        source_key(cfg, "workload", (Workload,))
+        source_key(cfg, "profile", (CostProfile,), allow_none=True)
         self.domains = cfg["domains"]
+        if self.domains is not None and not isinstance(self.domains, DomainDistribution):
+            raise SpecgymError(f"env config domains: expected None, 'generalist' or a DomainDistribution, got "
+                               f"{self.domains!r}")
         if self.domains is not None:
             self._use(self.domains.workloads[0], None)
         else:
@@ -108,6 +121,7 @@ class _ReplayEnvBase(gym.Env):
         self.t_ar = self.engine.t_ar
 
     def _pick_request(self, options: dict[str, Any] | None) -> int:
+        check_reset_options(options, ("request",))
         if options and "request" in options:
             if self.domains is not None:
                 raise SpecgymError("reset(options={'request': ...}) needs a fixed workload (domains is set)")

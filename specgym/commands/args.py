@@ -58,6 +58,25 @@ def _range(lo: float | None, hi: float | None, lo_open: bool = False) -> str:
     return f"<= {hi:g}"
 
 
+#: Bootstrap resamples: 0 (no intervals) or 100..100,000. Fewer than 100 resamples give a "95% interval" that can
+#: exclude its own estimate; above 100,000 the resample index matrix alone would take gigabytes (MemoryError).
+MIN_BOOTSTRAP, MAX_BOOTSTRAP = 100, 100_000
+
+#: Requests of a synthetic workload: above a million (~200 million positions, gigabytes) generation runs out of
+#: memory on a typical machine.
+MAX_SYNTHETIC_REQUESTS = 1_000_000
+
+
+def bootstrap_type(text: str) -> int:
+    """An argparse type: 0 or a resample count in ``[MIN_BOOTSTRAP, MAX_BOOTSTRAP]``."""
+    value = int_range(0, MAX_BOOTSTRAP)(text)
+    if 0 < value < MIN_BOOTSTRAP:
+        raise argparse.ArgumentTypeError(f"must be 0 (no intervals) or {MIN_BOOTSTRAP}..{MAX_BOOTSTRAP:,}, got "
+                                         f"{value}: so few resamples give an interval that may exclude its estimate")
+    return value
+
+
+bootstrap_type.__name__ = "integer"
 positive_int = int_range(1)
 nonneg_int = int_range(0)
 k_max_type = int_range(1, K_MAX_LIMIT)

@@ -50,6 +50,10 @@ def _run(args: argparse.Namespace) -> int:
     console = make_console()
     workload = args.workload or default_workload_name()
     resolve_workload_path(workload)
+    if args.json:  # the figures file is rewritten on every run; still never a folder, device or link
+        from specgym.io import check_output
+
+        check_output(args.json, True, "file", "--json")
     if args.live_profile is not None:
         from specgym.envs.core.cost import load_profile
 

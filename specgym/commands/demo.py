@@ -9,18 +9,19 @@
 
 Everything goes into one folder, ``runs/demo-WORKLOAD/`` (``k/``, ``token/``, ``report/``). An existing demo folder
 is refused unless ``--force``, which replaces the whole folder (so no stale run of an earlier demo is left beside
-the new one); nothing else is ever touched.
+the new one) — only if specgym wrote everything in it (a user's file there is a one-line refusal, nothing deleted).
+``make demo`` passes ``--force``, so it runs again after a finished or an interrupted demo.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import time
 from pathlib import Path
 
 from specgym.commands.args import nonneg_int, positive_int
 from specgym.errors import SpecgymError
+from specgym.io import check_output, make_owned_dir, remove_owned
 
 DEFAULT_STEPS = {"k": 300_000, "token": 800_000}  # ~2-3 min in all on 2 busy cores
 
@@ -57,10 +58,12 @@ def _run(args: argparse.Namespace) -> int:
     wl = cached_workload(workload)
     stem = Path(workload).stem
     root = args.out or Path("runs") / f"demo-{stem}"
+    if root.is_dir() and not root.is_symlink() and not args.force:
+        raise SpecgymError(f"{root}: already exists (pass --force to replace the whole demo folder, or --out)")
+    check_output(root, args.force)
     if root.exists():
-        if not args.force:
-            raise SpecgymError(f"{root}: already exists (pass --force to replace the whole demo folder, or --out)")
-        shutil.rmtree(root)
+        remove_owned(root)
+    make_owned_dir(root, "specgym demo", [])  # k/, token/ and report/ carry their own markers
     modes = ["k"] if args.no_token else ["k", "token"]
     steps = {"k": args.k_steps, "token": args.token_steps}
     runs = {m: root / m for m in modes}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specgym.commands.args import k_max_type, nonneg_int, positive_int
+from specgym.commands.args import bootstrap_type, k_max_type, nonneg_int, positive_int
 from specgym.paths import default_workload_name
 
 
@@ -29,8 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                    "workload's own)")
     p.add_argument("--max-requests", type=positive_int, default=None,
                    help="evaluate only the first N requests of the split (default: all)")
-    p.add_argument("--bootstrap", type=nonneg_int, default=2000,
-                   help="bootstrap resamples for the paired 95%% confidence intervals, 0 = none (default %(default)s)")
+    p.add_argument("--bootstrap", type=bootstrap_type, default=2000,
+                   help="bootstrap resamples for the paired 95%% confidence intervals: 0 = none, else 100..100000 "
+                        "(default %(default)s)")
     p.add_argument("--suite", choices=("generalization",), default=None,
                    help="run a suite instead of one workload: 'generalization' evaluates the policies given by "
                         "--controllers (default: the shipped ones) on held-out workload x cost-profile cells against "
@@ -50,10 +51,13 @@ def run_suite_command(args: argparse.Namespace) -> int:
     from specgym.console import make_console
     from specgym.errors import SpecgymError
     from specgym.eval.suite import markdown, run_suite
-    from specgym.io import atomic_dir, refuse_overwrite
+    from specgym.io import atomic_dir, check_output
 
-    out = args.out or Path("out") / f"suite-{args.suite}"
-    refuse_overwrite(out, args.force)
+    for opt in ("workload", "profile"):
+        if getattr(args, opt, None) is not None:
+            raise SpecgymError(f"--suite {args.suite} runs its own held-out workload x profile cells: drop "
+                               f"--{opt} {getattr(args, opt)}")
+    out = check_output(args.out or Path("out") / f"suite-{args.suite}", args.force)
     if args.controllers == "all":
         policies = [f"ppo:{name}" for name in list_policies()]
         if not policies:
@@ -64,7 +68,7 @@ def run_suite_command(args: argparse.Namespace) -> int:
     with console.status("suite") as status:
         report = run_suite(policies, k_max=args.k_max, bootstrap=args.bootstrap,
                            progress=lambda name: status.update(f"suite cell {name}"), max_requests=args.max_requests)
-    with atomic_dir(out, overwrite=args.force) as tmp:
+    with atomic_dir(out, overwrite=args.force, owner="specgym eval --suite") as tmp:
         (tmp / "suite.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
         (tmp / "suite.md").write_text(markdown(report))
     print(markdown(report))
@@ -82,11 +86,10 @@ def run_eval_command(args: argparse.Namespace) -> int:
     from specgym.envs.workloads.trace_format import cached_workload
     from specgym.eval.harness import EvalConfig, evaluate, resolve_controllers
     from specgym.eval.report import markdown_table, write_report
-    from specgym.io import refuse_overwrite
+    from specgym.io import check_output
 
     workload = args.workload or default_workload_name()
-    out = args.out or Path("out") / f"eval-{Path(workload).stem}"
-    refuse_overwrite(out, args.force)
+    out = check_output(args.out or Path("out") / f"eval-{Path(workload).stem}", args.force)
     wl = cached_workload(workload)  # bad input fails here, before the progress bar starts
     controllers = resolve_controllers(args.controllers, args.k_max, wl)
     cfg = EvalConfig(workload=workload, controllers=controllers, split=args.split, seed=args.seed,

@@ -14,7 +14,8 @@ from pathlib import Path
 from specgym.commands.args import k_max_type, nonneg_int, positive_int, temperature_type
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.errors import SpecgymError
-from specgym.paths import MODELS_DIR, default_pair_name, pair_profile
+from specgym.io import check_output
+from specgym.paths import MODELS_DIR, default_pair_name, pair_profile, prompts_path
 
 
 def _setup(args: argparse.Namespace) -> None:
@@ -89,9 +90,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from specgym.baselines.registry import make_controller
 
     _check_pair_args(args)
+    if args.k is not None and args.controller is not None:
+        raise SpecgymError(f"--k {args.k} means --controller fixed:{args.k}: give one of them, not both")
     if args.k is not None and args.k > args.k_max:
         raise SpecgymError(f"--k {args.k} is above --k-max {args.k_max}")
-    spec = f"fixed:{args.k}" if args.k is not None else args.controller
+    spec = f"fixed:{args.k}" if args.k is not None else args.controller or "fixed:4"
     controller = make_controller(spec, args.k_max)  # a bad spec or policy fails before any model loads
     profile = _profile_or_none(args)
     _setup(args)
@@ -114,6 +117,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({
             "text": text, "k_per_round": [r.planned_k for r in spec_res.rounds],
+            "drafted_per_round": [r.drafted for r in spec_res.rounds],
             "drafted": spec_res.drafted, "accepted": spec_res.accepted, "acceptance": spec_res.acceptance,
             "tokens": len(spec_res.tokens), "spec_ms": spec_res.time_ms, "plain_ms": plain.time_ms,
             "speedup": speedup, "controller": controller.name,
@@ -122,7 +126,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return 0
     print(args.prompt + text)
     print("-" * 60)
-    print(f"controller {controller.name}; K per round: {' '.join(str(r.planned_k) for r in spec_res.rounds)}")
+    if controller.token_level:  # the cap is k_max every round; what the controller decided is what it drafted
+        print(f"controller {controller.name} (token-level); drafted per round: "
+              f"{' '.join(str(r.drafted) for r in spec_res.rounds)}")
+    else:
+        print(f"controller {controller.name}; K per round: {' '.join(str(r.planned_k) for r in spec_res.rounds)}")
     per_round = len(spec_res.tokens) / len(spec_res.rounds)
     print(f"rounds {len(spec_res.rounds)}, drafted {spec_res.drafted}, accepted {spec_res.accepted} "
           f"(acceptance {spec_res.acceptance:.2f}), mean tokens/round {per_round:.2f}")
@@ -148,12 +156,19 @@ def cmd_record(args: argparse.Namespace) -> int:
     splits = parse_splits(args.splits)
     if args.gen_k > args.k_max:
         raise SpecgymError(f"--gen-k {args.gen_k} is above --k-max {args.k_max}")
+    args.prompts = str(prompts_path(args.prompts))  # the shipped prompts by name, from any folder
     prompts = read_prompts(args.prompts)
     if args.max_prompts is not None:
         prompts = prompts[: args.max_prompts]
-    out = Path(args.out)
-    if out.exists() and not args.force:
-        raise SpecgymError(f"{out}: already exists (pass --force to overwrite)")
+    out = check_output(args.out, args.force, "file")
+    if args.profile_out:  # --force covers --out only: an existing --profile-out is never replaced
+        check_output(args.profile_out, False, "file", "--profile-out")
+    from specgym.envs.engines.recorder import PARTIAL_SUFFIX
+    from specgym.io import read_text
+
+    partial = check_output(out.with_name(out.name + PARTIAL_SUFFIX), True, "file", "--out's partial recording")
+    if partial.exists():  # an interrupted recording is resumed from it: it must be one (UTF-8 JSON Lines)
+        read_text(partial, "partial recording (JSON Lines)")
     profile = load_profile(args.profile) if args.profile else None
     _setup(args)
     pair = _load_pair(args)
@@ -169,7 +184,7 @@ def cmd_record(args: argparse.Namespace) -> int:
             hidden_sketch=args.hidden_sketch,
         )
     if args.profile_out:
-        save_profile(profile, args.profile_out, overwrite=args.force)
+        save_profile(profile, args.profile_out, overwrite=False)
     print(f"wrote {out}: {wl.n_requests} requests, {wl.n_positions} positions "
           f"({stats['resumed']} resumed); mean p_accept {stats['mean_p_accept']:.3f}; "
           f"greedy loop share {stats['loop_share']:.2f}")
@@ -185,11 +200,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from specgym.envs.engines.profiler import measure_profile
 
     _check_pair_args(args)
-    out = Path(args.out)
-    if out.exists() and not args.force:
-        raise SpecgymError(f"{out}: already exists (pass --force to overwrite)")
+    out = check_output(args.out, args.force, "file")
     sizes = None
-    if args.batch_sizes:
+    if args.batch_sizes is not None:
         try:
             sizes = tuple(int(v) for v in args.batch_sizes.split(","))
         except ValueError:
@@ -255,9 +268,9 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("generate", help="speculative decoding of one prompt with a real pair")
     _pair_args(p)
     p.add_argument("--prompt", required=True, help="the prompt text")
-    p.add_argument("--controller", default="fixed:4",
+    p.add_argument("--controller", default=None,
                    help="controller spec (fixed:K, assc, speclane, ppo:NAME, ...) or policy folder "
-                        "(default %(default)s)")
+                        "(default fixed:4)")
     p.add_argument("--k", type=nonneg_int, default=None, help="shortcut for --controller fixed:K")
     p.add_argument("--k-max", type=k_max_type, default=DEFAULT_K_MAX, help="largest draft cap (default %(default)s)")
     p.add_argument("--max-new-tokens", type=positive_int, default=128, help="completion length (default %(default)s)")

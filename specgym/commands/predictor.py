@@ -63,10 +63,10 @@ def _workload(name: str | None):
 def cmd_train(args: argparse.Namespace) -> int:
     """Fit, choose and save a predictor."""
     from specgym.envs.core.acceptance_predictor import MODEL_KINDS, check_groups, save_predictor
-    from specgym.io import refuse_overwrite
+    from specgym.io import check_output
     from specgym.training.predictor import predictor_metrics, select_predictor, workload_dataset
 
-    refuse_overwrite(args.out, args.force)
+    check_output(args.out, args.force, "file")
     groups = check_groups([g.strip() for g in args.groups.split(",") if g.strip()], "--groups")
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     bad = [k for k in kinds if k not in MODEL_KINDS]
@@ -96,12 +96,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from specgym.baselines.registry import expand_specs, make_controller
     from specgym.envs.core.acceptance_predictor import load_predictor
     from specgym.envs.core.cost import load_profile
-    from specgym.io import atomic_write_text, refuse_overwrite
+    from specgym.io import atomic_write_text, check_output
     from specgym.training.predictor_report import predictor_report, report_markdown
 
-    for path in (args.json, args.md):
+    for path, option in ((args.json, "--json"), (args.md, "--md")):
         if path is not None:
-            refuse_overwrite(path, args.force)
+            check_output(path, args.force, "file", option)
     pred = load_predictor(resolve_predictor(args.predictor))
     wl = _workload(args.workload)
     extra = tuple((s, make_controller(s)) for s in expand_specs(args.controllers)) if args.controllers else ()

@@ -18,7 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="k: choose K per round; token: continue/stop after each draft token; batch: the K of each "
                         "serving step of a batch (specgym/SpecDecodeBatch-v0) (default %(default)s)")
     p.add_argument("--timesteps", type=positive_int, default=None,
-                   help="total env steps; the run stops exactly there (default: the config's)")
+                   help="total env steps, a multiple of the config's n_envs (16); the run stops exactly there "
+                        "(default: the config's)")
     p.add_argument("--k-max", type=k_max_type, default=None,
                    help="largest draft cap, 1..16 (default: the config's, 8)")
     p.add_argument("--domains", choices=("generalist",), default=None,
@@ -65,6 +66,9 @@ def _train(args: argparse.Namespace) -> int:
 
     if args.resume and args.out is None:
         raise SpecgymError("--resume needs --out RUN_FOLDER")
+    if args.domains is not None and args.workload is not None:
+        raise SpecgymError(f"--domains {args.domains} trains on its own workloads x profiles: drop --workload "
+                           f"{args.workload}")
     workload = args.workload or default_workload_name()
     out = args.out or Path("runs") / f"{args.domains or Path(workload).stem}-{args.mode}"
     req = TrainRequest(workload=workload, mode=args.mode, out=out, timesteps=args.timesteps, seed=args.seed,

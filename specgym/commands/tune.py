@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from specgym.commands.args import float_range, int_range, k_max_type, nonneg_int, positive_int
 from specgym.envs.core.rounds import DEFAULT_K_MAX
-from specgym.errors import SpecgymError
+from specgym.io import check_output
 from specgym.paths import default_workload_name
 
 
@@ -83,10 +84,14 @@ def _vllm(args: argparse.Namespace) -> int:
     from specgym.envs.workloads.trace_format import cached_workload
     from specgym.eval.tune import describe, tune_vllm
 
-    if args.out is not None and args.out.exists() and not args.force:
-        raise SpecgymError(f"{args.out}: already exists (pass --force to overwrite)")
+    if args.out is not None:
+        check_output(args.out, args.force, "file")
     profile = load_batch_profile(args.profile)
     wl = cached_workload(args.workload or default_workload_name())
+    lo, hi = profile.batch_sizes[0], profile.batch_sizes[-1]
+    if args.max_batch > hi:
+        print(f"warning: {profile.name} was measured at batch sizes {lo}..{hi}; the table above batch {hi} (up to "
+              f"--max-batch {args.max_batch}) is an extrapolation", file=sys.stderr)
     result = tune_vllm(wl, profile, args.max_batch, args.k_max, args.split, args.seed)
     print("\n".join(describe(result)))
     _write(args.out, result, args.force)
@@ -96,8 +101,7 @@ def _vllm(args: argparse.Namespace) -> int:
 def _roofline(args: argparse.Namespace) -> int:
     from specgym.envs.core.batch_cost import Roofline, roofline_profile, save_batch_profile
 
-    if args.out.exists() and not args.force:
-        raise SpecgymError(f"{args.out}: already exists (pass --force to overwrite)")
+    check_output(args.out, args.force, "file")
     model = Roofline(args.target_params, args.draft_params, args.bytes_per_param, args.bandwidth_gb_s,
                      args.peak_tflops, args.efficiency, args.fixed_ms, args.overhead_ms)
     prof = roofline_profile(args.name or args.out.stem, model, args.max_batch, args.k_max)
@@ -114,8 +118,8 @@ def _compare(args: argparse.Namespace) -> int:
     from specgym.envs.workloads.trace_format import cached_workload
     from specgym.eval.batch_eval import compare
 
-    if args.out is not None and args.out.exists() and not args.force:
-        raise SpecgymError(f"{args.out}: already exists (pass --force to overwrite)")
+    if args.out is not None:
+        check_output(args.out, args.force, "file")
     specs = [s.strip() for s in args.controllers.split(",") if s.strip()]
     for s in specs:
         make_batch_controller(s)
@@ -128,6 +132,9 @@ def _compare(args: argparse.Namespace) -> int:
     print("|---|---:|---:|---:|")
     for r in sorted(res["rows"], key=lambda r: -r["tok_s_mean"]):
         lo, hi = r["vs_reference_ci95"]
+        if r["controller"] == res["reference"]:  # compared with itself: no interval, nothing to win
+            print(f"| {r['controller']} (reference) | {r['tok_s_mean']:.1f} | 1.000x | – |")
+            continue
         print(f"| {r['controller']} | {r['tok_s_mean']:.1f} | {r['vs_reference']:.3f}x [{lo:.3f}, {hi:.3f}] | "
               f"{r['wins']}/{args.replications} |")
     _write(args.out, res, args.force)

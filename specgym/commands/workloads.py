@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specgym.commands.args import nonneg_int, positive_int
+from specgym.commands.args import MAX_SYNTHETIC_REQUESTS, int_range, nonneg_int
 from specgym.envs.core.cost import list_profiles, load_profile
 from specgym.envs.workloads.synthetic import PRESETS, generate_workload
 from specgym.envs.workloads.trace_format import SPLITS, Workload, list_workloads, load_workload, save_workload
@@ -20,7 +20,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     mk = wsub.add_parser("make", help="generate a synthetic workload (labelled synthetic)")
     mk.add_argument("--preset", required=True, choices=sorted(PRESETS), help="synthetic family")
-    mk.add_argument("--requests", type=positive_int, default=2000, help="number of requests (default %(default)s)")
+    mk.add_argument("--requests", type=int_range(1, MAX_SYNTHETIC_REQUESTS), default=2000,
+                    help=f"number of requests, 1..{MAX_SYNTHETIC_REQUESTS:,} (default %(default)s)")
     mk.add_argument("--seed", type=nonneg_int, default=0, help="generator seed (default %(default)s)")
     mk.add_argument("--profile", default=None, help="cost profile name or path (default: the preset's)")
     mk.add_argument("--name", default=None, help="workload name (default: the preset name)")
@@ -37,6 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _make(args: argparse.Namespace) -> int:
+    from specgym.io import check_output
+
+    check_output(args.out, args.force, "file")
     profile = load_profile(args.profile) if args.profile else None
     wl = generate_workload(args.preset, args.requests, seed=args.seed, name=args.name, profile=profile)
     save_workload(wl, args.out, overwrite=args.force)

@@ -246,3 +246,24 @@ def test_cli_train_and_eval(tmp_path, capsys):
     assert main(["predictor", "train", "--workload", str(path), "--out", str(tmp_path / "x.json"),
                  "--groups", "conf,bogus"]) == 2
     assert "--groups" in capsys.readouterr().err
+
+
+def test_the_deployment_row_equals_the_training_matrix():
+    """design_row (one draft step, plain Python) and design_matrix (training, numpy) are one definition."""
+    from specgym.envs.core.acceptance_predictor import SIGNAL_GROUPS, design_row
+
+    rng = np.random.default_rng(5)
+    n = 200
+    conf = np.concatenate([[0.0, 1.0, 1e-9], rng.random(n - 3)])
+    ent = rng.random(n) * 12
+    pos = rng.integers(0, 5000, n)
+    topk = np.sort(rng.dirichlet(np.ones(TOPK), n), axis=1)[:, ::-1].astype(np.float32)
+    ll = rng.integers(0, 5, n).astype(np.int8)
+    ag = rng.random(n) < 0.5
+    hid = rng.standard_normal((n, 3)).astype(np.float32)
+    for groups in (("conf",), tuple(SIGNAL_GROUPS)):
+        x = design_matrix(groups, conf, ent, pos, 0.8, topk, ll, ag, hid)
+        rows = [design_row(groups, float(conf[i]), float(ent[i]), int(pos[i]), 0.8, topk[i].tolist(), int(ll[i]),
+                           bool(ag[i]), hid[i].tolist()) for i in range(n)]
+        assert np.allclose(np.array(rows), x, rtol=1e-12, atol=1e-12)
+    assert design_row(("conf", "lookup"), 0.5, 1.0, 3, 0.0) is None

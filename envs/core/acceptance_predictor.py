@@ -119,6 +119,35 @@ def design_matrix(groups: tuple[str, ...], conf: np.ndarray, entropy: np.ndarray
     return np.concatenate(cols, axis=1)
 
 
+def design_row(groups: tuple[str, ...], conf: float, entropy: float, position: int, temperature: float,
+               topk: Any = None, lookup_len: int | None = None, lookup_agree: bool | None = None,
+               hidden: Any = None) -> list[float] | None:
+    """One row of :func:`design_matrix` in plain Python floats: the deployment path (a draft step costs a few
+    microseconds here against ~30 through numpy's per-call overhead). ``tests/test_predictor.py`` proves it equal to
+    :func:`design_matrix` row by row; change both together."""
+    c = min(max(conf, _EPS), 1.0 - _EPS)
+    row = [min(max(math.log(c) - math.log1p(-c), -_LOGIT_CLIP), _LOGIT_CLIP)]
+    if "shape" in groups:
+        if topk is None:
+            return None
+        tk = [float(v) for v in topk]
+        t1, t2 = tk[0], tk[1]
+        ratio = math.log(max(t1, _EPS)) - math.log(max(t2, _EPS))
+        row += [min(entropy, _ENTROPY_SCALE) / _ENTROPY_SCALE, t2, t1 - t2, min(ratio, _LOGIT_CLIP), math.fsum(tk)]
+    if "position" in groups:
+        row += [math.log1p(position) / _LOG_POS, float(temperature)]
+    if "lookup" in groups:
+        if lookup_len is None or lookup_agree is None:
+            return None
+        ll, ag = int(lookup_len), 1.0 if lookup_agree else 0.0
+        row += [1.0 if ll == n else 0.0 for n in range(1, 5)] + [ag, ag * ll / 4.0]
+    if "hidden" in groups:
+        if hidden is None:
+            return None
+        row += [float(v) for v in hidden]
+    return row
+
+
 @dataclass(frozen=True)
 class AcceptancePredictor:
     """A trained acceptance predictor (see the module docstring).
@@ -144,6 +173,14 @@ class AcceptancePredictor:
     version: int = PREDICTOR_VERSION
     meta: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        # the standardisation folded into the first layer, for the one-row deployment path
+        w0, b0 = self.layers[0]
+        w = np.asarray(w0, dtype=np.float64) / np.asarray(self.scale, dtype=np.float64)[:, None]
+        b = np.asarray(b0, dtype=np.float64) - np.asarray(self.mean, dtype=np.float64) @ w
+        object.__setattr__(self, "_first", (w, b))
+        object.__setattr__(self, "_linear", (w[:, 0].tolist(), float(b[0])) if len(self.layers) == 1 else None)
+
     @property
     def columns(self) -> list[str]:
         """Design-matrix column names."""
@@ -162,18 +199,29 @@ class AcceptancePredictor:
     def predict_step(self, step: DraftStep, temperature: float) -> float | None:
         """P(the draft token of ``step`` is accepted), or ``None`` when the step lacks a signal this predictor reads."""
         sig = step.signals
-        topk = ll = ag = hid = None
-        if sig is not None:
-            tk, lk, agr, hs = sig.topk, sig.lookup_len, sig.lookup_agree, sig.hidden_sketch
-            topk = None if tk is None else tk[-1:]
-            ll = None if lk is None else lk[-1:]
-            ag = None if agr is None else agr[-1:]
-            hid = None if hs is None else hs[-1:]
-        x = design_matrix(self.groups, np.array([step.conf]), np.array([step.entropy]), np.array([step.position]),
-                          temperature, topk, ll, ag, hid)
-        if x is None or x.shape[1] != self.mean.shape[0]:
+        if sig is None:
+            row = design_row(self.groups, step.conf, step.entropy, step.position, temperature)
+        else:
+            cols, last = sig.columns, sig.stop - 1
+            row = design_row(self.groups, step.conf, step.entropy, step.position, temperature,
+                             None if cols.topk is None else cols.topk[last].tolist(),
+                             None if cols.lookup_len is None else int(cols.lookup_len[last]),
+                             None if cols.lookup_agree is None else bool(cols.lookup_agree[last]),
+                             None if cols.hidden_sketch is None else cols.hidden_sketch[last].tolist())
+        if row is None or len(row) != len(self.mean):
             return None
-        return float(self.predict_matrix(x)[0])
+        if self._linear is not None:
+            w, b = self._linear
+            z = b + sum(wi * xi for wi, xi in zip(w, row))
+        else:
+            w1, b1 = self._first
+            h = np.tanh(np.asarray(row) @ w1 + b1)
+            for i, (w, bb) in enumerate(self.layers[1:], start=1):
+                h = h @ w + bb
+                if i < len(self.layers) - 1:
+                    h = np.tanh(h)
+            z = float(h[0])
+        return 1.0 / (1.0 + math.exp(-min(max(z, -30.0), 30.0)))
 
     # ------------------------------------------------------------------------------------------ artifact
     def to_dict(self) -> dict[str, Any]:

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -78,10 +79,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     test = workload_dataset(wl, "test", groups)
     test_m = predictor_metrics(pred.predict_matrix(test.x), test.y) if len(test.y) else None
     pair = wl.source.get("target_model") if isinstance(wl.source, dict) else None
-    pred = type(pred)(**{**pred.__dict__, "meta": {
+    pred = dataclasses.replace(pred, meta={
         "workload": wl.name, "synthetic": wl.is_synthetic, "pair_target": pair, "groups": list(groups),
         "validation": candidates, "test": test_m,
-        "reproduce": f"specgym predictor train --workload {wl.name} --groups {','.join(groups)} --out {args.out}"}})
+        "reproduce": f"specgym predictor train --workload {wl.name} --groups {','.join(groups)} --out {args.out}"})
     save_predictor(pred, args.out, overwrite=args.force)
     for kind, m in candidates.items():
         print(f"  {kind:<9} validation AUC {m['auc']:.3f}, log loss {m['log_loss']:.4f}, ECE {m['ece']:.3f}")

@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +172,8 @@ class AcceptancePredictor:
     hidden_dim: int = 0
     version: int = PREDICTOR_VERSION
     meta: dict[str, Any] | None = None
+    _first: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
+    _linear: tuple[list[float], float] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # the standardisation folded into the first layer, for the one-row deployment path

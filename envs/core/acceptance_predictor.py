@@ -213,8 +213,8 @@ class AcceptancePredictor:
         if row is None or len(row) != len(self.mean):
             return None
         if self._linear is not None:
-            w, b = self._linear
-            z = b + sum(wi * xi for wi, xi in zip(w, row))
+            weights, bias = self._linear
+            z = bias + sum(wi * xi for wi, xi in zip(weights, row))
         else:
             w1, b1 = self._first
             h = np.tanh(np.asarray(row) @ w1 + b1)

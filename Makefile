@@ -13,7 +13,7 @@ PKG_FILES := $(shell find specgym envs agents baselines training eval data -type
                -not -name '*.pyc' 2>/dev/null | LC_ALL=C sort)
 
 .PHONY: install demo test test-fast lint bench results policies policies-generalist policies-midpair models \
-        models-midpair models-tinypair profile record record-midpair record-midpair-greedy record-midpair-t08 record-tinypair clean FORCE
+        models-midpair models-tinypair predictors profile record record-midpair record-midpair-greedy record-midpair-t08 record-tinypair clean FORCE
 
 $(VENV)/.files: FORCE
 	@mkdir -p $(VENV)
@@ -154,6 +154,13 @@ record-midpair-t08: $(STAMP)      # ~45 min
 	$(SPECGYM) record --prompts data/workloads/midpair-prompts.jsonl --max-new-tokens 64-128 --temperature 0.8 \
 		--name midpair-t08 --profile data/profiles/cpu-midpair.json --gen-k 2 --seed 1 --splits 0.7,0.1,0.2 --hidden-sketch 16 \
 		--quiet --force --out data/workloads/midpair-t08.parquet
+
+# the shipped acceptance predictors of the midpair (issue 16): trained on each recorded workload's train split (~1 min)
+predictors: $(STAMP)
+	$(VENV)/bin/specgym predictor train --workload data/workloads/midpair-greedy.parquet --name midpair \
+		--out data/predictors/midpair.json --force
+	$(VENV)/bin/specgym predictor train --workload data/workloads/midpair-t08.parquet --name midpair-t08 \
+		--out data/predictors/midpair-t08.json --force
 
 record-tinypair: $(STAMP)  # ~12 min
 	$(SPECGYM) record --prompts data/workloads/tinypair-prompts.jsonl --max-new-tokens 128-256 --temperature 0 \

@@ -46,20 +46,23 @@ def resolve_predictor(name_or_path: str) -> Path:
 
 
 def predictors_for(workload: Any) -> list[str]:
-    """Shipped predictors trained for the pair ``workload`` was recorded from (matched on the target model named
-    in both); none for a workload without v2 signals, where the controller would only repeat ``marginal``."""
+    """Shipped predictors for ``workload``: those trained on it (by name), else those trained on the same pair
+    (matched on the target model both name); none for a workload without v2 signals, where the controller would only
+    repeat ``marginal``."""
     if workload.signal_columns() is None or not isinstance(workload.source, dict):
         return []
     target = workload.source.get("target_model")
-    out = []
+    same_workload, same_pair = [], []
     for name in list_predictors():
         try:
             meta = load_predictor(PREDICTORS_DIR / f"{name}.json").meta or {}
         except SpecgymError:
             continue
-        if target is not None and meta.get("pair_target") == target:
-            out.append(name)
-    return out
+        if meta.get("workload") == workload.name:
+            same_workload.append(name)
+        elif target is not None and meta.get("pair_target") == target:
+            same_pair.append(name)
+    return same_workload or same_pair
 
 
 class PredictedMarginal(MarginalStop):

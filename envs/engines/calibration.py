@@ -80,16 +80,16 @@ def trimmed_mean(x: Sequence[float], trim: float = TRIM) -> float:
 
 
 def measure_rounds(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], k_max: int,
-                   repeats: int = 1) -> list[RoundSample]:
-    """Decode every prompt with every fixed K = 0..k_max (``repeats`` times, K rotated per prompt) and return
-    every round's timing."""
+                   repeats: int = 1, temperature: float = 0.0) -> list[RoundSample]:
+    """Decode every prompt with every fixed K = 0..k_max (``repeats`` times, K rotated per prompt) at
+    ``temperature`` and return every round's timing."""
     samples: list[RoundSample] = []
     ks = list(range(k_max + 1))
     for rep in range(repeats):
         for p, (ids, n) in enumerate(zip(prompts, max_new_tokens)):
             shift = (p + rep) % len(ks)
             for k in ks[shift:] + ks[:shift]:
-                res = engine.run_request(ids, k, int(n))
+                res = engine.run_request(ids, k, int(n), temperature=temperature, seed=p)
                 for r, draft_ms in zip(res.rounds, res.draft_phase_ms):
                     samples.append(RoundSample(r.drafted, len(ids) + r.position, draft_ms, r.time_ms))
     return samples
@@ -131,13 +131,14 @@ def fit_profile(samples: Sequence[RoundSample], k_max: int, name: str = "fitted"
 
 
 def calibrate(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], k_max: int,
-              repeats: int = 1, name: str = "fitted", hardware: dict[str, Any] | None = None) -> CalibrationFit:
-    """Measure rounds on ``prompts`` (see :func:`measure_rounds`) and fit a profile to them."""
+              repeats: int = 1, name: str = "fitted", hardware: dict[str, Any] | None = None,
+              temperature: float = 0.0) -> CalibrationFit:
+    """Measure rounds on ``prompts`` at ``temperature`` (see :func:`measure_rounds`) and fit a profile to them."""
     import time
 
     if not prompts:
         raise SpecgymError("calibration needs at least one prompt")
     t0 = time.perf_counter()
     engine.run_request(prompts[0], 2, 8)  # warm-up
-    samples = measure_rounds(engine, prompts, max_new_tokens, k_max, repeats)
+    samples = measure_rounds(engine, prompts, max_new_tokens, k_max, repeats, temperature)
     return fit_profile(samples, k_max, name, hardware=hardware, seconds=time.perf_counter() - t0)

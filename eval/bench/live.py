@@ -66,7 +66,8 @@ class LiveRow:
         predicted_tok_s: The replay prediction with the profile in use; ``measured_over_predicted`` = live tok/s /
             predicted (1 = exact). ``micro_measured_over_predicted``: the same with the micro-benchmarked profile.
         acceptance: Accepted / drafted tokens (first repeat).
-        greedy_identical: Every output equals plain decoding (greedy).
+        greedy_identical: Every output equals plain decoding (greedy workloads; ``None`` when sampling, where
+            outputs are equal in distribution only).
     """
 
     controller: str
@@ -80,7 +81,7 @@ class LiveRow:
     measured_over_predicted: float
     micro_measured_over_predicted: float | None
     acceptance: float
-    greedy_identical: bool
+    greedy_identical: bool | None
 
 
 def verdict(ci: tuple[float, float] | None, point: float) -> str:
@@ -172,6 +173,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
 
     requests = _pick(wl, "test", per_category)
     prompts, lengths = encode(requests)
+    greedy = bool(np.all(wl.temperature[requests] == 0))
     probe = LiveEngine.from_pair(pair, k_max=k_max, timing="wall")
     fwd = engine_forward_ms(probe, pair.target)
     console.print(f"target forward through the engine: 1 token {fwd[1]:.3f} ms, 2 tokens {fwd[2]:.3f} ms "
@@ -184,6 +186,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     else:
         cal_ids, cal_len = encode(_pick(wl, "train", calibration_prompts))
         fit = calibrate(probe, cal_ids, cal_len, k_max, name=f"fitted-{pair_name}",
+                        temperature=float(np.median(wl.temperature[requests])),
                         hardware=hardware_description("cpu", pair.dtypes))
         prof, fit_summary = fit.profile, fit.summary()
         prof_note = f"profile fitted on this machine now: {fit_summary}"
@@ -213,6 +216,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                 order.insert(0, specs.index("fixed:0"))
             for s in order:
                 res = eng.run_request(ids, controllers[s] if specs[s] != "fixed:0" else None, n,
+                                      temperature=float(wl.temperature[requests[p]]), seed=int(requests[p]),
                                       request_id=str(wl.request_id[requests[p]]),
                                       category=str(wl.category[requests[p]]))
                 times[s, p, rep] = res.time_ms
@@ -245,7 +249,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
             vs_best_fixed_ci=vs_ci, verdict="reference" if i == best_fixed else verdict(vs_ci, vs_best),
             predicted_tok_s=n_tok / pred_ms * 1000.0, measured_over_predicted=pred_ms / totals[i],
             micro_measured_over_predicted=micro_ms / totals[i],
-            acceptance=accepted[i, 0] / max(accepted[i, 1], 1), greedy_identical=bool(identical[i])))
+            acceptance=accepted[i, 0] / max(accepted[i, 1], 1),
+            greedy_identical=bool(identical[i]) if greedy else None))
     errors = [abs(r.measured_over_predicted - 1.0) for r in rows]
     micro_errors = [abs((r.micro_measured_over_predicted or 1.0) - 1.0) for r in rows]
     best = max(rows, key=lambda r: r.tok_s)
@@ -281,7 +286,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         table.add_row(r.controller, f"{r.tok_s:.1f}", f"{r.speedup:.3f}x",
                       f"{r.vs_best_fixed:.3f}x" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""), r.verdict,
                       f"{r.predicted_tok_s:.1f}", f"{r.measured_over_predicted:.3f}",
-                      f"{r.micro_measured_over_predicted:.3f}", f"{r.acceptance:.2f}", str(r.greedy_identical))
+                      f"{r.micro_measured_over_predicted:.3f}", f"{r.acceptance:.2f}",
+                      "n/a (sampling)" if r.greedy_identical is None else str(r.greedy_identical))
     console.print(table)
     console.print(f"plain decoding {result['plain_tok_s']:.1f} tok/s; best fixed K={result['best_fixed_k']}: "
                   f"{result['best_fixed_speedup']:.3f}x plain; best controller {best.controller}: "

@@ -71,21 +71,33 @@ class PredictedMarginal(MarginalStop):
     Args:
         predictor: A loaded predictor.
         name: Row name (default ``predicted:<predictor name>``).
-        threshold: As :class:`MarginalStop`.
+        threshold: The marginal ratio above which a draft token the predictor priced is followed by another
+            (default: the predictor's own, chosen on validation); also the threshold of the decision to open a
+            round once the engine has shown it carries the predictor's signals. Until then, and for every step
+            lacking them, ``marginal``'s threshold of 1: without signals this controller is ``marginal``.
     """
 
-    def __init__(self, predictor: AcceptancePredictor, name: str | None = None, threshold: float = 1.0) -> None:
-        super().__init__(threshold)
+    def __init__(self, predictor: AcceptancePredictor, name: str | None = None,
+                 threshold: float | None = None) -> None:
+        super().__init__(1.0)
+        self.predicted_threshold = predictor.threshold if threshold is None else float(threshold)
         self.predictor = predictor
         self.name = name or f"predicted:{predictor.name}"
         self._temperature = 0.0
         self.predicted = 0  # draft tokens priced by the predictor (the rest fell back to calibrated confidence)
         self.fallbacks = 0
+        self._signals = False  # the engine's steps carry the predictor's signals
 
     def reset(self, ctx: RequestContext) -> None:
         """New request (see :meth:`MarginalStop.reset`)."""
         super().reset(ctx)
         self._temperature = float(ctx.temperature)
+
+    def propose(self) -> int:
+        """0 (plain step) if even the first draft token does not pay, else the cap (see :class:`MarginalStop`)."""
+        self.decisions.begin_round()
+        threshold = self.predicted_threshold if self._signals else self.threshold
+        return self._cap if self.decisions.marginal_ratio() > threshold else 0
 
     def keep_drafting(self, step: DraftStep) -> bool:
         """Draft on iff one more token raises the round's expected rate, with the predicted acceptance."""
@@ -94,8 +106,9 @@ class PredictedMarginal(MarginalStop):
             self.fallbacks += 1
         else:
             self.predicted += 1
+            self._signals = True
         self.decisions.add(step, accept=p)
-        return self.decisions.marginal_ratio() > self.threshold
+        return self.decisions.marginal_ratio() > (self.threshold if p is None else self.predicted_threshold)
 
 
 def make_predicted(arg: str | None, k_max: int) -> PredictedMarginal:

@@ -104,7 +104,9 @@ def test_design_matrix_is_none_without_a_needed_signal():
 
 def test_lookup_signal_beats_confidence(wl, trained):
     pred, candidates = trained
-    assert set(candidates) == {"logistic", "mlp"} and pred.kind in candidates
+    assert {"logistic", "mlp"} <= set(candidates) and pred.kind in candidates
+    speed = candidates["threshold"]["val_tok_s"]
+    assert speed[str(pred.threshold)] == max(speed.values())  # the threshold is the fastest on validation
     conf_only, _ = select_predictor(wl, ("conf",), name="conf")
     test = workload_dataset(wl, "test", ALL)
     test_conf = workload_dataset(wl, "test", ("conf",))
@@ -158,6 +160,7 @@ def test_artifact_round_trip_and_tampering(tmp_path, trained):
     assert np.allclose(back.predict_matrix(x), pred.predict_matrix(x))
     data = json.loads(path.read_text())
     for field, value in (("kind", "mlp" if pred.kind == "logistic" else "logistic"), ("groups", ["conf"]),
+                         ("threshold", pred.threshold + 0.1),
                          ("mean", [0.0] * len(data["mean"]))):
         bad = dict(data, **{field: value})
         (tmp_path / "bad.json").write_text(json.dumps(bad))

@@ -13,6 +13,7 @@ confidence (the ``conf``-only logistic: Platt scaling of the draft's confidence)
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,7 +163,28 @@ def select_predictor(wl: Workload, groups: tuple[str, ...], name: str, kinds: tu
         if best is None or m["log_loss"] < candidates[best.kind]["log_loss"]:
             best = pred
     assert best is not None
-    return best, candidates
+    threshold, speed = tune_threshold(wl, best)
+    candidates["threshold"] = {"chosen": threshold, "val_tok_s": {str(t): v for t, v in speed.items()}}
+    return dataclasses.replace(best, threshold=threshold), candidates
+
+
+THRESHOLDS = tuple(round(0.5 + 0.05 * i, 2) for i in range(15))  # 0.50 .. 1.20
+
+
+def tune_threshold(wl: Workload, pred: AcceptancePredictor, split: str = "val",
+                   grid: tuple[float, ...] = THRESHOLDS, seed: int = 0) -> tuple[float, dict[float, float]]:
+    """The decision threshold of the ``predicted:`` controller that decodes ``split`` fastest in replay (the
+    workload's own profile, common random numbers); returns it and the tokens/s of every grid point."""
+    from specgym.agents.predicted_marginal import PredictedMarginal
+    from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.eval.runner import run_controller
+
+    engine = TraceEngine(wl, wl.profile, seed=seed)
+    requests = wl.split_indices(split)
+    tokens = float(wl.lengths[requests].sum())
+    speed = {t: tokens / float(run_controller(engine, requests, PredictedMarginal(pred, threshold=t))
+                               .time_ms.sum()) * 1000.0 for t in grid}
+    return max(grid, key=lambda t: speed[t]), speed
 
 
 # ---------------------------------------------------------------------------------------------------- metrics

@@ -159,6 +159,9 @@ class AcceptancePredictor:
         mean, scale: Standardisation of each design-matrix column.
         layers: ``[(W, b), ...]``: ``logistic`` one ``(F, 1)`` layer; ``mlp`` ``(F, H)`` tanh then ``(H, 1)``.
         hidden_dim: Width of the hidden sketch it reads (0 without the ``hidden`` group).
+        threshold: The marginal ratio above which its controller drafts on (``predicted:``), chosen on the
+            validation split by :func:`specgym.training.predictor.tune_threshold`: the marginal rule is myopic (one
+            more token also opens the way to the ones after it), and with a sharp predictor a ratio below 1 pays.
         version: :data:`PREDICTOR_VERSION` it was trained with.
         meta: Provenance and measured figures (workload, pair, AUC...): does not change the function.
     """
@@ -170,6 +173,7 @@ class AcceptancePredictor:
     scale: np.ndarray
     layers: tuple[tuple[np.ndarray, np.ndarray], ...]
     hidden_dim: int = 0
+    threshold: float = 1.0
     version: int = PREDICTOR_VERSION
     meta: dict[str, Any] | None = None
     _first: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
@@ -233,7 +237,8 @@ class AcceptancePredictor:
 
     def _function_fields(self) -> dict[str, Any]:
         return {"format": "specgym-acceptance-predictor", "version": int(self.version), "groups": list(self.groups),
-                "kind": self.kind, "hidden_dim": int(self.hidden_dim), "columns": self.columns,
+                "kind": self.kind, "hidden_dim": int(self.hidden_dim), "threshold": float(self.threshold),
+                "columns": self.columns,
                 "mean": [float(v) for v in self.mean], "scale": [float(v) for v in self.scale],
                 "layers": [{"w": np.asarray(w, dtype=np.float64).tolist(), "b": np.asarray(b, dtype=np.float64)
                             .tolist()} for w, b in self.layers]}
@@ -251,6 +256,7 @@ class AcceptancePredictor:
             groups = check_groups(list(d["groups"]), f"{where}: field 'groups'")
             kind = str(d["kind"])
             hidden_dim = int(d["hidden_dim"])
+            threshold = float(d["threshold"])
             mean = np.asarray(d["mean"], dtype=np.float64)
             scale = np.asarray(d["scale"], dtype=np.float64)
             layers = tuple((np.asarray(layer["w"], dtype=np.float64), np.asarray(layer["b"], dtype=np.float64))
@@ -259,8 +265,10 @@ class AcceptancePredictor:
             raise SpecgymError(f"{where}: malformed predictor ({exc})") from None
         if kind not in MODEL_KINDS:
             raise SpecgymError(f"{where}: field 'kind' must be one of {MODEL_KINDS}, got {kind!r}")
-        pred = cls(str(d.get("name", "predictor")), groups, kind, mean, scale, layers, hidden_dim, version,
-                   d.get("meta") or {})
+        if not 0.0 < threshold <= 10.0:
+            raise SpecgymError(f"{where}: field 'threshold' must be in (0, 10], got {threshold!r}")
+        pred = cls(str(d.get("name", "predictor")), groups, kind, mean, scale, layers, hidden_dim, threshold,
+                   version, d.get("meta") or {})
         if d.get("columns") != pred.columns:
             raise SpecgymError(f"{where}: field 'columns' does not match groups {list(groups)} (signal list "
                                f"mismatch)")

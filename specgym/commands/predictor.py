@@ -84,8 +84,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         "validation": candidates, "test": test_m,
         "reproduce": f"specgym predictor train --workload {wl.name} --groups {','.join(groups)} --out {args.out}"})
     save_predictor(pred, args.out, overwrite=args.force)
-    for kind, m in candidates.items():
+    for kind in kinds:
+        m = candidates[kind]
         print(f"  {kind:<9} validation AUC {m['auc']:.3f}, log loss {m['log_loss']:.4f}, ECE {m['ece']:.3f}")
+    speed = candidates["threshold"]["val_tok_s"]
+    print(f"  decision threshold {pred.threshold:g} (validation tok/s: "
+          + ", ".join(f"{t} {v:.1f}" for t, v in speed.items()) + ")")
     extra = f"; test AUC {test_m['auc']:.3f}, log loss {test_m['log_loss']:.4f}" if test_m else ""
     print(f"wrote {args.out}: {pred.kind} on {', '.join(groups)} ({len(pred.columns)} inputs){extra}")
     return 0

@@ -30,10 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from specgym.errors import SpecgymError
 from specgym.paths import MODELS_DIR, default_pair_name
 
 #: Defaults sized for about +-2% intervals in ~15 minutes on a 2-core CI-class machine (see the README).
-DEFAULT_PER_CATEGORY = 12
+DEFAULT_PER_CATEGORY = 10
 DEFAULT_REPEATS = 3
 DEFAULT_CALIBRATION_PROMPTS = 3  # per category, from the train split
 
@@ -165,7 +166,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     wl = cached_workload(workload or f"{pair_name}-greedy")
     texts = wl.prompt_text or []
     if not texts:
-        raise RuntimeError(f"workload {wl.name} stores no prompt texts: record it with specgym record")
+        raise SpecgymError(f"live bench: workload {wl.name} stores no prompt texts (pick a workload recorded from the "
+                           f"pair with specgym record, e.g. --workload {pair_name}-greedy)")
 
     def encode(rows: np.ndarray) -> tuple[list[list[int]], list[int]]:
         ids = [pair.tokenizer(texts[r], add_special_tokens=False)["input_ids"] for r in rows]
@@ -332,14 +334,17 @@ def _hf_generate(pair: Any, prompts: list[list[int]], lengths: list[int], contro
 
 
 def live_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
-    """``live``: the sim-to-real benchmark on the shipped default pair (skipped without torch/transformers)."""
+    """``live``: the sim-to-real benchmark on the shipped default pair, on the test prompts of ``workload`` (a
+    workload recorded from that pair; skipped without torch/transformers)."""
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as exc:
         console.print(f"[yellow]live section skipped: {exc}[/yellow]")
         return {}
-    r = run_live_bench(console, repeats=getattr(args, "live_repeats", DEFAULT_REPEATS),
+    specs = getattr(args, "live_controllers", None)
+    r = run_live_bench(console, workload=workload, repeats=getattr(args, "live_repeats", DEFAULT_REPEATS),
                        per_category=getattr(args, "live_prompts", DEFAULT_PER_CATEGORY),
-                       profile=getattr(args, "live_profile", None))
+                       profile=getattr(args, "live_profile", None),
+                       specs=[x.strip() for x in specs.split(",") if x.strip()] if specs else None)
     return {"live": r}

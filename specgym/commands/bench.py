@@ -29,6 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--live-repeats", type=positive_int, default=DEFAULT_REPEATS,
                    help="live section: runs of every (prompt, controller); a prompt's time is their median "
                         "(default %(default)s)")
+    p.add_argument("--live-controllers", default=None,
+                   help="live section: comma-separated controller specs (default: plain, fixed:1..6, every "
+                        "baseline, the pair's predictor, every shipped policy; plain decoding is always added)")
     p.add_argument("--live-profile", default=None,
                    help="live section: cost profile (name or path) for controllers and the replay prediction "
                         "(default: fit one to the engine's rounds on this machine first)")
@@ -58,6 +61,10 @@ def _run(args: argparse.Namespace) -> int:
         from specgym.envs.core.cost import load_profile
 
         load_profile(args.live_profile)  # a bad name fails before anything runs
+    if args.live_controllers:
+        from specgym.baselines.registry import expand_specs
+
+        expand_specs(args.live_controllers)
     machine = machine_calibration()
     figures: dict[str, Any] = {"workload": workload, "cpu_count": os.cpu_count(), "machine": machine}
     console.print(f"[bold]specgym bench[/bold] on workload {workload}")

@@ -155,12 +155,11 @@ record-midpair-t08: $(STAMP)      # ~45 min
 		--name midpair-t08 --profile data/profiles/cpu-midpair.json --gen-k 2 --seed 1 --splits 0.7,0.1,0.2 --hidden-sketch 16 \
 		--quiet --force --out data/workloads/midpair-t08.parquet
 
-# the shipped acceptance predictors of the midpair (issue 16): trained on each recorded workload's train split (~1 min)
+# the shipped acceptance predictor of the midpair (issue 16): one predictor for both temperatures, trained on the
+# train splits of the greedy and T=0.8 recordings, model and decision threshold chosen on their validation splits (~1 min)
 predictors: $(STAMP)
-	$(VENV)/bin/specgym predictor train --workload data/workloads/midpair-greedy.parquet --name midpair \
-		--out data/predictors/midpair.json --force
-	$(VENV)/bin/specgym predictor train --workload data/workloads/midpair-t08.parquet --name midpair-t08 \
-		--out data/predictors/midpair-t08.json --force
+	$(VENV)/bin/specgym predictor train --workload data/workloads/midpair-greedy.parquet,data/workloads/midpair-t08.parquet \
+		--name midpair --out data/predictors/midpair.json --force
 
 record-tinypair: $(STAMP)  # ~12 min
 	$(SPECGYM) record --prompts data/workloads/tinypair-prompts.jsonl --max-new-tokens 128-256 --temperature 0 \

@@ -58,7 +58,7 @@ def predictors_for(workload: Any) -> list[str]:
             meta = load_predictor(PREDICTORS_DIR / f"{name}.json").meta or {}
         except SpecgymError:
             continue
-        if meta.get("workload") == workload.name:
+        if workload.name in (meta.get("workloads") or [meta.get("workload")]):
             same_workload.append(name)
         elif target is not None and meta.get("pair_target") == target:
             same_pair.append(name)

@@ -105,7 +105,7 @@ def test_design_matrix_is_none_without_a_needed_signal():
 def test_lookup_signal_beats_confidence(wl, trained):
     pred, candidates = trained
     assert {"logistic", "mlp"} <= set(candidates) and pred.kind in candidates
-    speed = candidates["threshold"]["val_tok_s"]
+    speed = candidates["threshold"]["val_tok_s"]["synthetic-v2"]
     assert speed[str(pred.threshold)] == max(speed.values())  # the threshold is the fastest on validation
     conf_only, _ = select_predictor(wl, ("conf",), name="conf")
     test = workload_dataset(wl, "test", ALL)
@@ -230,7 +230,7 @@ def test_cli_train_and_eval(tmp_path, capsys):
     assert main(["predictor", "train", "--workload", str(path), "--out", str(out), "--kinds", "logistic"]) == 0
     assert "validation AUC" in capsys.readouterr().out
     pred = load_predictor(out)
-    assert pred.meta["workload"] == "synthetic-v2" and pred.meta["test"]["auc"] > 0.5
+    assert pred.meta["workload"] == "synthetic-v2" and pred.meta["test"]["synthetic-v2"]["auc"] > 0.5
     assert main(["predictor", "train", "--workload", str(path), "--out", str(out)]) == 2  # no silent overwrite
     assert "already exists" in capsys.readouterr().err
     rep = tmp_path / "rep.json"

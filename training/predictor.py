@@ -14,6 +14,8 @@ confidence (the ``conf``-only logistic: Platt scaling of the draft's confidence)
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,15 +147,20 @@ def fit_predictor(train: Dataset, groups: tuple[str, ...], kind: str = "logistic
     return AcceptancePredictor(name, groups, kind, mean, scale, layers, hidden_dim)
 
 
-def select_predictor(wl: Workload, groups: tuple[str, ...], name: str, kinds: tuple[str, ...] = MODEL_KINDS,
-                     max_rows: int | None = 200_000, seed: int = 0) -> tuple[AcceptancePredictor, dict[str, Any]]:
-    """Fit every kind on the train split, keep the one with the lowest validation log loss; returns it and the
-    validation figures of every candidate."""
+def select_predictor(wl: Workload | Sequence[Workload], groups: tuple[str, ...], name: str,
+                     kinds: tuple[str, ...] = MODEL_KINDS, max_rows: int | None = 200_000,
+                     seed: int = 0) -> tuple[AcceptancePredictor, dict[str, Any]]:
+    """Fit every kind on the train split (of every workload given: e.g. one pair's greedy and sampled traces, so one
+    predictor serves every temperature), keep the one with the lowest validation log loss, then choose its decision
+    threshold on validation (:func:`tune_threshold`: the largest geometric-mean speed over the workloads); returns it
+    and the validation figures of every candidate."""
+    wls = [wl] if isinstance(wl, Workload) else list(wl)
     groups = check_groups(groups)
-    sketch = getattr(wl, "hidden_sketch", None)
+    sketch = getattr(wls[0], "hidden_sketch", None)
     hidden_dim = int(sketch.shape[1]) if "hidden" in groups and sketch is not None else 0
-    train = workload_dataset(wl, "train", groups, max_rows, seed)
-    val = workload_dataset(wl, "val", groups)
+    per = max_rows // len(wls) if max_rows else None
+    train = _concat([workload_dataset(w, "train", groups, per, seed) for w in wls])
+    val = _concat([workload_dataset(w, "val", groups) for w in wls])
     candidates: dict[str, Any] = {}
     best: AcceptancePredictor | None = None
     for kind in kinds:
@@ -163,9 +170,17 @@ def select_predictor(wl: Workload, groups: tuple[str, ...], name: str, kinds: tu
         if best is None or m["log_loss"] < candidates[best.kind]["log_loss"]:
             best = pred
     assert best is not None
-    threshold, speed = tune_threshold(wl, best)
-    candidates["threshold"] = {"chosen": threshold, "val_tok_s": {str(t): v for t, v in speed.items()}}
+    speeds = [tune_threshold(w, best)[1] for w in wls]
+    grid = list(speeds[0])
+    threshold = max(grid, key=lambda t: sum(math.log(sp[t]) for sp in speeds))
+    candidates["threshold"] = {"chosen": threshold, "val_tok_s": {
+        w.name: {str(t): v for t, v in sp.items()} for w, sp in zip(wls, speeds)}}
     return dataclasses.replace(best, threshold=threshold), candidates
+
+
+def _concat(parts: list[Dataset]) -> Dataset:
+    return Dataset(np.concatenate([p.x for p in parts]), np.concatenate([p.y for p in parts]),
+                   np.concatenate([p.loops for p in parts]))
 
 
 THRESHOLDS = tuple(round(0.5 + 0.05 * i, 2) for i in range(15))  # 0.50 .. 1.20

@@ -27,8 +27,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predictor", help="train and measure acceptance predictors (recorded context signals)")
     psub = p.add_subparsers(dest="predictor_command", metavar="ACTION")
     t = psub.add_parser("train", help="fit a predictor on a workload's train split (model kind chosen on val)")
-    t.add_argument("--workload", default=None, help="workload name or path with v2 signals (default: the default "
-                                                    "workload)")
+    t.add_argument("--workload", default=None,
+                   help="workload name or path with v2 signals, or several comma-separated (one pair's greedy and "
+                        "sampled traces: one predictor for every temperature) (default: the default workload)")
     t.add_argument("--groups", default=DEFAULT_GROUPS,
                    help="signal groups, from conf,shape,position,lookup,hidden (default %(default)s)")
     t.add_argument("--kinds", default="logistic,mlp", help="model kinds to try (default %(default)s)")
@@ -73,24 +74,29 @@ def cmd_train(args: argparse.Namespace) -> int:
     bad = [k for k in kinds if k not in MODEL_KINDS]
     if bad or not kinds:
         raise SpecgymError(f"--kinds: unknown model kind(s) {bad}; choose from {', '.join(MODEL_KINDS)}")
-    wl = _workload(args.workload)
+    wls = [_workload(w.strip()) for w in (args.workload or default_workload_name()).split(",") if w.strip()]
     name = args.name or args.out.stem
-    pred, candidates = select_predictor(wl, groups, name, kinds, max_rows=args.max_rows or None)
-    test = workload_dataset(wl, "test", groups)
-    test_m = predictor_metrics(pred.predict_matrix(test.x), test.y) if len(test.y) else None
-    pair = wl.source.get("target_model") if isinstance(wl.source, dict) else None
+    pred, candidates = select_predictor(wls, groups, name, kinds, max_rows=args.max_rows or None)
+    tests = {}
+    for wl in wls:
+        test = workload_dataset(wl, "test", groups)
+        if len(test.y):
+            tests[wl.name] = predictor_metrics(pred.predict_matrix(test.x), test.y)
+    targets = {wl.source.get("target_model") for wl in wls if isinstance(wl.source, dict)}
+    workloads = ",".join(wl.name for wl in wls)
     pred = dataclasses.replace(pred, meta={
-        "workload": wl.name, "synthetic": wl.is_synthetic, "pair_target": pair, "groups": list(groups),
-        "validation": candidates, "test": test_m,
-        "reproduce": f"specgym predictor train --workload {wl.name} --groups {','.join(groups)} --out {args.out}"})
+        "workload": workloads, "workloads": [wl.name for wl in wls], "synthetic": any(wl.is_synthetic for wl in wls),
+        "pair_target": targets.pop() if len(targets) == 1 else None, "groups": list(groups),
+        "validation": candidates, "test": tests,
+        "reproduce": f"specgym predictor train --workload {workloads} --groups {','.join(groups)} --out {args.out}"})
     save_predictor(pred, args.out, overwrite=args.force)
     for kind in kinds:
         m = candidates[kind]
         print(f"  {kind:<9} validation AUC {m['auc']:.3f}, log loss {m['log_loss']:.4f}, ECE {m['ece']:.3f}")
-    speed = candidates["threshold"]["val_tok_s"]
-    print(f"  decision threshold {pred.threshold:g} (validation tok/s: "
-          + ", ".join(f"{t} {v:.1f}" for t, v in speed.items()) + ")")
-    extra = f"; test AUC {test_m['auc']:.3f}, log loss {test_m['log_loss']:.4f}" if test_m else ""
+    for wname, speed in candidates["threshold"]["val_tok_s"].items():
+        print(f"  decision threshold {pred.threshold:g}; {wname} validation tok/s by threshold: "
+              + ", ".join(f"{t} {v:.1f}" for t, v in speed.items()))
+    extra = "".join(f"; {w} test AUC {m['auc']:.3f}, log loss {m['log_loss']:.4f}" for w, m in tests.items())
     print(f"wrote {args.out}: {pred.kind} on {', '.join(groups)} ({len(pred.columns)} inputs){extra}")
     return 0
 

@@ -41,7 +41,8 @@ def eagle_tree(topk: np.ndarray, beam: int, budget: int) -> TreeShape:
         frontier = gen[:beam]
     nodes.sort(key=lambda x: (-x[0], x[1], x[2]))  # ties: shallower first, then lower ranks: closed
     kept = {path for _, _, path in nodes[:budget]}
-    counts, queue = [], [()]
+    counts: list[int] = []
+    queue: list[tuple[int, ...]] = [()]
     while queue:
         path = queue.pop(0)
         c = 0

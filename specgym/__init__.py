@@ -2,8 +2,8 @@
 
 Public API: workloads and cost profiles, the replay engine, the controller interface and the one decoding loop
 (:func:`drive`), the controller registry (:func:`make_controller`) and the Gymnasium environments, registered on
-import as ``specgym/SpecDecode-v1``, ``specgym/SpecDecodeToken-v1``, ``specgym/SpecDecodeTree-v0`` (tree drafts) and, over real models,
-``specgym/SpecDecodeLive-v1``.
+import as ``specgym/SpecDecode-v1``, ``specgym/SpecDecodeToken-v1``, ``specgym/SpecDecodeTree-v0`` (tree drafts)
+and, over real models, ``specgym/SpecDecodeLive-v1``.
 """
 
 __version__ = "0.2.0"

@@ -20,8 +20,9 @@ SECTIONS: dict[str, str] = {
     "policy": "specgym.eval.bench.policy:policy_section",
     "live": "specgym.eval.bench.live:live_section",
     "batch": "specgym.eval.bench.batch:batch_section",
+    "tree": "specgym.eval.bench.tree:tree_section",
 }
-DEFAULT_SECTIONS = ("load", "env", "vector", "controllers", "eval", "policy", "batch")
+DEFAULT_SECTIONS = ("load", "env", "vector", "controllers", "eval", "policy", "batch", "tree")
 
 
 def section(name: str) -> Callable[[Any, str, Any], dict[str, Any]]:

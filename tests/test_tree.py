@@ -179,3 +179,42 @@ def test_eval_all_includes_tree_rows_only_with_ranks(mix_workload):
                and not row["approximate"])
     rep = evaluate(EvalConfig(mix_workload, "all", bootstrap=0, max_requests=5))
     assert not any(row["spec"].startswith("tree") for row in rep["rows"])
+
+
+def _walk(counts, ranks, room):
+    """Brute-force walk of a breadth-first child-count tree: rebuild the nested paths and follow the ranks."""
+    paths, queue, nxt = {0: ()}, [0], 1
+    while queue:
+        v = queue.pop(0)
+        for r in range(counts[v]):
+            paths[nxt] = paths[v] + (r,)
+            queue.append(nxt)
+            nxt += 1
+    present = set(paths.values())
+    a = 0
+    while a < room and tuple(ranks[: a + 1]) in present:
+        a += 1
+    return a
+
+
+def test_general_rank_trees_replay_as_the_brute_force_walk():
+    wl = _workload(seed=4)
+    eng = TreeEngine(wl, PROFILE)
+    p = np.array([0.6, 0.2, 0.1, 0.05])
+    for budget, depth in ((3, 2), (7, 3), (12, 5), (20, 8)):
+        tree, _ = sequoia_tree(p, CostProfile("cheap", 0.1, (10.0,) * 9, source="synthetic"), budget, depth)
+        counts = [int((row >= 0).sum()) for row in tree.child]
+        pos = np.arange(wl.n_positions)
+        end = np.repeat(wl.offsets[1:], wl.lengths)
+        acc, _ = eng.accepted(pos, end, tree)
+        for i in range(wl.n_positions):
+            room = min(int(end[i] - i - 1), tree.depth)
+            assert acc[i] == _walk(counts, wl.target_rank[i:].tolist(), room)
+
+
+def test_tree_specs_on_sampled_traces_are_refused_and_left_out_of_all():
+    sampled = _workload(temperature=0.8)
+    rep = evaluate(EvalConfig(sampled, "all", split="all", bootstrap=0))
+    assert not any(row["spec"].startswith("tree") for row in rep["rows"])
+    with pytest.raises(SpecgymError, match="sampled"):
+        evaluate(EvalConfig(sampled, "fixed:2,tree-sequoia", split="all", bootstrap=0))

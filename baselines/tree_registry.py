@@ -2,12 +2,14 @@
 
 Grammar: ``tree-static:W1-W2-..`` (a fixed shape of per-depth widths), ``tree-sequoia[:BUDGET]`` (Sequoia's
 static tree fitted on the train split, at most BUDGET nodes), ``tree-eagle[:DEPTH:BEAM:M]`` (EAGLE-2's dynamic
-tree, approximate in replay). ``tree-oracle`` (the clairvoyant limit) is a row of the evaluation, not a controller.
+tree, approximate in replay), ``tree-chain:SPEC`` (any chain controller as width-1 trees).
+``tree-oracle`` (the clairvoyant limit) is a row of the evaluation, not a controller.
 :data:`TREE_ALL` joins ``all`` when the workload can be tree-replayed (greedy, with ranks).
 """
 
 from __future__ import annotations
 
+from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_eagle import EagleTree
 from specgym.baselines.tree_static import SequoiaTree, StaticTree
 from specgym.envs.core.cost import TREE_NODE_LIMIT
@@ -17,7 +19,8 @@ from specgym.errors import SpecgymError
 
 TREE_ORACLE = "tree-oracle"
 TREE_ALL = ("tree-sequoia", "tree-eagle", "tree-static:2-2-1", TREE_ORACLE)
-_USAGE = "tree-static:W1-W2-.., tree-sequoia[:BUDGET], tree-eagle[:DEPTH:BEAM:M], tree-oracle"
+_USAGE = ("tree-static:W1-W2-.., tree-sequoia[:BUDGET], tree-eagle[:DEPTH:BEAM:M], tree-chain:SPEC (a chain "
+          "controller as width-1 trees), tree-oracle")
 
 
 def is_tree_spec(spec: str) -> bool:
@@ -45,6 +48,10 @@ def make_tree_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> TreeControlle
         if not 1 <= budget <= TREE_NODE_LIMIT:
             raise SpecgymError(f"bad tree spec {spec!r}: BUDGET must be in 1..{TREE_NODE_LIMIT}")
         return SequoiaTree(budget, k_max)
+    if name == "tree-chain" and arg:
+        from specgym.baselines.registry import make_controller
+
+        return ChainAsTree(make_controller(spec.strip().partition(":")[2], k_max))
     if name == "tree-eagle":
         depth, beam, m = _ints(arg, ":", spec) if sep else (5, 4, 16)
         if depth > k_max or m > TREE_NODE_LIMIT:

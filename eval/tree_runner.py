@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_eagle import EagleTree
 from specgym.baselines.tree_oracle import tree_oracle_request
 from specgym.baselines.tree_static import StaticTree
@@ -38,7 +39,9 @@ def run_tree_controller(engine: TreeEngine, requests: np.ndarray, ctrl: TreeCont
         ctrl.reset(req.context)
         base = int(engine.workload.offsets[r])
         while not req.done:
-            if isinstance(ctrl, EagleTree):
+            if isinstance(ctrl, ChainAsTree):
+                o = ctrl.play_round(req)
+            elif isinstance(ctrl, EagleTree):
                 rows = np.zeros((ctrl.depth, TOPK), np.float32)
                 if topk is not None:
                     got = topk[base + req.position : base + min(req.position + ctrl.depth, req.length)]

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from specgym.baselines.registry import ALL_BASELINES, make_controller
 from specgym.baselines.tree_eagle import eagle_tree
+from specgym.baselines.tree_registry import make_tree_controller
 from specgym.baselines.tree_oracle import tree_oracle_request
 from specgym.baselines.tree_static import expected_accepted, sequoia_tree, sequoia_values
 from specgym.envs.core.cost import CostProfile
@@ -21,6 +23,8 @@ from specgym.envs.gym.tree_env import SpecDecodeTreeEnv
 from specgym.envs.workloads.trace_format import workload_from_requests
 from specgym.errors import SpecgymError
 from specgym.eval.harness import EvalConfig, evaluate
+from specgym.eval.runner import run_controller
+from specgym.eval.tree_runner import run_tree_controller
 
 PROFILE = CostProfile("steep", 1.0, tuple(10.0 + 0.7 * n for n in range(9)), 0.3, source="synthetic")
 SHAPES = [(1,), (2,), (2, 1), (2, 2, 1), (3, 1, 2), (1, 3), (4, 2, 1, 1), (2, 2, 2, 2)]
@@ -218,3 +222,16 @@ def test_tree_specs_on_sampled_traces_are_refused_and_left_out_of_all():
     assert not any(row["spec"].startswith("tree") for row in rep["rows"])
     with pytest.raises(SpecgymError, match="sampled"):
         evaluate(EvalConfig(sampled, "fixed:2,tree-sequoia", split="all", bootstrap=0))
+
+
+@pytest.mark.parametrize("spec", [*ALL_BASELINES, *(f"fixed:{k}" for k in range(9))])
+def test_every_chain_controller_is_the_width_one_case(spec):
+    """Through the tree engine as width-1 trees (``tree-chain:SPEC``), every chain baseline gives the chain
+    replay's results exactly: same tokens, rounds, drafted and accepted counts and times."""
+    wl = _workload(seed=5)
+    req = np.arange(wl.n_requests)
+    chain = run_controller(TraceEngine(wl, PROFILE, 8, seed=0), req, make_controller(spec), trace=[0])
+    tree = run_tree_controller(TreeEngine(wl, PROFILE), req, make_tree_controller(f"tree-chain:{spec}"))
+    for col in ("tokens", "rounds", "drafted", "accepted"):
+        np.testing.assert_array_equal(getattr(tree, col), getattr(chain, col))
+    np.testing.assert_allclose(tree.time_ms, chain.time_ms, rtol=0, atol=1e-9)

@@ -195,6 +195,10 @@ class TreeReplayRequest:
         self.done = self.position >= self.length
         return TreeRoundOutcome(i, room, nodes, accepted, produced, time_ms, self.done, approximate)
 
+    def draft_features(self, position: int) -> tuple[float, float]:
+        """(draft_conf, draft_entropy) of the true-path draft token for ``position``."""
+        return float(self._conf[position]), float(self._ent[position])
+
     def as_round(self, o: TreeRoundOutcome) -> RoundOutcome:
         """The tree round as a chain :class:`RoundOutcome` for the shared features: ``planned_k = drafted =
         depth`` (the true path's draft tokens; their confidences are the trace's correct-prefix ones)."""

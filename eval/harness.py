@@ -21,19 +21,23 @@ from specgym.agents.predicted_marginal import predictors_for
 from specgym.baselines.informed_oracle import informed_plan
 from specgym.baselines.oracle import oracle_plan, oracle_times
 from specgym.baselines.registry import expand_specs, make_controller
+from specgym.baselines.tree_registry import TREE_ALL, TREE_ORACLE, is_tree_spec, make_tree_controller
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.core.tree import TreeController
+from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.workloads.trace_format import Workload, cached_workload, resolve_workload_path
 from specgym.eval.metrics import category_metrics, headroom_closed, run_metrics
 from specgym.eval.runner import RunResult, run_controller, run_fixed_vectorised, run_plan_vectorised
 from specgym.eval.stats import PairedBootstrap
+from specgym.eval.tree_runner import run_tree_controller, run_tree_oracle
 from specgym.errors import SpecgymError
 from specgym.io import sha256_file
 
 
-Specs = str | Sequence[str | Controller | tuple[str, Controller]]
+Specs = str | Sequence[str | Controller | TreeController | tuple[str, Controller | TreeController | None]]
 
 INFORMED = "oracle:informed"  # the informed oracle's row name (the clairvoyant one's is "oracle")
 
@@ -66,19 +70,46 @@ class EvalConfig:
     per_request: bool = False
 
 
-def resolve_controllers(specs: Specs, k_max: int, workload: Workload | None = None) -> list[tuple[str, Controller]]:
+def tree_replayable(workload: Workload | None) -> bool:
+    """True when ``workload`` can be tree-replayed (greedy, with ranks): ``all`` then brings the tree rows."""
+    if workload is None:
+        return False
+    try:
+        check_tree_workload(workload)
+    except SpecgymError:
+        return False
+    return True
+
+
+def _tree_specs(item: str, workload: Workload | None) -> tuple[str, list[str]]:
+    """Split a comma-separated spec list into the chain part and the tree specs (``all`` adds :data:`TREE_ALL`
+    when the workload carries ranks)."""
+    parts = [p.strip() for p in item.split(",") if p.strip()]
+    trees = [p for p in parts if is_tree_spec(p)]
+    if any(p.lower() == "all" for p in parts) and tree_replayable(workload):
+        trees += [t for t in TREE_ALL if t not in trees]
+    return ",".join(p for p in parts if not is_tree_spec(p)), trees
+
+
+def resolve_controllers(specs: Specs, k_max: int, workload: Workload | None = None,
+                        ) -> list[tuple[str, Controller | TreeController | None]]:
     """``(label, controller)`` pairs; specs are validated (and built) before any replay starts. With ``workload``,
-    ``all`` also brings the shipped acceptance predictors of its pair (:func:`predictors_for`)."""
+    ``all`` also brings the shipped acceptance predictors of its pair (:func:`predictors_for`) and, when the trace
+    carries ranks (greedy), the tree baselines (names starting with ``tree``; ``tree-oracle`` pairs with ``None``:
+    it is a plan, not a controller)."""
     extra = tuple(f"predicted:{name}" for name in predictors_for(workload)) if workload is not None else ()
     items = [specs] if isinstance(specs, str) else list(specs)
-    out: list[tuple[str, Controller]] = []
+    out: list[tuple[str, Controller | TreeController | None]] = []
     for item in items:
-        if isinstance(item, Controller):
+        if isinstance(item, (Controller, TreeController)):
             out.append((item.name, item))
         elif isinstance(item, tuple):  # an already resolved (label, controller) pair
             out.append(item)
         else:
-            out += [(s, make_controller(s, k_max)) for s in expand_specs(item, k_max, extra)]
+            chain, trees = _tree_specs(item, workload)
+            if chain or not trees:
+                out += [(s, make_controller(s, k_max)) for s in expand_specs(chain, k_max, extra)]
+            out += [(t, None if t == TREE_ORACLE else make_tree_controller(t, k_max)) for t in trees]
     return out
 
 
@@ -132,10 +163,23 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
     t_ar = engine.t_ar
 
     results: list[RunResult] = []
+    tree_engine: TreeEngine | None = None
     for spec, ctrl in named:
         tick = progress(spec, len(requests)) if progress else None
-        trace = () if spec.startswith("fixed:") else traced.values()
-        results.append(run_controller(engine, requests, ctrl, trace=trace, on_request=tick))
+        if isinstance(ctrl, Controller):
+            trace = () if spec.startswith("fixed:") else traced.values()
+            results.append(run_controller(engine, requests, ctrl, trace=trace, on_request=tick))
+            continue
+        if tree_engine is None:  # refuses v1 and sampled traces with one line
+            tree_engine = TreeEngine(wl, profile, cfg.k_max)
+        if ctrl is None:
+            results.append(run_tree_oracle(tree_engine, requests, spec))
+        else:
+            ctrl.prepare(wl, profile)
+            results.append(run_tree_controller(tree_engine, requests, ctrl))
+        if tick is not None:
+            for _ in requests:
+                tick()
 
     rows = [run_metrics(r, t_ar, t_k4, t_fixed[best_k], t_oracle, t_informed) for r in results]
     boot = PairedBootstrap(len(requests), cfg.bootstrap, seed=0)  # fixed: reports are reproducible
@@ -144,7 +188,10 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
             "informed_ratio": informed.time_ms}
     for row, r, (spec, ctrl) in zip(rows, results, named):
         row["spec"] = spec
-        row["token_level"] = bool(ctrl.token_level)
+        row["token_level"] = bool(getattr(ctrl, "token_level", False))
+        if not isinstance(ctrl, Controller):
+            row["tree"] = True
+            row["approximate"] = bool(getattr(ctrl, "approximate", False))
         row["categories"] = category_metrics(r, categories)
         row["ci95"] = {key: boot.ratio_ci(ref, r.time_ms) for key, ref in refs.items()}
     rows.sort(key=lambda row: -row["throughput_tok_s"])

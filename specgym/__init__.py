@@ -2,8 +2,8 @@
 
 Public API: workloads and cost profiles, the replay engine, the controller interface and the one decoding loop
 (:func:`drive`), the controller registry (:func:`make_controller`) and the Gymnasium environments, registered on
-import as ``specgym/SpecDecode-v1``, ``specgym/SpecDecodeToken-v1`` and, over real models,
-``specgym/SpecDecodeLive-v1``.
+import as ``specgym/SpecDecode-v1``, ``specgym/SpecDecodeToken-v1``, ``specgym/SpecDecodeTree-v0`` (tree drafts)
+and, over real models, ``specgym/SpecDecodeLive-v1``.
 """
 
 __version__ = "0.2.0"
@@ -33,6 +33,7 @@ _ENVS = {
     "specgym/SpecDecodeToken-v1": ("specgym.envs.gym.spec_env:SpecDecodeTokenEnv", False),
     "specgym/SpecDecodeLive-v1": ("specgym.envs.gym.live_env:SpecDecodeLiveEnv", True),
     "specgym/SpecDecodeBatch-v0": ("specgym.envs.gym.batch_env:SpecDecodeBatchEnv", False),
+    "specgym/SpecDecodeTree-v0": ("specgym.envs.gym.tree_env:SpecDecodeTreeEnv", False),
 }
 for _id, (_entry, _nondeterministic) in _ENVS.items():
     if _id not in registry:

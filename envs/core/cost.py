@@ -10,6 +10,19 @@ forward over ``n`` new tokens; ``verify(1)`` is the plain autoregressive step ``
 On disk a profile is a JSON object whose ``verify_ms`` list holds ``verify(1), verify(2), ...`` in order; in code
 always call :meth:`CostProfile.verify` with the number of tokens, never index the list. Profiles are measured by
 ``specgym profile`` or taken from published figures (``source`` says which).
+
+**Tree rounds** (:mod:`specgym.envs.core.tree`) verify ``nodes + 1`` tokens in one forward with tree attention and
+run one draft forward per depth (the whole frontier of a depth is one batched forward, priced as ``draft_ms``, the
+cost of one single-token draft forward: batching a few frontier rows is assumed free, as on a memory-bound
+accelerator; on a CPU it is optimistic):
+
+    tree round time(depth, nodes) = depth * draft_ms + verify_nodes(nodes + 1) + round_overhead_ms   (depth >= 1)
+
+:meth:`CostProfile.verify_nodes` prices ``n`` up to :data:`TREE_NODE_LIMIT` + 1: inside the measured list it is
+:meth:`verify`; beyond it, a **linear extrapolation** from the last measured entry with the list's mean slope
+``(verify_ms[-1] - verify_ms[0]) / (len - 1)`` per token (:meth:`CostProfile.verify_extrapolated` says when; no
+shipped profile is re-measured: a profile whose ``verify_ms`` list runs to 65 entries is priced as measured
+throughout). Above the limit it refuses. A width-1 tree of depth K is the chain round: same time.
 """
 
 from __future__ import annotations
@@ -27,6 +40,8 @@ from specgym.io import read_text
 from specgym.paths import PROFILES_DIR
 
 PROFILE_SOURCES = ("measured", "published", "synthetic")
+#: Largest tree (draft nodes, the root excluded) a profile prices: ``verify_nodes(n)`` for ``n <= 65``.
+TREE_NODE_LIMIT = 64
 
 
 @dataclass(frozen=True)
@@ -69,6 +84,31 @@ class CostProfile:
     def verify(self, n: int) -> float:
         """One target forward over ``n >= 1`` new tokens."""
         return self.verify_ms[n - 1]
+
+    def verify_extrapolated(self, n: int) -> bool:
+        """True when ``verify_nodes(n)`` is extrapolated (``n`` beyond the measured ``verify_ms`` list)."""
+        return n > len(self.verify_ms)
+
+    def verify_nodes(self, n: int) -> float:
+        """One target forward over ``n`` tree tokens (tree attention), ``1 <= n <= TREE_NODE_LIMIT + 1``.
+
+        Measured entries as :meth:`verify`; beyond the list a linear extrapolation with the list's mean slope
+        (module docstring); above the limit a one-line error.
+        """
+        m = len(self.verify_ms)
+        if n <= m:
+            return self.verify_ms[n - 1]
+        if n > TREE_NODE_LIMIT + 1:
+            raise SpecgymError(f"cost profile {self.name!r}: a tree of {n - 1} nodes is above the limit "
+                               f"{TREE_NODE_LIMIT}")
+        slope = max((self.verify_ms[-1] - self.verify_ms[0]) / (m - 1), 0.0)
+        return self.verify_ms[-1] + (n - m) * slope
+
+    def tree_round_time(self, depth: int, nodes: int) -> float:
+        """Time of a tree round: ``depth`` batched draft forwards, one verify over ``nodes + 1`` tokens."""
+        if depth == 0:
+            return self.verify(1)
+        return depth * self.draft_ms + self.verify_nodes(nodes + 1) + self.round_overhead_ms
 
     @property
     def verify_slope(self) -> float:

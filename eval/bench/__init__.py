@@ -21,8 +21,9 @@ SECTIONS: dict[str, str] = {
     "live": "specgym.eval.bench.live:live_section",
     "batch": "specgym.eval.bench.batch:batch_section",
     "predictor": "specgym.eval.bench.predictor:predictor_section",
+    "tree": "specgym.eval.bench.tree:tree_section",
 }
-DEFAULT_SECTIONS = ("load", "env", "vector", "controllers", "eval", "policy", "batch", "predictor")
+DEFAULT_SECTIONS = ("load", "env", "vector", "controllers", "eval", "policy", "batch", "predictor", "tree")
 
 
 def section(name: str) -> Callable[[Any, str, Any], dict[str, Any]]:

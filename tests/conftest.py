@@ -45,3 +45,18 @@ def build_trace(p_accepts, profile, temperature=0.0, name="hand"):
             "split": "test",
         })
     return workload_from_requests(name, {"kind": "synthetic", "generator": "tests"}, profile, reqs)
+
+
+def assert_one_line_error(capsys, *fragments: str) -> str:
+    """The captured stderr is one line, no traceback, holding every fragment; returns it."""
+    err = capsys.readouterr().err.strip()
+    assert err and "\n" not in err and "Traceback" not in err, err
+    for f in fragments:
+        assert f in err, err
+    return err
+
+
+@pytest.fixture
+def one_line_error():
+    """:func:`assert_one_line_error`, for test modules (``one_line_error(capsys, "fragment")``)."""
+    return assert_one_line_error

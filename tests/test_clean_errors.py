@@ -13,14 +13,6 @@ from specgym import Controller, SpecgymError, drive, make_controller
 from specgym.cli import main
 
 
-def _one_line_error(capsys, *fragments: str) -> str:
-    err = capsys.readouterr().err.strip()
-    assert err and "\n" not in err and "Traceback" not in err, err
-    for f in fragments:
-        assert f in err, err
-    return err
-
-
 @pytest.mark.parametrize("env_id,kwargs,fragment", [
     ("specgym/SpecDecode-v1", {"workload": None}, "workload"),
     ("specgym/SpecDecode-v1", {"workload": "assc-regimes", "profile": 42}, "profile"),
@@ -91,20 +83,20 @@ def test_a_numpy_integer_k_is_fine():
     assert drive(_Returns(np.int64(3)), engine.start(0)).tokens > 0
 
 
-def test_non_utf8_and_folder_inputs(tmp_path, capsys):
+def test_non_utf8_and_folder_inputs(tmp_path, capsys, one_line_error):
     bad = tmp_path / "bad.json"
     bad.write_bytes(b"\xff\xfe{}")
     with pytest.raises(SpecgymError, match="not UTF-8"):
         specgym.load_profile(bad)
     assert main(["eval", "--workload", "assc-regimes", "--profile", str(bad), "--out", str(tmp_path / "e")]) == 2
-    _one_line_error(capsys, "not UTF-8")
+    one_line_error(capsys, "not UTF-8")
     prompts = tmp_path / "p.jsonl"
     prompts.write_bytes(b'{"prompt": "\xff"}\n')
     for p, fragment in ((prompts, "not UTF-8"), (tmp_path, "is a folder")):
         assert main(["record", "--prompts", str(p), "--out", str(tmp_path / "t.parquet")]) == 2
-        _one_line_error(capsys, fragment)
+        one_line_error(capsys, fragment)
     assert main(["tune", "vllm", "--workload", "assc-regimes", "--profile", str(bad)]) == 2
-    _one_line_error(capsys, "not UTF-8")
+    one_line_error(capsys, "not UTF-8")
 
 
 @pytest.mark.parametrize("argv,fragment", [
@@ -113,14 +105,14 @@ def test_non_utf8_and_folder_inputs(tmp_path, capsys):
     (["workloads", "make", "--preset", "speclane-mix", "--requests", "100000000000", "--out", "x.parquet"],
      "--requests"),
 ])
-def test_sizes_that_would_run_out_of_memory_are_bounded(argv, fragment, capsys, tmp_path, monkeypatch):
+def test_sizes_that_would_run_out_of_memory_are_bounded(argv, fragment, capsys, tmp_path, monkeypatch, one_line_error):
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
-    _one_line_error(capsys, fragment)
+    one_line_error(capsys, fragment)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_memory_and_file_system_errors_never_trace_back(capsys, monkeypatch):
+def test_memory_and_file_system_errors_never_trace_back(capsys, monkeypatch, one_line_error):
     import specgym.commands.workloads as workloads
 
     def boom(*args, **kwargs):
@@ -128,4 +120,4 @@ def test_memory_and_file_system_errors_never_trace_back(capsys, monkeypatch):
 
     monkeypatch.setattr(workloads, "generate_workload", boom)
     assert main(["workloads", "make", "--preset", "speclane-mix", "--out", "/nonexistent-dir/x.parquet"]) == 2
-    _one_line_error(capsys, "out of memory")
+    one_line_error(capsys, "out of memory")

@@ -12,14 +12,6 @@ from specgym.cli import main
 from specgym.errors import SpecgymError
 
 
-def _one_line_error(capsys, *fragments: str) -> str:
-    err = capsys.readouterr().err.strip()
-    assert err and "\n" not in err and "Traceback" not in err, err
-    for f in fragments:
-        assert f in err, err
-    return err
-
-
 @pytest.mark.parametrize("argv,fragment", [
     (["generate", "--prompt", "x", "--k", "2", "--controller", "assc"], "not both"),  # used to run fixed:2
     (["train", "--domains", "generalist", "--workload", "assc-regimes"], "drop --workload"),  # ignored X
@@ -28,10 +20,10 @@ def _one_line_error(capsys, *fragments: str) -> str:
     (["profile", "--batch-sizes", "", "--out", "p.json"], "--batch-sizes"),  # used to measure a plain profile
     (["train", "--workload", "assc-regimes", "--timesteps", "1"], "multiple of n_envs = 16"),  # ran 16 steps
 ])
-def test_contradictory_or_impossible_options_are_refused(argv, fragment, capsys, tmp_path, monkeypatch):
+def test_contradictory_or_impossible_options_are_refused(argv, fragment, capsys, tmp_path, monkeypatch, one_line_error):
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
-    _one_line_error(capsys, fragment)
+    one_line_error(capsys, fragment)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -80,11 +80,11 @@ def trimmed_mean(x: Sequence[float], trim: float = TRIM) -> float:
 
 
 def measure_rounds(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], k_max: int,
-                   repeats: int = 1, temperature: float = 0.0) -> list[RoundSample]:
-    """Decode every prompt with every fixed K = 0..k_max (``repeats`` times, K rotated per prompt) at
-    ``temperature`` and return every round's timing."""
+                   repeats: int = 1, temperature: float = 0.0, ks: Sequence[int] | None = None) -> list[RoundSample]:
+    """Decode every prompt with every fixed K in ``ks`` (default 0..k_max; ``repeats`` times, K rotated per prompt)
+    at ``temperature`` and return every round's timing."""
     samples: list[RoundSample] = []
-    ks = list(range(k_max + 1))
+    ks = list(range(k_max + 1)) if ks is None else list(ks)
     for rep in range(repeats):
         for p, (ids, n) in enumerate(zip(prompts, max_new_tokens)):
             shift = (p + rep) % len(ks)

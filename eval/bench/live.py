@@ -64,8 +64,10 @@ class LiveRow:
         speedup: Over plain decoding, with its paired 95% interval ``speedup_ci``.
         vs_best_fixed: Over the best fixed K, with ``vs_best_fixed_ci``; ``verdict`` is ``faster``, ``slower`` or
             ``tie`` (the interval contains 1).
-        predicted_tok_s: The replay prediction with the profile in use; ``measured_over_predicted`` = live tok/s /
-            predicted (1 = exact). ``micro_measured_over_predicted``: the same with the micro-benchmarked profile.
+        predicted_tok_s: The replay prediction: the controller's replayed rounds (decided under the profile
+            controllers see) priced by the profile fitted to calibration rounds interleaved with the measurement;
+            ``measured_over_predicted`` = live tok/s / predicted (1 = exact). ``upfront_measured_over_predicted`` and
+            ``micro_measured_over_predicted``: the same priced by the up-front fit and by the micro-benchmarks.
         acceptance: Accepted / drafted tokens (first repeat).
         greedy_identical: Every output equals plain decoding (greedy workloads; ``None`` when sampling, where
             outputs are equal in distribution only).
@@ -81,6 +83,7 @@ class LiveRow:
     predicted_tok_s: float
     measured_over_predicted: float
     micro_measured_over_predicted: float | None
+    upfront_measured_over_predicted: float | None
     acceptance: float
     greedy_identical: bool | None
 
@@ -147,7 +150,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     from specgym.baselines.registry import make_controller
     from specgym.envs.core.cost import load_profile
     from specgym.envs.core.rounds import DEFAULT_K_MAX
-    from specgym.envs.engines.calibration import calibrate
+    from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
     from specgym.envs.engines.live_engine import LiveEngine, load_pair
     from specgym.envs.engines.profiler import hardware_description, measure_profile
     from specgym.envs.engines.trace_engine import TraceEngine
@@ -182,16 +185,16 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                   f"({'ok: one token is not slower' if fwd[1] <= fwd[2] else 'ONE TOKEN IS SLOWER'})", highlight=False)
     micro = measure_profile(pair, k_max=k_max, name=f"micro-{pair_name}")
     fit_summary = None
+    cal_ids, cal_len = encode(_pick(wl, "train", calibration_prompts))
+    cal_temp = float(np.median(wl.temperature[requests]))
     if profile is not None:
         prof = load_profile(profile)
         prof_note = f"profile {prof.name} (given: {profile})"
     else:
-        cal_ids, cal_len = encode(_pick(wl, "train", calibration_prompts))
-        fit = calibrate(probe, cal_ids, cal_len, k_max, name=f"fitted-{pair_name}",
-                        temperature=float(np.median(wl.temperature[requests])),
+        fit = calibrate(probe, cal_ids, cal_len, k_max, name=f"fitted-{pair_name}", temperature=cal_temp,
                         hardware=hardware_description("cpu", pair.dtypes))
         prof, fit_summary = fit.profile, fit.summary()
-        prof_note = f"profile fitted on this machine now: {fit_summary}"
+        prof_note = f"profile fitted on this machine now (controllers decide with it): {fit_summary}"
     console.print(prof_note, highlight=False)
     console.print(f"cross-check, micro-benchmarked profile: t_AR {micro.t_ar_ms:.2f} ms, round(1) "
                   f"{micro.round_time(1):.2f} ms, round({k_max}) {micro.round_time(k_max):.2f} ms", highlight=False)
@@ -207,6 +210,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     accepted = np.zeros((len(specs), 2), dtype=np.int64)
     identical = np.ones(len(specs), dtype=bool)
     plain_tokens: list[list[int]] = [[] for _ in range(n_p)]
+    cal_samples: list[RoundSample] = []  # calibration rounds interleaved with the measurement (pricing)
+    slot = 0
     for rep in range(repeats):
         controllers = [make_controller(s, k_max) for s in specs]  # fresh per repeat, reused across its prompts
         for p, (ids, n) in enumerate(zip(prompts, lengths)):
@@ -227,6 +232,11 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                     if specs[s] == "fixed:0":
                         plain_tokens[p] = res.tokens
                     identical[s] &= res.tokens == plain_tokens[p]
+            # one calibration request after each prompt: fixed K cycling 0..k_max over the train prompts, so the
+            # fit that prices the replay sees the machine in the same state as the controllers it predicts
+            k, c = slot % (k_max + 1), (slot // (k_max + 1)) % len(cal_ids)
+            slot += 1
+            cal_samples += measure_rounds(eng, [cal_ids[c]], [cal_len[c]], k_max, temperature=cal_temp, ks=[k])
         done = (rep + 1) / repeats
         console.print(f"  repeat {rep + 1}/{repeats} done ({time.perf_counter() - t_start:.0f} s; "
                       f"{100 * done:.0f}%)", highlight=False)
@@ -239,9 +249,23 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     boot = PairedBootstrap(n_p, resamples, seed=0)
     replay = TraceEngine(wl, prof, k_max, seed=0)
     replay_micro = TraceEngine(wl, micro, k_max, seed=0)
+    covered = {smp.drafted for smp in cal_samples}
+    pricing = fit_profile(cal_samples, k_max, name=f"interleaved-{pair_name}").profile \
+        if covered >= set(range(k_max + 1)) else prof
+    source = (f"fitted to {len(cal_samples)} calibration rounds interleaved with the measurement"
+              if pricing is not prof else prof.name)
+    console.print(f"pricing profile: {source}: t_AR {pricing.t_ar_ms:.2f} ms, round(1) {pricing.round_time(1):.2f} "
+                  f"ms, round({k_max}) {pricing.round_time(k_max):.2f} ms", highlight=False)
+
+    def predicted_ms(spec: str) -> tuple[float, float]:
+        """Replay time of ``spec`` on the measured requests, decisions under ``prof``, priced by ``prof`` and by
+        ``pricing`` (the same rounds: controllers decide as they did live)."""
+        res = run_controller(replay, requests, make_controller(spec, k_max), trace=requests.tolist())
+        repriced = sum(pricing.round_time(d) for rounds in res.traces.values() for _, _, d, _ in rounds)
+        return float(res.time_ms.sum()), float(repriced)
     rows: list[LiveRow] = []
     for i, spec in enumerate(specs):
-        pred_ms = float(run_controller(replay, requests, make_controller(spec, k_max)).time_ms.sum())
+        upfront_ms, pred_ms = predicted_ms(spec)
         micro_ms = float(run_controller(replay_micro, requests, make_controller(spec, k_max)).time_ms.sum())
         vs_best = totals[best_fixed] / totals[i]
         vs_ci = boot.ratio_ci(per_prompt[best_fixed], per_prompt[i])
@@ -251,10 +275,12 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
             vs_best_fixed_ci=vs_ci, verdict="reference" if i == best_fixed else verdict(vs_ci, vs_best),
             predicted_tok_s=n_tok / pred_ms * 1000.0, measured_over_predicted=pred_ms / totals[i],
             micro_measured_over_predicted=micro_ms / totals[i],
+            upfront_measured_over_predicted=upfront_ms / totals[i],
             acceptance=accepted[i, 0] / max(accepted[i, 1], 1),
             greedy_identical=bool(identical[i]) if greedy else None))
     errors = [abs(r.measured_over_predicted - 1.0) for r in rows]
     micro_errors = [abs((r.micro_measured_over_predicted or 1.0) - 1.0) for r in rows]
+    upfront_errors = [abs((r.upfront_measured_over_predicted or 1.0) - 1.0) for r in rows]
     best = max(rows, key=lambda r: r.tok_s)
     hf = None
     if hf_generate:
@@ -264,12 +290,15 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         "kernels": {role: plan.to_dict() for role, plan in pair.kernels.items()},
         "target_forward_ms": {"1": fwd[1], "2": fwd[2]},
         "profile": prof.to_dict(), "profile_note": prof_note, "micro_profile": micro.to_dict(),
+        "pricing_profile": pricing.to_dict(),
         "workload": wl.name, "prompts": n_p, "tokens": n_tok, "repeats": repeats, "clock": "wall",
         "threads": torch.get_num_threads(), "plain_tok_s": n_tok / totals[plain] * 1000.0,
         "rows": [asdict(r) for r in rows], "best_fixed_k": int(specs[best_fixed].split(":")[1]),
         "best_fixed_speedup": totals[plain] / totals[best_fixed], "best_controller": best.controller,
         "best_speedup": best.speedup, "prediction_error": {"median": float(np.median(errors)),
                                                            "max": float(np.max(errors)),
+                                                           "upfront_median": float(np.median(upfront_errors)),
+                                                           "upfront_max": float(np.max(upfront_errors)),
                                                            "micro_median": float(np.median(micro_errors)),
                                                            "micro_max": float(np.max(micro_errors))},
         "hf_generate": hf, "bootstrap": {"resamples": resamples, "level": 0.95, "unit": "prompt"},
@@ -280,7 +309,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     table = Table(title=f"live, {pair_name} ({pair.dtypes}), {n_p} test prompts of {wl.name}, {n_tok} tokens, "
                         f"median of {repeats} per prompt, wall clock, {torch.get_num_threads()} thread(s)")
     for col in ("controller", "live tok/s", "vs plain", f"vs best fixed (K={result['best_fixed_k']}) [95% CI]",
-                "verdict", "replay prediction tok/s", "live / predicted", "(micro profile)", "acceptance",
+                "verdict", "replay prediction tok/s", "live / predicted", "(up-front fit)", "(micro profile)",
+                "acceptance",
                 "greedy = plain"):
         table.add_column(col, justify="right")
     for r in sorted(rows, key=lambda r: -r.tok_s):
@@ -288,14 +318,17 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         table.add_row(r.controller, f"{r.tok_s:.1f}", f"{r.speedup:.3f}x",
                       f"{r.vs_best_fixed:.3f}x" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""), r.verdict,
                       f"{r.predicted_tok_s:.1f}", f"{r.measured_over_predicted:.3f}",
-                      f"{r.micro_measured_over_predicted:.3f}", f"{r.acceptance:.2f}",
+                      f"{r.upfront_measured_over_predicted:.3f}", f"{r.micro_measured_over_predicted:.3f}",
+                      f"{r.acceptance:.2f}",
                       "n/a (sampling)" if r.greedy_identical is None else str(r.greedy_identical))
     console.print(table)
     console.print(f"plain decoding {result['plain_tok_s']:.1f} tok/s; best fixed K={result['best_fixed_k']}: "
                   f"{result['best_fixed_speedup']:.3f}x plain; best controller {best.controller}: "
                   f"{best.speedup:.3f}x; replay prediction error |live/predicted - 1|: median "
-                  f"{100 * np.median(errors):.1f}%, max {100 * np.max(errors):.1f}% (micro-benchmarked profile: median "
-                  f"{100 * np.median(micro_errors):.1f}%, max {100 * np.max(micro_errors):.1f}%)", highlight=False)
+                  f"{100 * np.median(errors):.1f}%, max {100 * np.max(errors):.1f}% (up-front fit: median "
+                  f"{100 * np.median(upfront_errors):.1f}%, max {100 * np.max(upfront_errors):.1f}%; "
+                  f"micro-benchmarked profile: median {100 * np.median(micro_errors):.1f}%, max "
+                  f"{100 * np.max(micro_errors):.1f}%)", highlight=False)
     if hf is not None:
         console.print(f"transformers generate(assistant_model=...) with {hf['controller']}: "
                       f"{hf['assisted_tok_s']:.1f} tok/s vs plain generate() {hf['plain_tok_s']:.1f} tok/s "

@@ -31,20 +31,23 @@ from specgym.errors import SpecgymError
 from specgym.paths import portable_name
 
 
-def hardware_description(device: str = "cpu", dtype: str = "float32") -> dict[str, Any]:
-    """CPU model, cores, torch threads, GPU name: what a reader needs to compare profiles."""
-    import torch
-
-    cpu = platform.processor() or ""
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    hw: dict[str, Any] = {"cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+    return platform.processor() or platform.machine()
+
+
+def hardware_description(device: str = "cpu", dtype: str = "float32") -> dict[str, Any]:
+    """CPU model, cores, torch threads, GPU name: what a reader needs to compare profiles."""
+    import torch
+
+    hw: dict[str, Any] = {"cpu": cpu_name(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                           "device": device, "dtype": dtype, "torch": torch.__version__,
                           "platform": platform.platform()}
     try:
@@ -62,7 +65,7 @@ def hardware_description(device: str = "cpu", dtype: str = "float32") -> dict[st
 DRAFT_RUN = 4
 
 
-def _interleaved_ms(fns: list, repeats: int, warmup: int, sync, clock=time.perf_counter) -> list[float]:
+def interleaved_ms(fns: list, repeats: int, warmup: int, sync, clock=time.perf_counter) -> list[float]:
     """Median time of each call in ms, measured round-robin: on a shared machine whose speed drifts over seconds,
     drift then hits every call alike, so ratios between them (verify(n) / verify(1)) stay consistent."""
     times: list[list[float]] = [[] for _ in fns]
@@ -78,7 +81,7 @@ def _interleaved_ms(fns: list, repeats: int, warmup: int, sync, clock=time.perf_
 
 
 def _median_ms(fn, repeats: int, warmup: int, sync, clock=time.perf_counter) -> float:
-    return _interleaved_ms([fn], repeats, warmup, sync, clock)[0]
+    return interleaved_ms([fn], repeats, warmup, sync, clock)[0]
 
 
 def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats: int = 40, warmup: int = 8,
@@ -140,7 +143,7 @@ def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats:
         calls = [draft_run()]
         calls += [step(pair.target, caches["target"], n, False) for n in range(1, k_max + 2)]
         calls += [engine_round(k) for k in rounds]
-        measured = _interleaved_ms(calls, repeats, warmup, sync, clk)
+        measured = interleaved_ms(calls, repeats, warmup, sync, clk)
     draft_ms, verify = measured[0] / DRAFT_RUN, measured[1: k_max + 2]
     verify[0] = float(statistics.median(r.time_ms for r in rounds[0][-repeats:]))  # t_AR: a real plain round
     resid = [r.time_ms - (r.drafted * draft_ms + verify[r.drafted])

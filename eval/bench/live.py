@@ -23,7 +23,6 @@ One torch thread. Results are printed and written as JSON (``--json``); the READ
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -96,22 +95,22 @@ def verdict(ci: tuple[float, float] | None, point: float) -> str:
 
 def engine_forward_ms(engine: Any, model: Any, rows: tuple[int, ...] = (1, 2), context: int = 64,
                       repeats: int = 40) -> dict[int, float]:
-    """Median ms of the engine's cached forward of ``model`` over each row count (interleaved)."""
+    """Median ms of the engine's cached forward of ``model`` over each row count (interleaved; the cache is cropped
+    back after each call, so every call sees the same context)."""
     import torch
 
-    ms: dict[int, list[float]] = {r: [] for r in rows}
+    from specgym.envs.engines.profiler import interleaved_ms
+
     with torch.inference_mode():
         cache = engine.new_cache(model)
         engine.forward(model, [(5 * t) % (engine.vocab - 1) + 1 for t in range(context)], cache)
-        for rep in range(repeats + 4):
-            for r in rows:
-                t0 = time.perf_counter()
-                engine.forward(model, [(3 * t + rep) % (engine.vocab - 1) + 1 for t in range(r)], cache)
-                elapsed = (time.perf_counter() - t0) * 1000.0
-                cache.crop(-r)
-                if rep >= 4:
-                    ms[r].append(elapsed)
-    return {r: float(statistics.median(v)) for r, v in ms.items()}
+
+        def call(r: int):
+            ids = [(3 * t) % (engine.vocab - 1) + 1 for t in range(r)]
+            return lambda: (engine.forward(model, ids, cache), cache.crop(-r))
+
+        ms = interleaved_ms([call(r) for r in rows], repeats, 4, lambda: None)
+    return dict(zip(rows, ms))
 
 
 def _pick(wl: Any, split: str, per_category: int) -> np.ndarray:

@@ -10,11 +10,12 @@ run need no scaling.
 from __future__ import annotations
 
 import os
-import platform
 import time
 from typing import Any
 
 import numpy as np
+
+from specgym.envs.engines.profiler import cpu_name
 
 
 def _best_of(fn, repeats: int = 5) -> float:
@@ -24,18 +25,6 @@ def _best_of(fn, repeats: int = 5) -> float:
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
-
-
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine_calibration() -> dict[str, Any]:

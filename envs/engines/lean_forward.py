@@ -39,6 +39,18 @@ class KVCache:
         """As ``DynamicCache.crop``: ``n < 0`` removes the last ``-n`` tokens, ``n >= 0`` keeps the first ``n``."""
         self.length = max(0, self.length + n) if n < 0 else min(self.length, n)
 
+    def compact(self, keep: int, slots: list[int]) -> None:
+        """Keep the first ``keep`` tokens, then the entries of ``slots`` (each ``>= keep``, increasing) moved into
+        consecutive slots ``keep, keep + 1, ..``: a verified tree's accepted path, the rest of the tree dropped."""
+        if slots:
+            import torch
+
+            src = torch.tensor(slots, device=self.k.device)
+            dst = torch.arange(keep, keep + len(slots), device=self.k.device)
+            self.k[:, :, dst] = self.k[:, :, src]  # the right side is gathered first: overlapping moves are safe
+            self.v[:, :, dst] = self.v[:, :, src]
+        self.length = keep + len(slots)
+
 
 class LeanGPT2:
     """Cached forward of a loaded ``GPT2LMHeadModel`` (eval mode) over a :class:`KVCache`."""
@@ -59,10 +71,16 @@ class LeanGPT2:
         """An empty cache for one sequence of up to ``n_positions`` tokens."""
         return KVCache(len(self.blocks), self.heads, self.capacity, self.head_dim, self.wte.dtype, self.wte.device)
 
-    def __call__(self, ids: list[int], cache: KVCache, hidden: bool = False) -> Any:
+    def __call__(self, ids: list[int], cache: KVCache, hidden: bool = False, positions: list[int] | None = None,
+                 mask: Any = None) -> Any:
         """Logits ``(len(ids), V)`` of the tokens ``ids`` following the ``cache.length`` tokens in ``cache``; with
         ``hidden``, ``(logits, h)`` where ``h`` ``(len(ids), width)`` is the last hidden state (after ``ln_f``, as
-        transformers' ``hidden_states[-1]``)."""
+        transformers' ``hidden_states[-1]``).
+
+        Tree attention: ``positions`` (the tokens' position ids) and ``mask`` (bool ``(len(ids), cache.length +
+        len(ids))``, True = may attend) replace the causal defaults, so rows can be tree nodes that see the prefix
+        and their own ancestors only (:mod:`specgym.envs.engines.live_tree`). Keys/values still go to the next
+        ``len(ids)`` cache slots."""
         import torch
         import torch.nn.functional as F
 
@@ -71,9 +89,11 @@ class LeanGPT2:
         if end > self.capacity:
             raise ValueError(f"sequence of {end} tokens exceeds the model's context of {self.capacity}")
         dev = self.wte.device
-        x = self.wte[torch.tensor(ids, device=dev)] + self.wpe[start:end]
-        mask = None
-        if n > 1:  # query i (position start + i) sees keys 0 .. start + i
+        if positions is not None and max(positions) >= self.capacity:
+            raise ValueError(f"position {max(positions)} exceeds the model's context of {self.capacity}")
+        pos = self.wpe[start:end] if positions is None else self.wpe[torch.tensor(positions, device=dev)]
+        x = self.wte[torch.tensor(ids, device=dev)] + pos
+        if mask is None and n > 1:  # query i (position start + i) sees keys 0 .. start + i
             mask = torch.ones(n, end, dtype=torch.bool, device=dev).tril(diagonal=start)
         H, hd = self.heads, self.head_dim
         for layer, block in enumerate(self.blocks):

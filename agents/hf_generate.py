@@ -196,6 +196,10 @@ def generate_with_controller(target: Any, draft: Any, input_ids: Any, controller
     Returns:
         Whatever ``target.generate`` returns (identical tokens to plain greedy generate when ``do_sample=False``).
     """
+    if not isinstance(controller, Controller):  # a TreeController: transformers' assisted generation drafts chains
+        raise SpecgymError(f"generate_with_controller: {getattr(controller, 'name', controller)!r} is not a chain "
+                           "controller; transformers' generate() integration drafts chains only (tree controllers run "
+                           "live through specgym's engine: specgym.eval.tree_runner.run_live_tree)")
     if StoppingCriteriaList is None:
         raise SpecgymError("generate_with_controller needs transformers; install specgym[hf]")
     if input_ids.shape[0] != 1:

@@ -3,10 +3,13 @@
 Results are :class:`~specgym.eval.runner.RunResult` records, so tree rows sit in the same table as the chains:
 ``drafted`` counts verified draft *nodes* (so ``mean K`` is nodes per round and ``waste`` the share of nodes not
 accepted), ``accepted`` the accepted tokens. Static trees replay all requests at once
-(:meth:`TreeEngine.run_static`); dynamic ones (EAGLE-2) round by round.
+(:meth:`TreeEngine.run_static`); dynamic ones (EAGLE-2) round by round. :func:`run_live_tree` drives a tree
+controller over the live engine (:mod:`specgym.envs.engines.live_tree`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -14,9 +17,13 @@ from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_eagle import EagleTree
 from specgym.baselines.tree_oracle import tree_oracle_request
 from specgym.baselines.tree_static import StaticTree
+from specgym.envs.core.rounds import RoundOutcome
 from specgym.envs.core.signals import TOPK
 from specgym.envs.core.tree import TreeController
+from specgym.envs.engines.live_engine import LiveEngine
+from specgym.envs.engines.live_tree import LiveTreeRequest, LiveTreeResult
 from specgym.envs.engines.tree_engine import TreeEngine
+from specgym.errors import SpecgymError
 from specgym.eval.runner import RunResult
 
 APPROXIMATE = " (approximate)"
@@ -65,3 +72,31 @@ def run_tree_oracle(engine: TreeEngine, requests: np.ndarray, name: str = "tree-
     return RunResult(name, requests, engine.workload.lengths[requests].astype(np.int64),
                      np.array([x[0] for x in res]), np.array([x[1] for x in res], np.int64),
                      np.array([x[2] for x in res], np.int64), np.array([x[3] for x in res], np.int64))
+
+
+def run_live_tree(engine: LiveEngine, prompt_ids: Sequence[int], ctrl: TreeController, max_new_tokens: int,
+                  request_id: str = "live", category: str = "live", stop_at_eos: bool = False) -> LiveTreeResult:
+    """Decode one request live (greedy) with a tree controller (:mod:`specgym.envs.engines.live_tree`).
+
+    Static trees play their tree every round; ``tree-chain:SPEC`` plays the inner controller's K as the width-1 tree
+    and lets it observe the round as a chain :class:`RoundOutcome` (token-level inner controllers are refused: their
+    stops need the chain engine's per-token signals). EAGLE-2's dynamic tree is replay-only here (one-line error).
+    """
+    if isinstance(ctrl, EagleTree):
+        raise SpecgymError(f"{ctrl.name}: the EAGLE-2 rule runs in replay only (approximate); live tree controllers "
+                           "are the static ones (tree-static, tree-sequoia) and tree-chain:SPEC")
+    if isinstance(ctrl, ChainAsTree) and ctrl.inner.token_level:
+        raise SpecgymError(f"{ctrl.name}: a token-level chain controller stops drafting token by token; run it live "
+                           f"as {ctrl.inner.name} (the chain engine)")
+    req = LiveTreeRequest(engine, prompt_ids, max_new_tokens, stop_at_eos, request_id, category)
+    ctrl.reset(req.context)
+    while not req.done:
+        if isinstance(ctrl, ChainAsTree):
+            cap = min(ctrl.inner.propose(), req.context.k_max, req.length - req.position - 1)
+            o = req.play_tree(ctrl._chain(max(cap, 0)), stats=True)
+            ctrl.inner.observe(RoundOutcome(o.position, max(cap, 0), o.depth, o.accepted, o.produced, o.time_ms,
+                                            req.spine_conf, req.spine_entropy, done=o.done))
+        else:
+            o = req.play_tree(ctrl.propose_tree())
+        ctrl.observe(o)
+    return req.tree_result

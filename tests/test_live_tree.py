@@ -1,0 +1,211 @@
+"""Live tree verification: greedy output equals plain decoding, caches hold the accepted path, replay == live.
+
+The toy models are tiny RANDOMLY-INITIALISED GPT-2s (specgym.training.lm_pair.toy), not trained models; the tests of
+the shipped trained pairs are skipped when a pair is absent.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from specgym.baselines.registry import make_controller  # noqa: E402
+from specgym.baselines.tree_registry import make_tree_controller  # noqa: E402
+from specgym.envs.core.cost import CostProfile  # noqa: E402
+from specgym.envs.core.tree import TreeShape  # noqa: E402
+from specgym.envs.engines.live_engine import LiveEngine, load_pair  # noqa: E402
+from specgym.envs.engines.live_tree import LiveTreeRequest, ancestor_matrix, tree_parents  # noqa: E402
+from specgym.errors import SpecgymError  # noqa: E402
+from specgym.eval.tree_runner import run_live_tree  # noqa: E402
+from specgym.paths import MODELS_DIR  # noqa: E402
+from specgym.training.lm_pair.toy import toy_models, toy_tokenizer  # noqa: E402
+
+torch.set_num_threads(1)
+
+PROFILE = CostProfile(name="toy", draft_ms=0.5, verify_ms=tuple(5.0 + 0.1 * n for n in range(65)), source="synthetic")
+PROMPTS = ["def f(x):\n    return x + 1\n", "the cat sat on the mat. ", "12 + 7 = 19, 3 * 4 ="]
+WIDTHS = [(1,), (1, 1, 1, 1), (2, 2, 1), (3, 2, 1), (4,), (2, 2, 2, 2, 2), (3, 3, 3), (8, 1, 1)]
+#: An irregular rank-closed tree (Sequoia's shapes are of this kind): child counts in breadth-first order.
+IRREGULAR = TreeShape.from_children([3, 2, 1, 0, 1, 0, 0, 0], "irregular")
+
+
+@pytest.fixture(scope="module")
+def toy():
+    tok = toy_tokenizer()
+    draft, target = toy_models(len(tok), seed=0)
+    return tok, LiveEngine(draft, target, k_max=8, timing=PROFILE)
+
+
+def _play(eng, ids, tree, n):
+    req = LiveTreeRequest(eng, ids, n)
+    while not req.done:
+        req.play_tree(tree)
+    return req
+
+
+@pytest.mark.parametrize("tree", [TreeShape.from_widths(w) for w in WIDTHS] + [IRREGULAR], ids=repr)
+def test_tree_greedy_equals_plain(toy, tree):
+    tok, eng = toy
+    for p in PROMPTS:
+        ids = tok(p)["input_ids"]
+        ref = eng.run_plain(ids, 40).tokens
+        res = _play(eng, ids, tree, 40).tree_result
+        assert res.tokens == ref, (tree, p)
+        assert sum(r.produced for r in res.rounds) == 40
+        assert all(r.nodes == int(tree.nodes_upto[r.depth]) and r.accepted <= r.depth for r in res.rounds)
+
+
+def test_wider_trees_accept_more_per_round(toy):
+    """On the same prompts, a tree containing the chain accepts at least as much per round on average (a sanity
+    check that off-path nodes are used: a broken mask or cache would make wide trees no better than chains)."""
+    tok, eng = toy
+    acc = {}
+    for w in [(1, 1, 1), (3, 3, 3)]:
+        rounds = [r for p in PROMPTS for r in _play(eng, tok(p)["input_ids"], TreeShape.from_widths(w),
+                                                     60).tree_result.rounds]
+        acc[w] = np.mean([r.accepted for r in rounds])
+    assert acc[(3, 3, 3)] > acc[(1, 1, 1)]
+
+
+def test_width_one_tree_is_the_chain_round_by_round(toy):
+    tok, eng = toy
+    for p in PROMPTS:
+        ids = tok(p)["input_ids"]
+        for k in (1, 3, 6):
+            chain = eng.run_request(ids, k, 40)
+            tree = _play(eng, ids, TreeShape.chain(k), 40).tree_result
+            assert [(r.position, r.accepted) for r in tree.rounds] == \
+                [(r.position, r.accepted) for r in chain.rounds]
+            assert [r.time_ms for r in tree.rounds] == pytest.approx([r.time_ms for r in chain.rounds])
+
+
+def test_caches_hold_exactly_the_accepted_sequence(toy):
+    """After every round the target cache equals a fresh prefill of the accepted sequence (all but its last token),
+    and the draft cache a prefix of it: compaction kept the accepted path's keys/values at their new slots."""
+    tok, eng = toy
+    ids = tok(PROMPTS[0])["input_ids"]
+    req = LiveTreeRequest(eng, ids, 30)
+    tree = TreeShape.from_widths((3, 2, 2))
+    while not req.done:
+        req.play_tree(tree)
+        for cache, model in ((req.tcache, eng.target), (req.dcache, eng.draft)):
+            n = cache.length
+            assert n <= len(req.seq) - 1 or cache is req.dcache
+            fresh = eng.new_cache(model)
+            eng.forward(model, req.seq[:n], fresh)
+            torch.testing.assert_close(cache.k[:, :, :n], fresh.k[:, :, :n], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(cache.v[:, :, :n], fresh.v[:, :, :n], atol=1e-5, rtol=1e-4)
+        assert req.tcache.length == len(req.seq) - 1
+
+
+def test_ancestor_mask():
+    tree = TreeShape.from_widths((2, 2))
+    parent = tree_parents(tree, tree.nodes)
+    assert parent == [-1, 0, 0, 1, 1, 2, 2]
+    anc = ancestor_matrix(parent)
+    assert anc[5].tolist() == [True, False, True, False, False, True, False]
+    assert anc.sum() == 1 + 2 * 2 + 4 * 3
+
+
+@pytest.mark.parametrize("spec", ["tree-static:2-2-1", "tree-static:1-1-1-1", "tree-chain:fixed:3", "tree-chain:assc",
+                                  "tree-chain:speclane"])
+def test_tree_controllers_live_equal_plain(toy, spec):
+    tok, eng = toy
+    ctrl = make_tree_controller(spec, 8)
+    for p in PROMPTS:
+        ids = tok(p)["input_ids"]
+        res = run_live_tree(eng, ids, ctrl, 40)
+        assert res.tokens == eng.run_plain(ids, 40).tokens, spec
+        assert res.accepted > 0
+
+
+def test_tree_chain_live_matches_the_chain_controller(toy):
+    """``tree-chain:SPEC`` live takes the chain controller's decisions: the same rounds as SPEC on the chain
+    engine (the controller observes the same outcomes)."""
+    tok, eng = toy
+    ids = tok(PROMPTS[1])["input_ids"]
+    tree = run_live_tree(eng, ids, make_tree_controller("tree-chain:assc", 8), 50)
+    chain = eng.run_request(ids, make_controller("assc", 8), 50)
+    assert [(r.position, r.depth, r.accepted) for r in tree.rounds] == \
+        [(r.position, r.drafted, r.accepted) for r in chain.rounds]
+
+
+def test_sequoia_live(toy):
+    """The Sequoia tree (fitted on a synthetic rank workload, labelled so) decodes live exactly."""
+    from specgym.eval.bench.tree import rank_workload
+
+    tok, eng = toy
+    ctrl = make_tree_controller("tree-sequoia:24", 8)
+    ctrl.prepare(rank_workload(40), PROFILE)
+    assert ctrl.tree.nodes > 1
+    ids = tok(PROMPTS[2])["input_ids"]
+    assert run_live_tree(eng, ids, ctrl, 40).tokens == eng.run_plain(ids, 40).tokens
+
+
+def test_live_tree_errors(toy):
+    tok, eng = toy
+    ids = tok(PROMPTS[0])["input_ids"]
+    with pytest.raises(SpecgymError, match="replay only"):
+        run_live_tree(eng, ids, make_tree_controller("tree-eagle", 8), 10)
+    with pytest.raises(SpecgymError, match="token-level"):
+        run_live_tree(eng, ids, make_tree_controller("tree-chain:confidence", 8), 10)
+    with pytest.raises(SpecgymError, match="lean forward"):
+        LiveTreeRequest(LiveEngine(eng.draft, eng.target, k_max=8, timing=PROFILE, lean=False), ids, 10)
+    with pytest.raises(SpecgymError, match="above the engine's k_max"):
+        LiveTreeRequest(eng, ids, 10).play_tree(TreeShape.chain(9))
+    from specgym.agents.hf_generate import generate_with_controller
+
+    with pytest.raises(SpecgymError, match="chains only"):
+        generate_with_controller(eng.target, eng.draft, torch.tensor([ids]), make_tree_controller("tree-sequoia"))
+
+
+def _shipped(name: str):
+    return pytest.param(name, marks=pytest.mark.skipif(
+        not (MODELS_DIR / name / "target" / "config.json").exists(), reason=f"shipped pair {name} not built"))
+
+
+@pytest.mark.parametrize("name", [_shipped("midpair"), _shipped("tinypair")])
+def test_shipped_pair_tree_greedy_equals_plain(name):
+    pair = load_pair(str(MODELS_DIR / name / "draft"), str(MODELS_DIR / name / "target"))
+    eng = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE)
+    ids = pair.tokenizer("def parse(self, text):\n", add_special_tokens=False)["input_ids"]
+    ref = eng.run_plain(ids, 48).tokens
+    for w in [(1,), (2, 2, 1), (3, 2, 1)]:
+        res = _play(eng, ids, TreeShape.from_widths(w), 48).tree_result
+        assert res.tokens == ref, w
+        assert res.accepted > 0
+
+
+@pytest.mark.parametrize("name", [_shipped("midpair")])
+def test_tree_replay_equals_live_round_by_round(name):
+    """Tree replay is exact against live for static trees: on recorded test requests of the pair's greedy workload
+    (first 48 tokens), every live round's accepted depth equals the tree replay's at the same position."""
+    from specgym.envs.engines.tree_engine import TreeEngine
+    from specgym.envs.workloads.trace_format import cached_workload
+
+    pair = load_pair(str(MODELS_DIR / name / "draft"), str(MODELS_DIR / name / "target"))
+    wl = cached_workload(f"{name}-greedy")
+    live = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE)
+    replay = TreeEngine(wl, PROFILE, max_depth=8)
+    test = wl.split_indices("test")
+    picked = [int(next(r for r in test if wl.category[r] == cat)) for cat in wl.categories()]
+    n_rounds = wide = 0
+    for r in picked:
+        ids = pair.tokenizer(wl.prompt_text[r], add_special_tokens=False)["input_ids"]
+        for tree in (TreeShape.from_widths((2, 2, 1)), TreeShape.from_widths((3, 2, 1)), TreeShape.from_widths((4, 2)),
+                     TreeShape.chain(4)):
+            res = _play(live, ids, tree, 48).tree_result
+            rr = replay.start(r)
+            for out in res.rounds:
+                if out.depth < tree.depth:  # clipped at the live run's end (48 tokens, not the recorded length)
+                    break
+                assert rr.position == out.position
+                o = rr.play(tree)
+                assert (o.accepted, o.depth, o.nodes) == (out.accepted, out.depth, out.nodes), \
+                    (wl.request_id[r], tree, out)
+                n_rounds += 1
+                wide += tree.child.shape[1] > 1
+    assert n_rounds > 50 and wide > 30

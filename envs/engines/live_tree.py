@@ -149,7 +149,7 @@ class LiveTreeRequest(LiveRequest):
                 ents.append(float(st.entropy[0]))
             if width > 0:
                 top = torch.topk(logits, width, dim=-1).indices.tolist()
-                for row, (ks, toks) in enumerate(zip(kids.tolist(), top)):
+                for ks, toks in zip(kids.tolist(), top):
                     for r, c in enumerate(ks):
                         if 0 < c <= nodes:
                             tokens[c] = int(toks[r])

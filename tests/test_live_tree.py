@@ -209,3 +209,22 @@ def test_tree_replay_equals_live_round_by_round(name):
                 n_rounds += 1
                 wide += tree.child.shape[1] > 1
     assert n_rounds > 50 and wide > 30
+
+
+def test_profile_measures_tree_verify_by_node_count(tmp_path):
+    """``measure_profile(tree_nodes=...)`` measures verify of every node count with a tree mask (not extrapolated),
+    and a chain-fitted profile gains those costs by :func:`extend_tree_verify`."""
+    from specgym.envs.engines.profiler import extend_tree_verify, measure_profile
+    from specgym.training.lm_pair.toy import save_toy_pair
+
+    d, t = save_toy_pair(tmp_path / "pair", seed=0)
+    pair = load_pair(str(d), str(t))
+    prof = measure_profile(pair, k_max=4, context=32, repeats=3, warmup=1, tree_nodes=20)
+    assert len(prof.verify_ms) == 21 and not prof.verify_extrapolated(21) and prof.verify_extrapolated(22)
+    assert "tree attention" in prof.description and all(v > 0 for v in prof.verify_ms)
+    chain = CostProfile("fit", 0.1, (1.0, 1.1, 1.2, 1.3, 1.4), source="measured")
+    ext = extend_tree_verify(chain, prof)
+    assert ext.verify_ms[:5] == chain.verify_ms and len(ext.verify_ms) == 21
+    assert ext.verify_nodes(21) == pytest.approx(1.4 + prof.verify_ms[20] - prof.verify_ms[4], abs=1e-3)
+    with pytest.raises(SpecgymError, match="tree_nodes"):
+        measure_profile(pair, k_max=4, tree_nodes=65)

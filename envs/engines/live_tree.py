@@ -111,7 +111,9 @@ class LiveTreeRequest(LiveRequest):
             raise SpecgymError("live tree verification needs the lean forward (GPT-2 draft and target, lean=True); "
                                "other models decode chains only")
         super().__init__(engine, prompt_ids, max_new_tokens, 0.0, 0, stop_at_eos, request_id, category)
-        self.runners = (engine._lean[id(engine.draft)], engine._lean[id(engine.target)])
+        draft, target = engine._lean[id(engine.draft)], engine._lean[id(engine.target)]
+        assert draft is not None and target is not None  # engine.lean
+        self.runners = (draft, target)
         self.tree_result = LiveTreeResult(tokens=[], prefill_ms=self.result.prefill_ms)
         self.spine_conf = np.zeros(0, np.float32)
         self.spine_entropy = np.zeros(0, np.float32)

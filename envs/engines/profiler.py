@@ -8,7 +8,12 @@ What is measured (medians after warm-up; CUDA-synchronised on GPU), at a fixed c
 * ``verify_ms[1]`` (= t_AR): one plain autoregressive step of the live engine (K = 0 round: forward, argmax, cache
   bookkeeping), so that plain decoding is priced exactly as it runs;
 * ``round_overhead_ms``: the median of (measured - priced) time of real speculative rounds (fixed K = 2 and 4),
-  i.e. sampling/argmax, draft catch-up and cache rollback, clipped at 0.
+  i.e. sampling/argmax, draft catch-up and cache rollback, clipped at 0;
+* with ``tree_nodes`` (``specgym profile --tree-nodes``, default 64): ``verify_ms[n]`` for n = k_max+2 ..
+  tree_nodes+1 is one target forward over ``n`` tree tokens with a **tree attention mask** (the root and a binary
+  tree of ``n - 1`` nodes, positions by depth: :func:`tree_verify_call`), what a live tree round verifies
+  (:mod:`~specgym.envs.engines.live_tree`), so :meth:`CostProfile.verify_nodes` prices trees as measured.
+  Models the lean forward does not run get a causal ``n``-token forward there (the description says so).
 
 ``clock="cpu"`` measures thread CPU time instead of wall time (CPU only): on a machine shared with other jobs it
 excludes preemption, which otherwise inflates every figure unpredictably. The result is a :class:`CostProfile`
@@ -84,18 +89,71 @@ def _median_ms(fn, repeats: int, warmup: int, sync, clock=time.perf_counter) -> 
     return interleaved_ms([fn], repeats, warmup, sync, clock)[0]
 
 
-def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats: int = 40, warmup: int = 8,
-                    name: str = "measured", description: str = "", clock: str = "wall") -> CostProfile:
-    """Measure draft/verify/overhead costs of ``pair`` at ``context`` tokens of context (``clock`` wall or cpu)."""
+def tree_verify_call(engine: LiveEngine, cache: Any, n: int, gen: Any) -> Any:
+    """A timed call: one target forward over ``n`` tree tokens after ``cache``'s context (root + a binary tree of
+    ``n - 1`` nodes, each row attending to the context and its ancestors, positions by depth), its argmax, and the
+    cache cropped back. Without the lean forward: a causal ``n``-token forward."""
     import torch
+
+    from specgym.envs.core.tree import TreeShape
+    from specgym.envs.engines.live_tree import ancestor_matrix, tree_mask, tree_parents
+
+    runner = engine._lean.get(id(engine.target))
+    x = torch.randint(2, engine.vocab, (n,), generator=gen).tolist()
+    counts = [min(2, max(0, n - 1 - 2 * v)) for v in range(n)]
+    tree = TreeShape.from_children(counts, f"binary-{n - 1}")
+    prefix = cache.get_seq_length()  # committed tokens before the root (the first of the n)
+    anc = ancestor_matrix(tree_parents(tree, n - 1))
+    pos = [prefix + int(d) for d in tree.depth_of]
+    mask = tree_mask(anc, 0, n, prefix, engine.device)
+
+    def call():
+        if runner is not None:
+            logits = runner(x, cache, positions=pos, mask=mask)[:, : engine.vocab]
+        else:
+            logits = engine.forward(engine.target, x, cache)
+        torch.argmax(logits, -1).tolist()
+        cache.crop(-n)
+    return call
+
+
+def extend_tree_verify(profile: CostProfile, measured: CostProfile) -> CostProfile:
+    """``profile`` with ``verify_ms`` continued to ``measured``'s length by ``measured``'s increments beyond
+    ``profile``'s last entry: a profile fitted to chain rounds gains the micro-benchmarked tree verify costs."""
+    import dataclasses
+
+    m = len(profile.verify_ms)
+    if len(measured.verify_ms) <= m:
+        return profile
+    base, ref = profile.verify_ms[-1], measured.verify_ms[m - 1]
+    extra = tuple(round(base + v - ref, 4) for v in measured.verify_ms[m:])
+    return dataclasses.replace(profile, verify_ms=profile.verify_ms + extra,
+                               description=f"{profile.description}; verify of {m + 1}..{len(measured.verify_ms)} "
+                                           f"tree tokens: {base:.3f} ms plus the micro-benchmarked tree-verify "
+                                           f"increments of {measured.name}")
+
+
+def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats: int = 40, warmup: int = 8,
+                    name: str = "measured", description: str = "", clock: str = "wall",
+                    tree_nodes: int = 0) -> CostProfile:
+    """Measure draft/verify/overhead costs of ``pair`` at ``context`` tokens of context (``clock`` wall or cpu);
+    ``tree_nodes > k_max`` also measures tree verification up to that many draft nodes (``verify_ms`` then has
+    ``tree_nodes + 1`` entries)."""
+    import torch
+
+    from specgym.envs.core.cost import TREE_NODE_LIMIT
 
     if clock not in ("wall", "cpu"):
         raise SpecgymError(f"clock must be 'wall' or 'cpu', got {clock!r}")
+    if not 0 <= tree_nodes <= TREE_NODE_LIMIT:
+        raise SpecgymError(f"tree_nodes must be in 0..{TREE_NODE_LIMIT}, got {tree_nodes}")
     engine = LiveEngine.from_pair(pair, k_max=k_max, timing=clock)
     clk = time.thread_time if clock == "cpu" else time.perf_counter
-    if context + k_max + 1 + 64 > engine.context:
+    n_verify = max(k_max + 1, tree_nodes + 1)
+    if context + n_verify + 64 > engine.context:
         raise SpecgymError(
-            f"k_max={k_max} with a {context}-token profiling context exceeds the models' context of {engine.context}"
+            f"k_max={k_max} / tree_nodes={tree_nodes} with a {context}-token profiling context exceeds the models' "
+            f"context of {engine.context}"
         )
     dev = engine.device
     sync = (lambda: torch.cuda.synchronize()) if dev.type == "cuda" else (lambda: None)
@@ -143,8 +201,10 @@ def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats:
         calls = [draft_run()]
         calls += [step(pair.target, caches["target"], n, False) for n in range(1, k_max + 2)]
         calls += [engine_round(k) for k in rounds]
+        calls += [tree_verify_call(engine, caches["target"], n, gen) for n in range(k_max + 2, n_verify + 1)]
         measured = interleaved_ms(calls, repeats, warmup, sync, clk)
     draft_ms, verify = measured[0] / DRAFT_RUN, measured[1: k_max + 2]
+    verify += measured[k_max + 2 + len(rounds):]
     verify[0] = float(statistics.median(r.time_ms for r in rounds[0][-repeats:]))  # t_AR: a real plain round
     resid = [r.time_ms - (r.drafted * draft_ms + verify[r.drafted])
              for k in (2, 4) for r in rounds[k][-repeats:] if r.drafted > 0]
@@ -154,7 +214,10 @@ def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats:
         round_overhead_ms=round(overhead, 4), source="measured",
         description=description or (f"measured by specgym profile: draft {portable_name(pair.draft_name)}, target "
                                     f"{portable_name(pair.target_name)} ({pair.dtypes}), context {context} "
-                                    f"tokens, medians of {repeats} interleaved calls"),
+                                    f"tokens, medians of {repeats} interleaved calls"
+                                    + (f"; verify of {k_max + 2}..{n_verify} tokens: tree attention over a binary "
+                                       f"tree" + ("" if engine.lean else " (causal: no lean forward)")
+                                       if n_verify > k_max + 1 else "")),
         hardware={**hardware_description(str(dev), pair.dtypes), "clock": clock, "packed_linears": pair.packed},
     )
 

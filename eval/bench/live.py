@@ -16,7 +16,18 @@ controller decodes live, with the pair on this machine. What makes the figures t
   prompts (:class:`~specgym.eval.stats.PairedBootstrap`), and a row whose interval contains 1 is a **tie**;
 * whether every greedy output equals plain decoding, token for token;
 * once through transformers' ``generate(assistant_model=...)`` (:func:`generate_with_controller`) with the best
-  controller, against transformers' own plain ``generate()``.
+  chain controller, against transformers' own plain ``generate()``.
+
+**Tree controllers** (specs starting with ``tree``: ``tree-static:W1-W2-..``, ``tree-sequoia[:BUDGET]``,
+``tree-chain:SPEC``; greedy workloads) decode through live tree verification (:mod:`~specgym.envs.engines.live_tree`)
+in the same rotation, so their rows carry the same paired intervals against the best fixed K, and a ``tree vs chain``
+line compares the fastest tree row with the fastest chain row (paired interval over prompts), whatever the answer.
+Their prices need verify cost by node count: the micro-benchmarked profile then measures tree verification up to
+:data:`~specgym.envs.core.cost.TREE_NODE_LIMIT` nodes, and the profiles controllers see and the prediction uses gain
+those costs (:func:`~specgym.envs.engines.profiler.extend_tree_verify`; the fitted ones come from chain rounds).
+The prediction of a tree row is the tree replay (:mod:`~specgym.envs.engines.tree_engine`) of the same requests;
+``tree-chain:SPEC`` is predicted as SPEC (the width-1 tree is the chain round). ``acceptance`` of a tree row is
+accepted tokens per verified node.
 
 One torch thread. Results are printed and written as JSON (``--json``); the README's live table comes from here.
 """
@@ -44,13 +55,34 @@ def _policies() -> list[str]:
     return [f"ppo:{p}" for p in list_policies()]
 
 
-def controller_specs(k_values=range(1, 7), pair: str | None = None) -> list[str]:
-    """Plain decoding, fixed K, every baseline, the pair's shipped acceptance predictor, every shipped policy."""
+#: Tree controllers the default live bench adds on a greedy workload with ranks.
+LIVE_TREES = ("tree-sequoia", "tree-static:2-2-1", "tree-static:3-2-1")
+
+
+def controller_specs(k_values=range(1, 7), pair: str | None = None, trees: bool = False) -> list[str]:
+    """Plain decoding, fixed K, every baseline, the pair's shipped acceptance predictor, every shipped policy (and
+    :data:`LIVE_TREES` with ``trees``)."""
     from specgym.agents.predicted_marginal import list_predictors
     from specgym.baselines.registry import ALL_BASELINES
 
     predicted = [f"predicted:{pair}"] if pair in list_predictors() else []
-    return ["fixed:0", *(f"fixed:{k}" for k in k_values), *ALL_BASELINES, *predicted, *_policies()]
+    return ["fixed:0", *(f"fixed:{k}" for k in k_values), *ALL_BASELINES, *predicted, *_policies(),
+            *(LIVE_TREES if trees else ())]
+
+
+def check_live_specs(specs: str) -> list[str]:
+    """Validate a comma-separated ``--live-controllers`` list (chain and tree specs); returns the specs."""
+    from specgym.baselines.registry import expand_specs
+    from specgym.baselines.tree_registry import is_tree_spec, make_tree_controller
+
+    items = [x.strip() for x in specs.split(",") if x.strip()]
+    chain = [x for x in items if not is_tree_spec(x)]
+    if chain:
+        expand_specs(",".join(chain))
+    for x in items:
+        if is_tree_spec(x):
+            make_tree_controller(x)
+    return items
 
 
 @dataclass
@@ -147,15 +179,19 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     from rich.table import Table
 
     from specgym.baselines.registry import make_controller
-    from specgym.envs.core.cost import load_profile
+    from specgym.baselines.tree_chain import ChainAsTree
+    from specgym.baselines.tree_registry import is_tree_spec, make_tree_controller
+    from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile
     from specgym.envs.core.rounds import DEFAULT_K_MAX
     from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
     from specgym.envs.engines.live_engine import LiveEngine, load_pair
-    from specgym.envs.engines.profiler import hardware_description, measure_profile
+    from specgym.envs.engines.profiler import extend_tree_verify, hardware_description, measure_profile
     from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload
     from specgym.envs.workloads.trace_format import cached_workload
     from specgym.eval.runner import run_controller
     from specgym.eval.stats import PairedBootstrap
+    from specgym.eval.tree_runner import run_live_tree, run_tree_controller
 
     torch.set_num_threads(threads)
     transformers.utils.logging.set_verbosity_error()
@@ -178,11 +214,17 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     requests = _pick(wl, "test", per_category)
     prompts, lengths = encode(requests)
     greedy = bool(np.all(wl.temperature[requests] == 0))
+    if specs is None:
+        specs = controller_specs(pair=pair_name, trees=greedy and wl.target_rank is not None)
+    tree_specs = [s for s in specs if is_tree_spec(s)]
+    if tree_specs:
+        check_tree_workload(wl)  # greedy, with ranks: the tree rows' prediction is the tree replay
     probe = LiveEngine.from_pair(pair, k_max=k_max, timing="wall")
     fwd = engine_forward_ms(probe, pair.target)
     console.print(f"target forward through the engine: 1 token {fwd[1]:.3f} ms, 2 tokens {fwd[2]:.3f} ms "
                   f"({'ok: one token is not slower' if fwd[1] <= fwd[2] else 'ONE TOKEN IS SLOWER'})", highlight=False)
-    micro = measure_profile(pair, k_max=k_max, name=f"micro-{pair_name}")
+    micro = measure_profile(pair, k_max=k_max, name=f"micro-{pair_name}",
+                            tree_nodes=TREE_NODE_LIMIT if tree_specs else 0)
     fit_summary = None
     cal_ids, cal_len = encode(_pick(wl, "train", calibration_prompts))
     cal_temp = float(np.median(wl.temperature[requests]))
@@ -194,14 +236,24 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                         hardware=hardware_description("cpu", pair.dtypes))
         prof, fit_summary = fit.profile, fit.summary()
         prof_note = f"profile fitted on this machine now (controllers decide with it): {fit_summary}"
+    if tree_specs:
+        prof = extend_tree_verify(prof, micro)
+        prof_note += f"; tree verify by node count measured up to {TREE_NODE_LIMIT} nodes (micro-benchmarks)"
     console.print(prof_note, highlight=False)
     console.print(f"cross-check, micro-benchmarked profile: t_AR {micro.t_ar_ms:.2f} ms, round(1) "
                   f"{micro.round_time(1):.2f} ms, round({k_max}) {micro.round_time(k_max):.2f} ms", highlight=False)
 
-    specs = specs or controller_specs(pair=pair_name)
     if "fixed:0" not in specs:
         specs = ["fixed:0", *specs]
     eng = LiveEngine.from_pair(pair, k_max=k_max, profile=prof, timing="wall")
+
+    def _make(spec: str) -> Any:
+        """A chain controller, or a tree controller prepared on the workload's train split under ``prof``."""
+        if not is_tree_spec(spec):
+            return make_controller(spec, k_max)
+        ctrl = make_tree_controller(spec, k_max)
+        ctrl.prepare(wl, prof)
+        return ctrl
     eng.run_request(prompts[0], None, 16)  # warm-up both models
     eng.run_request(prompts[0], 3, 16)
     n_p = len(prompts)
@@ -212,7 +264,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     cal_samples: list[RoundSample] = []  # calibration rounds interleaved with the measurement (pricing)
     slot = 0
     for rep in range(repeats):
-        controllers = [make_controller(s, k_max) for s in specs]  # fresh per repeat, reused across its prompts
+        controllers = [_make(s) for s in specs]  # fresh per repeat, reused across its prompts
         for p, (ids, n) in enumerate(zip(prompts, lengths)):
             shift = (rep * n_p + p) % len(specs)
             order = list(range(len(specs)))
@@ -221,10 +273,13 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                 order.remove(specs.index("fixed:0"))
                 order.insert(0, specs.index("fixed:0"))
             for s in order:
-                res = eng.run_request(ids, controllers[s] if specs[s] != "fixed:0" else None, n,
-                                      temperature=float(wl.temperature[requests[p]]), seed=int(requests[p]),
-                                      request_id=str(wl.request_id[requests[p]]),
-                                      category=str(wl.category[requests[p]]))
+                rid, cat = str(wl.request_id[requests[p]]), str(wl.category[requests[p]])
+                if is_tree_spec(specs[s]):
+                    res: Any = run_live_tree(eng, ids, controllers[s], n, request_id=rid, category=cat)
+                else:
+                    res = eng.run_request(ids, controllers[s] if specs[s] != "fixed:0" else None, n,
+                                          temperature=float(wl.temperature[requests[p]]), seed=int(requests[p]),
+                                          request_id=rid, category=cat)
                 times[s, p, rep] = res.time_ms
                 if rep == 0:
                     accepted[s] += (res.accepted, res.drafted)
@@ -256,16 +311,28 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     console.print(f"pricing profile: {source}: t_AR {pricing.t_ar_ms:.2f} ms, round(1) {pricing.round_time(1):.2f} "
                   f"ms, round({k_max}) {pricing.round_time(k_max):.2f} ms", highlight=False)
 
-    def predicted_ms(spec: str) -> tuple[float, float]:
-        """Replay time of ``spec`` on the measured requests, decisions under ``prof``, priced by ``prof`` and by
-        ``pricing`` (the same rounds: controllers decide as they did live)."""
+    tree_replays: dict[str, Any] = {}
+    if tree_specs:
+        pricing = extend_tree_verify(pricing, micro)
+        tree_replays = {p.name: TreeEngine(wl, p, k_max) for p in (prof, pricing, micro)}
+
+    def predicted_ms(spec: str) -> tuple[float, float, float]:
+        """Replay time of ``spec`` on the measured requests, decisions under ``prof``, priced by ``prof``, by
+        ``pricing`` (the same rounds: controllers decide as they did live) and by the micro-benchmarks."""
+        if is_tree_spec(spec):
+            ctrl = _make(spec)
+            if isinstance(ctrl, ChainAsTree):  # the width-1 tree is the chain round: predicted as the chain
+                return predicted_ms(spec.partition(":")[2])
+            up, pr, mi = (float(run_tree_controller(tree_replays[p.name], requests, ctrl).time_ms.sum())
+                          for p in (prof, pricing, micro))
+            return up, pr, mi
         res = run_controller(replay, requests, make_controller(spec, k_max), trace=requests.tolist())
         repriced = sum(pricing.round_time(d) for rounds in res.traces.values() for _, _, d, _ in rounds)
-        return float(res.time_ms.sum()), float(repriced)
+        micro_ms = float(run_controller(replay_micro, requests, make_controller(spec, k_max)).time_ms.sum())
+        return float(res.time_ms.sum()), float(repriced), micro_ms
     rows: list[LiveRow] = []
     for i, spec in enumerate(specs):
-        upfront_ms, pred_ms = predicted_ms(spec)
-        micro_ms = float(run_controller(replay_micro, requests, make_controller(spec, k_max)).time_ms.sum())
+        upfront_ms, pred_ms, micro_ms = predicted_ms(spec)
         vs_best = totals[best_fixed] / totals[i]
         vs_ci = boot.ratio_ci(per_prompt[best_fixed], per_prompt[i])
         rows.append(LiveRow(
@@ -281,9 +348,19 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     micro_errors = [abs((r.micro_measured_over_predicted or 1.0) - 1.0) for r in rows]
     upfront_errors = [abs((r.upfront_measured_over_predicted or 1.0) - 1.0) for r in rows]
     best = max(rows, key=lambda r: r.tok_s)
+    chain_rows = [r for r in rows if not is_tree_spec(r.controller)]
+    best_chain = max(chain_rows, key=lambda r: r.tok_s)
+    tree_vs_chain: dict[str, Any] | None = None
+    if tree_specs:
+        best_tree = max((r for r in rows if is_tree_spec(r.controller)), key=lambda r: r.tok_s)
+        bt, bc = specs.index(best_tree.controller), specs.index(best_chain.controller)
+        ci = boot.ratio_ci(per_prompt[bc], per_prompt[bt])
+        ratio = totals[bc] / totals[bt]
+        tree_vs_chain = {"tree": best_tree.controller, "chain": best_chain.controller, "ratio": float(ratio),
+                         "ci": ci, "verdict": verdict(ci, ratio)}
     hf = None
-    if hf_generate:
-        hf = _hf_generate(pair, prompts[:6], lengths[:6], make_controller(best.controller, k_max), prof)
+    if hf_generate:  # transformers' assisted generation drafts chains: the best chain controller
+        hf = _hf_generate(pair, prompts[:6], lengths[:6], make_controller(best_chain.controller, k_max), prof)
     result = {
         "pair": pair_name, "dtypes": pair.dtypes, "packed_linears": pair.packed,
         "kernels": {role: plan.to_dict() for role, plan in pair.kernels.items()},
@@ -300,7 +377,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                                                            "upfront_max": float(np.max(upfront_errors)),
                                                            "micro_median": float(np.median(micro_errors)),
                                                            "micro_max": float(np.max(micro_errors))},
-        "hf_generate": hf, "bootstrap": {"resamples": resamples, "level": 0.95, "unit": "prompt"},
+        "tree_vs_chain": tree_vs_chain, "hf_generate": hf,
+        "bootstrap": {"resamples": resamples, "level": 0.95, "unit": "prompt"},
         "max_new_tokens": max_new_tokens or f"recorded lengths (mean {n_tok / n_p:.0f})",
         "times_ms": {s: times[i].tolist() for i, s in enumerate(specs)},
         "wall_s": time.perf_counter() - t_start,
@@ -328,6 +406,12 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                   f"{100 * np.median(upfront_errors):.1f}%, max {100 * np.max(upfront_errors):.1f}%; "
                   f"micro-benchmarked profile: median {100 * np.median(micro_errors):.1f}%, max "
                   f"{100 * np.max(micro_errors):.1f}%)", highlight=False)
+    if tree_vs_chain is not None:
+        tci = tree_vs_chain["ci"]
+        console.print(f"tree vs chain (live, this machine): fastest tree {tree_vs_chain['tree']} runs "
+                      f"{tree_vs_chain['ratio']:.3f}x the fastest chain {tree_vs_chain['chain']}"
+                      + (f" [95% CI {tci[0]:.3f}, {tci[1]:.3f}]" if tci else "") + f": {tree_vs_chain['verdict']}",
+                      highlight=False)
     if hf is not None:
         console.print(f"transformers generate(assistant_model=...) with {hf['controller']}: "
                       f"{hf['assisted_tok_s']:.1f} tok/s vs plain generate() {hf['plain_tok_s']:.1f} tok/s "
@@ -378,5 +462,5 @@ def live_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     r = run_live_bench(console, workload=workload, repeats=getattr(args, "live_repeats", DEFAULT_REPEATS),
                        per_category=getattr(args, "live_prompts", DEFAULT_PER_CATEGORY),
                        profile=getattr(args, "live_profile", None),
-                       specs=[x.strip() for x in specs.split(",") if x.strip()] if specs else None)
+                       specs=check_live_specs(specs) if specs else None)
     return {"live": r}

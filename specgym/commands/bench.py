@@ -31,7 +31,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(default %(default)s)")
     p.add_argument("--live-controllers", default=None,
                    help="live section: comma-separated controller specs (default: plain, fixed:1..6, every "
-                        "baseline, the pair's predictor, every shipped policy; plain decoding is always added)")
+                        "baseline, the pair's predictor, every shipped policy, and on a greedy workload with ranks "
+                        "the trees tree-sequoia, tree-static:2-2-1, tree-static:3-2-1; tree specs "
+                        "(tree-static:W1-W2-.., tree-sequoia[:BUDGET], tree-chain:SPEC) decode with live tree "
+                        "verification; plain decoding is always added)")
     p.add_argument("--live-profile", default=None,
                    help="live section: cost profile (name or path) for controllers and the replay prediction "
                         "(default: fit one to the engine's rounds on this machine first)")
@@ -62,9 +65,9 @@ def _run(args: argparse.Namespace) -> int:
 
         load_profile(args.live_profile)  # a bad name fails before anything runs
     if args.live_controllers:
-        from specgym.baselines.registry import expand_specs
+        from specgym.eval.bench.live import check_live_specs
 
-        expand_specs(args.live_controllers)
+        check_live_specs(args.live_controllers)
     machine = machine_calibration()
     figures: dict[str, Any] = {"workload": workload, "cpu_count": os.cpu_count(), "machine": machine}
     console.print(f"[bold]specgym bench[/bold] on workload {workload}")

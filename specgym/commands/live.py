@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from specgym.commands.args import k_max_type, nonneg_int, positive_int, temperature_type
+from specgym.envs.core.cost import TREE_NODE_LIMIT
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.errors import SpecgymError
 from specgym.io import check_output
@@ -197,9 +198,11 @@ def cmd_record(args: argparse.Namespace) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
     """Measure and save a cost profile."""
     from specgym.envs.core.cost import save_profile
-    from specgym.envs.engines.profiler import measure_profile
+    from specgym.envs.engines.profiler import extend_tree_verify, measure_profile
 
     _check_pair_args(args)
+    if args.tree_nodes > TREE_NODE_LIMIT:
+        raise SpecgymError(f"--tree-nodes {args.tree_nodes}: at most {TREE_NODE_LIMIT} (the largest tree priced)")
     out = check_output(args.out, args.force, "file")
     sizes = None
     if args.batch_sizes is not None:
@@ -222,12 +225,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
               f"{bprof.verify(1, 1):.3f} ms at batch 1, {bprof.verify(sizes[-1], 1):.3f} ms at batch {sizes[-1]}")
         return 0
     print(pair.kernel_summary())
+    tree_nodes = args.tree_nodes if args.tree_nodes > args.k_max else 0
     micro = measure_profile(pair, k_max=args.k_max, context=args.context, repeats=args.repeats, warmup=args.warmup,
-                            name=args.name or out.stem, clock=args.clock)
-    prof = micro if args.method == "micro" else _fit_rounds(args, pair, out, micro)
+                            name=args.name or out.stem, clock=args.clock, tree_nodes=tree_nodes)
+    prof = micro if args.method == "micro" else extend_tree_verify(_fit_rounds(args, pair, out, micro), micro)
     save_profile(prof, out, overwrite=args.force)
+    tree = (f", verify of a {tree_nodes}-node tree {prof.verify_nodes(tree_nodes + 1):.3f} ms" if tree_nodes else "")
     print(f"wrote {out} ({args.method}): draft {prof.draft_ms:.3f} ms, t_AR {prof.t_ar_ms:.3f} ms (cost ratio "
-          f"{prof.cost_ratio:.3f}), verify[k_max+1] {prof.verify_ms[-1]:.3f} ms, overhead "
+          f"{prof.cost_ratio:.3f}), verify[k_max+1] {prof.verify(args.k_max + 1):.3f} ms{tree}, overhead "
           f"{prof.round_overhead_ms:.3f} ms")
     return 0
 
@@ -339,6 +344,10 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
                    help="rounds method: prompts decoded with every fixed K (default %(default)s)")
     p.add_argument("--calibration-tokens", type=positive_int, default=64,
                    help="rounds method: tokens decoded per prompt and K (default %(default)s)")
+    p.add_argument("--tree-nodes", type=nonneg_int, default=TREE_NODE_LIMIT,
+                   help="also measure tree verification (one target forward with a tree attention mask) up to this "
+                        "many draft nodes, so tree rounds are priced as measured; 0 or <= --k-max = chains only "
+                        "(default %(default)s)")
     p.add_argument("--force", action="store_true", help="overwrite --out")
     p.set_defaults(func=cmd_profile)
 

@@ -80,11 +80,9 @@ def run_live_tree(engine: LiveEngine, prompt_ids: Sequence[int], ctrl: TreeContr
 
     Static trees play their tree every round; ``tree-chain:SPEC`` plays the inner controller's K as the width-1 tree
     and lets it observe the round as a chain :class:`RoundOutcome` (token-level inner controllers are refused: their
-    stops need the chain engine's per-token signals). EAGLE-2's dynamic tree is replay-only here (one-line error).
+    stops need the chain engine's per-token signals). ``tree-eagle`` builds each round's tree from the draft's real
+    frontier probabilities (:meth:`LiveTreeRequest.play_eagle`: exact live, unlike its approximate replay).
     """
-    if isinstance(ctrl, EagleTree):
-        raise SpecgymError(f"{ctrl.name}: the EAGLE-2 rule runs in replay only (approximate); live tree controllers "
-                           "are the static ones (tree-static, tree-sequoia) and tree-chain:SPEC")
     if isinstance(ctrl, ChainAsTree) and ctrl.inner.token_level:
         raise SpecgymError(f"{ctrl.name}: a token-level chain controller stops drafting token by token; run it live "
                            f"as {ctrl.inner.name} (the chain engine)")
@@ -96,6 +94,8 @@ def run_live_tree(engine: LiveEngine, prompt_ids: Sequence[int], ctrl: TreeContr
             o = req.play_tree(ctrl._chain(max(cap, 0)), stats=True)
             ctrl.inner.observe(RoundOutcome(o.position, max(cap, 0), o.depth, o.accepted, o.produced, o.time_ms,
                                             req.spine_conf, req.spine_entropy, done=o.done))
+        elif isinstance(ctrl, EagleTree):
+            o = req.play_eagle(ctrl.depth, ctrl.beam, ctrl.budget)
         else:
             o = req.play_tree(ctrl.propose_tree())
         ctrl.observe(o)

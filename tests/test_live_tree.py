@@ -82,7 +82,8 @@ def test_width_one_tree_is_the_chain_round_by_round(toy):
             assert [r.time_ms for r in tree.rounds] == pytest.approx([r.time_ms for r in chain.rounds])
 
 
-def test_caches_hold_exactly_the_accepted_sequence(toy):
+@pytest.mark.parametrize("eagle", [False, True])
+def test_caches_hold_exactly_the_accepted_sequence(toy, eagle):
     """After every round the target cache equals a fresh prefill of the accepted sequence (all but its last token),
     and the draft cache a prefix of it: compaction kept the accepted path's keys/values at their new slots."""
     tok, eng = toy
@@ -90,7 +91,10 @@ def test_caches_hold_exactly_the_accepted_sequence(toy):
     req = LiveTreeRequest(eng, ids, 30)
     tree = TreeShape.from_widths((3, 2, 2))
     while not req.done:
-        req.play_tree(tree)
+        if eagle:
+            req.play_eagle(4, 3, 10)
+        else:
+            req.play_tree(tree)
         for cache, model in ((req.tcache, eng.target), (req.dcache, eng.draft)):
             n = cache.length
             assert n <= len(req.seq) - 1 or cache is req.dcache
@@ -111,7 +115,7 @@ def test_ancestor_mask():
 
 
 @pytest.mark.parametrize("spec", ["tree-static:2-2-1", "tree-static:1-1-1-1", "tree-chain:fixed:3", "tree-chain:assc",
-                                  "tree-chain:speclane"])
+                                  "tree-chain:speclane", "tree-eagle", "tree-eagle:4:2:6", "tree-eagle:6:8:40"])
 def test_tree_controllers_live_equal_plain(toy, spec):
     tok, eng = toy
     ctrl = make_tree_controller(spec, 8)
@@ -133,6 +137,21 @@ def test_tree_chain_live_matches_the_chain_controller(toy):
         [(r.position, r.drafted, r.accepted) for r in chain.rounds]
 
 
+def test_eagle_live_rounds(toy):
+    """Live EAGLE-2: beam 1 with budget = depth is the chain of that depth (same rounds as the chain engine); wider
+    beams verify at most ``budget`` nodes, charge ``depth`` draft forwards, and accept more per round here."""
+    tok, eng = toy
+    ids = tok(PROMPTS[0])["input_ids"]
+    one = run_live_tree(eng, ids, make_tree_controller("tree-eagle:4:1:4", 8), 40)
+    chain = eng.run_request(ids, 4, 40)
+    assert [(r.position, r.accepted) for r in one.rounds] == [(r.position, r.accepted) for r in chain.rounds]
+    wide = run_live_tree(eng, ids, make_tree_controller("tree-eagle:4:4:16", 8), 40)
+    assert all(r.nodes <= 16 and r.depth <= 4 for r in wide.rounds)
+    full = [r for r in wide.rounds if r.position + 5 <= 40]
+    assert all(r.time_ms == pytest.approx(4 * PROFILE.draft_ms + PROFILE.verify_nodes(r.nodes + 1)) for r in full)
+    assert np.mean([r.accepted for r in wide.rounds]) > np.mean([r.accepted for r in one.rounds])
+
+
 def test_sequoia_live(toy):
     """The Sequoia tree (fitted on a synthetic rank workload, labelled so) decodes live exactly."""
     from specgym.eval.bench.tree import rank_workload
@@ -148,8 +167,6 @@ def test_sequoia_live(toy):
 def test_live_tree_errors(toy):
     tok, eng = toy
     ids = tok(PROMPTS[0])["input_ids"]
-    with pytest.raises(SpecgymError, match="replay only"):
-        run_live_tree(eng, ids, make_tree_controller("tree-eagle", 8), 10)
     with pytest.raises(SpecgymError, match="token-level"):
         run_live_tree(eng, ids, make_tree_controller("tree-chain:confidence", 8), 10)
     with pytest.raises(SpecgymError, match="lean forward"):

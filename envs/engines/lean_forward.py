@@ -42,6 +42,8 @@ class KVCache:
     def compact(self, keep: int, slots: list[int]) -> None:
         """Keep the first ``keep`` tokens, then the entries of ``slots`` (each ``>= keep``, increasing) moved into
         consecutive slots ``keep, keep + 1, ..``: a verified tree's accepted path, the rest of the tree dropped."""
+        if keep > self.length:
+            raise ValueError(f"cannot keep {keep} tokens of a cache holding {self.length}")
         if slots:
             import torch
 

@@ -24,6 +24,11 @@ Node ``v``'s slot is ``prefix_len + v`` because :class:`TreeShape` numbers nodes
 contiguous block. Refused with one line: sampling (``temperature > 0``: tree rejection sampling is not implemented
 here, the replay refuses it too) and models the lean forward does not run (non-GPT-2). Timing as the chain engine:
 measured, or priced by :meth:`CostProfile.tree_round_time` when the engine's ``timing`` is a profile.
+
+**EAGLE-2 live** (:meth:`LiveTreeRequest.play_eagle`): the dynamic tree chosen from the draft's real probabilities
+at every frontier node (exact; the replay of the same rule models off-path scores and is approximate). Only the
+``beam`` best frontier nodes of each depth are fed, so draft-cache slots follow the feeding order (recorded per
+node), and the verified tree is the top-``budget`` generated nodes renumbered breadth-first.
 """
 
 from __future__ import annotations
@@ -165,42 +170,56 @@ class LiveTreeRequest(LiveRequest):
         return tokens
 
     def _play_tree(self, tree: TreeShape, stats: bool) -> TreeRoundOutcome:
-        eng, torch, seq = self.engine, self.engine._torch, self.seq
-        i, n = self.position, self.length
-        room = min(tree.depth, n - i - 1)
+        seq = self.seq
+        room = min(tree.depth, self.length - self.position - 1)
         nodes = int(tree.nodes_upto[room])
         prefix = len(seq) - 1
-        if prefix + 1 + nodes > eng.context:
-            raise SpecgymError(f"tree {tree.name!r}: {nodes} nodes after {prefix + 1} tokens exceed the models' "
-                               f"context of {eng.context}")
-        target = self.runners[1]
-        r0 = eng._clock()
+        self._check_room(tree.name, nodes)
+        r0 = self.engine._clock()
         if room == 0:
-            tlogits = target([seq[-1]], self.tcache)[:, : eng.vocab]
-            path: list[int] = []
-            tokens = [seq[-1]]
-            extra = int(torch.argmax(tlogits[0]))
             self.spine_conf = self.spine_entropy = np.zeros(0, np.float32)
+            return self._verify_commit([seq[-1]], [-1], [0], [-1], r0, 0, 0, 0)
+        parent = tree_parents(tree, nodes)
+        depth_of = tree.depth_of[: nodes + 1].tolist()
+        tokens = self._draft_tree(tree, room, nodes, ancestor_matrix(parent), stats)
+        dslots = [prefix + v if 0 < v and depth_of[v] < room else -1 for v in range(nodes + 1)]
+        return self._verify_commit(tokens, parent, depth_of, dslots, r0, room, room, nodes)
+
+    def _check_room(self, name: str, nodes: int) -> None:
+        if len(self.seq) + nodes > self.engine.context:
+            raise SpecgymError(f"tree {name!r}: {nodes} nodes after {len(self.seq)} tokens exceed the models' "
+                               f"context of {self.engine.context}")
+
+    def _verify_commit(self, tokens: list[int], parent: list[int], depth_of: list[int], dslots: list[int], r0: float,
+                       draft_depth: int, room: int, nodes: int) -> TreeRoundOutcome:
+        """Verify nodes ``0..n`` (breadth-first; node 0 the root) in one target forward, walk the greedy path, keep
+        its cache entries (``dslots[v]``: node ``v``'s draft-cache slot, -1 = not fed), record the round."""
+        eng, torch, seq = self.engine, self.engine._torch, self.seq
+        i, n = self.position, self.length
+        prefix = len(seq) - 1
+        target = self.runners[1]
+        if len(tokens) == 1:
+            targ = torch.argmax(target(tokens, self.tcache)[:, : eng.vocab], -1).tolist()
         else:
-            parent = tree_parents(tree, nodes)
-            depth_of = tree.depth_of[: nodes + 1].tolist()
-            anc = ancestor_matrix(parent)
-            tokens = self._draft_tree(tree, room, nodes, anc, stats)
-            tlogits = target(tokens, self.tcache, positions=[prefix + x for x in depth_of],
-                             mask=tree_mask(anc, 0, nodes + 1, prefix, eng.device))[:, : eng.vocab]
-            targ = torch.argmax(tlogits, -1).tolist()
-            kids = tree.child.tolist()
-            v, path = 0, []
-            while len(path) < room:
-                nxt = next((c for c in kids[v] if 0 < c <= nodes and tokens[c] == targ[v]), -1)
-                if nxt < 0:
-                    break
-                path.append(nxt)
-                v = nxt
-            extra = int(targ[v])
-            # keep the accepted path's keys/values, moved next to the root; drop the rest of the tree
-            self.tcache.compact(prefix + 1, [prefix + u for u in path])
-            self.dcache.compact(prefix + 1, [prefix + u for u in path if depth_of[u] < room])
+            mask = tree_mask(ancestor_matrix(parent), 0, len(tokens), prefix, eng.device)
+            tlogits = target(tokens, self.tcache, positions=[prefix + d for d in depth_of], mask=mask)
+            targ = torch.argmax(tlogits[:, : eng.vocab], -1).tolist()
+        kids: list[list[int]] = [[] for _ in tokens]
+        for v in range(1, len(tokens)):
+            kids[parent[v]].append(v)
+        v, path = 0, []
+        while True:
+            nxt = next((c for c in kids[v] if tokens[c] == targ[v]), -1)
+            if nxt < 0:
+                break
+            path.append(nxt)
+            v = nxt
+        extra = int(targ[v])
+        # keep the accepted path's keys/values, moved next to the root; drop the rest of the tree
+        self.tcache.compact(prefix + 1, [prefix + u for u in path])
+        if draft_depth > 0:  # the draft caught up with the root this round (else it still lags: left as it is)
+            fed = [dslots[u] for u in path]
+            self.dcache.compact(prefix + 1, fed[: fed.index(-1)] if -1 in fed else fed)
         accepted = len(path)
         new = [tokens[u] for u in path] + [extra]
         if self.index is not None:
@@ -217,7 +236,10 @@ class LiveTreeRequest(LiveRequest):
             accepted = produced - 1
             new = new[:produced]
             i_end = n
-        time_ms = eng.timing.tree_round_time(room, nodes) if isinstance(eng.timing, CostProfile) else measured_ms
+        if isinstance(eng.timing, CostProfile):
+            time_ms = eng.timing.tree_round_time(room, nodes) + max(draft_depth - room, 0) * eng.timing.draft_ms
+        else:
+            time_ms = measured_ms
         self.position = i_end
         self.done = i_end >= n
         outcome = TreeRoundOutcome(i, room, nodes, accepted, produced, time_ms, self.done)
@@ -228,3 +250,77 @@ class LiveTreeRequest(LiveRequest):
         res.rounds.append(outcome)
         res.time_ms += time_ms
         return outcome
+
+    def play_eagle(self, depth: int, beam: int, budget: int) -> TreeRoundOutcome:
+        """One EAGLE-2 round, live (exact: the draft's real probabilities at every frontier node).
+
+        Per depth the ``beam`` generated nodes with the highest path confidence (product of draft probabilities
+        along the path) go into one batched draft forward and each expands its top-``beam`` children; after
+        ``depth`` expansions (clipped to ``N - i - 1``) every generated node is ranked by path confidence (ties:
+        shallower, then generated first) and the top ``budget`` are verified. Their parents score at least as high,
+        so the kept set is a tree. The round's ``depth`` is the kept tree's; the draft forwards run are ``depth``.
+        """
+        if self.done:
+            raise SpecgymError("request already finished; start a new one")
+        if not (1 <= beam <= 64 and 1 <= depth <= self.k_max and 1 <= budget):
+            raise SpecgymError(f"tree-eagle live needs 1 <= depth <= k_max {self.k_max}, beam >= 1, budget >= 1")
+        with self.engine._torch.inference_mode():
+            return self._play_eagle(depth, beam, budget)
+
+    def _play_eagle(self, depth: int, beam: int, budget: int) -> TreeRoundOutcome:
+        eng, torch, seq = self.engine, self.engine._torch, self.seq
+        prefix = len(seq) - 1
+        D = min(depth, self.length - self.position - 1)
+        r0 = eng._clock()
+        if D == 0:
+            return self._verify_commit([seq[-1]], [-1], [0], [-1], r0, 0, 0, 0)
+        self._check_room("tree-eagle", max(budget, beam * D))
+        draft = self.runners[0]
+        # generated nodes: score, depth, token, parent (index in gen, 0 = root), draft slot (-1 = not fed)
+        score, dep, tok, par, slot = [1.0], [0], [seq[-1]], [-1], [prefix]
+        logits = draft(seq[self.dcache.length:], self.dcache)[-1:, : eng.vocab]
+        frontier = [0]
+        for d in range(1, D + 1):
+            probs = torch.softmax(logits.float(), -1)
+            top = torch.topk(probs, beam, dim=-1)
+            new = []
+            for row, g in enumerate(frontier):
+                for p, t in zip(top.values[row].tolist(), top.indices[row].tolist()):
+                    new.append(len(score))
+                    score.append(score[g] * p)
+                    dep.append(d)
+                    tok.append(int(t))
+                    par.append(g)
+                    slot.append(-1)
+            frontier = sorted(new, key=lambda g: (-score[g], g))[:beam]
+            if d < D:  # the frontier's rows in one draft forward, each seeing the prefix and its ancestors
+                start = self.dcache.length
+                m = np.zeros((len(frontier), start + len(frontier)), dtype=bool)
+                m[:, : prefix + 1] = True
+                for row, g in enumerate(frontier):
+                    slot[g] = start + row
+                    a = par[g]
+                    while a > 0:
+                        m[row, slot[a]] = True
+                        a = par[a]
+                    m[row, start + row] = True
+                logits = draft([tok[g] for g in frontier], self.dcache, positions=[prefix + d] * len(frontier),
+                               mask=torch.from_numpy(m).to(eng.device))[:, : eng.vocab]
+        kept = set(sorted(range(1, len(score)), key=lambda g: (-score[g], dep[g], g))[:budget])
+        kept = {g for g in kept if all(a in kept or a == 0 for a in _ancestors(par, g))}
+        order = [0] + sorted(kept, key=lambda g: (dep[g], g))  # breadth-first
+        index = {g: v for v, g in enumerate(order)}
+        parent = [-1] + [index[par[g]] for g in order[1:]]
+        depth_of = [dep[g] for g in order]
+        dslots = [-1] + [slot[g] for g in order[1:]]
+        return self._verify_commit([tok[g] for g in order], parent, depth_of, dslots, r0, D, max(depth_of),
+                                   len(order) - 1)
+
+
+def _ancestors(par: list[int], g: int) -> list[int]:
+    out = []
+    a = par[g]
+    while a > 0:
+        out.append(a)
+        a = par[a]
+    return out

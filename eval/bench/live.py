@@ -19,7 +19,8 @@ controller decodes live, with the pair on this machine. What makes the figures t
   chain controller, against transformers' own plain ``generate()``.
 
 **Tree controllers** (specs starting with ``tree``: ``tree-static:W1-W2-..``, ``tree-sequoia[:BUDGET]``,
-``tree-chain:SPEC``; greedy workloads) decode through live tree verification (:mod:`~specgym.envs.engines.live_tree`)
+``tree-eagle[:DEPTH:BEAM:M]`` (exact live; its replay prediction is approximate), ``tree-chain:SPEC``; greedy
+workloads) decode through live tree verification (:mod:`~specgym.envs.engines.live_tree`)
 in the same rotation, so their rows carry the same paired intervals against the best fixed K, and a ``tree vs chain``
 line compares the fastest tree row with the fastest chain row (paired interval over prompts), whatever the answer.
 Their prices need verify cost by node count: the micro-benchmarked profile then measures tree verification up to
@@ -56,7 +57,7 @@ def _policies() -> list[str]:
 
 
 #: Tree controllers the default live bench adds on a greedy workload with ranks.
-LIVE_TREES = ("tree-sequoia", "tree-static:2-2-1", "tree-static:3-2-1")
+LIVE_TREES = ("tree-sequoia", "tree-static:2-2-1", "tree-static:3-2-1", "tree-eagle")
 
 
 def controller_specs(k_values=range(1, 7), pair: str | None = None, trees: bool = False) -> list[str]:

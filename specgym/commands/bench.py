@@ -32,9 +32,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--live-controllers", default=None,
                    help="live section: comma-separated controller specs (default: plain, fixed:1..6, every "
                         "baseline, the pair's predictor, every shipped policy, and on a greedy workload with ranks "
-                        "the trees tree-sequoia, tree-static:2-2-1, tree-static:3-2-1; tree specs "
-                        "(tree-static:W1-W2-.., tree-sequoia[:BUDGET], tree-chain:SPEC) decode with live tree "
-                        "verification; plain decoding is always added)")
+                        "the trees tree-sequoia, tree-static:2-2-1, tree-static:3-2-1, tree-eagle; tree specs "
+                        "(tree-static:W1-W2-.., tree-sequoia[:BUDGET], tree-eagle[:D:B:M], tree-chain:SPEC) decode "
+                        "with live tree verification; plain decoding is always added)")
     p.add_argument("--live-profile", default=None,
                    help="live section: cost profile (name or path) for controllers and the replay prediction "
                         "(default: fit one to the engine's rounds on this machine first)")

@@ -245,3 +245,29 @@ def test_profile_measures_tree_verify_by_node_count(tmp_path):
     assert ext.verify_nodes(21) == pytest.approx(1.4 + prof.verify_ms[20] - prof.verify_ms[4], abs=1e-3)
     with pytest.raises(SpecgymError, match="tree_nodes"):
         measure_profile(pair, k_max=4, tree_nodes=65)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [_shipped("midpair")])
+def test_live_bench_runs_trees_beside_chains(name, tmp_path):
+    """The live bench with tree specs (short): tree rows paired with the chain rows, outputs identical to plain,
+    a tree-vs-chain comparison with its interval, the profiles extended with measured tree verify."""
+    from rich.console import Console
+
+    from specgym.eval.bench.live import run_live_bench
+
+    r = run_live_bench(Console(file=open(tmp_path / "out.txt", "w"), width=200), pair_name=name,
+                       workload=f"{name}-greedy", per_category=1, repeats=1, profile="cpu-midpair",
+                       specs=["fixed:2", "tree-static:2-1", "tree-eagle:3:2:4", "tree-chain:fixed:2"],
+                       calibration_prompts=1, resamples=200, max_new_tokens=16, hf_generate=False,
+                       micro_repeats=2)
+    rows = {row["controller"]: row for row in r["rows"]}
+    assert set(rows) == {"fixed:0", "fixed:2", "tree-static:2-1", "tree-eagle:3:2:4", "tree-chain:fixed:2"}
+    assert all(row["greedy_identical"] for row in rows.values())
+    assert all(row["vs_best_fixed_ci"] is not None and row["predicted_tok_s"] > 0 for row in rows.values())
+    tvc = r["tree_vs_chain"]
+    assert tvc["tree"] in ("tree-static:2-1", "tree-eagle:3:2:4") and tvc["chain"] in ("fixed:0", "fixed:2")
+    assert tvc["verdict"] in ("faster", "slower", "tie") and len(tvc["ci"]) == 2
+    assert len(r["profile"]["verify_ms"]) == 65 and len(r["micro_profile"]["verify_ms"]) == 65
+    assert r["tree_shapes"]["tree-static:2-1"].startswith("2-1 (4 nodes")
+    assert "tree vs chain" in (tmp_path / "out.txt").read_text()

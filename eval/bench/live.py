@@ -22,7 +22,8 @@ controller decodes live, with the pair on this machine. What makes the figures t
 ``tree-eagle[:DEPTH:BEAM:M]`` (exact live; its replay prediction is approximate), ``tree-chain:SPEC``; greedy
 workloads) decode through live tree verification (:mod:`~specgym.envs.engines.live_tree`)
 in the same rotation, so their rows carry the same paired intervals against the best fixed K, and a ``tree vs chain``
-line compares the fastest tree row with the fastest chain row (paired interval over prompts), whatever the answer.
+line compares the fastest tree row (``tree-chain:SPEC`` rows are width-1 trees, i.e. chains, and do not count) with
+the fastest chain row (paired interval over prompts), whatever the answer.
 Their prices need verify cost by node count: the micro-benchmarked profile then measures tree verification up to
 :data:`~specgym.envs.core.cost.TREE_NODE_LIMIT` nodes, and the profiles controllers see and the prediction uses gain
 those costs (:func:`~specgym.envs.engines.profiler.extend_tree_verify`; the fitted ones come from chain rounds).
@@ -158,7 +159,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                    per_category: int = DEFAULT_PER_CATEGORY, repeats: int = DEFAULT_REPEATS,
                    specs: list[str] | None = None, threads: int = 1, max_new_tokens: int | None = None,
                    profile: str | None = None, calibration_prompts: int = DEFAULT_CALIBRATION_PROMPTS,
-                   resamples: int = 2000, hf_generate: bool = True) -> dict[str, Any]:
+                   resamples: int = 2000, hf_generate: bool = True, micro_repeats: int = 40) -> dict[str, Any]:
     """Run the live benchmark; returns every figure (also printed as a table).
 
     Args:
@@ -174,6 +175,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         calibration_prompts: Train-split prompts per category for the fit.
         resamples: Bootstrap resamples of the paired intervals.
         hf_generate: Also time transformers' ``generate()`` plain and assisted.
+        micro_repeats: Timed calls per figure of the micro-benchmarked profile.
     """
     import torch
     import transformers
@@ -181,6 +183,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
 
     from specgym.baselines.registry import make_controller
     from specgym.baselines.tree_chain import ChainAsTree
+    from specgym.baselines.tree_static import StaticTree
     from specgym.baselines.tree_registry import is_tree_spec, make_tree_controller
     from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile
     from specgym.envs.core.rounds import DEFAULT_K_MAX
@@ -224,7 +227,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     fwd = engine_forward_ms(probe, pair.target)
     console.print(f"target forward through the engine: 1 token {fwd[1]:.3f} ms, 2 tokens {fwd[2]:.3f} ms "
                   f"({'ok: one token is not slower' if fwd[1] <= fwd[2] else 'ONE TOKEN IS SLOWER'})", highlight=False)
-    micro = measure_profile(pair, k_max=k_max, name=f"micro-{pair_name}",
+    micro = measure_profile(pair, k_max=k_max, name=f"micro-{pair_name}", repeats=micro_repeats,
                             tree_nodes=TREE_NODE_LIMIT if tree_specs else 0)
     fit_summary = None
     cal_ids, cal_len = encode(_pick(wl, "train", calibration_prompts))
@@ -352,8 +355,11 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     chain_rows = [r for r in rows if not is_tree_spec(r.controller)]
     best_chain = max(chain_rows, key=lambda r: r.tok_s)
     tree_vs_chain: dict[str, Any] | None = None
-    if tree_specs:
-        best_tree = max((r for r in rows if is_tree_spec(r.controller)), key=lambda r: r.tok_s)
+    trees = [r for r in rows if is_tree_spec(r.controller) and not r.controller.startswith("tree-chain:")]
+    shapes = {s: f"{c.tree.name} ({c.tree.nodes} nodes, depth {c.tree.depth})" for s in tree_specs
+              if isinstance(c := _make(s), StaticTree)}
+    if trees:  # tree-chain:SPEC rows are width-1 trees, i.e. chains: the tree side is the wider trees
+        best_tree = max(trees, key=lambda r: r.tok_s)
         bt, bc = specs.index(best_tree.controller), specs.index(best_chain.controller)
         ci = boot.ratio_ci(per_prompt[bc], per_prompt[bt])
         ratio = totals[bc] / totals[bt]
@@ -378,7 +384,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                                                            "upfront_max": float(np.max(upfront_errors)),
                                                            "micro_median": float(np.median(micro_errors)),
                                                            "micro_max": float(np.max(micro_errors))},
-        "tree_vs_chain": tree_vs_chain, "hf_generate": hf,
+        "tree_vs_chain": tree_vs_chain, "tree_shapes": shapes, "hf_generate": hf,
         "bootstrap": {"resamples": resamples, "level": 0.95, "unit": "prompt"},
         "max_new_tokens": max_new_tokens or f"recorded lengths (mean {n_tok / n_p:.0f})",
         "times_ms": {s: times[i].tolist() for i, s in enumerate(specs)},
@@ -407,6 +413,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                   f"{100 * np.median(upfront_errors):.1f}%, max {100 * np.max(upfront_errors):.1f}%; "
                   f"micro-benchmarked profile: median {100 * np.median(micro_errors):.1f}%, max "
                   f"{100 * np.max(micro_errors):.1f}%)", highlight=False)
+    if shapes:
+        console.print("static trees: " + "; ".join(f"{k} = {v}" for k, v in shapes.items()), highlight=False)
     if tree_vs_chain is not None:
         tci = tree_vs_chain["ci"]
         console.print(f"tree vs chain (live, this machine): fastest tree {tree_vs_chain['tree']} runs "

@@ -247,6 +247,22 @@ def test_profile_measures_tree_verify_by_node_count(tmp_path):
         measure_profile(pair, k_max=4, tree_nodes=65)
 
 
+def test_profile_cli_tree_nodes(tmp_path, capsys):
+    from specgym.cli import main
+    from specgym.envs.core.cost import load_profile
+    from specgym.training.lm_pair.toy import save_toy_pair
+
+    d, t = save_toy_pair(tmp_path / "pair", seed=0)
+    common = ["profile", "--draft", str(d), "--target", str(t), "--k-max", "4", "--context", "32", "--repeats", "2",
+              "--warmup", "1", "--method", "micro"]
+    assert main([*common, "--tree-nodes", "65", "--out", str(tmp_path / "bad.json")]) == 2
+    assert "--tree-nodes 65" in capsys.readouterr().err and not (tmp_path / "bad.json").exists()
+    assert main([*common, "--tree-nodes", "12", "--out", str(tmp_path / "p.json")]) == 0
+    assert len(load_profile(tmp_path / "p.json").verify_ms) == 13
+    assert main([*common, "--tree-nodes", "0", "--out", str(tmp_path / "c.json")]) == 0
+    assert len(load_profile(tmp_path / "c.json").verify_ms) == 5
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [_shipped("midpair")])
 def test_live_bench_runs_trees_beside_chains(name, tmp_path):

@@ -596,18 +596,15 @@ class LiveRequest(Request):
 
     def _play(self, cap: int, keep_drafting: KeepDrafting | None) -> RoundOutcome:
         eng, seq = self.engine, self.seq
-        i, n = self.position, self.length
+        i = self.position
         r0 = eng._clock()
         drafts, q_probs, confs, ents, sig = self._draft(cap, keep_drafting) if cap > 0 else \
             ([], [], [], [], self._signal_rows(0))
         draft_phase_ms = (eng._clock() - r0) * 1000.0
         drafted = len(drafts)
         accepted, extra = self._verify(drafts, q_probs)
-        if self.index is not None:  # keep the accepted drafts, add the target's token
+        if self.index is not None:  # keep the accepted drafts (the target's token is added by _commit)
             self.index.truncate(len(seq) + accepted)
-            self.index.append(extra)
-            self.index.commit()
-        new = drafts[:accepted] + [extra]
         # roll back both caches to the accepted prefix
         if drafted > accepted:
             self.tcache.crop(-(drafted - accepted))
@@ -615,27 +612,41 @@ class LiveRequest(Request):
         keep = len(seq) + min(accepted, max(drafted - 1, 0))
         if dlen > keep:
             self.dcache.crop(-(dlen - keep))
-        seq.extend(new)
-        eng._sync()
-        measured_ms = (eng._clock() - r0) * 1000.0
-        produced = accepted + 1
-        i_end = i + produced
-        if self.stop_at_eos and eng.eos_token_id is not None and eng.eos_token_id in new:
-            produced = new.index(eng.eos_token_id) + 1  # tokens after EOS are discarded
-            accepted = produced - 1
-            new = new[:produced]
-            i_end = n
+        new, accepted, produced, measured_ms = self._commit(drafts[:accepted] + [extra], accepted, r0)
         time_ms = eng.timing.round_time(drafted) if isinstance(eng.timing, CostProfile) else measured_ms
-        self.position = i_end
-        self.done = i_end >= n
         outcome = RoundOutcome(i, cap, drafted, accepted, produced, time_ms, np.asarray(confs, dtype=np.float32),
                                np.asarray(ents, dtype=np.float32), done=self.done,
                                signals=None if sig is None else DraftSignals(sig, 0, drafted))
-        res = self.result
-        res.tokens.extend(new)
-        if len(res.tokens) > n:
-            del res.tokens[n:]
-        res.rounds.append(outcome)
-        res.draft_phase_ms.append(draft_phase_ms)
-        res.time_ms += time_ms
+        self._record(self.result, new, outcome, time_ms)
+        self.result.draft_phase_ms.append(draft_phase_ms)
         return outcome
+
+    def _commit(self, new: list[int], in_index: int, r0: float) -> tuple[list[int], int, int, float]:
+        """Append a verified round's tokens (accepted drafts, then the target's token) to the sequence and the lookup
+        index (whose first ``in_index`` of them are already there), cut after EOS with ``stop_at_eos``, advance
+        :attr:`position`; returns ``(new, accepted, produced, measured_ms)``."""
+        eng, seq = self.engine, self.seq
+        if self.index is not None:
+            for t in new[in_index:]:
+                self.index.append(t)
+            self.index.commit()
+        seq.extend(new)
+        eng._sync()
+        measured_ms = (eng._clock() - r0) * 1000.0
+        produced = len(new)
+        i_end = self.position + produced
+        if self.stop_at_eos and eng.eos_token_id is not None and eng.eos_token_id in new:
+            produced = new.index(eng.eos_token_id) + 1  # tokens after EOS are discarded
+            new = new[:produced]
+            i_end = self.length
+        self.position = i_end
+        self.done = i_end >= self.length
+        return new, produced - 1, produced, measured_ms
+
+    def _record(self, res: Any, new: list[int], outcome: Any, time_ms: float) -> None:
+        """Add a round to a result (``tokens``, ``rounds``, ``time_ms``), the completion capped at ``N`` tokens."""
+        res.tokens.extend(new)
+        if len(res.tokens) > self.length:
+            del res.tokens[self.length:]
+        res.rounds.append(outcome)
+        res.time_ms += time_ms

@@ -195,7 +195,7 @@ class LiveTreeRequest(LiveRequest):
         """Verify nodes ``0..n`` (breadth-first; node 0 the root) in one target forward, walk the greedy path, keep
         its cache entries (``dslots[v]``: node ``v``'s draft-cache slot, -1 = not fed), record the round."""
         eng, torch, seq = self.engine, self.engine._torch, self.seq
-        i, n = self.position, self.length
+        i = self.position
         prefix = len(seq) - 1
         target = self.runners[1]
         if len(tokens) == 1:
@@ -220,35 +220,13 @@ class LiveTreeRequest(LiveRequest):
         if draft_depth > 0:  # the draft caught up with the root this round (else it still lags: left as it is)
             fed = [dslots[u] for u in path]
             self.dcache.compact(prefix + 1, fed[: fed.index(-1)] if -1 in fed else fed)
-        accepted = len(path)
-        new = [tokens[u] for u in path] + [extra]
-        if self.index is not None:
-            for t in new:
-                self.index.append(t)
-            self.index.commit()
-        seq.extend(new)
-        eng._sync()
-        measured_ms = (eng._clock() - r0) * 1000.0
-        produced = accepted + 1
-        i_end = i + produced
-        if self.stop_at_eos and eng.eos_token_id is not None and eng.eos_token_id in new:
-            produced = new.index(eng.eos_token_id) + 1
-            accepted = produced - 1
-            new = new[:produced]
-            i_end = n
+        new, accepted, produced, measured_ms = self._commit([tokens[u] for u in path] + [extra], 0, r0)
         if isinstance(eng.timing, CostProfile):
             time_ms = eng.timing.tree_round_time(room, nodes) + max(draft_depth - room, 0) * eng.timing.draft_ms
         else:
             time_ms = measured_ms
-        self.position = i_end
-        self.done = i_end >= n
         outcome = TreeRoundOutcome(i, room, nodes, accepted, produced, time_ms, self.done)
-        res = self.tree_result
-        res.tokens.extend(new)
-        if len(res.tokens) > n:
-            del res.tokens[n:]
-        res.rounds.append(outcome)
-        res.time_ms += time_ms
+        self._record(self.tree_result, new, outcome, time_ms)
         return outcome
 
     def play_eagle(self, depth: int, beam: int, budget: int) -> TreeRoundOutcome:

@@ -286,4 +286,5 @@ def test_live_bench_runs_trees_beside_chains(name, tmp_path):
     assert tvc["verdict"] in ("faster", "slower", "tie") and len(tvc["ci"]) == 2
     assert len(r["profile"]["verify_ms"]) == 65 and len(r["micro_profile"]["verify_ms"]) == 65
     assert r["tree_shapes"]["tree-static:2-1"].startswith("2-1 (4 nodes")
+    assert r["approximate_predictions"] == ["tree-eagle:3:2:4"]  # EAGLE-2 is exact live, modelled in replay
     assert "tree vs chain" in (tmp_path / "out.txt").read_text()

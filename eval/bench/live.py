@@ -358,6 +358,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     trees = [r for r in rows if is_tree_spec(r.controller) and not r.controller.startswith("tree-chain:")]
     shapes = {s: f"{c.tree.name} ({c.tree.nodes} nodes, depth {c.tree.depth})" for s in tree_specs
               if isinstance(c := _make(s), StaticTree)}
+    approx = [s for s in tree_specs if _make(s).approximate]
     if trees:  # tree-chain:SPEC rows are width-1 trees, i.e. chains: the tree side is the wider trees
         best_tree = max(trees, key=lambda r: r.tok_s)
         bt, bc = specs.index(best_tree.controller), specs.index(best_chain.controller)
@@ -384,7 +385,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                                                            "upfront_max": float(np.max(upfront_errors)),
                                                            "micro_median": float(np.median(micro_errors)),
                                                            "micro_max": float(np.max(micro_errors))},
-        "tree_vs_chain": tree_vs_chain, "tree_shapes": shapes, "hf_generate": hf,
+        "tree_vs_chain": tree_vs_chain, "tree_shapes": shapes, "approximate_predictions": approx, "hf_generate": hf,
         "bootstrap": {"resamples": resamples, "level": 0.95, "unit": "prompt"},
         "max_new_tokens": max_new_tokens or f"recorded lengths (mean {n_tok / n_p:.0f})",
         "times_ms": {s: times[i].tolist() for i, s in enumerate(specs)},
@@ -413,6 +414,9 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                   f"{100 * np.median(upfront_errors):.1f}%, max {100 * np.max(upfront_errors):.1f}%; "
                   f"micro-benchmarked profile: median {100 * np.median(micro_errors):.1f}%, max "
                   f"{100 * np.max(micro_errors):.1f}%)", highlight=False)
+    if approx:
+        console.print(f"{', '.join(approx)}: live rounds exact; replay prediction approximate (off-path scores "
+                      "modelled from draft_topk)", highlight=False)
     if shapes:
         console.print("static trees: " + "; ".join(f"{k} = {v}" for k, v in shapes.items()), highlight=False)
     if tree_vs_chain is not None:

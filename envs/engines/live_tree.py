@@ -179,11 +179,10 @@ class LiveTreeRequest(LiveRequest):
         if room == 0:
             self.spine_conf = self.spine_entropy = np.zeros(0, np.float32)
             return self._verify_commit([seq[-1]], [-1], [0], [-1], r0, 0, 0, 0)
-        parent = tree_parents(tree, nodes)
-        depth_of = tree.depth_of[: nodes + 1].tolist()
-        tokens = self._draft_tree(tree, room, nodes, ancestor_matrix(parent), stats)
+        parent, depth_of, anc = _layout(tree, nodes)
+        tokens = self._draft_tree(tree, room, nodes, anc, stats)
         dslots = [prefix + v if 0 < v and depth_of[v] < room else -1 for v in range(nodes + 1)]
-        return self._verify_commit(tokens, parent, depth_of, dslots, r0, room, room, nodes)
+        return self._verify_commit(tokens, parent, depth_of, dslots, r0, room, room, nodes, anc)
 
     def _check_room(self, name: str, nodes: int) -> None:
         if len(self.seq) + nodes > self.engine.context:
@@ -191,7 +190,7 @@ class LiveTreeRequest(LiveRequest):
                                f"context of {self.engine.context}")
 
     def _verify_commit(self, tokens: list[int], parent: list[int], depth_of: list[int], dslots: list[int], r0: float,
-                       draft_depth: int, room: int, nodes: int) -> TreeRoundOutcome:
+                       draft_depth: int, room: int, nodes: int, anc: np.ndarray | None = None) -> TreeRoundOutcome:
         """Verify nodes ``0..n`` (breadth-first; node 0 the root) in one target forward, walk the greedy path, keep
         its cache entries (``dslots[v]``: node ``v``'s draft-cache slot, -1 = not fed), record the round."""
         eng, torch, seq = self.engine, self.engine._torch, self.seq
@@ -201,7 +200,7 @@ class LiveTreeRequest(LiveRequest):
         if len(tokens) == 1:
             targ = torch.argmax(target(tokens, self.tcache)[:, : eng.vocab], -1).tolist()
         else:
-            mask = tree_mask(ancestor_matrix(parent), 0, len(tokens), prefix, eng.device)
+            mask = tree_mask(ancestor_matrix(parent) if anc is None else anc, 0, len(tokens), prefix, eng.device)
             tlogits = target(tokens, self.tcache, positions=[prefix + d for d in depth_of], mask=mask)
             targ = torch.argmax(tlogits[:, : eng.vocab], -1).tolist()
         kids: list[list[int]] = [[] for _ in tokens]
@@ -293,6 +292,21 @@ class LiveTreeRequest(LiveRequest):
         dslots = [-1] + [slot[g] for g in order[1:]]
         return self._verify_commit([tok[g] for g in order], parent, depth_of, dslots, r0, D, max(depth_of),
                                    len(order) - 1)
+
+
+_LAYOUTS: dict[tuple[TreeShape, int], tuple[list[int], list[int], np.ndarray]] = {}
+
+
+def _layout(tree: TreeShape, nodes: int) -> tuple[list[int], list[int], np.ndarray]:
+    """Parents, depths and ancestor matrix of ``tree``'s first ``nodes`` nodes (cached: static trees repeat)."""
+    key = (tree, nodes)
+    hit = _LAYOUTS.get(key)
+    if hit is None:
+        if len(_LAYOUTS) > 256:
+            _LAYOUTS.clear()
+        parent = tree_parents(tree, nodes)
+        hit = _LAYOUTS[key] = (parent, tree.depth_of[: nodes + 1].tolist(), ancestor_matrix(parent))
+    return hit
 
 
 def _ancestors(par: list[int], g: int) -> list[int]:

@@ -288,3 +288,16 @@ def test_live_bench_runs_trees_beside_chains(name, tmp_path):
     assert r["tree_shapes"]["tree-static:2-1"].startswith("2-1 (4 nodes")
     assert r["approximate_predictions"] == ["tree-eagle:3:2:4"]  # EAGLE-2 is exact live, modelled in replay
     assert "tree vs chain" in (tmp_path / "out.txt").read_text()
+
+
+def test_live_bench_specs_checked_before_anything_runs(capsys):
+    from specgym.cli import main
+    from specgym.eval.bench.live import check_live_specs
+
+    assert check_live_specs("fixed:2, tree-static:2-2-1,tree-eagle,tree-chain:fixed:3,tree-sequoia:20") == \
+        ["fixed:2", "tree-static:2-2-1", "tree-eagle", "tree-chain:fixed:3", "tree-sequoia:20"]
+    for bad in ("tree-static:0-2", "tree-bogus", "fixed:2,nope"):
+        with pytest.raises(SpecgymError):
+            check_live_specs(bad)
+    assert main(["bench", "--sections", "live", "--live-controllers", "fixed:2,tree-static:2-x"]) == 2
+    assert "tree-static:2-x" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from specgym import __version__
-from specgym.agents.predicted_marginal import predictors_for
+from specgym.agents.predicted_marginal import planned_ready, predictors_for
 from specgym.baselines.informed_oracle import informed_plan
 from specgym.baselines.oracle import oracle_plan, oracle_times
 from specgym.baselines.registry import expand_specs, make_controller
@@ -97,7 +97,8 @@ def resolve_controllers(specs: Specs, k_max: int, workload: Workload | None = No
     ``all`` also brings the shipped acceptance predictors of its pair (:func:`predictors_for`) and, when the trace
     carries ranks (greedy), the tree baselines (names starting with ``tree``; ``tree-oracle`` pairs with ``None``:
     it is a plan, not a controller)."""
-    extra = tuple(f"predicted:{name}" for name in predictors_for(workload)) if workload is not None else ()
+    extra = tuple(f"{kind}:{name}" for name in predictors_for(workload) for kind in ("predicted", "planned")
+                  if kind == "predicted" or planned_ready(name)) if workload is not None else ()
     items = [specs] if isinstance(specs, str) else list(specs)
     out: list[tuple[str, Controller | TreeController | None]] = []
     for item in items:

@@ -71,6 +71,7 @@ class PPOConfig:
     eval_max_requests: int | None
     timesteps: int
     bc_init: str | None = None
+    predictor: str | None = None
     bc_warmup: int = 0
     bc_epochs: int = 10
     bc_passes: int = 1
@@ -144,6 +145,10 @@ class PPOConfig:
             raise bad("max_batch", "and batch_requests must be >= 1")
         if self.domains not in (None, "generalist"):
             raise bad("domains", "must be null or 'generalist'")
+        if self.predictor is not None:
+            from specgym.agents.predicted_marginal import resolve_predictor
+
+            resolve_predictor(self.predictor)  # a bad name fails here, before any work
         if self.bc_init is not None:
             from specgym.baselines.registry import make_controller
 

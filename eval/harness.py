@@ -83,11 +83,12 @@ def tree_replayable(workload: Workload | None) -> bool:
 
 def _tree_specs(item: str, workload: Workload | None) -> tuple[str, list[str]]:
     """Split a comma-separated spec list into the chain part and the tree specs (``all`` adds :data:`TREE_ALL`
-    when the workload carries ranks)."""
+    and ``tree-predicted`` over the pair's shipped predictors when the workload carries ranks)."""
     parts = [p.strip() for p in item.split(",") if p.strip()]
     trees = [p for p in parts if is_tree_spec(p)]
     if any(p.lower() == "all" for p in parts) and tree_replayable(workload):
-        trees += [t for t in TREE_ALL if t not in trees]
+        extra = [f"tree-predicted:{name}" for name in predictors_for(workload)]
+        trees += [t for t in (*TREE_ALL, *extra) if t not in trees]
     return ",".join(p for p in parts if not is_tree_spec(p)), trees
 
 

@@ -21,6 +21,7 @@ from specgym.agents.predicted_marginal import predictors_for
 from specgym.baselines.informed_oracle import informed_plan
 from specgym.baselines.oracle import oracle_plan, oracle_times
 from specgym.baselines.registry import expand_specs, make_controller
+from specgym.baselines.tree_static import StaticTree
 from specgym.baselines.tree_registry import TREE_ALL, TREE_ORACLE, is_tree_spec, make_tree_controller
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile, load_profile
@@ -187,7 +188,13 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
     refs = {"speedup_vs_ar": sub.lengths * t_ar, "speedup_vs_k4": fixed[min(4, cfg.k_max)].time_ms,
             "speedup_vs_best_fixed": fixed[best_k].time_ms, "oracle_ratio": t_oracle_req,
             "informed_ratio": informed.time_ms}
+    static = [(float(r.time_ms.sum()), r) for r, (_, c) in zip(results, named) if isinstance(c, StaticTree)]
+    best_static = min(static, key=lambda x: x[0])[1] if static else None
+    if best_static is not None:  # the fastest exact static tree (Sequoia's included): every row's paired ratio
+        refs["speedup_vs_best_static_tree"] = best_static.time_ms
     for row, r, (spec, ctrl) in zip(rows, results, named):
+        if best_static is not None:
+            row["speedup_vs_best_static_tree"] = float(best_static.time_ms.sum() / r.time_ms.sum())
         row["spec"] = spec
         row["token_level"] = bool(getattr(ctrl, "token_level", False))
         if not isinstance(ctrl, Controller):
@@ -238,6 +245,7 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
         "seed": cfg.seed,
         "k_max": cfg.k_max,
         "controllers": specs,
+        "best_static_tree": best_static.name if best_static is not None else None,
         "max_requests": cfg.max_requests,
         "reference": {"t_ar_ms": t_ar, "best_fixed_k": best_k,
                       "fixed_time_ms": {str(k): v for k, v in t_fixed.items()}},

@@ -46,13 +46,14 @@ from specgym.io import sha256_file
 from specgym.paths import POLICIES_DIR
 
 ARTIFACT_FORMAT = "specgym-policy"
-MODES = ("k", "token", "batch")
+MODES = ("k", "token", "batch", "tree")
 BATCH_FEATURE_VERSION = 1
 
 
 def mode_feature_names(mode: str) -> list[str]:
-    """The features a policy of ``mode`` observes (batch mode: :data:`BATCH_FEATURE_NAMES`)."""
-    return list(BATCH_FEATURE_NAMES) if mode == "batch" else feature_names(mode)
+    """The features a policy of ``mode`` observes (batch mode: :data:`BATCH_FEATURE_NAMES`; tree mode: the K-mode
+    features, as ``specgym/SpecDecodeTree-v0`` observes them)."""
+    return list(BATCH_FEATURE_NAMES) if mode == "batch" else feature_names("k" if mode == "tree" else mode)
 
 
 def mode_feature_version(mode: str) -> int:
@@ -80,6 +81,7 @@ class PolicyArtifact:
         feature_version: :data:`FEATURE_VERSION` the policy was trained with.
         features: Ordered feature names it was trained with.
         meta: Free-form training record (workload, timesteps, metrics...).
+        shapes: Tree mode: the action menu, per-depth widths of each action (``[]`` = plain decoding).
     """
 
     mode: str
@@ -95,6 +97,7 @@ class PolicyArtifact:
     feature_version: int = FEATURE_VERSION
     features: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    shapes: list[list[int]] = field(default_factory=list)
 
     @property
     def n_actions(self) -> int:
@@ -105,6 +108,8 @@ class PolicyArtifact:
         """How an action index maps to a decision (recorded in ``policy.json``)."""
         if self.mode == "k":
             return {"type": "draft_cap", "values": list(range(self.k_min, self.k_min + self.n_actions))}
+        if self.mode == "tree":
+            return {"type": "tree_widths", "values": [[int(w) for w in s] for s in self.shapes]}
         return {"type": "stop_or_continue", "values": ["stop", "continue"]}
 
     def validate(self) -> None:
@@ -131,6 +136,11 @@ class PolicyArtifact:
                 raise SpecgymError(f"policy layer {i} holds non-finite weights")
             dim = w.shape[0]
         want = 2 if self.mode == "token" else self.k_max - self.k_min + 1  # k and batch: one action per K
+        if self.mode == "tree":
+            want = len(self.shapes)
+            if not want or any(len(s) > self.k_max or any(int(w) < 1 for w in s) for s in self.shapes):
+                raise SpecgymError(f"tree policy action menu must list width tuples of depth <= k_max "
+                                   f"{self.k_max}, widths >= 1")
         if self.n_actions != want:
             raise SpecgymError(f"policy has {self.n_actions} actions, {self.mode} mode with k in "
                                f"[{self.k_min}, {self.k_max}] needs {want}")
@@ -281,6 +291,7 @@ def load_policy(path: str | Path, expect_mode: str | None = None) -> PolicyArtif
             clip_obs=float(norm["clip_obs"]), epsilon=float(norm["epsilon"]),
             feature_version=int(meta["feature_version"]), features=list(meta["features"]),
             meta={k: v for k, v in meta.items() if k not in known},
+            shapes=[[int(w) for w in s] for s in meta["action_mapping"]["values"]] if meta["mode"] == "tree" else [],
         )
     except (KeyError, TypeError, ValueError, OSError) as exc:
         raise SpecgymError(f"{folder}: malformed policy artifact ({type(exc).__name__}: {exc})") from None
@@ -351,6 +362,8 @@ class PolicyController(Controller):
 
     def __init__(self, artifact: PolicyArtifact, name: str | None = None):
         artifact.validate()
+        if artifact.mode == "tree":
+            raise SpecgymError("a tree-mode policy chooses draft trees: use it as tree-ppo:NAME (a tree controller)")
         if artifact.mode == "batch":
             raise SpecgymError("a batch-mode policy chooses K for serving steps: use it as a batch controller "
                                "(specgym tune compare --controllers ppo:NAME)")

@@ -62,6 +62,12 @@ def make_tree_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> TreeControlle
             raise SpecgymError(f"bad tree spec {spec!r}: tree-predicted needs a predictor, e.g. tree-predicted:midpair")
         raw = spec.strip().partition(":")[2]
         return PredictedTree(load_predictor(resolve_predictor(raw)), f"tree-predicted:{raw}", k_max)
+    if name == "tree-ppo" and arg:
+        from specgym.agents.policy_controller import load_policy, resolve_policy
+        from specgym.agents.tree_policy import TreePolicyController
+
+        raw = spec.strip().partition(":")[2]
+        return TreePolicyController(load_policy(resolve_policy(raw), expect_mode="tree"), f"tree-ppo:{raw}")
     if name == "tree-eagle":
         depth, beam, m = _ints(arg, ":", spec) if sep else (5, 4, 16)
         if depth > k_max or m > TREE_NODE_LIMIT:

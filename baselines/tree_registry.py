@@ -3,8 +3,9 @@
 Grammar: ``tree-static:W1-W2-..`` (a fixed shape of per-depth widths), ``tree-sequoia[:BUDGET]`` (Sequoia's
 static tree fitted on the train split, at most BUDGET nodes), ``tree-eagle[:DEPTH:BEAM:M]`` (EAGLE-2's dynamic
 tree, approximate in replay), ``tree-chain:SPEC`` (any chain controller as width-1 trees).
-``tree-predicted:NAME`` (the dynamic spine tree over an acceptance predictor, :mod:`specgym.baselines.tree_predicted`),
-``tree-ppo:PATH`` (an exported tree-mode PPO policy). ``tree-oracle`` (the clairvoyant limit) is a row of the evaluation, not a controller.
+``tree-predicted:NAME`` (the dynamic spine tree over an acceptance predictor,
+:mod:`specgym.baselines.tree_predicted`), ``tree-ppo:PATH`` (an exported tree-mode PPO policy).
+``tree-oracle`` (the clairvoyant limit) is a row of the evaluation, not a controller.
 :data:`TREE_ALL` joins ``all`` when the workload can be tree-replayed (greedy, with ranks).
 """
 

@@ -154,9 +154,12 @@ class PolicyArtifact:
                 raise SpecgymError("policy observation statistics are invalid")
 
 
-def list_policies() -> list[str]:
-    """Names of the shipped policies."""
-    return sorted(p.name for p in POLICIES_DIR.glob("*") if (p / META_FILE).is_file())
+def list_policies(chain_only: bool = False) -> list[str]:
+    """Names of the shipped policies (``chain_only``: without the tree-mode ones, which are ``tree-ppo:`` specs)."""
+    names = sorted(p.name for p in POLICIES_DIR.glob("*") if (p / META_FILE).is_file())
+    if chain_only:
+        names = [n for n in names if json.loads((POLICIES_DIR / n / META_FILE).read_text()).get("mode") != "tree"]
+    return names
 
 
 def resolve_policy(name_or_path: str | Path) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from specgym.commands.args import k_max_type, nonneg_int, positive_int
@@ -86,5 +87,6 @@ def _export(args: argparse.Namespace) -> int:
     from specgym.training.export import export_run
 
     out = export_run(args.run, args.out, which=args.which, overwrite=args.force)
-    print(f"exported policy: {out}/policy.json + policy.npz (use it as ppo:{out})")
+    spec = "tree-ppo" if json.loads((Path(out) / "policy.json").read_text()).get("mode") == "tree" else "ppo"
+    print(f"exported policy: {out}/policy.json + policy.npz (use it as {spec}:{out})")
     return 0

@@ -49,16 +49,16 @@ from specgym.io import sha256_file
 from specgym.paths import POLICIES_DIR
 
 ARTIFACT_FORMAT = "specgym-policy"
-MODES = ("k", "token", "batch")
+MODES = ("k", "token", "batch", "tree")
 BATCH_FEATURE_VERSION = 1
 
 
 def mode_feature_names(mode: str, version: int | None = None) -> list[str]:
     """The features a policy of ``mode`` observes at feature ``version`` (default: the current one; batch mode:
-    :data:`BATCH_FEATURE_NAMES`)."""
+    :data:`BATCH_FEATURE_NAMES`; tree mode: the K-mode features, as ``specgym/SpecDecodeTree-v0`` observes them)."""
     if mode == "batch":
         return list(BATCH_FEATURE_NAMES)
-    return feature_names(mode, FEATURE_VERSION if version is None else version)
+    return feature_names("k" if mode == "tree" else mode, FEATURE_VERSION if version is None else version)
 
 
 def mode_feature_version(mode: str) -> int:
@@ -93,6 +93,7 @@ class PolicyArtifact:
         predictor: The acceptance predictor its token-mode observations were computed with (the predictor's JSON
             document, embedded so the deployed policy sees the very predictor it was trained with), or ``None``.
         meta: Free-form training record (workload, timesteps, metrics...).
+        shapes: Tree mode: the action menu, per-depth widths of each action (``[]`` = plain decoding).
     """
 
     mode: str
@@ -109,6 +110,7 @@ class PolicyArtifact:
     features: list[str] = field(default_factory=list)
     predictor: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    shapes: list[list[int]] = field(default_factory=list)
 
     @property
     def n_actions(self) -> int:
@@ -119,6 +121,8 @@ class PolicyArtifact:
         """How an action index maps to a decision (recorded in ``policy.json``)."""
         if self.mode == "k":
             return {"type": "draft_cap", "values": list(range(self.k_min, self.k_min + self.n_actions))}
+        if self.mode == "tree":
+            return {"type": "tree_widths", "values": [[int(w) for w in s] for s in self.shapes]}
         return {"type": "stop_or_continue", "values": ["stop", "continue"]}
 
     def validate(self) -> None:
@@ -151,6 +155,11 @@ class PolicyArtifact:
                 raise SpecgymError(f"policy layer {i} holds non-finite weights")
             dim = w.shape[0]
         want = 2 if self.mode == "token" else self.k_max - self.k_min + 1  # k and batch: one action per K
+        if self.mode == "tree":
+            want = len(self.shapes)
+            if not want or any(len(s) > self.k_max or any(int(w) < 1 for w in s) for s in self.shapes):
+                raise SpecgymError(f"tree policy action menu must list width tuples of depth <= k_max "
+                                   f"{self.k_max}, widths >= 1")
         if self.n_actions != want:
             raise SpecgymError(f"policy has {self.n_actions} actions, {self.mode} mode with k in "
                                f"[{self.k_min}, {self.k_max}] needs {want}")
@@ -164,9 +173,12 @@ class PolicyArtifact:
                 raise SpecgymError("policy observation statistics are invalid")
 
 
-def list_policies() -> list[str]:
-    """Names of the shipped policies."""
-    return sorted(p.name for p in POLICIES_DIR.glob("*") if (p / META_FILE).is_file())
+def list_policies(chain_only: bool = False) -> list[str]:
+    """Names of the shipped policies (``chain_only``: without the tree-mode ones, which are ``tree-ppo:`` specs)."""
+    names = sorted(p.name for p in POLICIES_DIR.glob("*") if (p / META_FILE).is_file())
+    if chain_only:
+        names = [n for n in names if json.loads((POLICIES_DIR / n / META_FILE).read_text()).get("mode") != "tree"]
+    return names
 
 
 def resolve_policy(name_or_path: str | Path) -> Path:
@@ -308,6 +320,7 @@ def load_policy(path: str | Path, expect_mode: str | None = None) -> PolicyArtif
             feature_version=int(meta["feature_version"]), features=list(meta["features"]),
             predictor=meta.get("predictor"),
             meta={k: v for k, v in meta.items() if k not in known},
+            shapes=[[int(w) for w in s] for s in meta["action_mapping"]["values"]] if meta["mode"] == "tree" else [],
         )
     except (KeyError, TypeError, ValueError, OSError) as exc:
         raise SpecgymError(f"{folder}: malformed policy artifact ({type(exc).__name__}: {exc})") from None
@@ -378,6 +391,8 @@ class PolicyController(Controller):
 
     def __init__(self, artifact: PolicyArtifact, name: str | None = None):
         artifact.validate()
+        if artifact.mode == "tree":
+            raise SpecgymError("a tree-mode policy chooses draft trees: use it as tree-ppo:NAME (a tree controller)")
         if artifact.mode == "batch":
             raise SpecgymError("a batch-mode policy chooses K for serving steps: use it as a batch controller "
                                "(specgym tune compare --controllers ppo:NAME)")

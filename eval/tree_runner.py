@@ -39,8 +39,8 @@ def run_tree_controller(engine: TreeEngine, requests: np.ndarray, ctrl: TreeCont
         ctrl.reset(req.context)
         base = int(engine.workload.offsets[r])
         while not req.done:
-            if isinstance(ctrl, ChainAsTree):
-                o = ctrl.play_round(req)
+            if isinstance(ctrl, ChainAsTree) or getattr(ctrl, "plays_rounds", False):
+                o = ctrl.play_round(req)  # type: ignore[attr-defined]
             elif isinstance(ctrl, EagleTree):
                 rows = np.zeros((ctrl.depth, TOPK), np.float32)
                 if topk is not None:

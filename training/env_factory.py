@@ -30,7 +30,7 @@ def env_config(run: RunConfig, workload: Any, split: str) -> dict[str, Any]:
     from specgym.envs.workloads.domains import DomainDistribution
 
     cfg: dict[str, Any] = {"split": split, "k_max": run.ppo.k_max, "k_min": run.ppo.k_min,
-                           "outcome_seed": run.ppo.outcome_seed}
+                           "outcome_seed": run.ppo.outcome_seed, "profile": run.ppo.profile}
     if run.ppo.predictor is not None:
         cfg["predictor"] = run_predictor(run)
     if isinstance(workload, DomainDistribution):
@@ -49,6 +49,12 @@ def make_env_fn(run: RunConfig, workload: Any, split: str = "train") -> Callable
         bcfg = {"workload": workload, "batch_profile": run.ppo.batch_profile, "split": split,
                 "requests": run.ppo.batch_requests, "max_batch": run.ppo.max_batch, "k_max": run.ppo.k_max}
         return lambda: SpecDecodeBatchEnv(bcfg)
+    if run.mode == "tree":  # specgym/SpecDecodeTree-v0: its default shape menu (the exported action mapping)
+        from specgym.envs.gym.tree_env import SpecDecodeTreeEnv
+
+        tcfg = env_config(run, workload, split)
+        tv = float(run.token_value_resolved)
+        return lambda: TokenValueReward(SpecDecodeTreeEnv(tcfg), tv)
     cls = SpecDecodeEnv if run.mode == "k" else SpecDecodeTokenEnv
     cfg = env_config(run, workload, split)
     token_value = None if cfg.get("domains") is not None else float(run.token_value_resolved)

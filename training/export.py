@@ -53,10 +53,16 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
         mean = np.asarray(vecnorm.obs_rms.mean, np.float64).copy()
         var = np.asarray(vecnorm.obs_rms.var, np.float64).copy()
         clip_obs, eps = float(vecnorm.clip_obs), float(vecnorm.epsilon)
+    shapes: list[list[int]] = []
+    if mode == "tree":  # the tree env's default menu (what `specgym train --mode tree` trains on)
+        from specgym.envs.gym.tree_env import DEFAULT_SHAPES
+
+        shapes = [list(s) for s in DEFAULT_SHAPES]
     art = PolicyArtifact(mode=mode, k_min=k_min, k_max=k_max, weights=weights, biases=biases, activation=activation,
                          obs_mean=mean, obs_var=var, clip_obs=clip_obs, epsilon=eps,
                          feature_version=mode_feature_version(mode), features=mode_feature_names(mode),
-                         predictor=None if predictor is None else predictor.to_dict(), meta=dict(meta or {}))
+                         predictor=None if predictor is None else predictor.to_dict(), meta=dict(meta or {}),
+                         shapes=shapes)
     art.validate()
     return art
 

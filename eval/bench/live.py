@@ -41,7 +41,7 @@ DEFAULT_CALIBRATION_PROMPTS = 3  # per category, from the train split
 def _policies() -> list[str]:
     from specgym.agents.policy_controller import list_policies
 
-    return [f"ppo:{p}" for p in list_policies()]
+    return [f"ppo:{p}" for p in list_policies(chain_only=True)]
 
 
 def controller_specs(k_values=range(1, 7), pair: str | None = None) -> list[str]:

@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 PKG_FILES := $(shell find specgym envs agents baselines training eval data -type f -not -path '*/__pycache__/*' \
                -not -name '*.pyc' 2>/dev/null | LC_ALL=C sort)
 
-.PHONY: install demo test test-fast lint bench results policies policies-generalist policies-midpair models \
+.PHONY: install demo test test-fast lint bench results policies policies-generalist policies-midpair policies-tree models \
         models-midpair models-tinypair predictors profile record record-midpair record-midpair-greedy record-midpair-t08 record-tinypair clean FORCE
 
 $(VENV)/.files: FORCE
@@ -97,6 +97,17 @@ policies-midpair: $(STAMP)
 	  $(PY) -m specgym.training.policy_card data/policies/midpair-$$m --force --runs runs/midpair-$$m-s0 \
 	    --reproduce "make policies-midpair" || exit 1; \
 	done
+
+# --- the midpair tree policy (issue 18): PPO on SpecDecodeTree-v0 over midpair-greedy's train split, priced with
+# gpu-like-published (training/configs/tree.yaml; ~10 min on a quiet machine), then its eval against every baseline
+policies-tree: $(STAMP)
+	OMP_NUM_THREADS=1 $(VENV)/bin/specgym train --workload midpair-greedy --mode tree --seed 0 \
+		--out runs/midpair-tree-s0 --force
+	$(VENV)/bin/specgym export runs/midpair-tree-s0 --out runs/midpair-tree-s0/policy --force
+	$(PY) -m specgym.training.policy_card data/policies/midpair-tree --force --runs runs/midpair-tree-s0 \
+		--reproduce "make policies-tree"
+	$(VENV)/bin/specgym eval --workload midpair-greedy --profile gpu-like-published --force --out out/eval-tree \
+		--controllers all,tree-ppo:midpair-tree
 
 # --- rebuilding the shipped model pairs and their traces (long; one torch thread each, offline; never in CI) -------
 # midpair (the default pair): speculation pays on a CPU. tinypair: the overhead-bound contrast.

@@ -39,25 +39,36 @@ import numpy as np
 
 from specgym.envs.core.batch import BATCH_FEATURE_NAMES
 from specgym.envs.core.controller import Controller
-from specgym.envs.core.features import FEATURE_VERSION, FeatureTracker, TokenDecisionState, feature_names
+from specgym.envs.core.acceptance_predictor import AcceptancePredictor
+from specgym.envs.core.features import (
+    FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS, FeatureTracker, TokenDecisionState, feature_names,
+)
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome
 from specgym.errors import SpecgymError
 from specgym.io import sha256_file
 from specgym.paths import POLICIES_DIR
 
 ARTIFACT_FORMAT = "specgym-policy"
-MODES = ("k", "token", "batch")
+MODES = ("k", "token", "batch", "tree")
 BATCH_FEATURE_VERSION = 1
 
 
-def mode_feature_names(mode: str) -> list[str]:
-    """The features a policy of ``mode`` observes (batch mode: :data:`BATCH_FEATURE_NAMES`)."""
-    return list(BATCH_FEATURE_NAMES) if mode == "batch" else feature_names(mode)
+def mode_feature_names(mode: str, version: int | None = None) -> list[str]:
+    """The features a policy of ``mode`` observes at feature ``version`` (default: the current one; batch mode:
+    :data:`BATCH_FEATURE_NAMES`; tree mode: the K-mode features, as ``specgym/SpecDecodeTree-v0`` observes them)."""
+    if mode == "batch":
+        return list(BATCH_FEATURE_NAMES)
+    return feature_names("k" if mode == "tree" else mode, FEATURE_VERSION if version is None else version)
 
 
 def mode_feature_version(mode: str) -> int:
-    """The feature version a policy of ``mode`` must have been trained with."""
+    """The feature version a policy of ``mode`` is trained with now."""
     return BATCH_FEATURE_VERSION if mode == "batch" else FEATURE_VERSION
+
+
+def mode_feature_versions(mode: str) -> tuple[int, ...]:
+    """The feature versions a policy of ``mode`` may have been trained with and still run."""
+    return (BATCH_FEATURE_VERSION,) if mode == "batch" else SUPPORTED_FEATURE_VERSIONS
 ARTIFACT_VERSION = 1
 WEIGHTS_FILE = "policy.npz"
 META_FILE = "policy.json"
@@ -79,7 +90,10 @@ class PolicyArtifact:
         clip_obs, epsilon: VecNormalize's clip and epsilon.
         feature_version: :data:`FEATURE_VERSION` the policy was trained with.
         features: Ordered feature names it was trained with.
+        predictor: The acceptance predictor its token-mode observations were computed with (the predictor's JSON
+            document, embedded so the deployed policy sees the very predictor it was trained with), or ``None``.
         meta: Free-form training record (workload, timesteps, metrics...).
+        shapes: Tree mode: the action menu, per-depth widths of each action (``[]`` = plain decoding).
     """
 
     mode: str
@@ -94,7 +108,9 @@ class PolicyArtifact:
     epsilon: float = 1e-8
     feature_version: int = FEATURE_VERSION
     features: list[str] = field(default_factory=list)
+    predictor: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    shapes: list[list[int]] = field(default_factory=list)
 
     @property
     def n_actions(self) -> int:
@@ -105,6 +121,8 @@ class PolicyArtifact:
         """How an action index maps to a decision (recorded in ``policy.json``)."""
         if self.mode == "k":
             return {"type": "draft_cap", "values": list(range(self.k_min, self.k_min + self.n_actions))}
+        if self.mode == "tree":
+            return {"type": "tree_widths", "values": [[int(w) for w in s] for s in self.shapes]}
         return {"type": "stop_or_continue", "values": ["stop", "continue"]}
 
     def validate(self) -> None:
@@ -113,14 +131,20 @@ class PolicyArtifact:
             raise SpecgymError(f"policy mode must be one of {MODES}, got {self.mode!r}")
         if self.activation not in ACTIVATIONS:
             raise SpecgymError(f"policy activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-        version = mode_feature_version(self.mode)
-        if self.feature_version != version:
-            raise SpecgymError(f"policy was trained with feature version {self.feature_version}, this specgym "
-                               f"computes version {version}: retrain and re-export it")
-        expected = mode_feature_names(self.mode)
+        versions = mode_feature_versions(self.mode)
+        version = self.feature_version
+        if version not in versions:
+            raise SpecgymError(f"policy was trained with feature version {version}, this specgym computes "
+                               f"version(s) {', '.join(map(str, versions))}: retrain and re-export it")
+        expected = mode_feature_names(self.mode, version)
         if list(self.features) != expected:
             raise SpecgymError(f"policy feature list does not match specgym's {self.mode}-mode features "
                                f"(version {version}): retrain and re-export it")
+        if self.predictor is not None:
+            if self.mode != "token" or version < 4:
+                raise SpecgymError(f"policy carries an acceptance predictor, which only token-mode policies of "
+                                   f"feature version >= 4 read (this one: {self.mode} mode, version {version})")
+            AcceptancePredictor.from_dict(self.predictor, where="policy field 'predictor'")
         if len(self.weights) != len(self.biases) or not self.weights:
             raise SpecgymError("policy weights and biases do not pair up")
         dim = len(expected)
@@ -131,6 +155,11 @@ class PolicyArtifact:
                 raise SpecgymError(f"policy layer {i} holds non-finite weights")
             dim = w.shape[0]
         want = 2 if self.mode == "token" else self.k_max - self.k_min + 1  # k and batch: one action per K
+        if self.mode == "tree":
+            want = len(self.shapes)
+            if not want or any(len(s) > self.k_max or any(int(w) < 1 for w in s) for s in self.shapes):
+                raise SpecgymError(f"tree policy action menu must list width tuples of depth <= k_max "
+                                   f"{self.k_max}, widths >= 1")
         if self.n_actions != want:
             raise SpecgymError(f"policy has {self.n_actions} actions, {self.mode} mode with k in "
                                f"[{self.k_min}, {self.k_max}] needs {want}")
@@ -144,9 +173,12 @@ class PolicyArtifact:
                 raise SpecgymError("policy observation statistics are invalid")
 
 
-def list_policies() -> list[str]:
-    """Names of the shipped policies."""
-    return sorted(p.name for p in POLICIES_DIR.glob("*") if (p / META_FILE).is_file())
+def list_policies(chain_only: bool = False) -> list[str]:
+    """Names of the shipped policies (``chain_only``: without the tree-mode ones, which are ``tree-ppo:`` specs)."""
+    names = sorted(p.name for p in POLICIES_DIR.glob("*") if (p / META_FILE).is_file())
+    if chain_only:
+        names = [n for n in names if json.loads((POLICIES_DIR / n / META_FILE).read_text()).get("mode") != "tree"]
+    return names
 
 
 def resolve_policy(name_or_path: str | Path) -> Path:
@@ -177,14 +209,18 @@ def artifact_arrays(art: PolicyArtifact) -> dict[str, np.ndarray]:
 #: covers): ``function_sha256`` is the SHA-256 of them, so editing any (the activation, the normalisation, the
 #: feature version, the action mapping...) is refused on load, like a modified weights file.
 FUNCTION_FIELDS = ("format", "format_version", "mode", "feature_version", "features", "obs_dim", "k_min", "k_max",
-                   "action_mapping", "network", "obs_normalization", "weights_file", "weights_sha256")
+                   "action_mapping", "network", "obs_normalization", "weights_file", "weights_sha256", "predictor")
+
+
+_LATER_FIELDS = ("predictor",)
 
 
 def function_sha256(meta: dict[str, Any]) -> str:
     """SHA-256 of the canonical JSON of ``meta``'s :data:`FUNCTION_FIELDS`."""
     import hashlib
 
-    doc = {k: meta.get(k) for k in FUNCTION_FIELDS}
+    # a field absent from the document is left out (policies written before it existed keep their checksum)
+    doc = {k: meta.get(k) for k in FUNCTION_FIELDS if k in meta or k not in _LATER_FIELDS}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -215,6 +251,8 @@ def artifact_meta(art: PolicyArtifact, weights_sha256: str) -> dict[str, Any]:
         "weights_file": WEIGHTS_FILE,
         "weights_sha256": weights_sha256,
     }
+    if art.predictor is not None:
+        meta["predictor"] = art.predictor
     return {**meta, "function_sha256": function_sha256(meta), **art.meta}
 
 
@@ -272,7 +310,7 @@ def load_policy(path: str | Path, expect_mode: str | None = None) -> PolicyArtif
         norm = meta["obs_normalization"]
         known = {"format", "format_version", "mode", "feature_version", "features", "obs_dim", "k_min", "k_max",
                  "action_mapping", "network", "obs_normalization", "weights_file", "weights_sha256",
-                 "function_sha256"}
+                 "function_sha256", "predictor"}
         art = PolicyArtifact(
             mode=meta["mode"], k_min=int(meta["k_min"]), k_max=int(meta["k_max"]), weights=weights, biases=biases,
             activation=meta["network"]["activation"],
@@ -280,7 +318,9 @@ def load_policy(path: str | Path, expect_mode: str | None = None) -> PolicyArtif
             obs_var=arrays.get("obs_var") if norm["enabled"] else None,
             clip_obs=float(norm["clip_obs"]), epsilon=float(norm["epsilon"]),
             feature_version=int(meta["feature_version"]), features=list(meta["features"]),
+            predictor=meta.get("predictor"),
             meta={k: v for k, v in meta.items() if k not in known},
+            shapes=[[int(w) for w in s] for s in meta["action_mapping"]["values"]] if meta["mode"] == "tree" else [],
         )
     except (KeyError, TypeError, ValueError, OSError) as exc:
         raise SpecgymError(f"{folder}: malformed policy artifact ({type(exc).__name__}: {exc})") from None
@@ -351,6 +391,8 @@ class PolicyController(Controller):
 
     def __init__(self, artifact: PolicyArtifact, name: str | None = None):
         artifact.validate()
+        if artifact.mode == "tree":
+            raise SpecgymError("a tree-mode policy chooses draft trees: use it as tree-ppo:NAME (a tree controller)")
         if artifact.mode == "batch":
             raise SpecgymError("a batch-mode policy chooses K for serving steps: use it as a batch controller "
                                "(specgym tune compare --controllers ppo:NAME)")
@@ -362,7 +404,11 @@ class PolicyController(Controller):
         self.network = PolicyNetwork(artifact)
         self.logits, self.normalize = self.network.logits, self.network.normalize
         self.tracker = FeatureTracker(self.k_max)
-        self.decisions = TokenDecisionState(self.tracker)
+        self.decisions = TokenDecisionState(self.tracker, artifact.feature_version if self.token_level else
+                                            FEATURE_VERSION)
+        self.predictor = None if artifact.predictor is None else \
+            AcceptancePredictor.from_dict(artifact.predictor, where=f"policy {self.name}: field 'predictor'")
+        self._temperature = 0.0
 
     def act(self, obs: np.ndarray) -> int:
         """The policy's deterministic action index for one raw observation (a method, so subclasses can wrap it)."""
@@ -379,6 +425,7 @@ class PolicyController(Controller):
         """Start a request: clear the feature history, read the static features from ``ctx``."""
         self.check_engine_k_max(ctx.k_max)
         self.ctx = ctx
+        self._temperature = float(ctx.temperature)
         self.tracker.reset(ctx)
 
     def propose(self) -> int:
@@ -392,7 +439,8 @@ class PolicyController(Controller):
         """Token mode: continue after draft token ``step.index``? (K mode: always.)"""
         if self.mode == "k":
             return True
-        self.decisions.add(step)
+        pred = self.predictor
+        self.decisions.add(step, accept=None if pred is None else pred.predict_step(step, self._temperature))
         return self.act(self.decisions.observation()) == 1
 
     def observe(self, outcome: RoundOutcome) -> None:

@@ -65,6 +65,14 @@ def predictors_for(workload: Any) -> list[str]:
     return same_workload or same_pair
 
 
+def planned_ready(name: str) -> bool:
+    """The shipped predictor ``name`` carries the continuation models ``planned:`` needs."""
+    try:
+        return bool(load_predictor(resolve_predictor(name)).continuation)
+    except SpecgymError:
+        return False
+
+
 class PredictedMarginal(MarginalStop):
     """The marginal rule with the predictor's acceptance probability per draft token.
 

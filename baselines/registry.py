@@ -223,6 +223,13 @@ def _predicted(arg: str | None, k_max: int) -> Controller:
     return make_predicted(arg, k_max)
 
 
+def _planned(arg: str | None, k_max: int) -> Controller:
+    """``planned:NAME|FILE``: optimal stopping on a predictor's probabilities (it needs a continuation model)."""
+    from specgym.agents.planned_stop import make_planned
+
+    return make_planned(arg, k_max)
+
+
 for _prefix, _factory, _usage in (
     ("fixed", _fixed, "fixed:K (K=0..K_MAX)"),
     ("assc", _assc, "assc"),
@@ -235,5 +242,6 @@ for _prefix, _factory, _usage in (
     ("marginal", _marginal, "marginal[:THRESHOLD]"),
     ("ppo", _ppo, "ppo:NAME|DIR (exported policy)"),
     ("predicted", _predicted, "predicted:NAME|FILE (acceptance predictor)"),
+    ("planned", _planned, "planned:NAME|FILE (optimal stopping on an acceptance predictor)"),
 ):
     _REGISTRY[_prefix] = _Entry(_factory, _usage, builtin=True)

@@ -3,6 +3,8 @@
 Grammar: ``tree-static:W1-W2-..`` (a fixed shape of per-depth widths), ``tree-sequoia[:BUDGET]`` (Sequoia's
 static tree fitted on the train split, at most BUDGET nodes), ``tree-eagle[:DEPTH:BEAM:M]`` (EAGLE-2's dynamic
 tree, approximate in replay), ``tree-chain:SPEC`` (any chain controller as width-1 trees).
+``tree-predicted:NAME`` (the dynamic spine tree over an acceptance predictor,
+:mod:`specgym.baselines.tree_predicted`), ``tree-ppo:PATH`` (an exported tree-mode PPO policy).
 ``tree-oracle`` (the clairvoyant limit) is a row of the evaluation, not a controller.
 :data:`TREE_ALL` joins ``all`` when the workload can be tree-replayed (greedy, with ranks).
 """
@@ -20,7 +22,7 @@ from specgym.errors import SpecgymError
 TREE_ORACLE = "tree-oracle"
 TREE_ALL = ("tree-sequoia", "tree-eagle", "tree-static:2-2-1", TREE_ORACLE)
 _USAGE = ("tree-static:W1-W2-.., tree-sequoia[:BUDGET], tree-eagle[:DEPTH:BEAM:M], tree-chain:SPEC (a chain "
-          "controller as width-1 trees), tree-oracle")
+          "controller as width-1 trees), tree-predicted:NAME|FILE, tree-ppo:PATH|NAME, tree-oracle")
 
 
 def is_tree_spec(spec: str) -> bool:
@@ -52,6 +54,21 @@ def make_tree_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> TreeControlle
         from specgym.baselines.registry import make_controller
 
         return ChainAsTree(make_controller(spec.strip().partition(":")[2], k_max))
+    if name == "tree-predicted":
+        from specgym.agents.predicted_marginal import resolve_predictor
+        from specgym.baselines.tree_predicted import PredictedTree
+        from specgym.envs.core.acceptance_predictor import load_predictor
+
+        if not arg:
+            raise SpecgymError(f"bad tree spec {spec!r}: tree-predicted needs a predictor, e.g. tree-predicted:midpair")
+        raw = spec.strip().partition(":")[2]
+        return PredictedTree(load_predictor(resolve_predictor(raw)), f"tree-predicted:{raw}", k_max)
+    if name == "tree-ppo" and arg:
+        from specgym.agents.policy_controller import load_policy, resolve_policy
+        from specgym.agents.tree_policy import TreePolicyController
+
+        raw = spec.strip().partition(":")[2]
+        return TreePolicyController(load_policy(resolve_policy(raw), expect_mode="tree"), f"tree-ppo:{raw}")
     if name == "tree-eagle":
         depth, beam, m = _ints(arg, ":", spec) if sep else (5, 4, 16)
         if depth > k_max or m > TREE_NODE_LIMIT:

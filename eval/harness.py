@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from specgym import __version__
-from specgym.agents.predicted_marginal import predictors_for
+from specgym.agents.predicted_marginal import planned_ready, predictors_for
 from specgym.baselines.informed_oracle import informed_plan
 from specgym.baselines.oracle import oracle_plan, oracle_times
 from specgym.baselines.registry import expand_specs, make_controller
+from specgym.baselines.tree_static import StaticTree
 from specgym.baselines.tree_registry import TREE_ALL, TREE_ORACLE, is_tree_spec, make_tree_controller
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile, load_profile
@@ -83,11 +84,12 @@ def tree_replayable(workload: Workload | None) -> bool:
 
 def _tree_specs(item: str, workload: Workload | None) -> tuple[str, list[str]]:
     """Split a comma-separated spec list into the chain part and the tree specs (``all`` adds :data:`TREE_ALL`
-    when the workload carries ranks)."""
+    and ``tree-predicted`` over the pair's shipped predictors when the workload carries ranks)."""
     parts = [p.strip() for p in item.split(",") if p.strip()]
     trees = [p for p in parts if is_tree_spec(p)]
     if any(p.lower() == "all" for p in parts) and tree_replayable(workload):
-        trees += [t for t in TREE_ALL if t not in trees]
+        extra = [f"tree-predicted:{name}" for name in predictors_for(workload)]
+        trees += [t for t in (*TREE_ALL, *extra) if t not in trees]
     return ",".join(p for p in parts if not is_tree_spec(p)), trees
 
 
@@ -97,7 +99,8 @@ def resolve_controllers(specs: Specs, k_max: int, workload: Workload | None = No
     ``all`` also brings the shipped acceptance predictors of its pair (:func:`predictors_for`) and, when the trace
     carries ranks (greedy), the tree baselines (names starting with ``tree``; ``tree-oracle`` pairs with ``None``:
     it is a plan, not a controller)."""
-    extra = tuple(f"predicted:{name}" for name in predictors_for(workload)) if workload is not None else ()
+    extra = tuple(f"{kind}:{name}" for name in predictors_for(workload) for kind in ("predicted", "planned")
+                  if kind == "predicted" or planned_ready(name)) if workload is not None else ()
     items = [specs] if isinstance(specs, str) else list(specs)
     out: list[tuple[str, Controller | TreeController | None]] = []
     for item in items:
@@ -186,7 +189,13 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
     refs = {"speedup_vs_ar": sub.lengths * t_ar, "speedup_vs_k4": fixed[min(4, cfg.k_max)].time_ms,
             "speedup_vs_best_fixed": fixed[best_k].time_ms, "oracle_ratio": t_oracle_req,
             "informed_ratio": informed.time_ms}
+    static = [(float(r.time_ms.sum()), r) for r, (_, c) in zip(results, named) if isinstance(c, StaticTree)]
+    best_static = min(static, key=lambda x: x[0])[1] if static else None
+    if best_static is not None:  # the fastest exact static tree (Sequoia's included): every row's paired ratio
+        refs["speedup_vs_best_static_tree"] = best_static.time_ms
     for row, r, (spec, ctrl) in zip(rows, results, named):
+        if best_static is not None:
+            row["speedup_vs_best_static_tree"] = float(best_static.time_ms.sum() / r.time_ms.sum())
         row["spec"] = spec
         row["token_level"] = bool(getattr(ctrl, "token_level", False))
         if not isinstance(ctrl, Controller):
@@ -237,6 +246,7 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
         "seed": cfg.seed,
         "k_max": cfg.k_max,
         "controllers": specs,
+        "best_static_tree": best_static.name if best_static is not None else None,
         "max_requests": cfg.max_requests,
         "reference": {"t_ar_ms": t_ar, "best_fixed_k": best_k,
                       "fixed_time_ms": {str(k): v for k, v in t_fixed.items()}},

@@ -93,6 +93,17 @@ def headroom_section(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def tree_section(report: dict[str, Any]) -> str:
+    """Every tree row against the fastest static tree of the run (paired 95% intervals)."""
+    best = report["best_static_tree"]
+    lines = [f"**Trees vs the best static tree** (`{best}`, the fastest exact static tree in this run):"]
+    for row in report["rows"]:
+        if row.get("tree") and "speedup_vs_best_static_tree" in row:
+            lo, hi = (row.get("ci95") or {}).get("speedup_vs_best_static_tree") or (float("nan"), float("nan"))
+            lines.append(f"- {row['controller']}: {row['speedup_vs_best_static_tree']:.3f}x [{lo:.3f}, {hi:.3f}]")
+    return "\n".join(lines)
+
+
 def markdown_report(report: dict[str, Any]) -> str:
     """The whole ``report.md``."""
     wl, prof, ref = report["workload"], report["profile"], report["reference"]
@@ -112,6 +123,7 @@ def markdown_report(report: dict[str, Any]) -> str:
         "",
         markdown_table(report),
         "",
+        *([tree_section(report), ""] if report.get("best_static_tree") else []),
         *([headroom_section(report), ""] if "headroom" in report else []),
         "Plots: `throughput.png`, `k_over_time.png`, `acceptance_by_category.png`.",
         "",

@@ -46,8 +46,8 @@ def run_tree_controller(engine: TreeEngine, requests: np.ndarray, ctrl: TreeCont
         ctrl.reset(req.context)
         base = int(engine.workload.offsets[r])
         while not req.done:
-            if isinstance(ctrl, ChainAsTree):
-                o = ctrl.play_round(req)
+            if isinstance(ctrl, ChainAsTree) or getattr(ctrl, "plays_rounds", False):
+                o = ctrl.play_round(req)  # type: ignore[attr-defined]
             elif isinstance(ctrl, EagleTree):
                 rows = np.zeros((ctrl.depth, TOPK), np.float32)
                 if topk is not None:
@@ -74,6 +74,18 @@ def run_tree_oracle(engine: TreeEngine, requests: np.ndarray, name: str = "tree-
                      np.array([x[2] for x in res], np.int64), np.array([x[3] for x in res], np.int64))
 
 
+def check_live_tree(ctrl: TreeController) -> None:
+    """Raise one line unless :func:`run_live_tree` can drive ``ctrl``."""
+    if getattr(ctrl, "plays_rounds", False) and not isinstance(ctrl, ChainAsTree) and \
+            not hasattr(ctrl, "observe_round"):
+        raise SpecgymError(f"{ctrl.name}: grows its tree from the trace's per-position signals, so it runs in replay "
+                           "only; live tree controllers: tree-static, tree-sequoia, tree-eagle, tree-chain:SPEC, "
+                           "tree-ppo")
+    if isinstance(ctrl, ChainAsTree) and ctrl.inner.token_level:
+        raise SpecgymError(f"{ctrl.name}: a token-level chain controller stops drafting token by token; run it live "
+                           f"as {ctrl.inner.name} (the chain engine)")
+
+
 def run_live_tree(engine: LiveEngine, prompt_ids: Sequence[int], ctrl: TreeController, max_new_tokens: int,
                   request_id: str = "live", category: str = "live", stop_at_eos: bool = False) -> LiveTreeResult:
     """Decode one request live (greedy) with a tree controller (:mod:`specgym.envs.engines.live_tree`).
@@ -81,11 +93,13 @@ def run_live_tree(engine: LiveEngine, prompt_ids: Sequence[int], ctrl: TreeContr
     Static trees play their tree every round; ``tree-chain:SPEC`` plays the inner controller's K as the width-1 tree
     and lets it observe the round as a chain :class:`RoundOutcome` (token-level inner controllers are refused: their
     stops need the chain engine's per-token signals). ``tree-eagle`` builds each round's tree from the draft's real
-    frontier probabilities (:meth:`LiveTreeRequest.play_eagle`: exact live, unlike its approximate replay).
+    frontier probabilities (:meth:`LiveTreeRequest.play_eagle`: exact live, unlike its approximate replay). A
+    controller with ``observe_round`` (``tree-ppo``) proposes a shape and observes the round as the chain round along
+    the draft's rank-0 spine (what a live chain round reports: the draft's own top-1 tokens, their confidence and
+    entropy). Controllers that grow their tree from the trace's per-position signals (``tree-predicted``) are
+    replay-only (one-line error).
     """
-    if isinstance(ctrl, ChainAsTree) and ctrl.inner.token_level:
-        raise SpecgymError(f"{ctrl.name}: a token-level chain controller stops drafting token by token; run it live "
-                           f"as {ctrl.inner.name} (the chain engine)")
+    check_live_tree(ctrl)
     req = LiveTreeRequest(engine, prompt_ids, max_new_tokens, stop_at_eos, request_id, category)
     ctrl.reset(req.context)
     while not req.done:
@@ -96,6 +110,10 @@ def run_live_tree(engine: LiveEngine, prompt_ids: Sequence[int], ctrl: TreeContr
                                             req.spine_conf, req.spine_entropy, done=o.done))
         elif isinstance(ctrl, EagleTree):
             o = req.play_eagle(ctrl.depth, ctrl.beam, ctrl.budget)
+        elif hasattr(ctrl, "observe_round"):
+            o = req.play_tree(ctrl.propose_tree(), stats=True)
+            ctrl.observe_round(RoundOutcome(o.position, o.depth, o.depth, o.accepted, o.produced, o.time_ms,
+                                            req.spine_conf, req.spine_entropy, done=o.done))
         else:
             o = req.play_tree(ctrl.propose_tree())
         ctrl.observe(o)

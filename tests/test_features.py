@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specgym.envs.core.features import (
-    ROUND_FEATURES, TOKEN_FEATURES, FeatureTracker, feature_bounds, feature_names,
+    PREDICTOR_FEATURES, ROUND_FEATURES, TOKEN_FEATURES, FeatureTracker, feature_bounds, feature_names,
 )
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.rounds import RequestContext, RoundOutcome
@@ -23,7 +23,8 @@ def _o(drafted, accepted, conf=0.9, ent=0.3, k=None):
 
 def test_names_and_bounds_align():
     assert len(feature_names("k")) == len(ROUND_FEATURES)
-    assert len(feature_names("token")) == len(ROUND_FEATURES) + len(TOKEN_FEATURES)
+    assert len(feature_names("token")) == len(ROUND_FEATURES) + len(TOKEN_FEATURES) + len(PREDICTOR_FEATURES)
+    assert feature_names("token", 3) == feature_names("token")[:-len(PREDICTOR_FEATURES)]
     low, high = feature_bounds("token")
     assert (low < high).all() and np.isfinite(high).all()
 

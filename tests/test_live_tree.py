@@ -167,6 +167,11 @@ def test_sequoia_live(toy):
 def test_live_tree_errors(toy):
     tok, eng = toy
     ids = tok(PROMPTS[0])["input_ids"]
+    from specgym.paths import PREDICTORS_DIR
+
+    if any(PREDICTORS_DIR.glob("midpair*")):  # tree-predicted grows its tree from trace signals: replay only
+        with pytest.raises(SpecgymError, match="replay only"):
+            run_live_tree(eng, ids, make_tree_controller("tree-predicted:midpair", 8), 10)
     with pytest.raises(SpecgymError, match="token-level"):
         run_live_tree(eng, ids, make_tree_controller("tree-chain:confidence", 8), 10)
     with pytest.raises(SpecgymError, match="lean forward"):
@@ -296,8 +301,25 @@ def test_live_bench_specs_checked_before_anything_runs(capsys):
 
     assert check_live_specs("fixed:2, tree-static:2-2-1,tree-eagle,tree-chain:fixed:3,tree-sequoia:20") == \
         ["fixed:2", "tree-static:2-2-1", "tree-eagle", "tree-chain:fixed:3", "tree-sequoia:20"]
-    for bad in ("tree-static:0-2", "tree-bogus", "fixed:2,nope"):
+    for bad in ("tree-static:0-2", "tree-bogus", "fixed:2,nope", "tree-chain:confidence"):
         with pytest.raises(SpecgymError):
             check_live_specs(bad)
     assert main(["bench", "--sections", "live", "--live-controllers", "fixed:2,tree-static:2-x"]) == 2
     assert "tree-static:2-x" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", [_shipped("midpair")])
+def test_tree_ppo_live_equals_plain(name):
+    """The shipped tree-mode PPO policy decodes live through tree verification, exactly (it observes each round as
+    the chain round along the draft's rank-0 spine)."""
+    from specgym.paths import POLICIES_DIR
+
+    if not (POLICIES_DIR / "midpair-tree").exists():
+        pytest.skip("shipped midpair-tree policy absent")
+    pair = load_pair(str(MODELS_DIR / name / "draft"), str(MODELS_DIR / name / "target"))
+    eng = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE)
+    ids = pair.tokenizer("def parse(self, text):\n", add_special_tokens=False)["input_ids"]
+    ctrl = make_tree_controller("tree-ppo:midpair-tree", 8)
+    res = run_live_tree(eng, ids, ctrl, 48)
+    assert res.tokens == eng.run_plain(ids, 48).tokens
+    assert len({r.nodes for r in res.rounds}) >= 1 and res.accepted > 0

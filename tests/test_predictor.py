@@ -23,14 +23,13 @@ from specgym.envs.core.acceptance_predictor import (
     load_predictor,
     save_predictor,
 )
-from specgym.envs.core.cost import CostProfile
-from specgym.envs.core.lookup import lookup_columns
 from specgym.envs.core.rounds import DraftStep
 from specgym.envs.core.signals import TOPK
 from specgym.envs.engines.trace_engine import TraceEngine
-from specgym.envs.workloads.trace_format import workload_from_requests
 from specgym.errors import SpecgymError
 from specgym.eval.runner import run_controller
+from synthetic_v2 import PROFILE, v2_workload
+
 from specgym.training.predictor import (
     fit_predictor,
     predictor_metrics,
@@ -39,48 +38,11 @@ from specgym.training.predictor import (
     workload_dataset,
 )
 
-PROFILE = CostProfile("flat-test", 1.0, tuple(10.0 + 0.5 * n for n in range(17)), 0.5, source="synthetic")
 ALL = ("conf", "shape", "position", "lookup")
-
-
-def _v2_workload(n_req: int = 60, temperature: float = 0.0, seed: int = 0, signals: bool = True):
-    """SYNTHETIC v2 trace: tokens repeat a short motif in half the requests, acceptance is high where the lookup
-    agrees with the draft token and the draft's confidence is only loosely related to it."""
-    rng = np.random.default_rng(seed)
-    reqs = []
-    for r in range(n_req):
-        n = int(rng.integers(40, 80))
-        prompt = rng.integers(0, 50, 6).tolist()
-        if r % 2:
-            motif = rng.integers(0, 50, 5)
-            tokens = np.resize(motif, n).astype(np.int32)
-        else:
-            tokens = rng.integers(0, 50, n).astype(np.int32)
-        _, look_tok, _ = lookup_columns(prompt, tokens.tolist(), tokens)
-        agree_target = look_tok == tokens
-        p = np.where(agree_target, 0.92, 0.35)
-        accepted = rng.random(n) < p
-        draft = np.where(accepted, tokens, (tokens + 1) % 50).astype(np.int32)
-        lens, toks, agree = lookup_columns(prompt, tokens.tolist(), draft)
-        conf = np.clip(0.5 + 0.2 * (accepted - 0.5) + 0.25 * rng.standard_normal(n), 0.05, 0.99)
-        topk = np.sort(np.column_stack([conf, rng.dirichlet(np.ones(TOPK - 1), n) * (1 - conf)[:, None]]), axis=1)
-        topk = topk[:, ::-1].astype(np.float32)
-        label = accepted.astype(np.float32) if temperature == 0 else p.astype(np.float32)
-        req = {"request_id": f"r{r}", "category": "loop" if r % 2 else "text", "temperature": temperature,
-               "prompt_len": len(prompt), "p_accept": label, "draft_conf": topk[:, 0].copy(),
-               "draft_entropy": np.full(n, 1.5, np.float32), "split": ["train", "train", "val", "test"][r % 4]}
-        if signals:
-            req.update({"token_id": tokens, "draft_token": draft, "target_rank": np.where(accepted, 0, 1)
-                        .astype(np.int32), "draft_topk": topk, "lookup_len": lens, "lookup_token": toks,
-                        "lookup_agree": agree})
-        reqs.append(req)
-    meta = {"topk": TOPK, "lookup_max_n": 4, "vocab_size": 50} if signals else None
-    return workload_from_requests("synthetic-v2", {"kind": "synthetic"}, PROFILE, reqs, signal_meta=meta)
-
 
 @pytest.fixture(scope="module")
 def wl():
-    return _v2_workload()
+    return v2_workload()
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +82,7 @@ def test_lookup_signal_beats_confidence(wl, trained):
 def test_soft_labels_and_auc():
     assert soft_auc(np.array([0.1, 0.2, 0.8, 0.9]), np.array([0, 0, 1, 1.0])) == 1.0
     assert soft_auc(np.array([0.5, 0.5]), np.array([0, 1.0])) == 0.5
-    sampled = _v2_workload(n_req=40, temperature=0.8, seed=1)
+    sampled = v2_workload(n_req=40, temperature=0.8, seed=1)
     pred, _ = select_predictor(sampled, ALL, name="t08", kinds=("logistic",))
     test = workload_dataset(sampled, "test", ALL)
     assert len(np.unique(test.y)) == 2  # soft labels: the true acceptance probabilities 0.35 / 0.92
@@ -156,7 +118,7 @@ def test_artifact_round_trip_and_tampering(tmp_path, trained):
     pred, _ = trained
     path = save_predictor(pred, tmp_path / "p.json")
     back = load_predictor(path)
-    x = workload_dataset(_v2_workload(8, seed=3), "train", ALL).x
+    x = workload_dataset(v2_workload(8, seed=3), "train", ALL).x
     assert np.allclose(back.predict_matrix(x), pred.predict_matrix(x))
     data = json.loads(path.read_text())
     for field, value in (("kind", "mlp" if pred.kind == "logistic" else "logistic"), ("groups", ["conf"]),
@@ -190,7 +152,7 @@ def test_predicted_controller_beats_marginal_where_signals_speak(wl, trained, tm
 
 def test_without_signals_it_decides_exactly_as_marginal(trained):
     pred, _ = trained
-    v1 = _v2_workload(20, signals=False)
+    v1 = v2_workload(20, signals=False)
     assert v1.signal_columns() is None
     eng = TraceEngine(v1, PROFILE, 8, seed=0)
     reqs = v1.split_indices("all")
@@ -202,7 +164,7 @@ def test_without_signals_it_decides_exactly_as_marginal(trained):
 
 
 def test_conf_only_predictor_needs_no_signals():
-    v1 = _v2_workload(20, signals=False)
+    v1 = v2_workload(20, signals=False)
     train = workload_dataset(v1, "train", ("conf", "position"))
     pred = fit_predictor(train, ("conf", "position"), "logistic")
     step = DraftStep(1, 4, 10, 0.7, 1.0)
@@ -225,7 +187,7 @@ def test_cli_train_and_eval(tmp_path, capsys):
     from specgym.envs.workloads.trace_format import save_workload
 
     path = tmp_path / "synthetic-v2.parquet"
-    save_workload(_v2_workload(), path)
+    save_workload(v2_workload(), path)
     out = tmp_path / "pred.json"
     assert main(["predictor", "train", "--workload", str(path), "--out", str(out), "--kinds", "logistic"]) == 0
     assert "validation AUC" in capsys.readouterr().out

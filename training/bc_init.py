@@ -40,8 +40,9 @@ from specgym.errors import SpecgymError
 class RecordingController(Controller):
     """Runs ``inner`` and records (observation, label) pairs at the decisions the training env asks for."""
 
-    def __init__(self, inner: Controller, mode: str, k_min: int, k_max: int):
+    def __init__(self, inner: Controller, mode: str, k_min: int, k_max: int, predictor: Any = None):
         self.inner, self.mode, self.k_min, self.k_max = inner, mode, k_min, k_max
+        self.predictor = predictor  # the observations' acceptance predictor (token mode), as the training env's
         self.name, self.token_level = f"record({inner.name})", inner.token_level
         self.tracker = FeatureTracker(k_max)
         self.decisions = TokenDecisionState(self.tracker)
@@ -52,6 +53,7 @@ class RecordingController(Controller):
 
     def reset(self, ctx: RequestContext) -> None:
         self.ctx = ctx
+        self._temperature = float(ctx.temperature)
         self.inner.reset(ctx)
         self.tracker.reset(ctx)
 
@@ -75,7 +77,8 @@ class RecordingController(Controller):
     def keep_drafting(self, step: DraftStep) -> bool:
         if self.mode == "k":
             return True
-        self.decisions.add(step)
+        pred = self.predictor
+        self.decisions.add(step, accept=None if pred is None else pred.predict_step(step, self._temperature))
         keep = step.index < self._k and bool(self.inner.keep_drafting(step))
         self._add(self.decisions.observation(), int(keep))
         return keep
@@ -89,7 +92,7 @@ class RecordingController(Controller):
 
 def demonstrations(spec: str, workload: Any, mode: str, k_min: int, k_max: int, passes: int = 2,
                    split: str = "train", seed: int = 0,
-                   domain_episodes: int = 1500) -> tuple[np.ndarray, np.ndarray]:
+                   domain_episodes: int = 1500, predictor: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """(observations, labels) of the baseline ``spec`` replayed ``passes`` times over ``split``.
 
     ``workload`` may be a :class:`~specgym.envs.workloads.domains.DomainDistribution`: then ``passes *
@@ -103,7 +106,7 @@ def demonstrations(spec: str, workload: Any, mode: str, k_min: int, k_max: int, 
     inner = make_controller(spec, k_max)
     if mode == "token" and not inner.token_level:
         raise SpecgymError(f"bc_init: {spec!r} is not a token-level controller (token mode needs one)")
-    rec = RecordingController(inner, mode, k_min, k_max)
+    rec = RecordingController(inner, mode, k_min, k_max, predictor)
     if isinstance(workload, DomainDistribution):
         rng = np.random.default_rng(seed)
         for e in range(passes * domain_episodes):

@@ -12,6 +12,7 @@ from typing import Any
 from stable_baselines3.common.callbacks import BaseCallback
 
 from specgym.training.config import RunConfig
+from specgym.training.env_factory import run_predictor
 from specgym.training.export import artifact_from_model
 from specgym.training.run_folder import RunFiles, save_checkpoint, write_json
 from specgym.training.validation import describe
@@ -106,6 +107,7 @@ class ValidationCallback(BaseCallback):
         self.at_start = at_start
         self.last = int(state.get("last_eval_step", -1))
         self.history: list[dict[str, Any]] = state.setdefault("val_history", [])
+        self._predictor = run_predictor(cfg)
 
     def _on_training_start(self) -> None:
         if self.at_start:
@@ -121,7 +123,8 @@ class ValidationCallback(BaseCallback):
         self.last = self.num_timesteps
         vec = self.model.get_vec_normalize_env()
         ppo = self.cfg.ppo
-        art = artifact_from_model(self.model, vec, self.cfg.mode, ppo.k_min, ppo.k_max)
+        art = artifact_from_model(self.model, vec, self.cfg.mode, ppo.k_min, ppo.k_max,
+                                  predictor=self._predictor)
         t0 = time.perf_counter()
         res = self.validator(art, ppo.eval_max_requests)
         for key in ("speedup_vs_best_fixed", "speedup_vs_marginal", "oracle_ratio", "throughput_tok_s",

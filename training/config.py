@@ -21,7 +21,7 @@ from specgym.envs.core.rounds import K_MAX_LIMIT
 from specgym.errors import SpecgymError
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-MODES = ("k", "token", "batch")
+MODES = ("k", "token", "batch", "tree")
 SHAPINGS = ("draft_cost", "conf_potential")
 
 
@@ -71,6 +71,7 @@ class PPOConfig:
     eval_max_requests: int | None
     timesteps: int
     bc_init: str | None = None
+    predictor: str | None = None
     bc_warmup: int = 0
     bc_epochs: int = 10
     bc_passes: int = 1
@@ -78,6 +79,7 @@ class PPOConfig:
     batch_profile: str | None = None
     max_batch: int = 256
     batch_requests: int = 96
+    profile: str | None = None
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -142,8 +144,16 @@ class PPOConfig:
             raise bad("token_value", "must be > 0")
         if self.max_batch < 1 or self.batch_requests < 1:
             raise bad("max_batch", "and batch_requests must be >= 1")
+        if self.profile is not None:
+            from specgym.envs.core.cost import load_profile
+
+            load_profile(self.profile)  # a bad name fails here, before any work
         if self.domains not in (None, "generalist"):
             raise bad("domains", "must be null or 'generalist'")
+        if self.predictor is not None:
+            from specgym.agents.predicted_marginal import resolve_predictor
+
+            resolve_predictor(self.predictor)  # a bad name fails here, before any work
         if self.bc_init is not None:
             from specgym.baselines.registry import make_controller
 
@@ -284,7 +294,7 @@ def resolve_config(mode: str, workload_name: str, config_file: str | Path | None
     """The hyperparameters of a run: ``default`` <- workload entry of the mode's YAML <- overrides.
 
     Args:
-        mode: ``k`` or ``token``.
+        mode: ``k``, ``token``, ``batch`` or ``tree``.
         workload_name: Selects the YAML entry (RL-Zoo style); ``default`` applies to every workload.
         config_file: YAML to use instead of the shipped ``training/configs/MODE.yaml``.
         overrides: Command-line ``KEY=VALUE`` pairs (highest priority).

@@ -12,6 +12,16 @@ from specgym.training.config import RunConfig
 from specgym.training.rewards import TokenShaping, TokenValueReward
 
 
+def run_predictor(run: RunConfig) -> Any:
+    """The acceptance predictor a run's token-mode observations read (config key ``predictor``), or ``None``."""
+    if run.ppo.predictor is None:
+        return None
+    from specgym.agents.predicted_marginal import resolve_predictor
+    from specgym.envs.core.acceptance_predictor import load_predictor
+
+    return load_predictor(resolve_predictor(run.ppo.predictor))
+
+
 def env_config(run: RunConfig, workload: Any, split: str) -> dict[str, Any]:
     """The env configuration of a run (the keys of :meth:`SpecDecodeEnv.default_config`).
 
@@ -19,7 +29,10 @@ def env_config(run: RunConfig, workload: Any, split: str) -> dict[str, Any]:
     """
     from specgym.envs.workloads.domains import DomainDistribution
 
-    cfg = {"split": split, "k_max": run.ppo.k_max, "k_min": run.ppo.k_min, "outcome_seed": run.ppo.outcome_seed}
+    cfg: dict[str, Any] = {"split": split, "k_max": run.ppo.k_max, "k_min": run.ppo.k_min,
+                           "outcome_seed": run.ppo.outcome_seed, "profile": run.ppo.profile}
+    if run.ppo.predictor is not None:
+        cfg["predictor"] = run_predictor(run)
     if isinstance(workload, DomainDistribution):
         return {**cfg, "domains": workload, "workload": workload.workloads[0]}
     return {**cfg, "workload": workload}
@@ -36,6 +49,12 @@ def make_env_fn(run: RunConfig, workload: Any, split: str = "train") -> Callable
         bcfg = {"workload": workload, "batch_profile": run.ppo.batch_profile, "split": split,
                 "requests": run.ppo.batch_requests, "max_batch": run.ppo.max_batch, "k_max": run.ppo.k_max}
         return lambda: SpecDecodeBatchEnv(bcfg)
+    if run.mode == "tree":  # specgym/SpecDecodeTree-v0: its default shape menu (the exported action mapping)
+        from specgym.envs.gym.tree_env import SpecDecodeTreeEnv
+
+        tcfg = env_config(run, workload, split)
+        tv = float(run.token_value_resolved)
+        return lambda: TokenValueReward(SpecDecodeTreeEnv(tcfg), tv)
     cls = SpecDecodeEnv if run.mode == "k" else SpecDecodeTokenEnv
     cfg = env_config(run, workload, split)
     token_value = None if cfg.get("domains") is not None else float(run.token_value_resolved)

@@ -20,11 +20,12 @@ from specgym.agents.policy_controller import (
 )
 from specgym.errors import SpecgymError
 from specgym.training.config import RunConfig
+from specgym.training.env_factory import run_predictor
 from specgym.training.run_folder import RunFiles, load_vecnormalize, read_summary
 
 
 def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, k_max: int,
-                        meta: dict[str, Any] | None = None) -> PolicyArtifact:
+                        meta: dict[str, Any] | None = None, predictor: Any = None) -> PolicyArtifact:
     """Build a :class:`PolicyArtifact` from an in-memory SB3 PPO model and its ``VecNormalize`` (or None).
 
     Args:
@@ -33,6 +34,7 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
         mode: ``k`` or ``token``.
         k_min, k_max: The K range of the env (action ``a`` in K mode means ``K = k_min + a``).
         meta: Training record stored in ``policy.json``.
+        predictor: The acceptance predictor the observations were computed with (embedded in the artifact).
     """
     import torch.nn as nn
 
@@ -51,10 +53,16 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
         mean = np.asarray(vecnorm.obs_rms.mean, np.float64).copy()
         var = np.asarray(vecnorm.obs_rms.var, np.float64).copy()
         clip_obs, eps = float(vecnorm.clip_obs), float(vecnorm.epsilon)
+    shapes: list[list[int]] = []
+    if mode == "tree":  # the tree env's default menu (what `specgym train --mode tree` trains on)
+        from specgym.envs.gym.tree_env import DEFAULT_SHAPES
+
+        shapes = [list(s) for s in DEFAULT_SHAPES]
     art = PolicyArtifact(mode=mode, k_min=k_min, k_max=k_max, weights=weights, biases=biases, activation=activation,
                          obs_mean=mean, obs_var=var, clip_obs=clip_obs, epsilon=eps,
                          feature_version=mode_feature_version(mode), features=mode_feature_names(mode),
-                         meta=dict(meta or {}))
+                         predictor=None if predictor is None else predictor.to_dict(), meta=dict(meta or {}),
+                         shapes=shapes)
     art.validate()
     return art
 
@@ -119,5 +127,5 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = 
         },
         "metrics": (summary or {}).get("val", {}),
     }
-    art = artifact_from_model(model, vecnorm, cfg.mode, cfg.ppo.k_min, cfg.ppo.k_max, meta)
+    art = artifact_from_model(model, vecnorm, cfg.mode, cfg.ppo.k_min, cfg.ppo.k_max, meta, run_predictor(cfg))
     return write_artifact(art, out, overwrite=overwrite)

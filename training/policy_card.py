@@ -37,6 +37,8 @@ def _run_record(run: Path) -> dict[str, Any]:
     if summary.is_file():  # the kept model's full validation figures (the state's history keeps two ratios)
         val = json.loads(summary.read_text()).get("val") or {}
         best.setdefault("oracle_ratio", val.get("oracle_ratio", math.nan))
+        if "speedup_vs_sequoia" in val:  # tree runs
+            best.setdefault("speedup_vs_sequoia", val["speedup_vs_sequoia"])
     return {"run": run.name, "config": cfg, "state": state, "best": best}
 
 
@@ -61,6 +63,8 @@ def card_markdown(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], s
     tr = meta.get("training", {})
     cfg = tr.get("config", {})
     mode = meta.get("mode") or runs[0]["config"].get("mode")
+    if mode == "tree":
+        return _tree_card(name, meta, runs, shipped, reproduce)
     L = [f"# specgym policy `{name}`", "",
          f"A PPO policy (stable-baselines3, exported to numpy: `policy.npz` + `policy.json`, no pickle) in **{mode} "
          f"mode**: " + ("it decides after each draft token whether to keep drafting (and at the start of a round "
@@ -146,6 +150,44 @@ def card_markdown(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], s
     L += ["## Limitations", "",
           "* Trained on replayed traces priced by cost models: live figures depend on how well the pair's measured "
           "profile predicts the machine (see the README's sim-to-real table).",
+          "* The feature version is pinned: a specgym whose features changed refuses to load this policy.", ""]
+    return "\n".join(L)
+
+
+def _tree_card(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], shipped: str, reproduce: str) -> str:
+    """The card of a tree-mode policy (``tree-ppo:NAME``)."""
+    tr = meta.get("training", {})
+    cfg = tr.get("config", {})
+    menu = ", ".join("-".join(map(str, s)) or "plain" for s in meta.get("action_mapping", {}).get("values", []))
+    L = [f"# specgym policy `{name}`", "",
+         "A PPO policy (stable-baselines3, exported to numpy: `policy.npz` + `policy.json`, no pickle) in **tree "
+         "mode** (`specgym/SpecDecodeTree-v0`): per round it picks the draft tree from a menu of static shapes "
+         f"(per-depth widths: {menu}). It reads the cost profile and the request's verified history through the "
+         f"shared feature code (feature version {meta.get('feature_version')}). Greedy decoding only (exact tree "
+         "replay needs greedy traces with ranks).", "",
+         "Use it by name (a tree controller):", "", "```bash",
+         f"specgym eval --workload {tr.get('workload')} --profile {cfg.get('profile')} --controllers "
+         f"all,tree-ppo:{name}", "```", "",
+         "## Training", "",
+         f"Workload `{tr.get('workload')}` (train split), rounds priced with the `{cfg.get('profile')}` profile. PPO, "
+         f"{cfg.get('timesteps', 0):,} environment steps per seed (the shipped model is the one kept at "
+         f"{tr.get('timesteps', 0):,}), net {cfg.get('net_arch')} {cfg.get('activation')}, learning rate "
+         f"{cfg.get('learning_rate')} ({cfg.get('lr_schedule')}), entropy coefficient {cfg.get('ent_coef')}; from "
+         "scratch. The model kept is the best on the workload's val split. One torch thread.", "",
+         "| seed | run | steps | wall time | best val: vs best fixed K | vs tree-sequoia | oracle ratio |",
+         "|---|---|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        b, st = r["best"], r["state"]
+        mark = " **(shipped)**" if r["run"] == shipped else ""
+        L.append(f"| {r['config'].get('seed')}{mark} | {r['run']} | {st.get('timesteps_done', 0):,} | "
+                 f"{st.get('wall_s', math.nan) / 60:.1f} min | {_fmt(b.get('speedup_vs_best_fixed'), 'x')} | "
+                 f"{_fmt(b.get('speedup_vs_sequoia'), 'x')} | {_fmt(b.get('oracle_ratio'))} |")
+    L += ["", f"Reproduce: `{reproduce}` (trains, exports the best model on validation and writes this card).", "",
+          "## Limitations", "",
+          "* Trained on replayed traces priced by a cost profile (an illustrative GPU-like one by default): live "
+          "figures depend on the tree engine and hardware.",
+          "* The menu is static shapes chosen before the round's first draft forward: it cannot react to the "
+          "round's draft distribution (the dynamic `tree-predicted:NAME` rule does).",
           "* The feature version is pinned: a specgym whose features changed refuses to load this policy.", ""]
     return "\n".join(L)
 

@@ -35,7 +35,7 @@ from specgym.console import make_console
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text, check_output, make_owned_dir, remove_owned, sha256_file
 from specgym.training.config import PPOConfig, RunConfig, resolve_config
-from specgym.training.env_factory import make_training_env
+from specgym.training.env_factory import make_training_env, run_predictor
 from specgym.training.rewards import auto_token_value
 from specgym.training.run_folder import RUN_FILES, RunFiles, read_state, save_checkpoint, write_json
 from specgym.training.validation import make_validator
@@ -203,7 +203,7 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
 
             t_bc = time.perf_counter()
             obs, labels = demonstrations(ppo.bc_init, wl, cfg.mode, ppo.k_min, ppo.k_max, passes=ppo.bc_passes,
-                                         seed=seed)
+                                         seed=seed, predictor=run_predictor(cfg))
             bc = clone_into(model, venv, obs, labels, epochs=ppo.bc_epochs, seed=seed)
             bc["seconds"] = round(time.perf_counter() - t_bc, 1)
             state["bc_init"] = {"spec": ppo.bc_init, **bc}

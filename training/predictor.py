@@ -27,6 +27,7 @@ from specgym.envs.core.acceptance_predictor import (
     check_groups,
     design_matrix,
 )
+from specgym.envs.core.stopping_plan import ContinuationModel, fit_continuation
 from specgym.envs.workloads.trace_format import Workload
 from specgym.errors import SpecgymError
 
@@ -41,10 +42,10 @@ class Dataset:
 
 
 def workload_dataset(wl: Workload, split: str, groups: tuple[str, ...], max_rows: int | None = None,
-                     seed: int = 0) -> Dataset:
-    """The predictor's design matrix and labels over the positions of ``split``'s requests."""
+                     seed: int = 0, requests: np.ndarray | None = None) -> Dataset:
+    """The predictor's design matrix and labels over the positions of ``split``'s requests (or of ``requests``)."""
     groups = check_groups(groups)
-    reqs = wl.split_indices(split)
+    reqs = wl.split_indices(split) if requests is None else np.asarray(requests)
     rows = np.concatenate([np.arange(wl.offsets[r], wl.offsets[r + 1]) for r in reqs]) if len(reqs) else \
         np.zeros(0, np.int64)
     pos = np.concatenate([np.arange(wl.offsets[r + 1] - wl.offsets[r]) for r in reqs]) if len(reqs) else rows
@@ -175,7 +176,25 @@ def select_predictor(wl: Workload | Sequence[Workload], groups: tuple[str, ...],
     threshold = max(grid, key=lambda t: sum(math.log(sp[t]) for sp in speeds))
     candidates["threshold"] = {"chosen": threshold, "val_tok_s": {
         w.name: {str(t): v for t, v in sp.items()} for w, sp in zip(wls, speeds)}}
-    return dataclasses.replace(best, threshold=threshold), candidates
+    return dataclasses.replace(best, threshold=threshold, continuation=fit_continuations(wls, best)), candidates
+
+
+def fit_continuations(wls: Sequence[Workload], pred: AcceptancePredictor, split: str = "train",
+                      ) -> dict[str, ContinuationModel]:
+    """The continuation models of ``pred`` (what ``planned:`` plans with), one per temperature group present
+    (``greedy``: T = 0; ``sampled``), fitted on ``pred``'s own predictions over ``split``."""
+    parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+    for w, wl in enumerate(wls):
+        reqs = wl.split_indices(split)
+        for group, sel in (("greedy", wl.temperature[reqs] == 0.0), ("sampled", wl.temperature[reqs] != 0.0)):
+            chosen = reqs[sel]
+            if len(chosen) == 0:
+                continue
+            sub = workload_dataset(wl, split, pred.groups, requests=chosen)
+            # a transition never crosses two requests (of one workload or of two)
+            key = np.concatenate([np.full(wl.offsets[r + 1] - wl.offsets[r], (w << 32) + int(r)) for r in chosen])
+            parts.setdefault(group, []).append((pred.predict_matrix(sub.x), sub.y, key))
+    return {g: fit_continuation(*(np.concatenate(a) for a in zip(*ps))) for g, ps in parts.items()}
 
 
 def _concat(parts: list[Dataset]) -> Dataset:

@@ -9,7 +9,8 @@ from specgym.eval.harness import EvalConfig, evaluate
 
 #: Validation figures a run reports besides the best fixed K: (key in the result, the baseline it compares with).
 COMPARED_BASELINES = (("speedup_vs_marginal", "marginal"), ("speedup_vs_speclane", "speclane"),
-                      ("speedup_vs_confidence", "confidence:0.4"), ("speedup_vs_goodput", "goodput"))
+                      ("speedup_vs_confidence", "confidence:0.4"), ("speedup_vs_goodput", "goodput"),
+                      ("speedup_vs_sequoia", "tree-sequoia"))
 
 
 def validate_policy(artifact: PolicyArtifact, workload: Any, split: str = "val", max_requests: int | None = None,
@@ -38,6 +39,28 @@ def validate_policy(artifact: PolicyArtifact, workload: Any, split: str = "val",
         out["confidence_tok_s"] = rows["confidence:0.4"]["throughput_tok_s"]
         out["speedup_vs_confidence"] = row["throughput_tok_s"] / out["confidence_tok_s"]
     out["oracle_tok_s"] = report["oracle"]["throughput_tok_s"]
+    out["split"], out["requests"] = split, report["workload"]["requests"]
+    return out
+
+
+def validate_tree_policy(artifact: PolicyArtifact, workload: Any, profile: str | None, split: str = "val",
+                         max_requests: int | None = None) -> dict[str, Any]:
+    """A tree-mode policy (through the tree runner) against ``fixed:1..k_max`` and ``tree-sequoia`` under the run's
+    profile."""
+    from specgym.agents.tree_policy import TreePolicyController
+
+    policy = TreePolicyController(artifact, name="tree-ppo (training)")
+    refs = [f"fixed:{k}" for k in range(1, artifact.k_max + 1)] + ["tree-sequoia"]
+    report = evaluate(EvalConfig(workload=workload, controllers=[",".join(refs), policy], split=split,
+                                 k_max=artifact.k_max, max_requests=max_requests, profile=profile))
+    rows = {r["spec"]: r for r in report["rows"]}
+    row = rows[policy.name]
+    out = {k: row[k] for k in ("throughput_tok_s", "speedup_vs_ar", "speedup_vs_best_fixed", "oracle_ratio",
+                               "mean_k", "mean_accept_len", "draft_waste") if k in row}
+    out["best_fixed_k"] = report["reference"]["best_fixed_k"]
+    out["best_fixed_tok_s"] = rows[f"fixed:{out['best_fixed_k']}"]["throughput_tok_s"]
+    out["sequoia_tok_s"] = rows["tree-sequoia"]["throughput_tok_s"]
+    out["speedup_vs_sequoia"] = row["throughput_tok_s"] / out["sequoia_tok_s"]
     out["split"], out["requests"] = split, report["workload"]["requests"]
     return out
 
@@ -118,6 +141,9 @@ def make_validator(cfg: Any, workload: Any):
     if cfg.mode == "batch":
         return (lambda art, max_requests=None: validate_batch(art, workload, cfg.ppo.batch_profile,
                                                               cfg.ppo.max_batch)), "speedup_vs_goodput"
+    if cfg.mode == "tree":
+        return (lambda art, max_requests=None: validate_tree_policy(art, workload, cfg.ppo.profile, "val",
+                                                                    max_requests)), "speedup_vs_best_fixed"
     if getattr(cfg.ppo, "domains", None):
         cells = generalist_cells()
         return (lambda art, max_requests=None: validate_generalist(art, cells, max_requests)), "speedup_vs_marginal"

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from specgym.envs.core.rounds import DraftStep
+from specgym.envs.core.stopping_plan import ContinuationModel
 from specgym.errors import SpecgymError
 
 PREDICTOR_VERSION = 1
@@ -163,6 +164,9 @@ class AcceptancePredictor:
             validation split by :func:`specgym.training.predictor.tune_threshold`: the marginal rule is myopic (one
             more token also opens the way to the ones after it), and with a sharp predictor a ratio below 1 pays.
         version: :data:`PREDICTOR_VERSION` it was trained with.
+        continuation: Per temperature group (``greedy``, ``sampled``), how its predictions follow each other on
+            the train split (:class:`~specgym.envs.core.stopping_plan.ContinuationModel`): what the ``planned:``
+            controller plans with. Empty for a predictor trained before they existed.
         meta: Provenance and measured figures (workload, pair, AUC...): does not change the function.
     """
 
@@ -176,6 +180,7 @@ class AcceptancePredictor:
     threshold: float = 1.0
     version: int = PREDICTOR_VERSION
     meta: dict[str, Any] | None = None
+    continuation: dict[str, ContinuationModel] = field(default_factory=dict)
     _first: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
     _linear: tuple[list[float], float] | None = field(init=False, repr=False, compare=False)
 
@@ -236,12 +241,16 @@ class AcceptancePredictor:
         return {**body, "name": self.name, "meta": self.meta or {}, "sha256": _digest(body)}
 
     def _function_fields(self) -> dict[str, Any]:
-        return {"format": "specgym-acceptance-predictor", "version": int(self.version), "groups": list(self.groups),
-                "kind": self.kind, "hidden_dim": int(self.hidden_dim), "threshold": float(self.threshold),
-                "columns": self.columns,
-                "mean": [float(v) for v in self.mean], "scale": [float(v) for v in self.scale],
-                "layers": [{"w": np.asarray(w, dtype=np.float64).tolist(), "b": np.asarray(b, dtype=np.float64)
-                            .tolist()} for w, b in self.layers]}
+        body: dict[str, Any] = {
+            "format": "specgym-acceptance-predictor", "version": int(self.version), "groups": list(self.groups),
+            "kind": self.kind, "hidden_dim": int(self.hidden_dim), "threshold": float(self.threshold),
+            "columns": self.columns,
+            "mean": [float(v) for v in self.mean], "scale": [float(v) for v in self.scale],
+            "layers": [{"w": np.asarray(w, dtype=np.float64).tolist(), "b": np.asarray(b, dtype=np.float64)
+                        .tolist()} for w, b in self.layers]}
+        if self.continuation:  # absent from older artifacts, whose checksum stays valid
+            body["continuation"] = {g: m.to_dict() for g, m in sorted(self.continuation.items())}
+        return body
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "<predictor>") -> AcceptancePredictor:
@@ -261,6 +270,11 @@ class AcceptancePredictor:
             scale = np.asarray(d["scale"], dtype=np.float64)
             layers = tuple((np.asarray(layer["w"], dtype=np.float64), np.asarray(layer["b"], dtype=np.float64))
                            for layer in d["layers"])
+            raw_cont = d.get("continuation") or {}
+            if not isinstance(raw_cont, dict) or not set(raw_cont) <= {"greedy", "sampled"}:
+                raise ValueError("field 'continuation' must map 'greedy'/'sampled' to models")
+            continuation = {str(g): ContinuationModel.from_dict(m, f"{where}: field 'continuation.{g}'")
+                            for g, m in raw_cont.items()}
         except (KeyError, TypeError, ValueError) as exc:
             raise SpecgymError(f"{where}: malformed predictor ({exc})") from None
         if kind not in MODEL_KINDS:
@@ -268,7 +282,7 @@ class AcceptancePredictor:
         if not 0.0 < threshold <= 10.0:
             raise SpecgymError(f"{where}: field 'threshold' must be in (0, 10], got {threshold!r}")
         pred = cls(str(d.get("name", "predictor")), groups, kind, mean, scale, layers, hidden_dim, threshold,
-                   version, d.get("meta") or {})
+                   version, d.get("meta") or {}, continuation)
         if d.get("columns") != pred.columns:
             raise SpecgymError(f"{where}: field 'columns' does not match groups {list(groups)} (signal list "
                                f"mismatch)")

@@ -17,6 +17,15 @@ under the request's full cost model, and in token mode the calibrated acceptance
 calibrated probability that the whole draft so far is accepted and the marginal ratio of drafting one more token
 (:mod:`specgym.envs.core.economics`).
 
+Version 4 lets a token-mode policy see a learned acceptance predictor
+(:mod:`specgym.envs.core.acceptance_predictor`): where the environment (training) or the controller (deployment) has
+one and the draft step carries its signals, the acceptance estimate of the token just drafted is the predictor's
+(``tok_accept_est``, and through it ``tok_prefix_prob`` and ``tok_marginal``), and the new last feature
+``tok_predicted`` says so. Without a predictor a version-4 observation is the version-3 one followed by a 0, so a
+version-3 policy (which never had a predictor) still runs: it is shown its own feature list
+(:data:`SUPPORTED_FEATURE_VERSIONS`). K mode is unchanged: a K chosen before drafting cannot see the predictions of
+tokens not yet drafted.
+
 Bump :data:`FEATURE_VERSION` whenever a feature's meaning, order or scaling changes: exported policies record it
 and refuse to run against another version.
 """
@@ -30,8 +39,11 @@ import numpy as np
 
 from specgym.envs.core.economics import Calibration, RoundCosts
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
+from specgym.errors import SpecgymError
 
-FEATURE_VERSION = 3
+FEATURE_VERSION = 4
+#: The versions this code renders: the current one, and version 3 for policies trained before the predictor.
+SUPPORTED_FEATURE_VERSIONS = (3, 4)
 ENTROPY_SCALE = 8.0  # nats; entropies are clipped to this and scaled to [0, 1]
 MARGINAL_SCALE = 3.0  # log marginal ratio, clipped to +-3 and scaled to [-1, 1]
 _EMA_FAST, _EMA_MID, _EMA_SLOW, _EMA_FEAT = 0.5, 0.8, 0.95, 0.8
@@ -89,29 +101,49 @@ TOKEN_FEATURES: tuple[Feature, ...] = (
     Feature("tok_conf_prod", 0, 1, "product of this round's draft confidences so far (1 before the first)"),
     Feature("tok_conf_min", 0, 1, "min draft confidence in this round so far (1 before the first)"),
     Feature("tok_room", 0, 1, "remaining draft room in this round (cap - drafted) / k_max"),
-    Feature("tok_accept_est", 0, 1, "calibrated acceptance probability of the token just drafted (online Platt "
-                                    "scaling of its confidence; the acceptance estimate before the first)"),
+    Feature("tok_accept_est", 0, 1, "acceptance probability of the token just drafted: the acceptance predictor's "
+                                    "where there is one and the step carries its signals, else calibrated confidence "
+                                    "(online Platt scaling); the acceptance estimate before the first"),
     Feature("tok_prefix_prob", 0, 1, "calibrated probability that every token drafted so far is accepted"),
     Feature("tok_marginal", -1, 1, "log of the marginal ratio of drafting one more token (> 0: it raises the "
                                    "round's expected rate) / 3, clipped"),
 )
 
+#: Token features added by version 4.
+PREDICTOR_FEATURES: tuple[Feature, ...] = (
+    Feature("tok_predicted", 0, 1, "1 if tok_accept_est of the token just drafted is the acceptance predictor's, "
+                                   "0 if calibrated confidence (no predictor, or the step lacks its signals)"),
+)
 
-def feature_names(mode: str) -> list[str]:
-    """Ordered feature names of a mode (``k`` or ``token``)."""
-    feats = ROUND_FEATURES + (TOKEN_FEATURES if mode == "token" else ())
-    return [f.name for f in feats]
+
+def check_feature_version(version: int) -> int:
+    """``version`` if this code renders it, else a one-line error."""
+    if version not in SUPPORTED_FEATURE_VERSIONS:
+        raise SpecgymError(f"feature version {version!r}: this specgym computes versions "
+                           f"{', '.join(map(str, SUPPORTED_FEATURE_VERSIONS))}: retrain and re-export the policy")
+    return int(version)
+
+
+def _features(mode: str, version: int = FEATURE_VERSION) -> tuple[Feature, ...]:
+    if mode != "token":
+        return ROUND_FEATURES
+    return ROUND_FEATURES + TOKEN_FEATURES + (PREDICTOR_FEATURES if check_feature_version(version) >= 4 else ())
+
+
+def feature_names(mode: str, version: int = FEATURE_VERSION) -> list[str]:
+    """Ordered feature names of a mode (``k`` or ``token``) at a feature version."""
+    return [f.name for f in _features(mode, version)]
 
 
 def feature_bounds(mode: str) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) float32 bounds of a mode's observation vector."""
-    feats = ROUND_FEATURES + (TOKEN_FEATURES if mode == "token" else ())
+    feats = _features(mode)
     return (np.array([f.low for f in feats], np.float32), np.array([f.high for f in feats], np.float32))
 
 
 def feature_table(mode: str) -> str:
     """Markdown-ish table of a mode's features, for docstrings and ``specgym features``."""
-    feats = ROUND_FEATURES + (TOKEN_FEATURES if mode == "token" else ())
+    feats = _features(mode)
     return "\n".join(f"{i:>2}  {f.name:<20} [{f.low:g}, {f.high:g}]  {f.doc}" for i, f in enumerate(feats))
 
 
@@ -247,14 +279,16 @@ class TokenDecisionState:
 
     Args:
         tracker: The request's :class:`FeatureTracker` (its calibration and costs price the next draft).
+        version: Feature version of the observation (:data:`SUPPORTED_FEATURE_VERSIONS`; 3 omits ``tok_predicted``).
     """
 
     __slots__ = ("tracker", "k_max", "drafted", "cap", "conf", "entropy", "conf_prod", "conf_min", "accept_est",
-                 "prefix_prob", "expected")
+                 "prefix_prob", "expected", "predicted", "_flag")
 
-    def __init__(self, tracker: FeatureTracker):
+    def __init__(self, tracker: FeatureTracker, version: int = FEATURE_VERSION):
         self.tracker = tracker
         self.k_max = tracker.k_max
+        self._flag = check_feature_version(version) >= 4
         self.begin_round()
 
     def begin_round(self) -> None:
@@ -266,6 +300,7 @@ class TokenDecisionState:
         self.accept_est = self.tracker.alpha_hat
         self.prefix_prob = 1.0
         self.expected = 1.0  # tokens the round produces if it verifies now: the target's own token
+        self.predicted = False
 
     def add(self, step: DraftStep, accept: float | None = None) -> None:
         """Fold in the draft token just proposed; ``accept`` (a predictor's acceptance probability) replaces the
@@ -277,6 +312,7 @@ class TokenDecisionState:
         if step.conf < self.conf_min:
             self.conf_min = step.conf
         self.accept_est = self.tracker.calibration.accept_prob(step.conf) if accept is None else accept
+        self.predicted = accept is not None
         self.prefix_prob *= self.accept_est
         self.expected += self.prefix_prob
 
@@ -299,4 +335,6 @@ class TokenDecisionState:
             self.conf_prod, self.conf_min, (self.cap - self.drafted) / k,
             self.accept_est, self.prefix_prob, max(-1.0, min(1.0, log_ratio / MARGINAL_SCALE)),
         ]
+        if self._flag:
+            tok.append(1.0 if self.predicted else 0.0)
         return np.array(self.tracker._round_obs + tok, dtype=np.float32)

@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.features import FeatureTracker, TokenDecisionState, feature_bounds, feature_table
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RoundOutcome, check_k_max
@@ -52,6 +53,10 @@ class _ReplayEnvBase(gym.Env):
             domains: a :class:`~specgym.envs.workloads.domains.DomainDistribution`: every episode draws its own
                 workload and cost profile from it (domain randomisation; ``workload`` and ``profile`` are then
                 unused, requests still come from ``split``).
+            predictor: token mode: an acceptance predictor (shipped name, ``.json`` path or
+                :class:`~specgym.envs.core.acceptance_predictor.AcceptancePredictor`) whose probability of each
+                draft token becomes its acceptance estimate where the trace carries the predictor's signals
+                (``tok_predicted`` = 1); ``None`` = calibrated confidence. K mode: must be ``None``.
         """
         return {
             "workload": default_workload_name(),
@@ -61,6 +66,7 @@ class _ReplayEnvBase(gym.Env):
             "k_min": 0,
             "outcome_seed": 0,
             "domains": None,
+            "predictor": None,
         }
 
     def __init__(self, config: dict[str, Any] | None = None, render_mode: str | None = None, **overrides: Any):
@@ -104,10 +110,26 @@ class _ReplayEnvBase(gym.Env):
             prof = cfg["profile"]
             self._use(wl if isinstance(wl, Workload) else cached_workload(wl),
                       prof if isinstance(prof, CostProfile) or prof is None else load_profile(prof))
+        self.predictor = self._load_predictor(cfg["predictor"])
         low, high = feature_bounds(self.mode)
         self.observation_space = spaces.Box(low, high, dtype=np.float32)
         self.tracker = FeatureTracker(self.k_max)
         self.req: ReplayRequest | None = None
+
+    def _load_predictor(self, spec: Any) -> AcceptancePredictor | None:
+        if spec is None or isinstance(spec, AcceptancePredictor):
+            pred = spec
+        elif isinstance(spec, str):
+            from specgym.agents.predicted_marginal import resolve_predictor
+
+            pred = load_predictor(resolve_predictor(spec))
+        else:
+            raise SpecgymError(f"env config predictor: expected None, a predictor name or path, or an "
+                               f"AcceptancePredictor, got {spec!r}")
+        if pred is not None and self.mode != "token":
+            raise SpecgymError(f"env config predictor: only the token-mode env reads an acceptance predictor "
+                               f"(this is {self.mode} mode)")
+        return pred
 
     def _use(self, workload: Workload, profile: CostProfile | None) -> None:
         """Replay ``workload`` priced with ``profile`` (None = its own) from now on."""
@@ -304,7 +326,8 @@ class SpecDecodeTokenEnv(_ReplayEnvBase):
     As :class:`SpecDecodeEnv`; round fields are present on steps that verified a round (``verified`` is True).
 
     ## Version History
-    * v1: feature version 3; invalid actions raise (v0 treated any nonzero action other than 1 as "stop").
+    * v1: feature version 4 (``tok_predicted``; config key ``predictor``); version 3 before; invalid actions
+      raise (v0 treated any nonzero action other than 1 as "stop").
     * v0: initial release (feature versions 1 and 2).
     """
 
@@ -342,7 +365,12 @@ class SpecDecodeTokenEnv(_ReplayEnvBase):
             j = dec.drafted + 1
             pos = self.req.position + j - 1
             conf, ent = self.req.draft_features(pos)
-            dec.add(DraftStep(j, self._cap, pos, conf, ent))
+            pred = self.predictor
+            if pred is None:
+                dec.add(DraftStep(j, self._cap, pos, conf, ent))
+            else:
+                draft = DraftStep(j, self._cap, pos, conf, ent, self.req.signals(self.req.position, j))
+                dec.add(draft, accept=pred.predict_step(draft, self.req.context.temperature))
             if j < self._cap:
                 info = self._base_info()
                 info["verified"] = False

@@ -54,7 +54,7 @@ DEFAULT_CALIBRATION_PROMPTS = 3  # per category, from the train split
 def _policies() -> list[str]:
     from specgym.agents.policy_controller import list_policies
 
-    return [f"ppo:{p}" for p in list_policies()]
+    return [f"ppo:{p}" for p in list_policies(chain_only=True)]
 
 
 #: Tree controllers the default live bench adds on a greedy workload with ranks.
@@ -81,9 +81,11 @@ def check_live_specs(specs: str) -> list[str]:
     chain = [x for x in items if not is_tree_spec(x)]
     if chain:
         expand_specs(",".join(chain))
+    from specgym.eval.tree_runner import check_live_tree
+
     for x in items:
         if is_tree_spec(x):
-            make_tree_controller(x)
+            check_live_tree(make_tree_controller(x))
     return items
 
 

@@ -59,7 +59,7 @@ def run_suite_command(args: argparse.Namespace) -> int:
                                f"--{opt} {getattr(args, opt)}")
     out = check_output(args.out or Path("out") / f"suite-{args.suite}", args.force)
     if args.controllers == "all":
-        policies = [f"ppo:{name}" for name in list_policies()]
+        policies = [f"ppo:{name}" for name in list_policies(chain_only=True)]
         if not policies:
             raise SpecgymError("no shipped policy to evaluate: pass --controllers ppo:DIR[,ppo:DIR...]")
     else:

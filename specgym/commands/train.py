@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from specgym.commands.args import k_max_type, nonneg_int, positive_int
@@ -14,9 +15,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``train`` and ``export``."""
     p = sub.add_parser("train", help="train a PPO policy (stable-baselines3) on a workload's train split")
     p.add_argument("--workload", default=None, help="workload name or .parquet path (default: the default workload)")
-    p.add_argument("--mode", choices=("k", "token", "batch"), default="k",
+    p.add_argument("--mode", choices=("k", "token", "batch", "tree"), default="k",
                    help="k: choose K per round; token: continue/stop after each draft token; batch: the K of each "
-                        "serving step of a batch (specgym/SpecDecodeBatch-v0) (default %(default)s)")
+                        "serving step of a batch (specgym/SpecDecodeBatch-v0); tree: the draft tree of each round "
+                        "(specgym/SpecDecodeTree-v0, greedy traces with ranks; priced with gpu-like-published unless "
+                        "--hyperparams profile=...) (default %(default)s)")
     p.add_argument("--timesteps", type=positive_int, default=None,
                    help="total env steps, a multiple of the config's n_envs (16); the run stops exactly there "
                         "(default: the config's)")
@@ -84,5 +87,6 @@ def _export(args: argparse.Namespace) -> int:
     from specgym.training.export import export_run
 
     out = export_run(args.run, args.out, which=args.which, overwrite=args.force)
-    print(f"exported policy: {out}/policy.json + policy.npz (use it as ppo:{out})")
+    spec = "tree-ppo" if json.loads((Path(out) / "policy.json").read_text()).get("mode") == "tree" else "ppo"
+    print(f"exported policy: {out}/policy.json + policy.npz (use it as {spec}:{out})")
     return 0

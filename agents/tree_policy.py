@@ -1,0 +1,69 @@
+"""The deployed tree-mode PPO policy (``tree-ppo:PATH``): a numpy-only tree controller over an exported artifact.
+
+A tree-mode artifact (``specgym train --mode tree``, ``specgym export``; :mod:`specgym.agents.policy_controller`
+documents the files, checksums and feature-version check) maps the observation of ``specgym/SpecDecodeTree-v0`` to
+an index into its action menu of per-depth widths (``policy.json``'s ``action_mapping``, type ``tree_widths``).
+The observation is the shared :class:`~specgym.envs.core.features.FeatureTracker`'s K-mode vector, fed each verified
+tree round as the chain round along its true path (:meth:`TreeReplayRequest.as_round`), exactly as the env feeds
+it, so the controller sees in deployment what the policy saw in training. It emits :class:`TreeShape` trees, the
+action type of the static tree baselines, so a live tree engine drives it through ``propose_tree`` /
+:meth:`TreePolicyController.observe_round`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specgym.agents.policy_controller import PolicyArtifact, PolicyNetwork
+from specgym.envs.core.features import FeatureTracker
+from specgym.envs.core.rounds import RequestContext, RoundOutcome
+from specgym.envs.core.tree import TreeController, TreeRoundOutcome, TreeShape
+from specgym.errors import SpecgymError
+
+
+class TreePolicyController(TreeController):
+    """Runs a tree-mode policy artifact as a :class:`TreeController`.
+
+    Args:
+        artifact: A loaded tree-mode policy (:func:`~specgym.agents.policy_controller.load_policy`).
+        name: Display name (starts with ``tree``).
+    """
+
+    plays_rounds = True
+
+    def __init__(self, artifact: PolicyArtifact, name: str = "tree-ppo"):
+        artifact.validate()
+        if artifact.mode != "tree":
+            raise SpecgymError(f"tree-ppo needs a tree-mode policy, got mode {artifact.mode!r}")
+        self.artifact = artifact
+        self.name = name
+        self.k_max = artifact.k_max
+        self.network = PolicyNetwork(artifact)
+        self.shapes = [TreeShape.from_widths(s) for s in artifact.shapes]
+        self.tracker = FeatureTracker(self.k_max)
+
+    def reset(self, ctx: RequestContext) -> None:
+        """Start a request: clear the feature history (the engine must allow the policy's deepest tree)."""
+        if ctx.k_max < self.k_max:
+            raise SpecgymError(f"policy {self.name} was trained with k_max={self.k_max}, the engine allows only "
+                               f"{ctx.k_max} (pass --k-max {self.k_max})")
+        self.ctx = ctx
+        self.tracker.reset(ctx)
+
+    def action(self) -> int:
+        """The policy's action index for the current observation."""
+        return self.network.act(self.tracker.observation())
+
+    def propose_tree(self) -> TreeShape:
+        """The tree of the next round."""
+        return self.shapes[self.action()]
+
+    def observe_round(self, rnd: RoundOutcome) -> None:
+        """Fold a verified tree round, given as the chain round along its true path, into the features."""
+        self.tracker.update(rnd)
+
+    def play_round(self, req: Any) -> TreeRoundOutcome:
+        """One replayed round (:class:`TreeReplayRequest`): propose, play, observe the true-path round."""
+        o = req.play(self.propose_tree())
+        self.observe_round(req.as_round(o))
+        return o

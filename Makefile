@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 PKG_FILES := $(shell find specgym envs agents baselines training eval data -type f -not -path '*/__pycache__/*' \
                -not -name '*.pyc' 2>/dev/null | LC_ALL=C sort)
 
-.PHONY: install demo test test-fast lint bench results policies policies-generalist policies-midpair policies-tree models \
+.PHONY: install demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
         models-midpair models-tinypair predictors profile record record-midpair record-midpair-greedy record-midpair-t08 record-tinypair clean FORCE
 
 $(VENV)/.files: FORCE
@@ -71,7 +71,7 @@ empty :=
 space := $(empty) $(empty)
 join_commas = $(subst $(space),$(comma),$(strip $(1)))
 
-policies: policies-generalist policies-midpair
+policies: policies-generalist policies-midpair policies-midpair-predicted policies-tree
 
 policies-generalist: $(STAMP)
 	for run in $(call GEN_RUNS,k token); do \
@@ -100,6 +100,15 @@ policies-midpair: $(STAMP)
 
 # --- the midpair tree policy (issue 18): PPO on SpecDecodeTree-v0 over midpair-greedy's train split, priced with
 # gpu-like-published (training/configs/tree.yaml; ~10 min on a quiet machine), then its eval against every baseline
+# --- the midpair token policy that reads the acceptance predictor (feature version 4): PPO on midpair-greedy's train
+# split, observations priced by data/predictors/midpair, behaviour-cloned from planned:midpair (~15 min)
+policies-midpair-predicted: $(STAMP)
+	OMP_NUM_THREADS=1 $(VENV)/bin/specgym train --workload midpair-greedy --mode token --seed 0 --timesteps 600000 \
+		--hyperparams predictor=midpair bc_init=planned:midpair --out runs/midpair-predicted-s0 --force
+	$(VENV)/bin/specgym export runs/midpair-predicted-s0 --out runs/midpair-predicted-s0/policy --force
+	$(PY) -m specgym.training.policy_card data/policies/midpair-predicted --force --runs runs/midpair-predicted-s0 \
+		--reproduce "make policies-midpair-predicted"
+
 policies-tree: $(STAMP)
 	OMP_NUM_THREADS=1 $(VENV)/bin/specgym train --workload midpair-greedy --mode tree --seed 0 \
 		--out runs/midpair-tree-s0 --force
@@ -167,10 +176,11 @@ record-midpair-t08: $(STAMP)      # ~45 min
 		--quiet --force --out data/workloads/midpair-t08.parquet
 
 # the shipped acceptance predictor of the midpair (issue 16): one predictor for both temperatures, trained on the
-# train splits of the greedy and T=0.8 recordings, model and decision threshold chosen on their validation splits (~1 min)
+# train splits of the greedy and T=0.8 recordings, model and decision threshold chosen on their validation splits; it
+# reads the draft's hidden sketch and carries a fallback without it (transformers' generate() hook) (~4 min)
 predictors: $(STAMP)
 	$(VENV)/bin/specgym predictor train --workload data/workloads/midpair-greedy.parquet,data/workloads/midpair-t08.parquet \
-		--name midpair --out data/predictors/midpair.json --force
+		--groups conf,shape,position,lookup,hidden --name midpair --out data/predictors/midpair.json --force
 
 record-tinypair: $(STAMP)  # ~12 min
 	$(SPECGYM) record --prompts data/workloads/tinypair-prompts.jsonl --max-new-tokens 128-256 --temperature 0 \

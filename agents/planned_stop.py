@@ -7,8 +7,9 @@ optimal stopping tables (:class:`~specgym.envs.core.stopping_plan.StoppingPlan`)
 predictor's continuation model (how a prediction is followed by the next, fitted on the train split with the
 predictor). Sequential and deployable: it sees only the tokens drafted so far.
 
-The decision to open a round, and every draft step lacking the predictor's signals, is ``predicted:``'s (which is
-``marginal``'s without signals), so on a trace without v2 signals this controller decides exactly as ``marginal``.
+The decision to open a round is the plan's too once the engine has shown that it carries the predictor's signals;
+before that, and at every draft step lacking them, the controller decides as ``predicted:`` (which is ``marginal``
+without signals), so on a trace without v2 signals it decides exactly as ``marginal``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ class PlannedStop(PredictedMarginal):
         if plan is None:
             plan = self._plans[key] = StoppingPlan(model, costs)
         self._plan = plan
+
+    def propose(self) -> int:
+        """The cap if the plan expects an opened round to beat a plain step (``predicted:``'s rule until the engine
+        has shown the predictor's signals), else 0."""
+        if not self._signals or self._plan is None:
+            return super().propose()
+        self.decisions.begin_round()
+        return self._cap if self._plan.open_gain > 0.0 else 0
 
     def keep_drafting(self, step: DraftStep) -> bool:
         """Draft on iff the planned gain of continuing after this token is positive."""

@@ -107,3 +107,24 @@ def test_version_3_policies_still_run():
     res = run_controller(TraceEngine(midpair, seed=0), midpair.split_indices("test")[:5], ctrl)
     assert res.drafted.sum() > 0
     assert len(ctrl.decisions.observation()) == len(feature_names("token", 3))
+
+
+@pytest.mark.slow
+def test_training_with_a_predictor_exports_and_summarises_with_it(tmp_path):
+    """A short run on the SYNTHETIC-free shipped midpair: the kept policy's summary, its export and its validation
+    all read the run's predictor (a summary without it would price another policy)."""
+    from specgym.cli import main
+
+    run = tmp_path / "run"
+    assert main(["train", "--workload", "midpair-greedy", "--mode", "token", "--timesteps", "2048", "--out", str(run),
+                 "--hyperparams", "predictor=midpair", "bc_init=planned:midpair", "n_envs=2", "n_steps=256",
+                 "batch_size=256", "eval_freq=0", "bc_warmup=0"]) == 0
+    assert main(["export", str(run), "--out", str(tmp_path / "pol")]) == 0
+    art = load_policy(tmp_path / "pol")
+    assert art.predictor is not None and art.predictor["name"] == "midpair"
+    summary = json.loads((run / "summary.json").read_text())
+    from specgym.envs.workloads.trace_format import cached_workload
+    from specgym.training.validation import validate_policy
+
+    midpair = cached_workload("midpair-greedy")
+    assert validate_policy(art, midpair)["throughput_tok_s"] == pytest.approx(summary["val"]["throughput_tok_s"])

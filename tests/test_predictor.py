@@ -7,6 +7,7 @@ recordings.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -232,3 +233,40 @@ def test_the_deployment_row_equals_the_training_matrix():
                            bool(ag[i]), hid[i].tolist()) for i in range(n)]
         assert np.allclose(np.array(rows), x, rtol=1e-12, atol=1e-12)
     assert design_row(("conf", "lookup"), 0.5, 1.0, 3, 0.0) is None
+
+
+def test_a_step_lacking_a_signal_asks_the_fallback(wl, trained, tmp_path):
+    pred, _ = trained
+    v1 = v2_workload(8, signals=False)
+    conf_only = fit_predictor(workload_dataset(v1, "train", ("conf", "position")), ("conf", "position"), "logistic")
+    both = dataclasses.replace(pred, fallback=conf_only)
+    bare = DraftStep(1, 4, 10, 0.7, 1.0)  # no signals at all
+    assert pred.predict_step(bare, 0.0) is None
+    assert both.predict_step(bare, 0.0) == conf_only.predict_step(bare, 0.0)
+    path = save_predictor(both, tmp_path / "p.json")
+    back = load_predictor(path)
+    assert back.fallback is not None and back.predict_step(bare, 0.0) == both.predict_step(bare, 0.0)
+    data = json.loads(path.read_text())
+    data["fallback"]["threshold"] = 0.9  # the nested artifact is covered twice: by its own checksum and the outer one
+    path.write_text(json.dumps(data))
+    with pytest.raises(SpecgymError, match="checksum"):
+        load_predictor(path)
+
+
+def test_shipped_midpair_predictor_reads_the_hidden_sketch_and_falls_back_without_it():
+    from specgym.agents.predicted_marginal import resolve_predictor
+    from specgym.envs.core.signals import DraftSignals
+    from specgym.envs.workloads.trace_format import cached_workload
+
+    pred = load_predictor(resolve_predictor("midpair"))
+    assert "hidden" in pred.groups and pred.fallback is not None and "hidden" not in pred.fallback.groups
+    midpair = cached_workload("midpair-greedy")
+    cols = midpair.signal_columns()
+    no_hidden = dataclasses.replace(cols, hidden_sketch=None)  # what transformers' generate() hook computes
+    r = int(midpair.split_indices("test")[0])
+    start = int(midpair.offsets[r])
+    step = DraftStep(1, 4, 0, float(midpair.draft_conf[start]), float(midpair.draft_entropy[start]),
+                     DraftSignals(cols, start, start + 1))
+    step_nh = DraftStep(1, 4, 0, step.conf, step.entropy, DraftSignals(no_hidden, start, start + 1))
+    assert pred.predict_step(step, 0.0) != pred.predict_step(step_nh, 0.0)
+    assert pred.predict_step(step_nh, 0.0) == pred.fallback.predict_step(step_nh, 0.0)

@@ -237,6 +237,8 @@ class RunConfig:
         workload_name, workload_path, workload_sha256, workload_synthetic: The training workload.
         token_value_resolved: The reward's token value after resolving ``auto``.
         token_value_note: How ``auto`` was resolved.
+        predictor_sha256: The checksum of the acceptance predictor the run's observations read (``predictor``
+            key), fixed when the run starts: export and resume refuse a predictor file changed since.
     """
 
     ppo: PPOConfig
@@ -248,6 +250,7 @@ class RunConfig:
     workload_synthetic: bool
     token_value_resolved: float = 1.0
     token_value_note: str = ""
+    predictor_sha256: str | None = None
 
     def to_yaml(self) -> str:
         data = {**self.ppo.to_dict(), **{k: v for k, v in dataclasses.asdict(self).items() if k != "ppo"}}

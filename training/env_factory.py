@@ -13,13 +13,21 @@ from specgym.training.rewards import TokenShaping, TokenValueReward
 
 
 def run_predictor(run: RunConfig) -> Any:
-    """The acceptance predictor a run's token-mode observations read (config key ``predictor``), or ``None``."""
+    """The acceptance predictor a run's token-mode observations read (config key ``predictor``), or ``None``; the
+    very one the run started with (its checksum is in the run config), else a one-line error."""
     if run.ppo.predictor is None:
         return None
     from specgym.agents.predicted_marginal import resolve_predictor
     from specgym.envs.core.acceptance_predictor import load_predictor
+    from specgym.errors import SpecgymError
 
-    return load_predictor(resolve_predictor(run.ppo.predictor))
+    path = resolve_predictor(run.ppo.predictor)
+    pred = load_predictor(path)
+    sha = pred.to_dict()["sha256"]
+    if run.predictor_sha256 is not None and sha != run.predictor_sha256:
+        raise SpecgymError(f"{path}: acceptance predictor changed since the run started (sha256 {sha[:12]}, the run "
+                           f"used {run.predictor_sha256[:12]}): restore that file or train a new run")
+    return pred
 
 
 def env_config(run: RunConfig, workload: Any, split: str) -> dict[str, Any]:

@@ -71,7 +71,10 @@ def card_markdown(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], s
                         "whether to draft at all)." if mode == "token" else "it chooses the draft cap K of each "
                                                                              "round.")
          + " It reads the cost profile and the request's verified history through the shared feature code "
-           f"(feature version {meta.get('feature_version')}), so it needs no tuning per deployment.", "",
+           f"(feature version {meta.get('feature_version')}), so it needs no tuning per deployment."
+         + (f" Its acceptance estimate of each draft token is the acceptance predictor `{meta['predictor']['name']}`'s "
+            f"(embedded in `policy.json`, so it is the very predictor it was trained with), where the decoding loop "
+            f"provides the predictor's signals." if meta.get("predictor") else ""), "",
          "Use it by name:", "", "```bash",
          f"specgym eval --controllers all,ppo:{name}",
          f"specgym generate --prompt 'def fibonacci(n):' --controller ppo:{name}",

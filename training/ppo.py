@@ -134,6 +134,9 @@ def _new_run(req: TrainRequest, run: RunFiles) -> tuple[RunConfig, Any, dict[str
         token_value, note = float(ppo.token_value), ""
     cfg = RunConfig(ppo=ppo, mode=req.mode, seed=int(req.seed), token_value_resolved=token_value,
                     token_value_note=note, **ident)
+    pred = run_predictor(cfg)
+    if pred is not None:
+        cfg.predictor_sha256 = pred.to_dict()["sha256"]
     if run.root.exists():
         remove_owned(run.root)
     make_owned_dir(run.root, "specgym train", RUN_FILES)

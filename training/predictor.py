@@ -154,29 +154,44 @@ def select_predictor(wl: Workload | Sequence[Workload], groups: tuple[str, ...],
     """Fit every kind on the train split (of every workload given: e.g. one pair's greedy and sampled traces, so one
     predictor serves every temperature), keep the one with the lowest validation log loss, then choose its decision
     threshold on validation (:func:`tune_threshold`: the largest geometric-mean speed over the workloads); returns it
-    and the validation figures of every candidate."""
+    and the validation figures of every candidate. With the ``hidden`` group it also carries a fallback selected the
+    same way without it, for deployments that cannot read the draft's hidden state (transformers' ``generate()``)."""
     wls = [wl] if isinstance(wl, Workload) else list(wl)
     groups = check_groups(groups)
-    sketch = getattr(wls[0], "hidden_sketch", None)
-    hidden_dim = int(sketch.shape[1]) if "hidden" in groups and sketch is not None else 0
-    per = max_rows // len(wls) if max_rows else None
-    train = _concat([workload_dataset(w, "train", groups, per, seed) for w in wls])
-    val = _concat([workload_dataset(w, "val", groups) for w in wls])
-    candidates: dict[str, Any] = {}
-    best: AcceptancePredictor | None = None
-    for kind in kinds:
-        pred = fit_predictor(train, groups, kind, name=name, hidden_dim=hidden_dim, seed=seed)
-        m = predictor_metrics(pred.predict_matrix(val.x), val.y)
-        candidates[kind] = m
-        if best is None or m["log_loss"] < candidates[best.kind]["log_loss"]:
-            best = pred
-    assert best is not None
+    best, candidates = select_kind(wls, groups, name, kinds, max_rows, seed)
     speeds = [tune_threshold(w, best)[1] for w in wls]
     grid = list(speeds[0])
     threshold = max(grid, key=lambda t: sum(math.log(sp[t]) for sp in speeds))
     candidates["threshold"] = {"chosen": threshold, "val_tok_s": {
         w.name: {str(t): v for t, v in sp.items()} for w, sp in zip(wls, speeds)}}
-    return dataclasses.replace(best, threshold=threshold, continuation=fit_continuations(wls, best)), candidates
+    fallback = None
+    if "hidden" in groups:
+        # no threshold or continuation of its own: the primary's price the decisions
+        fallback_groups = tuple(g for g in groups if g != "hidden")
+        fallback, figures = select_kind(wls, fallback_groups, f"{name}-fallback", kinds, max_rows, seed)
+        candidates["fallback"] = {"groups": list(fallback_groups), **figures}
+    return dataclasses.replace(best, threshold=threshold, continuation=fit_continuations(wls, best),
+                               fallback=fallback), candidates
+
+
+def select_kind(wls: Sequence[Workload], groups: tuple[str, ...], name: str, kinds: tuple[str, ...],
+                max_rows: int | None = 200_000, seed: int = 0) -> tuple[AcceptancePredictor, dict[str, Any]]:
+    """Fit every model kind on ``groups`` over the train splits; the one with the lowest validation log loss and the
+    validation figures of every kind."""
+    sketch = getattr(wls[0], "hidden_sketch", None)
+    hidden_dim = int(sketch.shape[1]) if "hidden" in groups and sketch is not None else 0
+    per = max_rows // len(wls) if max_rows else None
+    train = _concat([workload_dataset(w, "train", groups, per, seed) for w in wls])
+    val = _concat([workload_dataset(w, "val", groups) for w in wls])
+    figures: dict[str, Any] = {}
+    best: AcceptancePredictor | None = None
+    for kind in kinds:
+        pred = fit_predictor(train, groups, kind, name=name, hidden_dim=hidden_dim, seed=seed)
+        figures[kind] = predictor_metrics(pred.predict_matrix(val.x), val.y)
+        if best is None or figures[kind]["log_loss"] < figures[best.kind]["log_loss"]:
+            best = pred
+    assert best is not None
+    return best, figures
 
 
 def fit_continuations(wls: Sequence[Workload], pred: AcceptancePredictor, split: str = "train",

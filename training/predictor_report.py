@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from specgym.agents.planned_stop import PlannedStop
 from specgym.agents.predicted_marginal import PredictedMarginal
 from specgym.baselines.marginal import MarginalStop
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor
@@ -94,6 +95,9 @@ def predictor_report(wl: Workload, predictor: AcceptancePredictor, split: str = 
     prediction.update({name: _prediction(p, wl, split) for name, p in predictors.items()})
     controllers: list[Any] = [("marginal", MarginalStop())]
     controllers += [(name, PredictedMarginal(p, name=name)) for name, p in predictors.items()]
+    if predictor.continuation:  # optimal stopping on the same predictions
+        name = f"planned:{predictor.name}"
+        controllers.append((name, PlannedStop(predictor, name=name)))
     controllers += list(extra_controllers)
     rep = evaluate(EvalConfig(workload=wl, controllers=controllers, split=split, profile=profile,
                               bootstrap=0, per_request=True))

@@ -22,8 +22,11 @@ Every column is standardised with the training set's mean and scale (stored). **
 linear layer) or ``mlp`` (one tanh hidden layer), chosen by validation log loss.
 
 **Degrading**: a predictor needs its groups' signals; where a step lacks one (a synthetic trace, a v1 trace, an
-engine without lookups) :meth:`AcceptancePredictor.predict_step` returns ``None`` and the controller falls back to
-calibrated confidence. Bump :data:`PREDICTOR_VERSION` when any input's meaning or scaling changes.
+engine without lookups) it asks its **fallback**, a predictor of the same probability on fewer groups (the shipped
+midpair predictor reads the draft's hidden sketch, which transformers' ``generate()`` hook cannot give, and falls back
+to the one without it); where no model has its signals :meth:`AcceptancePredictor.predict_step` returns ``None`` and
+the controller falls back to calibrated confidence. Bump :data:`PREDICTOR_VERSION` when any input's meaning or
+scaling changes.
 """
 
 from __future__ import annotations
@@ -168,6 +171,8 @@ class AcceptancePredictor:
             the train split (:class:`~specgym.envs.core.stopping_plan.ContinuationModel`): what the ``planned:``
             controller plans with. Empty for a predictor trained before they existed.
         meta: Provenance and measured figures (workload, pair, AUC...): does not change the function.
+        fallback: A predictor on fewer signal groups, asked where a step lacks one of this predictor's signals
+            (its threshold and continuation models are not used: the decisions are priced by this predictor's).
     """
 
     name: str
@@ -181,6 +186,7 @@ class AcceptancePredictor:
     version: int = PREDICTOR_VERSION
     meta: dict[str, Any] | None = None
     continuation: dict[str, ContinuationModel] = field(default_factory=dict)
+    fallback: AcceptancePredictor | None = None
     _first: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
     _linear: tuple[list[float], float] | None = field(init=False, repr=False, compare=False)
 
@@ -220,7 +226,7 @@ class AcceptancePredictor:
                              None if cols.lookup_agree is None else bool(cols.lookup_agree[last]),
                              None if cols.hidden_sketch is None else cols.hidden_sketch[last].tolist())
         if row is None or len(row) != len(self.mean):
-            return None
+            return None if self.fallback is None else self.fallback.predict_step(step, temperature)
         if self._linear is not None:
             weights, bias = self._linear
             z = bias + sum(wi * xi for wi, xi in zip(weights, row))
@@ -250,6 +256,8 @@ class AcceptancePredictor:
                         .tolist()} for w, b in self.layers]}
         if self.continuation:  # absent from older artifacts, whose checksum stays valid
             body["continuation"] = {g: m.to_dict() for g, m in sorted(self.continuation.items())}
+        if self.fallback is not None:
+            body["fallback"] = self.fallback.to_dict()
         return body
 
     @classmethod
@@ -275,6 +283,8 @@ class AcceptancePredictor:
                 raise ValueError("field 'continuation' must map 'greedy'/'sampled' to models")
             continuation = {str(g): ContinuationModel.from_dict(m, f"{where}: field 'continuation.{g}'")
                             for g, m in raw_cont.items()}
+            fallback = None if d.get("fallback") is None else \
+                AcceptancePredictor.from_dict(d["fallback"], f"{where}: field 'fallback'")
         except (KeyError, TypeError, ValueError) as exc:
             raise SpecgymError(f"{where}: malformed predictor ({exc})") from None
         if kind not in MODEL_KINDS:
@@ -282,7 +292,7 @@ class AcceptancePredictor:
         if not 0.0 < threshold <= 10.0:
             raise SpecgymError(f"{where}: field 'threshold' must be in (0, 10], got {threshold!r}")
         pred = cls(str(d.get("name", "predictor")), groups, kind, mean, scale, layers, hidden_dim, threshold,
-                   version, d.get("meta") or {}, continuation)
+                   version, d.get("meta") or {}, continuation, fallback)
         if d.get("columns") != pred.columns:
             raise SpecgymError(f"{where}: field 'columns' does not match groups {list(groups)} (signal list "
                                f"mismatch)")

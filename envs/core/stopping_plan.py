@@ -16,7 +16,9 @@ for that, sequentially and without looking ahead at the draft:
   bin), with ``P`` on a log grid, and finds ``lambda`` as the fixed point of the rate the model predicts for its own
   policy.
 * **Decision.** After ``j`` draft tokens with prefix probability ``P_j`` and current prediction ``p_j``: draft on iff
-  ``C_j(P_j, bin(p_j)) > 0``, the expected gain of continuing (and then stopping optimally) over verifying now.
+  ``C_j(P_j, bin(p_j)) > 0``, the expected gain of continuing (and then stopping optimally) over verifying now. A
+  round is opened iff its expected ``tokens - lambda * time`` under the plan beats a plain step's ``1 - lambda *
+  t_AR``.
 
 The decision is a table look-up (``O(1)`` per draft token); tables are built once per cost profile.
 """
@@ -133,7 +135,9 @@ class StoppingPlan:
         self._log_grid = np.linspace(_LOG_P_MIN, 0.0, _GRID)
         self._step = self._log_grid[1] - self._log_grid[0]
         self.rate = self._fixed_point() if rate is None else float(rate)
-        gains = self._solve(self.rate)[0]
+        gains, tokens, time = self._solve(self.rate)
+        #: expected gain of opening a round (then following the plan) over a plain target step, at ``rate``
+        self.open_gain = (tokens - self.rate * time) - (1.0 - self.rate * float(self._cost[0]))
         # per j (1-based; index 0 unused): the gain table as Python lists, rows = grid point, columns = bin
         self._gain = [g.tolist() for g in gains]
 

@@ -96,6 +96,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     for wname, speed in candidates["threshold"]["val_tok_s"].items():
         print(f"  decision threshold {pred.threshold:g}; {wname} validation tok/s by threshold: "
               + ", ".join(f"{t} {v:.1f}" for t, v in speed.items()))
+    if pred.fallback is not None:
+        fb = candidates["fallback"]
+        m = fb[pred.fallback.kind]
+        print(f"  fallback  {pred.fallback.kind} on {', '.join(fb['groups'])} (where a step lacks the hidden sketch): "
+              f"validation AUC {m['auc']:.3f}, log loss {m['log_loss']:.4f}")
     extra = "".join(f"; {w} test AUC {m['auc']:.3f}, log loss {m['log_loss']:.4f}" for w, m in tests.items())
     print(f"wrote {args.out}: {pred.kind} on {', '.join(groups)} ({len(pred.columns)} inputs){extra}")
     return 0

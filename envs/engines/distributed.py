@@ -17,8 +17,10 @@ work folder ``<out>.shards/`` when it finishes, and resumes request by request f
 Why the result is identical to a single-process recording: a request's completion length, sampling seed and trace
 seed are functions of (seed, request id) only (:func:`~specgym.envs.engines.recorder.request_length`,
 :meth:`~specgym.envs.engines.recorder.Recorder.generate`), never of the worker or of the request's position, and the
-trace batches hold the same requests. Floating point is identical when the workers run the same device, dtype and
-thread count as the reference (tested here: CPU, one thread each).
+trace batches hold the same requests. Floating point is identical when the workers run the same device, dtype,
+thread count and linear kernels as the reference (tested here: CPU, one thread each, ``--no-fast-kernels``: the fast
+kernels are picked by timing at load (:mod:`~specgym.envs.engines.fast_linear`), so two recordings, even two
+single-process ones, may differ by float rounding in the float columns unless the kernels are fixed).
 
 Ray is the optional extra ``specgym[distributed]``; without it :func:`record_distributed` fails with one line.
 """
@@ -315,7 +317,8 @@ def record_distributed(
         requests += r
         completions += c
     assert first is not None
-    source = {**first.source, "prompts": portable_name(prompts_path) if prompts_path else None}
+    source = {**first.source, "prompts": portable_name(prompts_path) if prompts_path else None,  # the driver's
+              "draft_model": portable_name(load_kwargs["draft"]), "target_model": portable_name(load_kwargs["target"])}
     wl, summary = assemble_recording(name or out.stem, source, profile, requests, completions, seed,
                                      split_fractions, extra, first.signal_meta)
     save_recording(wl, out, overwrite, shard_requests=ranges[0][1] - ranges[0][0])

@@ -38,7 +38,7 @@ _FIELDS = ("tokens", "time_ms", "rounds", "drafted", "accepted")
 
 def _concat(name: str, parts: list[RunResult]) -> RunResult:
     """One run over every shard (requests numbered in serving order over the whole workload)."""
-    cols = {f: np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS}
+    cols: dict[str, Any] = {f: np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS}
     return RunResult(name, np.arange(len(cols["tokens"])), **cols)
 
 
@@ -127,7 +127,8 @@ def evaluate_streaming(workload: str | Path, controllers: str = DEFAULT_CONTROLL
     return {
         "workload": {"name": name, "label": label, "path": str(workload), "split": split, "shards": shards},
         "seed": seed, "k_max": k_max, "requests": done, "tokens": tokens,
-        "reference": {"t_ar_ms": t_ar, "best_fixed_k": best_k, "fixed_time_ms": {str(k): v for k, v in t_fixed.items()}},
+        "reference": {"t_ar_ms": t_ar, "best_fixed_k": best_k,
+                      "fixed_time_ms": {str(k): v for k, v in t_fixed.items()}},
         "oracle": {"controller": "oracle", "total_time_ms": t_oracle, "throughput_tok_s": tokens / t_oracle * 1000.0,
                    "speedup_vs_best_fixed": t_fixed[best_k] / t_oracle},
         "informed_oracle": informed_row,

@@ -190,7 +190,7 @@ def concat_workloads(parts: list[Workload], where: str = "workload") -> Workload
     def cat(col: str) -> np.ndarray:
         return np.concatenate([getattr(wl, col) for wl in parts])
 
-    signals = {c: cat(c) for c in first.signal_names}
+    signals: dict[str, Any] = {c: cat(c) for c in first.signal_names}
     if any(wl.signal_names != first.signal_names for wl in parts):
         raise SpecgymError(f"{where}: the shards carry different signal columns (mismatched shards)")
     out = replace(

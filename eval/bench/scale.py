@@ -116,8 +116,8 @@ def bench_recording(prompts: int, workers: int, max_new_tokens: str = "32") -> d
     specs = read_prompts(prompts_path(f"{pair_name}-prompts"))[:prompts]
     profile = load_profile(pair_profile(pair_name) or "speclane-table")
     draft, target = MODELS_DIR / pair_name / "draft", MODELS_DIR / pair_name / "target"
-    common = dict(max_new_tokens=max_new_tokens, temperature=0.0, profile=profile, name="scale-bench", seed=0,
-                  gen_k=3)
+    common: dict[str, Any] = dict(max_new_tokens=max_new_tokens, temperature=0.0, profile=profile, name="scale-bench",
+                                  seed=0, gen_k=3)
     with tempfile.TemporaryDirectory(prefix="specgym-scale-") as tmp:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
@@ -167,8 +167,8 @@ def scale_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
         rec = bench_recording(int(args.scale_record_prompts), int(args.scale_record_workers))
         out["record"] = rec
         met = rec["speedup"] >= SPEEDUP_TARGET and rec["identical"]
-        rows.append((f"record {rec['pair']}, {rec['prompts']} prompts, 1 process", f"{rec['one_process_pos_per_s']:.0f} "
-                     "positions/s", "-"))
+        rows.append((f"record {rec['pair']}, {rec['prompts']} prompts, 1 process",
+                     f"{rec['one_process_pos_per_s']:.0f} positions/s", "-"))
         rows.append((f"record on {rec['workers']} Ray workers", f"{rec['workers_pos_per_s']:.0f} positions/s "
                      f"({rec['speedup']:.2f}x; identical output: {rec['identical']})",
                      f">= {SPEEDUP_TARGET}x, identical ({'met' if met else 'MISSED'})"))

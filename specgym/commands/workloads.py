@@ -102,7 +102,7 @@ def _show(args: argparse.Namespace) -> int:
 
         ds = open_dataset(args.workload)
         print(f"workload  {ds.label}\nsharded   {len(ds.shards)} shards, {ds.n_requests} requests, "
-              f"{ds.n_positions} tokens (load it whole for a full summary: specgym workloads merge ... --out F.parquet)")
+              f"{ds.n_positions} tokens (a full summary: specgym workloads merge ... --out F.parquet, then show F)")
         return 0
     print(summarize(load_workload(args.workload)))
     return 0

@@ -21,6 +21,7 @@ from specgym.baselines.fixed import FixedK
 from specgym.baselines.informed_oracle import informed_plan
 from specgym.baselines.oracle import oracle_times
 from specgym.baselines.registry import expand_specs, make_controller
+from specgym.baselines.tree_registry import is_tree_spec
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
@@ -67,9 +68,11 @@ def evaluate_streaming(workload: str | Path, controllers: str = DEFAULT_CONTROLL
     """
     if split not in (*SPLITS, "all"):
         raise SpecgymError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)} or all")
+    trees = [s.strip() for s in controllers.split(",") if is_tree_spec(s.strip())]
+    if trees:
+        raise SpecgymError(f"--stream: tree controllers ({', '.join(trees)}) need the whole workload; evaluate them "
+                           f"without --stream")
     specs = expand_specs(controllers, k_max)
-    if any(s.lower().startswith("tree") for s in specs):
-        raise SpecgymError("--stream: tree controllers need the whole workload; evaluate them without --stream")
     named: list[tuple[str, Controller]] = [(s, make_controller(s, k_max)) for s in specs]
     prof = profile if isinstance(profile, CostProfile) else load_profile(profile) if profile else None
     fixed: dict[int, list[RunResult]] = {k: [] for k in range(k_max + 1)}

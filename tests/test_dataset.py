@@ -122,4 +122,4 @@ def test_cli_errors_are_one_line(mix_workload, tmp_path, capsys, one_line_error)
     one_line_error(capsys, "workload.json", "not a sharded workload")
     assert main(["eval", "--workload", str(tmp_path / "ds"), "--stream", "--controllers", "tree-static",
                  "--out", str(tmp_path / "e")]) == 2
-    one_line_error(capsys, "tree")
+    one_line_error(capsys, "tree controllers (tree-static) need the whole workload")

@@ -3,11 +3,13 @@
 The prompts are cut into consecutive shards (a multiple of the trace batch each, so that every teacher-forced batch
 holds the same requests as in a single-process recording). Each Ray actor loads the pair once (one GPU per actor
 where CUDA is used, else one CPU and one torch thread) and records whole shards with the single-process recorder
-(:func:`~specgym.envs.engines.recorder.record_workload`): every shard is written atomically as a Parquet file in the
-work folder ``<out>.shards/`` when it finishes, and resumes request by request from its own partial file.
+(:func:`~specgym.envs.engines.recorder.record_workload`) into a scratch file on its node (with that recorder's
+request-level partial file), then returns the shard's Parquet bytes through Ray, and the driver writes the shard
+atomically into the work folder ``<out>.shards/``: the nodes of a cluster need no shared file system.
 
 * A crashed or killed actor (the process dies: ``RayActorError``) is replaced by a fresh one and its shard is
-  retried (``max_retries`` times), resuming from the requests that shard had finished.
+  retried (``max_retries`` times); on the same node the retry resumes from the requests the dead actor had finished
+  (its partial file in the node's temporary folder), elsewhere it records the shard again.
 * An interrupted run (Ctrl-C, a lost driver) resumes by shard: re-running the same command skips the finished shards
   (the work folder's ``plan.json`` holds the settings and the shards' request ids; different settings are refused).
 * When every shard is there, the driver assembles the workload exactly as the single-process recorder does
@@ -27,10 +29,12 @@ Ray is the optional extra ``specgym[distributed]``; without it :func:`record_dis
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import shutil
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -44,12 +48,12 @@ from specgym.envs.engines.recorder import (
 )
 from specgym.envs.workloads.trace_format import Workload, load_workload
 from specgym.errors import SpecgymError
-from specgym.io import check_output, foreign_entry, make_owned_dir, sha256_file
+from specgym.io import atomic_write_bytes, check_output, foreign_entry, make_owned_dir, sha256_file
 from specgym.paths import portable_name
 
 WORK_SUFFIX = ".shards"
 PLAN = "plan.json"
-_WORK_FILES = (PLAN, "shard-*.parquet", "shard-*.parquet.partial.jsonl")
+_WORK_FILES = (PLAN, "shard-*.parquet")
 
 
 def require_ray() -> Any:
@@ -101,22 +105,30 @@ class ShardRecorder:
         """The actor's process id (once the pair is loaded)."""
         return os.getpid()
 
-    def record(self, prompts: list[dict[str, Any]], path: str, settings: dict[str, Any],
-               fault_after: int | None = None) -> dict[str, Any]:
-        """Record one shard into ``path`` (atomically; resumes from its partial file); returns the shard's stats.
+    def record(self, prompts: list[dict[str, Any]], scratch: str, settings: dict[str, Any],
+               fault_after: int | None = None) -> tuple[dict[str, Any], bytes]:
+        """Record one shard; returns the shard's stats and its Parquet bytes (the driver writes them, so the nodes
+        need no shared file system).
+
+        The shard is recorded into ``scratch`` on this node (relative to its temporary folder), resuming from the
+        partial file a dead actor on the same node left there.
 
         Args:
             fault_after: Test hook: the process dies (``os._exit``) once this many of the shard's requests are done,
                 as a killed or crashed worker would.
         """
         specs = [PromptSpec(**p) for p in prompts]
+        path = Path(tempfile.gettempdir()) / scratch
+        path.parent.mkdir(parents=True, exist_ok=True)
         progress = None
         if fault_after is not None:
             def progress(i: int, n: int) -> None:
                 if i >= fault_after:
                     os._exit(1)
-        _, stats = record_workload(self.pair, specs, path, progress=progress, **settings)
-        return {k: v for k, v in stats.items() if isinstance(v, (int, float))}
+        _, stats = record_workload(self.pair, specs, path, progress=progress, overwrite=True, **settings)
+        data = path.read_bytes()
+        path.unlink()
+        return {k: v for k, v in stats.items() if isinstance(v, (int, float))}, data
 
 
 def plan_shards(n: int, workers: int, batch: int, shard_requests: int | None = None) -> list[tuple[int, int]]:
@@ -239,6 +251,7 @@ def record_distributed(
             "prompts": sha256_file(prompts_path)[:16] if prompts_path else len(prompts),
             "shards": [[p.request_id for p in prompts[lo:hi]] for lo, hi in ranges]}
     work = out.with_name(out.name + WORK_SUFFIX)
+    scratch = "specgym-record-" + hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()[:16]
     _open_work_dir(work, plan, restart)
     todo = deque(i for i in range(len(ranges)) if not (work / _shard_file(i)).is_file())
     resumed = len(ranges) - len(todo)
@@ -271,7 +284,7 @@ def record_distributed(
                 attempts[i] = attempts.get(i, 0) + 1
                 lo, hi = ranges[i]
                 hook = fault[1] if fault is not None and fault[0] == i and attempts[i] == 1 else None
-                fut = actor.record.remote([asdict(p) for p in prompts[lo:hi]], str(work / _shard_file(i)),
+                fut = actor.record.remote([asdict(p) for p in prompts[lo:hi]], f"{scratch}/{_shard_file(i)}",
                                           settings, hook)
                 inflight[fut] = (actor, i)
 
@@ -283,7 +296,8 @@ def record_distributed(
                 fut = ready[0]
                 actor, i = inflight.pop(fut)
                 try:
-                    shard_stats[i] = ray.get(fut)
+                    shard_stats[i], data = ray.get(fut)
+                    atomic_write_bytes(work / _shard_file(i), data)
                     done_requests += ranges[i][1] - ranges[i][0]
                     if progress is not None:
                         progress(done_requests, len(prompts))

@@ -4,6 +4,7 @@ actor killed mid-run is retried, an interrupted run resumes by shard; without Ra
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,6 +28,13 @@ TEXTS = ["def f(x):\n    return x", "the cat sat on the mat.", "12 + 7 = 19", "i
 PROMPTS = [PromptSpec(f"q{i}", t, ["code", "prose", "math"][i % 3]) for i, t in enumerate(TEXTS)]
 COMMON = dict(max_new_tokens="6-12", profile=load_profile("cpu-tinypair"), name="dist", seed=4, gen_k=2, batch=2,
               split_fractions=(0.5, 0.25, 0.25))
+
+
+def test_core_install_does_not_pull_ray():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    assert not any(d.lower().startswith("ray") for d in project["dependencies"])
+    assert any(d.startswith("ray") for d in project["optional-dependencies"]["distributed"])
 
 
 def test_workers_without_ray_is_one_line(monkeypatch, tmp_path, capsys, one_line_error):

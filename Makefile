@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml $(VENV)/.files
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
 	@# PYTHONWARNINGS: setuptools prints a notice about the strict link tree (under build/) on every install
-	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e ".[hf,train,test]" "$(TORCH)" \
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e ".[hf,train,test,distributed]" "$(TORCH)" \
 		--config-settings editable_mode=strict
 	touch $(STAMP)
 

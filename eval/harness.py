@@ -135,7 +135,8 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
         wl, wl_path, wl_hash = cfg.workload, None, None
     else:
         path = resolve_workload_path(cfg.workload)
-        wl, wl_path, wl_hash = cached_workload(path), str(path), sha256_file(path)
+        wl, wl_path = cached_workload(path), str(path)
+        wl_hash = sha256_file(path if path.is_file() else path / "workload.json")  # a sharded one: its record
     named = resolve_controllers(cfg.controllers, cfg.k_max, wl)  # fail fast on bad specs
     specs = [label for label, _ in named]
     profile: CostProfile = (cfg.profile if isinstance(cfg.profile, CostProfile)

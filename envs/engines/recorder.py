@@ -397,31 +397,56 @@ def record_workload(
         d = dict(done[spec.request_id])
         completions.append(d.pop("completion"))
         requests.append(d)
+    source = {"kind": "recorded", "draft_model": portable_name(pair.draft_name),
+              "target_model": portable_name(pair.target_name), "temperature": temperature,
+              "max_new_tokens": str(max_new_tokens), "seed": seed, "generator": f"live engine, fixed K={gen_k}",
+              "device": pair.device, "dtype": pair.dtypes, "split_fractions": list(split_fractions),
+              "prompts": portable_name(prompts_path) if prompts_path else None}
+    wl, summary = assemble_recording(name or out.stem, source, profile, requests, completions, seed,
+                                     split_fractions, extra, rec.signal_meta())
     stats = {
         "requests": len(prompts),
         "resumed": resumed,
-        "positions": int(sum(len(c) for c in completions)),
         "wall_s": wall,
         "generate_s": rec.gen_s,
         "trace_s": rec.trace_s,
+        "trace_positions": rec.positions,
         "trace_positions_per_s": rec.positions / rec.trace_s if rec.trace_s > 0 else float("nan"),
         "end_to_end_positions_per_s": rec.positions / wall if wall > 0 and rec.positions else float("nan"),
+        **summary,
+    }
+    save_recording(wl, out, overwrite)
+    partial.unlink()
+    return wl, stats
+
+
+def assemble_recording(name: str, source: dict[str, Any], profile: CostProfile, requests: list[dict[str, Any]],
+                       completions: list[Any], seed: int, split_fractions: tuple[float, float, float],
+                       extra: dict[str, Any] | None, signal_meta: dict[str, Any]) -> tuple[Workload, dict[str, Any]]:
+    """The workload of a finished recording (requests in prompt order; splits drawn from ``seed`` over all of them)
+    and its summary figures; shared by the single-process and the distributed recorder, so that both write the same
+    workload from the same requests."""
+    summary = {
+        "positions": int(sum(len(c) for c in completions)),
         "loop_share": loop_share(completions),
         "loop_share_by_category": {c: loop_share([x for x, r in zip(completions, requests) if r["category"] == c])
                                    for c in dict.fromkeys(r["category"] for r in requests)},
         "mean_p_accept": float(np.mean(np.concatenate([np.asarray(r["p_accept"]) for r in requests]))),
         "lookup_agree_share": float(np.mean(np.concatenate([np.asarray(r["lookup_agree"]) for r in requests]))),
     }
-    source = {"kind": "recorded", "draft_model": portable_name(pair.draft_name),
-              "target_model": portable_name(pair.target_name), "temperature": temperature,
-              "max_new_tokens": str(max_new_tokens), "seed": seed, "generator": f"live engine, fixed K={gen_k}",
-              "device": pair.device, "dtype": pair.dtypes, "split_fractions": list(split_fractions),
-              "prompts": portable_name(prompts_path) if prompts_path else None}
-    wl = workload_from_requests(name or out.stem, source, profile, requests, split_seed=seed,
-                                split_fractions=split_fractions,
-                                extra={"loop_share": stats["loop_share"],
-                                       "loop_share_by_category": stats["loop_share_by_category"], **(extra or {})},
-                                signal_meta=rec.signal_meta())
-    save_workload(wl, out, overwrite=overwrite)
-    partial.unlink()
-    return wl, stats
+    wl = workload_from_requests(name, source, profile, requests, split_seed=seed, split_fractions=split_fractions,
+                                extra={"loop_share": summary["loop_share"],
+                                       "loop_share_by_category": summary["loop_share_by_category"], **(extra or {})},
+                                signal_meta=signal_meta)
+    return wl, summary
+
+
+def save_recording(wl: Workload, out: Path, overwrite: bool, shard_requests: int | None = None) -> None:
+    """Write a recorded workload: one ``.parquet`` file, or (``out`` without that suffix) a sharded dataset folder
+    (:mod:`specgym.envs.workloads.dataset`) of ``shard_requests``-request shards."""
+    if out.suffix == ".parquet":
+        save_workload(wl, out, overwrite=overwrite)
+        return
+    from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS, chunks, write_dataset
+
+    write_dataset(chunks(wl, shard_requests or DEFAULT_SHARD_REQUESTS), out, overwrite=overwrite)

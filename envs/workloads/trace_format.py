@@ -499,7 +499,8 @@ def list_workloads() -> list[str]:
 
 
 def resolve_workload_path(name_or_path: str | Path) -> Path:
-    """A shipped workload name (``speclane-mix``) or a path to a ``.parquet`` file."""
+    """A shipped workload name (``speclane-mix``), a path to a ``.parquet`` file or to a sharded workload's folder
+    (:mod:`specgym.envs.workloads.dataset`)."""
     path = Path(name_or_path)
     if path.exists():
         return path
@@ -527,9 +528,16 @@ def cached_workload(name_or_path: str | Path) -> Workload:
 
 
 def load_workload(name_or_path: str | Path) -> Workload:
-    """Load and validate a workload; any defect raises a one-line :class:`SpecgymError` naming file and field."""
+    """Load and validate a workload; any defect raises a one-line :class:`SpecgymError` naming file and field.
+
+    A folder is a sharded workload: every shard is read, validated and concatenated (to stream it shard by shard
+    instead, :func:`specgym.envs.workloads.dataset.open_dataset`)."""
     pa, pq = _arrow()
     path = resolve_workload_path(name_or_path)
+    if path.is_dir():
+        from specgym.envs.workloads.dataset import load_dataset
+
+        return load_dataset(path)
     where = str(path)
     try:
         table = pq.read_table(path)

@@ -22,6 +22,7 @@ SECTIONS: dict[str, str] = {
     "batch": "specgym.eval.bench.batch:batch_section",
     "predictor": "specgym.eval.bench.predictor:predictor_section",
     "tree": "specgym.eval.bench.tree:tree_section",
+    "scale": "specgym.eval.bench.scale:scale_section",
 }
 DEFAULT_SECTIONS = ("load", "env", "vector", "controllers", "eval", "policy", "batch", "predictor", "tree")
 

@@ -39,6 +39,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="live section: cost profile (name or path) for controllers and the replay prediction "
                         "(default: fit one to the engine's rounds on this machine first)")
     p.add_argument("--policy", default=None, help="exported policy for the 'policy' section (name or folder)")
+    p.add_argument("--scale-requests", type=positive_int, default=1_000_000,
+                   help="scale section: requests of the synthetic sharded workload (default %(default)s)")
+    p.add_argument("--scale-shard-requests", type=positive_int, default=20_000,
+                   help="scale section: requests per shard (default %(default)s)")
+    p.add_argument("--scale-dir", type=Path, default=None,
+                   help="scale section: where the synthetic sharded workload is written and reused (default "
+                        "out/scale-synthetic-N)")
+    p.add_argument("--scale-record-prompts", type=positive_int, default=32,
+                   help="scale section: prompts recorded with 1 process and with Ray workers (default %(default)s)")
+    p.add_argument("--scale-record-workers", type=positive_int, default=2,
+                   help="scale section: Ray workers of the recording comparison (default %(default)s)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     p.set_defaults(func=_run)
 

@@ -40,6 +40,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                           "out/suite-SUITE)")
     p.add_argument("--force", action="store_true", help="replace an existing report folder")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--stream", action="store_true",
+                   help="evaluate shard by shard in memory bounded by one shard (a sharded workload folder of "
+                        "millions of requests): the same per-request results, a compact report (stream.json: no "
+                        "CIs, plots or traces; chain controllers only)")
     p.set_defaults(func=run_eval_command)
 
 
@@ -80,6 +84,8 @@ def run_eval_command(args: argparse.Namespace) -> int:
     """Handler of ``specgym eval`` (also used by ``specgym demo``)."""
     if getattr(args, "suite", None):
         return run_suite_command(args)
+    if getattr(args, "stream", False):
+        return run_stream_command(args)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from specgym.console import make_console
@@ -110,4 +116,41 @@ def run_eval_command(args: argparse.Namespace) -> int:
           f"seed {report['seed']}")
     print(markdown_table(report))
     print(f"\nreport: {out}/report.md  (json: report.json, plots: *.png)")
+    return 0
+
+
+def run_stream_command(args: argparse.Namespace) -> int:
+    """``specgym eval --stream``: shard-by-shard evaluation (:mod:`specgym.eval.streaming`)."""
+    import json
+
+    from specgym.envs.workloads.trace_format import resolve_workload_path
+    from specgym.errors import SpecgymError
+    from specgym.eval.streaming import DEFAULT_CONTROLLERS, evaluate_streaming
+    from specgym.io import atomic_dir, check_output
+
+    if args.max_requests is not None:
+        raise SpecgymError("--max-requests: not with --stream (split the workload instead)")
+    workload = args.workload or default_workload_name()
+    path = resolve_workload_path(workload)
+    out = check_output(args.out or Path("out") / f"eval-{Path(workload).stem}", args.force)
+    controllers = DEFAULT_CONTROLLERS if args.controllers == "all" else args.controllers
+    report = evaluate_streaming(path, controllers, split=args.split, seed=args.seed, k_max=args.k_max,
+                                profile=args.profile)
+    per_request = report.pop("per_request_time_ms")
+    with atomic_dir(out, overwrite=args.force, owner="specgym eval --stream") as tmp:
+        (tmp / "stream.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
+        np_path = tmp / "per_request_time_ms.npz"
+        import numpy as np
+
+        np.savez_compressed(np_path, **{k.replace(":", "_"): v for k, v in per_request.items()})
+    meta = report["workload"]
+    print(f"{meta['label']} — split {meta['split']}, {report['requests']} requests in {meta['shards']} shard(s), "
+          f"seed {report['seed']} (streamed)")
+    print(f"{'controller':<22}{'tok/s':>12}{'vs best fixed':>15}{'oracle ratio':>14}")
+    for row in [*report["rows"], report["informed_oracle"]]:
+        print(f"{row['spec']:<22}{row['throughput_tok_s']:>12.1f}{row['speedup_vs_best_fixed']:>15.3f}"
+              f"{row['oracle_ratio']:>14.3f}")
+    print(f"{'oracle':<22}{report['oracle']['throughput_tok_s']:>12.1f}"
+          f"{report['oracle']['speedup_vs_best_fixed']:>15.3f}{1.0:>14.3f}")
+    print(f"\nreport: {out}/stream.json (per-request times: per_request_time_ms.npz)")
     return 0

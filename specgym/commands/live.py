@@ -161,7 +161,9 @@ def cmd_record(args: argparse.Namespace) -> int:
     prompts = read_prompts(args.prompts)
     if args.max_prompts is not None:
         prompts = prompts[: args.max_prompts]
-    out = check_output(args.out, args.force, "file")
+    out = check_output(args.out, args.force, "file" if Path(args.out).suffix == ".parquet" else "dir")
+    if args.workers is not None:
+        return _record_distributed(args, prompts, out, splits)
     if args.profile_out:  # --force covers --out only: an existing --profile-out is never replaced
         check_output(args.profile_out, False, "file", "--profile-out")
     from specgym.envs.engines.recorder import PARTIAL_SUFFIX
@@ -191,6 +193,41 @@ def cmd_record(args: argparse.Namespace) -> int:
           f"greedy loop share {stats['loop_share']:.2f}")
     print(f"trace extraction {stats['trace_positions_per_s']:.0f} positions/s (teacher-forced forwards); "
           f"end to end incl. generation {stats['end_to_end_positions_per_s']:.0f} positions/s")
+    return 0
+
+
+def _record_distributed(args: argparse.Namespace, prompts: list, out: Path, splits: tuple[float, float, float]) -> int:
+    """``record --workers N``: the recording on N Ray actors (:mod:`specgym.envs.engines.distributed`)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from specgym.envs.core.cost import load_profile
+    from specgym.envs.engines.distributed import record_distributed, require_ray
+
+    require_ray()  # one line naming the extra, before anything else
+    if not args.profile:
+        raise SpecgymError("--workers needs --profile (the workers do not measure one; run specgym profile first)")
+    if args.profile_out:
+        raise SpecgymError("--profile-out: not with --workers (the profile is the --profile you pass)")
+    profile = load_profile(args.profile)
+    draft, target, _ = _pair_paths(args)
+    load_kwargs = {"draft": str(draft), "target": str(target),
+                   "device": "cuda" if args.device.startswith("cuda") else args.device, "dtype": args.dtype,
+                   "draft_dtype": args.draft_dtype, "target_dtype": args.target_dtype,
+                   "fast_kernels": not args.no_fast_kernels}
+    with Progress(TextColumn(f"recording on {args.workers} Ray workers"), BarColumn(), MofNCompleteColumn(),
+                  TimeRemainingColumn(), transient=False, disable=args.quiet) as bar:
+        task = bar.add_task("record", total=len(prompts))
+        wl, stats = record_distributed(
+            load_kwargs, prompts, out, args.max_new_tokens, args.temperature, profile, args.workers,
+            name=args.name or out.stem, seed=args.seed, gen_k=args.gen_k, overwrite=args.force, restart=args.restart,
+            prompts_path=args.prompts, split_fractions=splits, hidden_sketch=args.hidden_sketch,
+            ray_address=args.ray_address, shard_requests=args.shard_requests,
+            progress=lambda i, n: bar.update(task, completed=i),
+        )
+    print(f"wrote {out}: {wl.n_requests} requests, {wl.n_positions} positions in {stats['shards']} shards "
+          f"({stats['shards_resumed']} resumed, {stats['retries']} retried) on {args.workers} workers; "
+          f"mean p_accept {stats['mean_p_accept']:.3f}; greedy loop share {stats['loop_share']:.2f}")
+    print(f"recording {stats['record_s']:.1f} s after {stats['startup_s']:.1f} s of cluster start and pair loading")
     return 0
 
 
@@ -301,7 +338,8 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
                    help="N or LO-HI: completion length, or the range each request's length is drawn from "
                         "(default %(default)s)")
     p.add_argument("--temperature", type=temperature_type, default=0.0, help="0 = greedy (default %(default)s)")
-    p.add_argument("--out", required=True, help="the workload .parquet to write")
+    p.add_argument("--out", required=True, help="the workload to write: a .parquet file, or a folder (a sharded "
+                                                "workload, docs/semantics.md)")
     p.add_argument("--name", default=None, help="workload name (default: the output file's stem)")
     p.add_argument("--profile", default=None, help="cost profile stored with the workload (default: measure one)")
     p.add_argument("--profile-out", default=None, help="also save the profile used")
@@ -316,6 +354,14 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--hidden-sketch", type=nonneg_int, default=0, metavar="D",
                    help="also record the draft's last hidden state projected to D dimensions (fixed seeded "
                         "projection stored in the metadata; default 0 = off)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="record on N Ray actors, each loading the pair once (one GPU each with --device cuda, else "
+                        "one CPU thread); needs specgym[distributed] and --profile (default: one process)")
+    p.add_argument("--ray-address", default=None,
+                   help="with --workers: an existing Ray cluster (default $RAY_ADDRESS, else a local one)")
+    p.add_argument("--shard-requests", type=positive_int, default=None,
+                   help="with --workers: prompts per shard (rounded up to a multiple of 8; default about 4 shards "
+                        "per worker)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_record)
 

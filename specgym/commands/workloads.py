@@ -1,4 +1,5 @@
-"""``specgym workloads make|show|list``: synthetic workload generation and trace summaries."""
+"""``specgym workloads make|show|merge|split|list``: synthetic workload generation, trace summaries and sharded
+workloads."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from specgym.commands.args import MAX_SYNTHETIC_REQUESTS, int_range, nonneg_int
 from specgym.envs.core.cost import list_profiles, load_profile
+from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS
 from specgym.envs.workloads.synthetic import PRESETS, generate_workload
 from specgym.envs.workloads.trace_format import SPLITS, Workload, list_workloads, load_workload, save_workload
 
@@ -32,6 +34,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sh = wsub.add_parser("show", help="summarise a workload")
     sh.add_argument("workload", help="shipped workload name or path to a .parquet file")
     sh.set_defaults(func=_show)
+
+    mg = wsub.add_parser("merge", help="concatenate workloads (files or sharded folders) with the same metadata")
+    mg.add_argument("sources", nargs="+", help="workload files or sharded workload folders, in order")
+    mg.add_argument("--out", required=True, type=Path,
+                    help="a .parquet file (one file), or a folder (a sharded workload of the sources' shards)")
+    mg.add_argument("--force", action="store_true", help="overwrite an existing output")
+    mg.set_defaults(func=_merge)
+
+    sp = wsub.add_parser("split", help="a workload file as a sharded workload folder (docs/semantics.md)")
+    sp.add_argument("source", help="shipped workload name or path to a .parquet file")
+    sp.add_argument("--out", required=True, type=Path, help="the folder to write")
+    sp.add_argument("--shard-requests", type=int_range(1, MAX_SYNTHETIC_REQUESTS), default=DEFAULT_SHARD_REQUESTS,
+                    help="requests per shard (default %(default)s)")
+    sp.add_argument("--force", action="store_true", help="overwrite an existing output folder specgym wrote")
+    sp.set_defaults(func=_split)
 
     ls = wsub.add_parser("list", help="list shipped workloads and cost profiles")
     ls.set_defaults(func=_list)
@@ -80,7 +97,31 @@ def _describe_source(src: dict) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
+    if Path(args.workload).is_dir():  # a sharded workload: the record, never every shard at once
+        from specgym.envs.workloads.dataset import open_dataset
+
+        ds = open_dataset(args.workload)
+        print(f"workload  {ds.label}\nsharded   {len(ds.shards)} shards, {ds.n_requests} requests, "
+              f"{ds.n_positions} tokens (a full summary: specgym workloads merge ... --out F.parquet, then show F)")
+        return 0
     print(summarize(load_workload(args.workload)))
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from specgym.envs.workloads.dataset import merge_workloads
+
+    merged = merge_workloads(args.sources, args.out, overwrite=args.force)
+    print(f"wrote {args.out}: {merged.n_requests} requests, {merged.n_positions} tokens ({merged.label})")
+    return 0
+
+
+def _split(args: argparse.Namespace) -> int:
+    from specgym.envs.workloads.dataset import split_workload
+
+    ds = split_workload(args.source, args.out, args.shard_requests, overwrite=args.force)
+    print(f"wrote {args.out}: {len(ds.shards)} shards, {ds.n_requests} requests, {ds.n_positions} tokens "
+          f"({ds.label})")
     return 0
 
 

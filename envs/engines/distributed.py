@@ -1,0 +1,354 @@
+"""Distributed recording on Ray (``specgym record --workers N``): N actors, each loading the pair once.
+
+The prompts are cut into consecutive shards (a multiple of the trace batch each, so that every teacher-forced batch
+holds the same requests as in a single-process recording). Each Ray actor loads the pair once (one GPU per actor
+where CUDA is used, else one CPU and one torch thread) and records whole shards with the single-process recorder
+(:func:`~specgym.envs.engines.recorder.record_workload`) into a scratch file on its node (with that recorder's
+request-level partial file), then returns the shard's Parquet bytes through Ray, and the driver writes the shard
+atomically into the work folder ``<out>.shards/``: the nodes of a cluster need no shared file system.
+
+* A crashed or killed actor (the process dies: ``RayActorError``) is replaced by a fresh one and its shard is
+  retried (``max_retries`` times); on the same node the retry resumes from the requests the dead actor had finished
+  (its partial file in the node's temporary folder), elsewhere it records the shard again.
+* An interrupted run (Ctrl-C, a lost driver) resumes by shard: re-running the same command skips the finished shards
+  (the work folder's ``plan.json`` holds the settings and the shards' request ids; different settings are refused).
+* When every shard is there, the driver assembles the workload exactly as the single-process recorder does
+  (:func:`~specgym.envs.engines.recorder.assemble_recording`: requests in prompt order, splits drawn over all of
+  them) and writes it atomically; the work folder is then removed.
+
+Why the result is identical to a single-process recording: a request's completion length, sampling seed and trace
+seed are functions of (seed, request id) only (:func:`~specgym.envs.engines.recorder.request_length`,
+:meth:`~specgym.envs.engines.recorder.Recorder.generate`), never of the worker or of the request's position, and the
+trace batches hold the same requests. Floating point is identical when the workers run the same device, dtype,
+thread count and linear kernels as the reference (tested here: CPU, one thread each, ``--no-fast-kernels``: the fast
+kernels are picked by timing at load (:mod:`~specgym.envs.engines.fast_linear`), so two recordings, even two
+single-process ones, may differ by float rounding in the float columns unless the kernels are fixed).
+
+Ray is the optional extra ``specgym[distributed]``; without it :func:`record_distributed` fails with one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from specgym.envs.core.cost import CostProfile
+from specgym.envs.engines.recorder import (
+    PromptSpec, assemble_recording, parse_length, record_workload, save_recording,
+)
+from specgym.envs.workloads.trace_format import Workload, load_workload
+from specgym.errors import SpecgymError
+from specgym.io import atomic_write_bytes, check_output, foreign_entry, make_owned_dir, sha256_file
+from specgym.paths import portable_name
+
+WORK_SUFFIX = ".shards"
+PLAN = "plan.json"
+_WORK_FILES = (PLAN, "shard-*.parquet")
+
+
+def require_ray() -> Any:
+    """The ``ray`` module, or a one-line error naming the extra."""
+    try:
+        import ray
+    except ImportError:
+        raise SpecgymError("--workers needs Ray: pip install 'specgym[distributed]'") from None
+    return ray
+
+
+def start_ray(workers: int, address: str | None = None, gpus: bool = False) -> bool:
+    """Connect to a Ray cluster (``address``, else ``RAY_ADDRESS``), or start a local one sized for ``workers``.
+
+    A local cluster runs on the loopback interface only, without the dashboard or usage reporting (so it works in a
+    sandbox without network). Returns True when this call started Ray (the caller shuts it down).
+    """
+    ray = require_ray()
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        else:
+            ray.init(num_cpus=workers, num_gpus=None if gpus else 0, include_dashboard=False,
+                     log_to_driver=False, configure_logging=False, _node_ip_address="127.0.0.1",
+                     object_store_memory=128 * 1024 * 1024)
+    except Exception as exc:  # ray raises ConnectionError, RuntimeError, ValueError... for a bad cluster
+        where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
+        raise SpecgymError(f"cannot start {where}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+    return True
+
+
+class ShardRecorder:
+    """The body of one Ray actor: the pair, loaded once; records whole shards (see the module docstring)."""
+
+    def __init__(self, load_kwargs: dict[str, Any], threads: int = 1):
+        import torch
+
+        from specgym.envs.engines.live_engine import load_pair
+
+        if not str(load_kwargs.get("device") or "").startswith("cuda"):
+            torch.set_num_threads(int(threads))
+        self.pair = load_pair(**load_kwargs)
+
+    def ready(self) -> int:
+        """The actor's process id (once the pair is loaded)."""
+        return os.getpid()
+
+    def record(self, prompts: list[dict[str, Any]], scratch: str, settings: dict[str, Any],
+               fault_after: int | None = None) -> tuple[dict[str, Any], bytes]:
+        """Record one shard; returns the shard's stats and its Parquet bytes (the driver writes them, so the nodes
+        need no shared file system).
+
+        The shard is recorded into ``scratch`` on this node (relative to its temporary folder), resuming from the
+        partial file a dead actor on the same node left there.
+
+        Args:
+            fault_after: Test hook: the process dies (``os._exit``) once this many of the shard's requests are done,
+                as a killed or crashed worker would.
+        """
+        specs = [PromptSpec(**p) for p in prompts]
+        path = Path(tempfile.gettempdir()) / scratch
+        path.parent.mkdir(parents=True, exist_ok=True)
+        progress = None
+        if fault_after is not None:
+            def progress(i: int, n: int) -> None:
+                if i >= fault_after:
+                    os._exit(1)
+        _, stats = record_workload(self.pair, specs, path, progress=progress, overwrite=True, **settings)
+        data = path.read_bytes()
+        path.unlink()
+        return {k: v for k, v in stats.items() if isinstance(v, (int, float))}, data
+
+
+def plan_shards(n: int, workers: int, batch: int, shard_requests: int | None = None) -> list[tuple[int, int]]:
+    """``(lo, hi)`` prompt ranges of the shards: ``shard_requests`` each (default: about four shards per worker),
+    rounded up to a multiple of ``batch`` (the trace batches of a shard are then the single-process ones)."""
+    size = shard_requests or max(1, math.ceil(n / (4 * workers)))
+    size = max(batch, math.ceil(size / batch) * batch)
+    return [(lo, min(lo + size, n)) for lo in range(0, n, size)]
+
+
+def _shard_file(i: int) -> str:
+    return f"shard-{i:05d}.parquet"
+
+
+def _open_work_dir(work: Path, plan: dict[str, Any], restart: bool) -> None:
+    """Create the work folder with its plan, or check that an existing one holds the same plan (resume)."""
+    check_output(work, True, "dir", "--out's shard folder")
+    if work.exists():
+        foreign = foreign_entry(work)
+        if foreign is not None:
+            raise SpecgymError(f"{work}: holds {foreign}, not written by specgym record; move it away")
+        if restart:
+            shutil.rmtree(work)
+        else:
+            try:
+                old = json.loads((work / PLAN).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                raise SpecgymError(f"{work / PLAN}: unreadable; delete {work} (or pass --restart)") from None
+            if old != plan:
+                raise SpecgymError(f"{work}: an interrupted distributed recording with different settings exists; "
+                                   f"delete it (or pass --restart)")
+            return
+    make_owned_dir(work, "specgym record --workers", _WORK_FILES)
+    (work / PLAN).write_text(json.dumps(plan) + "\n", encoding="utf-8")
+
+
+def _requests_of(wl: Workload) -> tuple[list[dict[str, Any]], list[list[int]]]:
+    """A recorded shard back as the recorder's per-request dicts (without split) and completions."""
+    cols = ("p_accept", "draft_conf", "draft_entropy", "target_entropy", *wl.signal_names)
+    reqs, completions = [], []
+    for r in range(wl.n_requests):
+        sl = wl.span(r)
+        d: dict[str, Any] = {"request_id": str(wl.request_id[r]), "category": str(wl.category[r]),
+                             "temperature": float(wl.temperature[r]), "prompt_len": int(wl.prompt_len[r]),
+                             "prompt_text": None if wl.prompt_text is None else wl.prompt_text[r]}
+        d.update({c: getattr(wl, c)[sl] for c in cols})
+        reqs.append(d)
+        completions.append(wl.token_id[sl].tolist() if wl.token_id is not None else [])
+    return reqs, completions
+
+
+def _error_line(exc: BaseException) -> str:
+    """The first useful line of a Ray error (the remote SpecgymError's message where there is one)."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, SpecgymError):
+        return str(cause)
+    text = str(exc).strip().splitlines()
+    lines = [ln.strip() for ln in text if ln.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def record_distributed(
+    load_kwargs: dict[str, Any],
+    prompts: Sequence[PromptSpec],
+    out: str | Path,
+    max_new_tokens: str | int,
+    temperature: float,
+    profile: CostProfile,
+    workers: int,
+    name: str | None = None,
+    seed: int = 0,
+    gen_k: int = 4,
+    overwrite: bool = False,
+    restart: bool = False,
+    prompts_path: str | Path | None = None,
+    split_fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+    batch: int = 8,
+    hidden_sketch: int = 0,
+    ray_address: str | None = None,
+    shard_requests: int | None = None,
+    max_retries: int = 2,
+    progress: Callable[[int, int], None] | None = None,
+    extra: dict[str, Any] | None = None,
+    fault: tuple[int, int] | None = None,
+) -> tuple[Workload, dict[str, Any]]:
+    """Record every prompt with ``workers`` Ray actors; write the workload atomically (see the module docstring).
+
+    Args:
+        load_kwargs: :func:`~specgym.envs.engines.live_engine.load_pair` arguments (paths valid on every node).
+        workers: Number of actors (each loads the pair once).
+        ray_address: An existing cluster (default ``RAY_ADDRESS``, else a local cluster of ``workers`` CPUs).
+        shard_requests: Prompts per shard (rounded up to a multiple of ``batch``; default about 4 shards a worker).
+        max_retries: Retries of a shard whose actor died.
+        progress: ``progress(requests_done, requests_total)`` after each shard.
+        fault: Test hook ``(shard, after)``: the actor recording ``shard`` dies after ``after`` of its requests, on
+            the first attempt only.
+
+    Returns:
+        ``(workload, stats)``: as :func:`~specgym.envs.engines.recorder.record_workload`, plus ``shards``,
+        ``shards_resumed``, ``retries``, ``workers``, ``startup_s`` (cluster start and pair loading) and
+        ``record_s`` (recording after every actor was ready).
+    """
+    out = Path(out)
+    if workers < 1:
+        raise SpecgymError(f"--workers must be >= 1, got {workers}")
+    if out.exists() and not overwrite:
+        raise SpecgymError(f"{out}: already exists (pass --force to overwrite)")
+    if temperature < 0 or not math.isfinite(temperature):
+        raise SpecgymError(f"--temperature must be >= 0, got {temperature}")
+    parse_length(max_new_tokens)
+    ray = require_ray()
+    t_start = time.perf_counter()
+    ranges = plan_shards(len(prompts), workers, batch, shard_requests)
+    settings = {"max_new_tokens": str(max_new_tokens), "temperature": temperature, "profile": profile,
+                "seed": seed, "gen_k": gen_k, "split_fractions": split_fractions, "batch": batch,
+                "hidden_sketch": hidden_sketch}
+    plan = {"draft": str(load_kwargs.get("draft")), "target": str(load_kwargs.get("target")),
+            "temperature": temperature, "max_new_tokens": str(max_new_tokens), "seed": seed, "gen_k": gen_k,
+            "batch": batch, "hidden_sketch": hidden_sketch, "format": 2,
+            "prompts": sha256_file(prompts_path)[:16] if prompts_path else len(prompts),
+            "shards": [[p.request_id for p in prompts[lo:hi]] for lo, hi in ranges]}
+    work = out.with_name(out.name + WORK_SUFFIX)
+    scratch = "specgym-record-" + hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()[:16]
+    _open_work_dir(work, plan, restart)
+    todo = deque(i for i in range(len(ranges)) if not (work / _shard_file(i)).is_file())
+    resumed = len(ranges) - len(todo)
+    done_requests = sum(hi - lo for i, (lo, hi) in enumerate(ranges) if i not in todo)
+    shard_stats: dict[int, dict[str, Any]] = {}
+    retries = 0
+    record_s = 0.0
+    if todo:
+        gpus = str(load_kwargs.get("device") or "").startswith("cuda")
+        started = start_ray(workers, ray_address, gpus)
+        try:
+            remote = ray.remote(num_cpus=0 if gpus else 1, num_gpus=1 if gpus else 0)(ShardRecorder)
+
+            def new_actor() -> Any:
+                return remote.remote(load_kwargs, 1)
+
+            actors = [new_actor() for _ in range(min(workers, len(todo)))]
+            try:
+                ray.get([a.ready.remote() for a in actors])
+            except Exception as exc:
+                raise SpecgymError(f"a Ray worker could not load the pair: {_error_line(exc)}") from None
+            t_rec = time.perf_counter()
+            attempts: dict[int, int] = {}
+            inflight: dict[Any, tuple[Any, int]] = {}
+            failed: list[int] = []
+            error: str | None = None
+
+            def submit(actor: Any) -> None:
+                i = todo.popleft()
+                attempts[i] = attempts.get(i, 0) + 1
+                lo, hi = ranges[i]
+                hook = fault[1] if fault is not None and fault[0] == i and attempts[i] == 1 else None
+                fut = actor.record.remote([asdict(p) for p in prompts[lo:hi]], f"{scratch}/{_shard_file(i)}",
+                                          settings, hook)
+                inflight[fut] = (actor, i)
+
+            for a in actors:
+                if todo:
+                    submit(a)
+            while inflight:
+                ready, _ = ray.wait(list(inflight), num_returns=1)
+                fut = ready[0]
+                actor, i = inflight.pop(fut)
+                try:
+                    shard_stats[i], data = ray.get(fut)
+                    atomic_write_bytes(work / _shard_file(i), data)
+                    done_requests += ranges[i][1] - ranges[i][0]
+                    if progress is not None:
+                        progress(done_requests, len(prompts))
+                except ray.exceptions.RayActorError:  # the process died: a fresh actor, the shard again
+                    actor = new_actor()
+                    if attempts[i] <= max_retries:
+                        retries += 1
+                        todo.appendleft(i)
+                    else:
+                        failed.append(i)
+                except ray.exceptions.RayTaskError as exc:  # a bad prompt, a full disk: not retried
+                    error = error or _error_line(exc)
+                if todo and error is None:
+                    submit(actor)
+            record_s = time.perf_counter() - t_rec
+        finally:
+            if started:
+                ray.shutdown()
+        if error is not None:
+            raise SpecgymError(f"{error} (finished shards are kept in {work}; rerun to resume)")
+        if failed:
+            raise SpecgymError(f"shard(s) {sorted(failed)} failed {max_retries + 1} times (worker died); the "
+                               f"finished shards are kept in {work}: rerun the same command to resume")
+    requests: list[dict[str, Any]] = []
+    completions: list[list[int]] = []
+    first: Workload | None = None
+    for i in range(len(ranges)):
+        wl = load_workload(work / _shard_file(i))
+        first = first or wl
+        r, c = _requests_of(wl)
+        requests += r
+        completions += c
+    assert first is not None
+    source = {**first.source, "prompts": portable_name(prompts_path) if prompts_path else None,  # the driver's
+              "draft_model": portable_name(load_kwargs["draft"]), "target_model": portable_name(load_kwargs["target"])}
+    wl, summary = assemble_recording(name or out.stem, source, profile, requests, completions, seed,
+                                     split_fractions, extra, first.signal_meta)
+    save_recording(wl, out, overwrite, shard_requests=ranges[0][1] - ranges[0][0])
+    shutil.rmtree(work)
+    wall = time.perf_counter() - t_start
+
+    def total(key: str) -> float:
+        return float(sum(s.get(key, 0.0) for s in shard_stats.values()))
+
+    trace_s, positions = total("trace_s"), total("trace_positions")
+    stats = {"requests": len(prompts), "resumed": int(sum(hi - lo for lo, hi in ranges) - total("requests")
+                                                      + total("resumed")),
+             "wall_s": wall, "generate_s": total("generate_s"), "trace_s": trace_s,
+             "trace_positions_per_s": positions / trace_s if trace_s > 0 else float("nan"),
+             "end_to_end_positions_per_s": positions / wall if wall > 0 and positions else float("nan"),
+             "shards": len(ranges), "shards_resumed": resumed, "retries": retries, "workers": workers,
+             "record_s": record_s, "startup_s": wall - record_s, **summary}
+    return wl, stats
+

@@ -1,0 +1,139 @@
+"""Distributed recording on a local Ray cluster (tinypair, a few short prompts): identical to one process, an
+actor killed mid-run is retried, an interrupted run resumes by shard; without Ray, one line naming the extra."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specgym.cli import main
+from specgym.paths import MODELS_DIR
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from specgym.envs.core.cost import load_profile  # noqa: E402
+from specgym.envs.engines.recorder import PromptSpec, record_workload  # noqa: E402
+from specgym.errors import SpecgymError  # noqa: E402
+from specgym.io import sha256_file  # noqa: E402
+
+TINY = MODELS_DIR / "tinypair"
+# the fast linear kernels are chosen by timing at load: fixed kernels make the float columns reproducible at all
+LOAD = {"draft": str(TINY / "draft"), "target": str(TINY / "target"), "fast_kernels": False}
+TEXTS = ["def f(x):\n    return x", "the cat sat on the mat.", "12 + 7 = 19", "import os\nimport sys\n",
+         "class a:\n  pass\n", "for i in range(3):", "Once upon a time", "x = [1, 2, 3]"]
+PROMPTS = [PromptSpec(f"q{i}", t, ["code", "prose", "math"][i % 3]) for i, t in enumerate(TEXTS)]
+COMMON = dict(max_new_tokens="6-12", profile=load_profile("cpu-tinypair"), name="dist", seed=4, gen_k=2, batch=2,
+              split_fractions=(0.5, 0.25, 0.25))
+
+
+def test_core_install_does_not_pull_ray():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    assert not any(d.lower().startswith("ray") for d in project["dependencies"])
+    assert any(d.startswith("ray") for d in project["optional-dependencies"]["distributed"])
+
+
+def test_workers_without_ray_is_one_line(monkeypatch, tmp_path, capsys, one_line_error):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    code = main(["record", "--draft", LOAD["draft"], "--target", LOAD["target"], "--prompts", "tinypair-prompts",
+                 "--max-prompts", "2", "--max-new-tokens", "4", "--profile", "cpu-tinypair", "--workers", "2",
+                 "--out", str(tmp_path / "w.parquet")])
+    assert code == 2
+    one_line_error(capsys, "--workers needs Ray", "pip install 'specgym[distributed]'")
+    assert list(tmp_path.iterdir()) == []
+
+
+ray = pytest.importorskip("ray")
+from specgym.envs.engines.distributed import plan_shards, record_distributed, start_ray  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One local Ray cluster (2 CPUs, loopback only) for the module."""
+    started = start_ray(2)
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The single-process recordings (one torch thread, as each Ray actor), greedy and sampled."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    from specgym.envs.engines.live_engine import load_pair
+
+    pair = load_pair(**LOAD)
+    out = {}
+    try:
+        for temp in (0.0, 0.8):
+            path = tmp_path_factory.mktemp("ref") / "ref.parquet"
+            record_workload(pair, PROMPTS, path, temperature=temp, **COMMON)
+            out[temp] = path
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+def test_plan_shards_are_batch_multiples():
+    assert plan_shards(10, 2, 4, 3) == [(0, 4), (4, 8), (8, 10)]
+    assert plan_shards(8, 2, 2) == [(0, 2), (2, 4), (4, 6), (6, 8)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_two_workers_identical_to_one_process(cluster, reference, tmp_path, temperature):
+    out = tmp_path / "two.parquet"
+    wl, stats = record_distributed(LOAD, PROMPTS, out, workers=2, temperature=temperature, shard_requests=2,
+                                   **COMMON)
+    assert stats["shards"] == 4 and stats["retries"] == 0
+    assert sha256_file(out) == sha256_file(reference[temperature])  # every column, the splits, the metadata
+    assert not (tmp_path / "two.parquet.shards").exists()
+
+
+@pytest.mark.slow
+def test_killed_actor_is_retried_and_resumes_its_shard(cluster, reference, tmp_path):
+    out = tmp_path / "k.parquet"
+    # shard 1 (4 requests, batches of 2): its actor's process dies after 2 requests (one batch written)
+    _, stats = record_distributed(LOAD, PROMPTS, out, workers=2, temperature=0.0, shard_requests=4, fault=(1, 2),
+                                  **COMMON)
+    assert stats["retries"] == 1 and stats["resumed"] == 2  # the retry resumed the 2 requests the dead actor wrote
+    assert sha256_file(out) == sha256_file(reference[0.0])
+
+
+@pytest.mark.slow
+def test_interrupted_run_resumes_by_shard(cluster, reference, tmp_path):
+    out = tmp_path / "r.parquet"
+    with pytest.raises(SpecgymError, match=r"shard\(s\) \[2\] failed 1 times .* rerun the same command to resume"):
+        record_distributed(LOAD, PROMPTS, out, workers=2, temperature=0.0, shard_requests=2, fault=(2, 1),
+                           max_retries=0, **COMMON)
+    work = tmp_path / "r.parquet.shards"
+    kept = sorted(p.name for p in work.glob("shard-*.parquet"))
+    assert "shard-00002.parquet" not in kept and len(kept) >= 1 and not out.exists()
+    _, stats = record_distributed(LOAD, PROMPTS, out, workers=2, temperature=0.0, shard_requests=2, **COMMON)
+    assert stats["shards_resumed"] == len(kept) and stats["retries"] == 0
+    assert sha256_file(out) == sha256_file(reference[0.0])
+    # other settings over the same work folder are refused, not mixed in
+    other = tmp_path / "r2.parquet.shards"
+    other.mkdir()
+    (other / ".specgym").write_text('{"files": ["plan.json"]}')
+    (other / "plan.json").write_text("{}")
+    with pytest.raises(SpecgymError, match="different settings"):
+        record_distributed(LOAD, PROMPTS, tmp_path / "r2.parquet", workers=2, temperature=0.0, **COMMON)
+
+
+@pytest.mark.slow
+def test_cli_workers_writes_a_sharded_folder(cluster, reference, tmp_path, capsys):
+    out = tmp_path / "ds"
+    assert main(["record", "--draft", LOAD["draft"], "--target", LOAD["target"], "--prompts", "tinypair-prompts",
+                 "--max-prompts", "4", "--max-new-tokens", "5", "--profile", "cpu-tinypair", "--workers", "2",
+                 "--shard-requests", "2", "--quiet", "--no-fast-kernels", "--out", str(out)]) == 0
+    assert "on 2 workers" in capsys.readouterr().out
+    from specgym.envs.workloads.dataset import open_dataset
+
+    ds = open_dataset(out)
+    assert ds.n_requests == 4 and all(np.isfinite(w.p_accept).all() for w in ds.iter_shards())

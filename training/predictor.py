@@ -209,7 +209,11 @@ def fit_continuations(wls: Sequence[Workload], pred: AcceptancePredictor, split:
             # a transition never crosses two requests (of one workload or of two)
             key = np.concatenate([np.full(wl.offsets[r + 1] - wl.offsets[r], (w << 32) + int(r)) for r in chosen])
             parts.setdefault(group, []).append((pred.predict_matrix(sub.x), sub.y, key))
-    return {g: fit_continuation(*(np.concatenate(a) for a in zip(*ps))) for g, ps in parts.items()}
+    out: dict[str, ContinuationModel] = {}
+    for g, ps in parts.items():
+        p, accepted, request = (np.concatenate(cols) for cols in zip(*ps))
+        out[g] = fit_continuation(p, accepted, request)
+    return out
 
 
 def _concat(parts: list[Dataset]) -> Dataset:

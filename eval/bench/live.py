@@ -62,12 +62,13 @@ LIVE_TREES = ("tree-sequoia", "tree-static:2-2-1", "tree-static:3-2-1", "tree-ea
 
 
 def controller_specs(k_values=range(1, 7), pair: str | None = None, trees: bool = False) -> list[str]:
-    """Plain decoding, fixed K, every baseline, the pair's shipped acceptance predictor, every shipped policy (and
+    """Plain decoding, fixed K, every baseline, the pair's shipped acceptance predictor (``predicted:`` and
+    ``planned:``), every shipped policy (and
     :data:`LIVE_TREES` with ``trees``)."""
     from specgym.agents.predicted_marginal import list_predictors
     from specgym.baselines.registry import ALL_BASELINES
 
-    predicted = [f"predicted:{pair}"] if pair in list_predictors() else []
+    predicted = [f"predicted:{pair}", f"planned:{pair}"] if pair in list_predictors() else []
     return ["fixed:0", *(f"fixed:{k}" for k in k_values), *ALL_BASELINES, *predicted, *_policies(),
             *(LIVE_TREES if trees else ())]
 
@@ -251,7 +252,9 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
 
     if "fixed:0" not in specs:
         specs = ["fixed:0", *specs]
-    eng = LiveEngine.from_pair(pair, k_max=k_max, profile=prof, timing="wall")
+    # the engine computes the workload's hidden sketch too, so a predictor reading it sees in live what it was
+    # trained on (a controller without one ignores it)
+    eng = LiveEngine.from_pair(pair, k_max=k_max, profile=prof, timing="wall", sketch=wl.sketch_projection())
 
     def _make(spec: str) -> Any:
         """A chain controller, or a tree controller prepared on the workload's train split under ``prof``."""

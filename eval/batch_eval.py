@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from specgym.baselines.batch_rules import make_batch_controller
+from specgym.agents.batch_registry import make_batch_controller
 from specgym.envs.core.batch import BatchController
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.rounds import DEFAULT_K_MAX

@@ -20,9 +20,9 @@ from specgym import __version__
 from specgym.agents.predicted_marginal import planned_ready, predictors_for
 from specgym.baselines.informed_oracle import informed_plan
 from specgym.baselines.oracle import oracle_plan, oracle_times
-from specgym.baselines.registry import expand_specs, make_controller
+from specgym.agents.registry import expand_specs, make_controller
 from specgym.baselines.tree_static import StaticTree
-from specgym.baselines.tree_registry import TREE_ALL, TREE_ORACLE, is_tree_spec, make_tree_controller
+from specgym.agents.tree_registry import TREE_ALL, TREE_ORACLE, is_tree_spec, make_tree_controller
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from specgym.baselines.registry import ALL_BASELINES, make_controller
+from specgym.agents.registry import ALL_BASELINES, make_controller
 from specgym.envs.core.cost import load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.workloads.domains import Cell, cell_workload, suite_cells

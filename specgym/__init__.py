@@ -60,7 +60,7 @@ def load_pair(name: str = "midpair", device: str = "cpu") -> tuple[Any, Any, Any
 
 def make_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> Controller:
     """The controller a spec string names (``fixed:4``, ``assc``, ``ppo:NAME``...); see ``specgym eval --help``."""
-    from specgym.baselines.registry import make_controller as _make
+    from specgym.agents.registry import make_controller as _make
 
     return _make(spec, k_max)
 

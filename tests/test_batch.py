@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule, make_batch_controller
+from specgym.agents.batch_registry import make_batch_controller
+from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule
 from specgym.envs.core.batch_cost import BatchCostProfile, Roofline, load_batch_profile, roofline_profile
 from specgym.envs.engines.batch_engine import BatchReplay
 from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay

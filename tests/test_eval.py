@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from specgym.baselines.registry import make_controller
+from specgym.agents.registry import make_controller
 from specgym.cli import main
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.errors import SpecgymError

@@ -137,7 +137,7 @@ def test_ppo_spec_resolves_without_importing_agents_first(tmp_path):
     from specgym.agents.policy_controller import random_artifact, write_artifact
 
     write_artifact(random_artifact("k"), tmp_path / "pol")
-    code = (f"from specgym.baselines.registry import make_controller\n"
+    code = (f"from specgym.agents.registry import make_controller\n"
             f"c = make_controller('ppo:{tmp_path / 'pol'}', 8)\n"
             f"d = make_controller('{tmp_path / 'pol'}', 8)\n"
             f"print(c.name, d.name)")

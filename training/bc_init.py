@@ -2,7 +2,7 @@
 
 ``bc_init: confidence:0.4`` (or ``specgym train --init-from SPEC``) does, before PPO starts:
 
-1. **Demonstrations.** The baseline (any controller spec of :mod:`specgym.baselines.registry` of the run's level:
+1. **Demonstrations.** The baseline (any controller spec of :mod:`specgym.agents.registry` of the run's level:
    token-level specs for token mode, any spec for K mode) is replayed on the *train* split with
    :func:`~specgym.envs.core.request.drive`. At every decision the training env would ask for,
    :class:`RecordingController` renders the observation exactly as the deployed
@@ -99,7 +99,7 @@ def demonstrations(spec: str, workload: Any, mode: str, k_min: int, k_max: int, 
     domain_episodes`` episodes are drawn from it as the training env draws them (a workload, a profile, a request
     of its ``split``), so the clone sees the same mix of domains PPO will.
     """
-    from specgym.baselines.registry import make_controller
+    from specgym.agents.registry import make_controller
     from specgym.envs.engines.trace_engine import TraceEngine
     from specgym.envs.workloads.domains import DomainDistribution
 

@@ -155,7 +155,7 @@ class PPOConfig:
 
             resolve_predictor(self.predictor)  # a bad name fails here, before any work
         if self.bc_init is not None:
-            from specgym.baselines.registry import make_controller
+            from specgym.agents.registry import make_controller
 
             make_controller(self.bc_init, self.k_max)  # a bad spec fails here, before any work
 

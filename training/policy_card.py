@@ -75,7 +75,7 @@ def card_markdown(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], s
          "Use it by name:", "", "```bash",
          f"specgym eval --controllers all,ppo:{name}",
          f"specgym generate --prompt 'def fibonacci(n):' --controller ppo:{name}",
-         "```", "", "```python", "from specgym.baselines import make_controller",
+         "```", "", "```python", "from specgym import make_controller",
          "from specgym.agents.hf_generate import generate_with_controller",
          f"out = generate_with_controller(target, draft, input_ids, make_controller('ppo:{name}'), "
          "max_new_tokens=128)", "```", ""]

@@ -47,7 +47,7 @@ def _policies() -> list[str]:
 def controller_specs(k_values=range(1, 7), pair: str | None = None) -> list[str]:
     """Plain decoding, fixed K, every baseline, the pair's shipped acceptance predictor, every shipped policy."""
     from specgym.agents.predicted_marginal import list_predictors
-    from specgym.baselines.registry import ALL_BASELINES
+    from specgym.agents.registry import ALL_BASELINES
 
     predicted = [f"predicted:{pair}"] if pair in list_predictors() else []
     return ["fixed:0", *(f"fixed:{k}" for k in k_values), *ALL_BASELINES, *predicted, *_policies()]
@@ -146,7 +146,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     import transformers
     from rich.table import Table
 
-    from specgym.baselines.registry import make_controller
+    from specgym.agents.registry import make_controller
     from specgym.envs.core.cost import load_profile
     from specgym.envs.core.rounds import DEFAULT_K_MAX
     from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds

@@ -62,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
 
         load_profile(args.live_profile)  # a bad name fails before anything runs
     if args.live_controllers:
-        from specgym.baselines.registry import expand_specs
+        from specgym.agents.registry import expand_specs
 
         expand_specs(args.live_controllers)
     machine = machine_calibration()

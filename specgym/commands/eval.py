@@ -11,7 +11,7 @@ from specgym.paths import default_workload_name
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``eval``."""
-    from specgym.baselines.registry import valid_specs_line
+    from specgym.agents.registry import valid_specs_line
     from specgym.envs.core.rounds import DEFAULT_K_MAX
 
     p = sub.add_parser("eval", help="evaluate controllers against each other and the oracle")

@@ -87,7 +87,7 @@ def _profile_or_none(args: argparse.Namespace):
 # ----------------------------------------------------------------------------------------------------- generate
 def cmd_generate(args: argparse.Namespace) -> int:
     """Decode one prompt with speculative decoding; print text, K per round, acceptance and speedup."""
-    from specgym.baselines.registry import make_controller
+    from specgym.agents.registry import make_controller
 
     _check_pair_args(args)
     if args.k is not None and args.controller is not None:

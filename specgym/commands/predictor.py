@@ -104,7 +104,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     """Measure a predictor (prediction, speed, ablation, loop split)."""
     from specgym.agents.predicted_marginal import resolve_predictor
-    from specgym.baselines.registry import expand_specs, make_controller
+    from specgym.agents.registry import expand_specs, make_controller
     from specgym.envs.core.acceptance_predictor import load_predictor
     from specgym.envs.core.cost import load_profile
     from specgym.io import atomic_write_text, check_output

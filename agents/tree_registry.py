@@ -1,4 +1,4 @@
-"""Tree controller specs (names start with ``tree``), the tree counterpart of :mod:`specgym.baselines.registry`.
+"""Tree controller specs (names start with ``tree``), the tree counterpart of :mod:`specgym.agents.registry`.
 
 Grammar: ``tree-static:W1-W2-..`` (a fixed shape of per-depth widths), ``tree-sequoia[:BUDGET]`` (Sequoia's
 static tree fitted on the train split, at most BUDGET nodes), ``tree-eagle[:DEPTH:BEAM:M]`` (EAGLE-2's dynamic
@@ -51,7 +51,7 @@ def make_tree_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> TreeControlle
             raise SpecgymError(f"bad tree spec {spec!r}: BUDGET must be in 1..{TREE_NODE_LIMIT}")
         return SequoiaTree(budget, k_max)
     if name == "tree-chain" and arg:
-        from specgym.baselines.registry import make_controller
+        from specgym.agents.registry import make_controller
 
         return ChainAsTree(make_controller(spec.strip().partition(":")[2], k_max))
     if name == "tree-predicted":

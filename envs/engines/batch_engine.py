@@ -28,8 +28,8 @@ import numpy as np
 
 from specgym.envs.core.batch import BatchController, BatchState, BatchStep
 from specgym.envs.core.batch_cost import BatchCostProfile
+from specgym.envs.core.replay import request_uniforms, run_lengths
 from specgym.envs.core.rounds import DEFAULT_K_MAX, check_k_max
-from specgym.envs.engines.trace_engine import request_uniforms, run_lengths
 from specgym.envs.workloads.trace_format import Workload
 from specgym.errors import SpecgymError
 

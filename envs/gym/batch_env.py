@@ -15,22 +15,10 @@ from specgym.envs.core.batch import BATCH_FEATURE_DOCS, BATCH_FEATURE_NAMES, Bat
 from specgym.envs.core.batch_cost import BatchCostProfile, load_batch_profile
 from specgym.envs.gym.config import check_reset_options, int_key, source_key, update_config
 from specgym.envs.core.rounds import DEFAULT_K_MAX, check_k_max
-from specgym.envs.engines.batch_engine import BatchReplay
+from specgym.envs.engines.batch_engine import BatchReplay, mixed_schedule
 from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.errors import InvalidAction, SpecgymError
 from specgym.paths import default_workload_name
-
-CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-
-
-def mixed_schedule(rng: np.random.Generator, profile: BatchCostProfile, max_batch: int, segments: int = 6,
-                   min_steps: float = 40.0, max_steps: float = 400.0) -> list[tuple[float, int]]:
-    """A concurrency that changes over time: ``segments`` stretches of a random power-of-two concurrency up to
-    ``max_batch``, each lasting a random 40-400 plain decoding steps of one sequence."""
-    sizes = [c for c in CONCURRENCIES if c <= max_batch] or [1]
-    t1 = profile.verify(1, 1)
-    return [(float(rng.uniform(min_steps, max_steps)) * t1, int(rng.choice(sizes))) for _ in range(segments)]
-
 
 class SpecDecodeBatchEnv(gym.Env):
     """Choose the draft length K of every serving step of a batch of in-flight requests.

@@ -90,7 +90,7 @@ class SpecDecodeLiveEnv(gym.Env):
         self.action_space = spaces.Discrete(self.k_max - self.k_min + 1, start=self.k_min)
         prompts = cfg["prompts"]
         if isinstance(prompts, str):
-            from specgym.envs.engines.recorder import read_prompts
+            from specgym.envs.workloads.prompts import read_prompts
 
             prompts = [p.text for p in read_prompts(prompts)]
         if not prompts:

@@ -148,7 +148,8 @@ def cmd_record(args: argparse.Namespace) -> int:
 
     from specgym.envs.core.cost import load_profile, save_profile
     from specgym.envs.engines.profiler import measure_profile
-    from specgym.envs.engines.recorder import parse_length, parse_splits, read_prompts, record_workload
+    from specgym.envs.engines.recorder import parse_length, parse_splits, record_workload
+    from specgym.envs.workloads.prompts import read_prompts
 
     # every argument is checked before a model loads
     _check_pair_args(args)
@@ -243,7 +244,7 @@ def _fit_rounds(args: argparse.Namespace, pair, out: Path, micro):
     n = args.calibration_prompts
     engine = LiveEngine.from_pair(pair, k_max=args.k_max, timing=args.clock)
     if args.prompts:
-        from specgym.envs.engines.recorder import read_prompts
+        from specgym.envs.workloads.prompts import read_prompts
 
         texts = [p.text for p in read_prompts(args.prompts)][:n]
         prompts = [pair.tokenizer(t, add_special_tokens=False)["input_ids"] or [0] for t in texts]

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from specgym import __version__
+from specgym.version import __version__
 from specgym.agents.predicted_marginal import planned_ready, predictors_for
 from specgym.baselines.informed_oracle import informed_plan
 from specgym.baselines.oracle import oracle_plan, oracle_times

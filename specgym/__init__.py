@@ -6,7 +6,7 @@ import as ``specgym/SpecDecode-v1``, ``specgym/SpecDecodeToken-v1``, ``specgym/S
 and, over real models, ``specgym/SpecDecodeLive-v1``.
 """
 
-__version__ = "0.2.0"
+from specgym.version import __version__
 
 import os as _os
 from typing import Any

@@ -18,7 +18,8 @@ FOLDERS = {"specgym": "specgym", "envs": "specgym.envs", "agents": "specgym.agen
            "training": "specgym.training", "eval": "specgym.eval"}
 #: layers, lowest first: a module may import only from its own layer or lower ones (lazy imports included)
 LAYERS = [
-    ("foundation", ("specgym.errors", "specgym.io", "specgym.paths", "specgym.deps", "specgym.console")),
+    ("foundation", ("specgym.errors", "specgym.io", "specgym.paths", "specgym.deps", "specgym.console",
+                    "specgym.version")),
     ("core", ("specgym.envs.core",)),
     ("data", ("specgym.envs.workloads",)),
     ("engines", ("specgym.envs.engines",)),

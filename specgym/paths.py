@@ -23,6 +23,9 @@ PROFILES_DIR = DATA_DIR / "profiles"
 MODELS_DIR = DATA_DIR / "models"
 POLICIES_DIR = DATA_DIR / "policies"
 PREDICTORS_DIR = DATA_DIR / "predictors"
+#: The shipped RL-Zoo-style training configurations (``training/configs/MODE.yaml``), read by training and by
+#: the policy benchmark (for the default architecture).
+TRAINING_CONFIGS_DIR = Path(str(files("specgym.training") / "configs"))
 
 #: Workloads in order of preference for commands run without ``--workload``: the recorded greedy trace of the
 #: shipped model pair when present, else the synthetic SpecLane mix.

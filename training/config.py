@@ -19,8 +19,8 @@ import yaml
 
 from specgym.envs.core.rounds import K_MAX_LIMIT
 from specgym.errors import SpecgymError
+from specgym.paths import TRAINING_CONFIGS_DIR
 
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 MODES = ("k", "token", "batch", "tree")
 SHAPINGS = ("draft_cost", "conf_potential")
 
@@ -301,7 +301,7 @@ def resolve_config(mode: str, workload_name: str, config_file: str | Path | None
     """
     if mode not in MODES:
         raise SpecgymError(f"--mode must be one of {MODES}, got {mode!r}")
-    path = Path(config_file) if config_file else CONFIG_DIR / f"{mode}.yaml"
+    path = Path(config_file) if config_file else TRAINING_CONFIGS_DIR / f"{mode}.yaml"
     data = read_yaml(path)
     if "default" not in data and workload_name not in data:
         raise SpecgymError(f"{path}: needs a 'default' entry or one named {workload_name!r}")

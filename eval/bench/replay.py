@@ -29,8 +29,6 @@ def bench_env(workload: str, steps: int = 100_000) -> dict[str, Any]:
     """Steps/s of ``gymnasium.make`` environments under random actions (resets included)."""
     import gymnasium as gym
 
-    import specgym  # noqa: F401  (registers the ids)
-
     out = {}
     for key, env_id in (("k", "specgym/SpecDecode-v1"), ("token", "specgym/SpecDecodeToken-v1")):
         env = gym.make(env_id, workload=workload)

@@ -33,7 +33,6 @@ from specgym.eval.metrics import headroom_closed
 from specgym.eval.stats import PairedBootstrap
 
 K_LEVEL = ("assc", "speclane", "speclane:ratio", "hf-heuristic", "ucb")
-SUITES = ("generalization",)
 
 
 def baseline_specs(k_max: int = DEFAULT_K_MAX) -> list[str]:

@@ -54,10 +54,6 @@ class Calibration:
         z = self.w * logit(conf) + self.b
         return 1.0 / (1.0 + math.exp(-z)) if z > -30.0 else 0.0
 
-    def update(self, conf: float, accepted: bool) -> None:
-        """One gradient step on a judged token."""
-        self.update_round((conf,), 1 if accepted else 0)
-
     def update_round(self, confs: Sequence[float], accepted: int) -> None:
         """One gradient step per judged token of a round, in order: the first ``accepted`` were accepted."""
         w, b, lr = self.w, self.b, self.lr

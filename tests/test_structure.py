@@ -209,3 +209,17 @@ def test_docs_cite_nothing_outside_the_repository():
         text = path.read_text()
         hits += [f"{path.relative_to(ROOT)}: {n}" for n in needles if n in text]
     assert not hits, hits
+
+
+def test_training_configs_name_live_env_ids_and_files():
+    """The YAML configs' comments cite registered env ids and files that exist (they went stale once: ``-v0``)."""
+    import re
+
+    from gymnasium.envs.registration import registry
+
+    bad = []
+    for path in sorted((ROOT / "training" / "configs").glob("*.yaml")):
+        text = path.read_text()
+        bad += [f"{path.name}: {i}" for i in re.findall(r"specgym/\w+-v\d+", text) if i not in registry]
+        bad += [f"{path.name}: {f}" for f in re.findall(r"[\w/]+\.py\b", text) if not (ROOT / f).is_file()]
+    assert not bad, bad

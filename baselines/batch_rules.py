@@ -22,6 +22,7 @@ import numpy as np
 from specgym.envs.core.batch import BatchController, BatchState, BatchStep
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.controller import Controller
+from specgym.envs.core.economics import best_k_for_costs
 from specgym.envs.core.rounds import RequestContext, RoundOutcome
 from specgym.errors import SpecgymError
 
@@ -98,9 +99,7 @@ class GoodputRule(BatchController):
         times = self._times.get(state.batch)
         if times is None:
             times = self._times[state.batch] = self.profile.step_times(state.batch, self.k_max)
-        ks = np.arange(self.k_max + 1)
-        tokens = (1.0 - alpha ** (ks + 1)) / (1.0 - alpha)
-        return int(np.argmax(tokens / times))
+        return best_k_for_costs(alpha, times)
 
     def observe(self, step: BatchStep) -> None:
         drafted = step.planned_k

@@ -296,7 +296,9 @@ class SpecDecodeTokenEnv(_ReplayEnvBase):
     The rounds, rewards and episodes of :class:`SpecDecodeEnv` at token granularity. A decision is taken with
     ``j`` tokens drafted in the current round, ``j = 0 .. cap - 1`` (cap = min(k_max, N - i - 1)); stopping at
     ``j = 0`` is a plain autoregressive step, reaching the cap verifies automatically. Rounds where no draft is
-    possible (the last token) are played automatically and their reward is added to the step that led there.
+    possible (the last token) are played automatically and their reward is added to the step that led there; a
+    request with no room to draft at all (one token) is played whole by ``reset()`` and its one step (any valid
+    action) ends the episode with that reward.
 
     ## Action Space
     ``Discrete(2)``: 0 = stop drafting and verify, 1 = draft one more token. Anything else raises
@@ -337,12 +339,15 @@ class SpecDecodeTokenEnv(_ReplayEnvBase):
         super()._build()
         self.action_space = spaces.Discrete(2)
         self.decisions = TokenDecisionState(self.tracker)
+        self._done_at_reset = False
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Start a new request; returns ``(observation, info)`` at the first decision."""
         self._start(seed, options)
         self._auto_reward = 0.0
         self._begin_round()
+        assert self.req is not None
+        self._done_at_reset = self.req.done
         return self.decisions.observation(), self._base_info()
 
     def _begin_round(self) -> None:
@@ -351,13 +356,19 @@ class SpecDecodeTokenEnv(_ReplayEnvBase):
         assert req is not None
         while not req.done and req.clip(self.k_max) == 0:
             o = req.verify(0, 0)
-            self._round_info(o)
+            self._auto_info = self._round_info(o)
             self._auto_reward += self._reward(o)
         self._cap = req.clip(self.k_max) if not req.done else 0
         self.decisions.begin_round()
 
     def step(self, action):
         """Continue (1) or stop (0); returns the Gymnasium 5-tuple."""
+        if self._done_at_reset:  # the request was played whole by reset(): this step reports it and ends
+            self._check_action(action)
+            self._done_at_reset = False
+            info = {**self._auto_info, **self._base_info(), "verified": True}
+            reward, self._auto_reward = self._auto_reward, 0.0
+            return self.decisions.observation(), reward, True, False, info
         if self.req is None or self.req.done:
             raise SpecgymError("call reset() before step() (the episode is over)")
         dec = self.decisions

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
@@ -26,14 +25,15 @@ from specgym.envs.core.features import FeatureTracker, TokenDecisionState, featu
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RoundOutcome, check_k_max
 from specgym.envs.engines.trace_engine import ReplayRequest, TraceEngine
 from specgym.envs.gym.config import check_reset_options, int_key, source_key, update_config
+from specgym.envs.gym.shell import EnvShell
 from specgym.envs.workloads.domains import DomainDistribution
 from specgym.envs.workloads.trace_format import SPLITS, Workload, cached_workload
-from specgym.errors import InvalidAction, SpecgymError
+from specgym.errors import SpecgymError
 from specgym.paths import default_workload_name
 
 
-class _ReplayEnvBase(gym.Env):
-    """Shared configuration, request sampling and reward bookkeeping of both replay environments."""
+class _ReplayEnvBase(EnvShell):
+    """Shared configuration, request sampling and reward bookkeeping of the replay environments."""
 
     metadata = {"render_modes": ["ansi"], "render_fps": 30}
     mode = "k"
@@ -70,12 +70,7 @@ class _ReplayEnvBase(gym.Env):
         }
 
     def __init__(self, config: dict[str, Any] | None = None, render_mode: str | None = None, **overrides: Any):
-        self.config = self.default_config()
-        self.configure(config or {})
-        self.configure(overrides)
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise SpecgymError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
-        self.render_mode = render_mode
+        self._merge_config(config, overrides, render_mode)
         self._build()
 
     def configure(self, config: dict[str, Any]) -> None:
@@ -178,28 +173,10 @@ class _ReplayEnvBase(gym.Env):
         self.tracker.update(o)
         self.episode_time_ms += o.time_ms
         self.episode_tokens += o.produced
-        return {
-            "planned_k": o.planned_k,
-            "drafted": o.drafted,
-            "accepted": o.accepted,
-            "produced": o.produced,
-            "time_ms": o.time_ms,
-            "rewards": {"tokens": float(o.produced), "time": -o.time_ms / self.t_ar},
-        }
-
-    def _check_action(self, action: Any) -> int:
-        """The action as an ``int``; anything outside the action space raises :class:`InvalidAction`."""
-        space: Any = self.action_space
-        if type(action) is int:  # the common case, checked without numpy
-            if space.start <= action < space.start + space.n:
-                return action
-        elif space.contains(action):
-            return int(action)
-        raise InvalidAction(f"{type(self).__name__}: action {action!r} ({type(action).__name__}) is not in "
-                            f"{space} (integers {int(space.start)}..{int(space.start + space.n - 1)})")
+        return {**self.round_info(o), "rewards": {"tokens": float(o.produced), "time": -o.time_ms / self.t_ar}}
 
     def _reward(self, o: RoundOutcome) -> float:
-        return o.produced - o.time_ms / self.t_ar
+        return self.round_reward(o, self.t_ar)
 
     def _base_info(self) -> dict[str, Any]:
         assert self.req is not None
@@ -281,8 +258,7 @@ class SpecDecodeEnv(_ReplayEnvBase):
 
     def step(self, action):
         """Play one round with draft cap ``action``; returns the Gymnasium 5-tuple."""
-        if self.req is None or self.req.done:
-            raise SpecgymError("call reset() before step() (the episode is over)")
+        self._check_running(self.req is not None and not self.req.done)
         o = self.req.play(self._check_action(action))
         info = self._round_info(o)
         info.update(self._base_info())
@@ -369,8 +345,7 @@ class SpecDecodeTokenEnv(_ReplayEnvBase):
             info = {**self._auto_info, **self._base_info(), "verified": True}
             reward, self._auto_reward = self._auto_reward, 0.0
             return self.decisions.observation(), reward, True, False, info
-        if self.req is None or self.req.done:
-            raise SpecgymError("call reset() before step() (the episode is over)")
+        self._check_running(self.req is not None and not self.req.done)
         dec = self.decisions
         if self._check_action(action) == 1:
             j = dec.drafted + 1

@@ -112,9 +112,7 @@ def domain_identity() -> tuple[Any, dict[str, Any]]:
 
 
 def _new_run(req: TrainRequest, run: RunFiles) -> tuple[RunConfig, Any, dict[str, Any]]:
-    if run.root.is_dir() and not run.root.is_symlink() and not req.force:
-        raise SpecgymError(f"{run.root}: already exists (pass --force to replace it, --resume to continue)")
-    check_output(run.root, req.force)
+    check_output(run.root, req.force, hint="pass --force to replace it, --resume to continue")
     overrides = req.overrides or {}
     if overrides.get("domains"):
         wl, ident = domain_identity()

@@ -77,24 +77,39 @@ def run_suite_command(args: argparse.Namespace) -> int:
 
 
 def run_eval_command(args: argparse.Namespace) -> int:
-    """Handler of ``specgym eval`` (also used by ``specgym demo``)."""
+    """Handler of ``specgym eval``."""
     if getattr(args, "suite", None):
         return run_suite_command(args)
+    return eval_to_folder(args.workload or default_workload_name(), args.controllers, args.out, split=args.split,
+                          seed=args.seed, k_max=args.k_max, profile=args.profile, max_requests=args.max_requests,
+                          bootstrap=args.bootstrap, force=args.force, plots=not args.no_plots)
+
+
+def eval_to_folder(workload: str, controllers: str, out: Path | None, *, split: str = "test", seed: int = 0,
+                   k_max: int | None = None, profile: str | None = None, max_requests: int | None = None,
+                   bootstrap: int = 2000, force: bool = False, plots: bool = True) -> int:
+    """Evaluate ``controllers`` on ``workload``, write the report folder and print the table (``specgym eval``,
+    and ``specgym demo``'s last step).
+
+    Args:
+        out: The report folder (None: ``out/eval-WORKLOAD``); an existing one is replaced only with ``force``.
+        k_max: Largest draft cap (None: the default).
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from specgym.console import make_console
+    from specgym.envs.core.rounds import DEFAULT_K_MAX
     from specgym.envs.workloads.trace_format import cached_workload
     from specgym.eval.harness import EvalConfig, evaluate, resolve_controllers
     from specgym.eval.report import markdown_table, write_report
     from specgym.io import check_output
 
-    workload = args.workload or default_workload_name()
-    out = check_output(args.out or Path("out") / f"eval-{Path(workload).stem}", args.force)
+    k_max = DEFAULT_K_MAX if k_max is None else k_max
+    out = check_output(out or Path("out") / f"eval-{Path(workload).stem}", force)
     wl = cached_workload(workload)  # bad input fails here, before the progress bar starts
-    controllers = resolve_controllers(args.controllers, args.k_max, wl)
-    cfg = EvalConfig(workload=workload, controllers=controllers, split=args.split, seed=args.seed,
-                     k_max=args.k_max, profile=args.profile, max_requests=args.max_requests,
-                     bootstrap=args.bootstrap)
+    specs = resolve_controllers(controllers, k_max, wl)
+    cfg = EvalConfig(workload=workload, controllers=specs, split=split, seed=seed, k_max=k_max, profile=profile,
+                     max_requests=max_requests, bootstrap=bootstrap)
     console = make_console(stderr=True)
     with Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
@@ -104,7 +119,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
             return lambda: bar.advance(task)
 
         report = evaluate(cfg, progress)
-    write_report(report, out, overwrite=args.force, plots=not args.no_plots)
+    write_report(report, out, overwrite=force, plots=plots)
     meta = report["workload"]
     print(f"{meta['label']} — split {meta['split']}, {meta['requests']} requests, profile {report['profile']['name']}, "
           f"seed {report['seed']}")

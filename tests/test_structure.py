@@ -223,3 +223,20 @@ def test_training_configs_name_live_env_ids_and_files():
         bad += [f"{path.name}: {i}" for i in re.findall(r"specgym/\w+-v\d+", text) if i not in registry]
         bad += [f"{path.name}: {f}" for f in re.findall(r"[\w/]+\.py\b", text) if not (ROOT / f).is_file()]
     assert not bad, bad
+
+
+def test_argparse_only_in_the_cli():
+    """Command lines are parsed under ``specgym/commands/`` (and ``specgym/cli.py``) only; library modules take
+    arguments."""
+    def imported(path: Path) -> set[str]:
+        out = set()
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.Import):
+                out.update(a.name for a in n.names)
+            elif isinstance(n, ast.ImportFrom) and n.module:
+                out.add(n.module)
+        return out
+
+    bad = [mod for mod, path in _modules().items()
+           if not (mod.startswith("specgym.commands") or mod == "specgym.cli") and "argparse" in imported(path)]
+    assert not bad, bad

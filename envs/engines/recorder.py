@@ -47,7 +47,7 @@ from specgym.envs.engines.live_engine import LiveEngine, LivePair
 from specgym.envs.workloads.prompts import PromptSpec
 from specgym.envs.workloads.trace_format import Workload, save_workload, workload_from_requests
 from specgym.errors import SpecgymError
-from specgym.io import sha256_file
+from specgym.io import check_output, sha256_file
 from specgym.paths import portable_name
 
 PARTIAL_SUFFIX = ".partial.jsonl"
@@ -282,9 +282,7 @@ def record_workload(
     Returns:
         ``(workload, stats)``; stats holds counts, timings, trace positions/s and the greedy loop share.
     """
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise SpecgymError(f"{out}: already exists (pass --force to overwrite)")
+    out = check_output(out, overwrite, "file", hint="pass --force to overwrite")
     if temperature < 0 or not math.isfinite(temperature):
         raise SpecgymError(f"--temperature must be >= 0, got {temperature}")
     lo, hi = parse_length(max_new_tokens)

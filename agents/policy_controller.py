@@ -181,18 +181,6 @@ def list_policies(chain_only: bool = False) -> list[str]:
     return names
 
 
-def resolve_policy(name_or_path: str | Path) -> Path:
-    """A policy folder: an existing path, else a shipped policy's name."""
-    path = Path(name_or_path)
-    if path.exists():
-        return path
-    shipped = POLICIES_DIR / str(name_or_path)
-    if len(path.parts) == 1 and (shipped / META_FILE).is_file():
-        return shipped
-    raise SpecgymError(f"policy {str(name_or_path)!r} not found (neither a folder nor a shipped policy; shipped: "
-                       f"{', '.join(list_policies()) or 'none'})")
-
-
 def artifact_arrays(art: PolicyArtifact) -> dict[str, np.ndarray]:
     """The arrays stored in ``policy.npz`` (names referenced by ``policy.json``)."""
     arrays: dict[str, np.ndarray] = {}

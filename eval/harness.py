@@ -29,7 +29,8 @@ from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.tree import TreeController
 from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload
 from specgym.envs.engines.trace_engine import TraceEngine
-from specgym.envs.workloads.trace_format import Workload, cached_workload, resolve_workload_path
+from specgym.envs.workloads.trace_format import Workload, cached_workload
+import specgym.catalogue as catalogue
 from specgym.eval.metrics import category_metrics, headroom_closed, run_metrics
 from specgym.eval.runner import RunResult, run_controller, run_fixed_vectorised, run_plan_vectorised
 from specgym.eval.stats import PairedBootstrap
@@ -134,7 +135,7 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
     if isinstance(cfg.workload, Workload):
         wl, wl_path, wl_hash = cfg.workload, None, None
     else:
-        path = resolve_workload_path(cfg.workload)
+        path = catalogue.resolve("workload", cfg.workload)
         wl, wl_path, wl_hash = cached_workload(path), str(path), sha256_file(path)
     named = resolve_controllers(cfg.controllers, cfg.k_max, wl)  # fail fast on bad specs
     specs = [label for label, _ in named]

@@ -46,9 +46,9 @@ def load_pair(name: str = "midpair", device: str = "cpu") -> tuple[Any, Any, Any
     Needs the ``hf`` extra. ``name``: ``midpair`` (where speculation pays on a CPU) or ``tinypair``.
     """
     from specgym.deps import require
-    from specgym.paths import pair_dir
+    import specgym.catalogue as catalogue
 
-    folder = pair_dir(name)
+    folder = catalogue.resolve("pair", name)
     require("hf", "specgym.load_pair")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

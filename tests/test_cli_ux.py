@@ -80,12 +80,13 @@ def test_record_checks_arguments_before_loading_models(tmp_path, capsys, monkeyp
 
 
 def test_workloads_list_labels_synthetic_and_keeps_descriptions(capsys):
-    from specgym.envs.core.cost import list_profiles, load_profile
+    from specgym.envs.core.cost import load_profile
+    import specgym.catalogue as catalogue
 
     assert main(["workloads", "list"]) == 0
     out = capsys.readouterr().out
     assert "assc-regimes" in out and "SYNTHETIC" in out.split("assc-regimes", 1)[1].splitlines()[0]
-    for name in list_profiles():
+    for name in catalogue.names("profile"):
         desc = load_profile(name).description
         assert desc in out  # whole, never cut mid-word
 

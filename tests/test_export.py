@@ -224,10 +224,11 @@ def test_the_checksum_covers_every_field_of_the_function(exported, tmp_path, edi
 
 
 def test_shipped_policies_carry_the_function_checksum():
-    from specgym.agents.policy_controller import list_policies, resolve_policy
+    from specgym.agents.policy_controller import list_policies
+    import specgym.catalogue as catalogue
 
     for name in list_policies():
-        load_policy(resolve_policy(name))
+        load_policy(catalogue.resolve("policy", name))
 
 
 def test_eval_cli_puts_the_policy_in_the_table(exported, tmp_path, capsys):

@@ -148,9 +148,9 @@ def test_without_signals_or_continuation(pred, tmp_path):
 
 
 def test_shipped_midpair_predictor_plans_both_temperatures():
-    from specgym.agents.predicted_marginal import resolve_predictor
+    import specgym.catalogue as catalogue
 
-    pred = load_predictor(resolve_predictor("midpair"))
+    pred = load_predictor(catalogue.resolve("predictor", "midpair"))
     assert set(pred.continuation) == {"greedy", "sampled"}
     for model in pred.continuation.values():
         assert np.all(np.diff(model.centers) > 0) and math.isclose(model.initial.sum(), 1.0)

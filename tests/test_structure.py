@@ -20,7 +20,8 @@ FOLDERS = {"specgym": "specgym", "envs": "specgym.envs", "agents": "specgym.agen
 #: belongs to the layer of its longest matching prefix; the front door (the package ``specgym`` itself) is the top
 #: layer and matches only itself, so no library module imports it (``from specgym import ...``).
 LAYERS = [
-    ("util", ("specgym.errors", "specgym.io", "specgym.paths", "specgym.deps", "specgym.console", "specgym.version")),
+    ("util", ("specgym.errors", "specgym.io", "specgym.paths", "specgym.catalogue", "specgym.deps", "specgym.console",
+              "specgym.version")),
     ("core", ("specgym.envs", "specgym.envs.core")),
     ("workloads", ("specgym.envs.workloads",)),
     ("engines", ("specgym.envs.engines",)),

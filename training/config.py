@@ -151,9 +151,9 @@ class PPOConfig:
         if self.domains not in (None, "generalist"):
             raise bad("domains", "must be null or 'generalist'")
         if self.predictor is not None:
-            from specgym.agents.predicted_marginal import resolve_predictor
+            import specgym.catalogue as catalogue
 
-            resolve_predictor(self.predictor)  # a bad name fails here, before any work
+            catalogue.resolve("predictor", self.predictor)  # a bad name fails here, before any work
         if self.bc_init is not None:
             from specgym.agents.registry import make_controller
 

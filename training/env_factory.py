@@ -16,10 +16,10 @@ def run_predictor(run: RunConfig) -> Any:
     """The acceptance predictor a run's token-mode observations read (config key ``predictor``), or ``None``."""
     if run.ppo.predictor is None:
         return None
-    from specgym.agents.predicted_marginal import resolve_predictor
+    import specgym.catalogue as catalogue
     from specgym.envs.core.acceptance_predictor import load_predictor
 
-    return load_predictor(resolve_predictor(run.ppo.predictor))
+    return load_predictor(catalogue.resolve("predictor", run.ppo.predictor))
 
 
 def env_config(run: RunConfig, workload: Any, split: str) -> dict[str, Any]:

@@ -75,11 +75,12 @@ def generalist_cells(seed: int = 9000) -> list[tuple[str, Any, Any]]:
     import numpy as np
 
     from specgym.envs.workloads.domains import TRAIN_RECORDED, ProfileRanges, synthetic_pool
-    from specgym.envs.workloads.trace_format import cached_workload, list_workloads
+    from specgym.envs.workloads.trace_format import cached_workload
+    import specgym.catalogue as catalogue
 
     workloads = synthetic_pool(n=6, requests=60, seed=seed)
     for name in TRAIN_RECORDED:
-        if name in list_workloads():
+        if name in catalogue.names("workload"):
             wl = cached_workload(name)
             workloads.append(wl.subset(wl.split_indices("val")))
     rng = np.random.default_rng(seed)

@@ -115,9 +115,9 @@ class _ReplayEnvBase(EnvShell):
         if spec is None or isinstance(spec, AcceptancePredictor):
             pred = spec
         elif isinstance(spec, str):
-            from specgym.agents.predicted_marginal import resolve_predictor
+            import specgym.catalogue as catalogue
 
-            pred = load_predictor(resolve_predictor(spec))
+            pred = load_predictor(catalogue.resolve("predictor", spec))
         else:
             raise SpecgymError(f"env config predictor: expected None, a predictor name or path, or an "
                                f"AcceptancePredictor, got {spec!r}")

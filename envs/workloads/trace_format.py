@@ -64,7 +64,7 @@ from specgym.envs.core.lookup import LOOKUP_MAX_N
 from specgym.envs.core.signals import TOPK, SignalColumns, projection_from_meta
 from specgym.errors import SpecgymError
 from specgym.io import atomic_path
-from specgym.paths import WORKLOADS_DIR
+import specgym.catalogue as catalogue
 
 FORMAT_VERSION = 2
 SUPPORTED_VERSIONS = (1, 2)
@@ -493,32 +493,12 @@ def save_workload(wl: Workload, path: str | Path, overwrite: bool = False) -> Pa
     return path
 
 
-def list_workloads() -> list[str]:
-    """Names of the shipped workloads."""
-    return sorted(p.stem for p in WORKLOADS_DIR.glob("*.parquet"))
-
-
-def resolve_workload_path(name_or_path: str | Path) -> Path:
-    """A shipped workload name (``speclane-mix``) or a path to a ``.parquet`` file."""
-    path = Path(name_or_path)
-    if path.exists():
-        return path
-    if path.suffix != ".parquet" and len(path.parts) == 1:
-        shipped = WORKLOADS_DIR / f"{name_or_path}.parquet"
-        if shipped.exists():
-            return shipped
-        raise SpecgymError(
-            f"unknown workload {str(name_or_path)!r}; shipped workloads: {', '.join(list_workloads()) or 'none'}"
-        )
-    raise SpecgymError(f"{path}: workload file not found")
-
-
 _CACHE: dict[tuple[str, float], Workload] = {}
 
 
 def cached_workload(name_or_path: str | Path) -> Workload:
     """:func:`load_workload` once per process (keyed by resolved path and modification time)."""
-    path = resolve_workload_path(name_or_path).resolve()
+    path = catalogue.resolve("workload", name_or_path).resolve()
     key = (str(path), path.stat().st_mtime)
     wl = _CACHE.get(key)
     if wl is None:
@@ -529,7 +509,7 @@ def cached_workload(name_or_path: str | Path) -> Workload:
 def load_workload(name_or_path: str | Path) -> Workload:
     """Load and validate a workload; any defect raises a one-line :class:`SpecgymError` naming file and field."""
     pa, pq = _arrow()
-    path = resolve_workload_path(name_or_path)
+    path = catalogue.resolve("workload", name_or_path)
     where = str(path)
     try:
         table = pq.read_table(path)

@@ -46,10 +46,10 @@ def _policies() -> list[str]:
 
 def controller_specs(k_values=range(1, 7), pair: str | None = None) -> list[str]:
     """Plain decoding, fixed K, every baseline, the pair's shipped acceptance predictor, every shipped policy."""
-    from specgym.agents.predicted_marginal import list_predictors
+    import specgym.catalogue as catalogue
     from specgym.agents.registry import ALL_BASELINES
 
-    predicted = [f"predicted:{pair}"] if pair in list_predictors() else []
+    predicted = [f"predicted:{pair}"] if pair in catalogue.names("predictor") else []
     return ["fixed:0", *(f"fixed:{k}" for k in k_values), *ALL_BASELINES, *predicted, *_policies()]
 
 

@@ -13,9 +13,10 @@ from specgym.eval.bench.common import TARGETS, print_table, timeit, versus
 
 def bench_load(workload: str) -> dict[str, Any]:
     """Cold load + validation time of a workload file."""
-    from specgym.envs.workloads.trace_format import load_workload, resolve_workload_path
+    from specgym.envs.workloads.trace_format import load_workload
+    import specgym.catalogue as catalogue
 
-    path = resolve_workload_path(workload)
+    path = catalogue.resolve("workload", workload)
     times = []
     for _ in range(3):
         t0 = time.perf_counter()

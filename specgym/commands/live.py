@@ -15,7 +15,8 @@ from specgym.commands.args import k_max_type, nonneg_int, positive_int, temperat
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.errors import SpecgymError
 from specgym.io import check_output
-from specgym.paths import MODELS_DIR, default_pair_name, pair_profile, prompts_path
+from specgym.paths import MODELS_DIR, default_pair_name, pair_profile
+import specgym.catalogue as catalogue
 
 
 def _setup(args: argparse.Namespace) -> None:
@@ -157,7 +158,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     splits = parse_splits(args.splits)
     if args.gen_k > args.k_max:
         raise SpecgymError(f"--gen-k {args.gen_k} is above --k-max {args.k_max}")
-    args.prompts = str(prompts_path(args.prompts))  # the shipped prompts by name, from any folder
+    args.prompts = str(catalogue.resolve("prompts", args.prompts))  # the shipped prompts by name, from any folder
     prompts = read_prompts(args.prompts)
     if args.max_prompts is not None:
         prompts = prompts[: args.max_prompts]

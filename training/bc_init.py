@@ -35,6 +35,7 @@ from specgym.envs.core.features import FeatureTracker, TokenDecisionState
 from specgym.envs.core.request import drive
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
 from specgym.errors import SpecgymError
+from specgym.training.sb3_actor import actor_logits, actor_parameters
 
 
 class RecordingController(Controller):
@@ -136,21 +137,19 @@ def clone_into(model: Any, venv: Any, obs: np.ndarray, labels: np.ndarray, epoch
     rms.count = float(len(obs))
     x = torch.as_tensor(venv.normalize_obs(obs.copy()), dtype=torch.float32)
     y = torch.as_tensor(labels)
-    pol = model.policy
-    params = list(pol.mlp_extractor.policy_net.parameters()) + list(pol.action_net.parameters())
-    opt = torch.optim.Adam(params, lr=lr)
+    opt = torch.optim.Adam(actor_parameters(model), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
         perm = torch.randperm(len(x), generator=gen)
         for i in range(0, len(x), batch):
             idx = perm[i:i + batch]
-            logits = pol.action_net(pol.mlp_extractor.forward_actor(x[idx]))
+            logits = actor_logits(model, x[idx])
             loss = torch.nn.functional.cross_entropy(logits, y[idx], label_smoothing=smoothing)
             opt.zero_grad()
             loss.backward()
             opt.step()
     with torch.no_grad():
-        logits = pol.action_net(pol.mlp_extractor.forward_actor(x))
+        logits = actor_logits(model, x)
         final = float(torch.nn.functional.cross_entropy(logits, y))
         acc = float((logits.argmax(1) == y).float().mean())
     return {"samples": int(len(x)), "loss": final, "accuracy": acc, "positive_share": float(labels.mean())}

@@ -39,9 +39,10 @@ import numpy as np
 
 from specgym.envs.core.batch import BATCH_FEATURE_NAMES
 from specgym.envs.core.controller import Controller
+from specgym.agents.token_protocol import TokenProtocol
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor
 from specgym.envs.core.features import (
-    FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS, FeatureTracker, TokenDecisionState, feature_names,
+    FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS, FeatureTracker, feature_names,
 )
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome
 from specgym.errors import SpecgymError
@@ -392,11 +393,11 @@ class PolicyController(Controller):
         self.network = PolicyNetwork(artifact)
         self.logits, self.normalize = self.network.logits, self.network.normalize
         self.tracker = FeatureTracker(self.k_max)
-        self.decisions = TokenDecisionState(self.tracker, artifact.feature_version if self.token_level else
-                                            FEATURE_VERSION)
         self.predictor = None if artifact.predictor is None else \
             AcceptancePredictor.from_dict(artifact.predictor, where=f"policy {self.name}: field 'predictor'")
-        self._temperature = 0.0
+        self.protocol = TokenProtocol(self.tracker, self.k_max, self.predictor,
+                                      artifact.feature_version if self.token_level else FEATURE_VERSION)
+        self.decisions = self.protocol.decisions
 
     def act(self, obs: np.ndarray) -> int:
         """The policy's deterministic action index for one raw observation (a method, so subclasses can wrap it)."""
@@ -413,23 +414,20 @@ class PolicyController(Controller):
         """Start a request: clear the feature history, read the static features from ``ctx``."""
         self.check_engine_k_max(ctx.k_max)
         self.ctx = ctx
-        self._temperature = float(ctx.temperature)
+        self.protocol.temperature = float(ctx.temperature)
         self.tracker.reset(ctx)
 
     def propose(self) -> int:
         """K mode: the policy's draft cap. Token mode: the ``j = 0`` decision (0 = plain step, else k_max)."""
         if self.mode == "k":
             return self.k_min + self.act(self.tracker.observation())
-        self.decisions.begin_round()
-        return 0 if self.act(self.decisions.observation()) == 0 else self.k_max
+        return self.protocol.cap(self.act(self.protocol.open_round()) != 0)
 
     def keep_drafting(self, step: DraftStep) -> bool:
         """Token mode: continue after draft token ``step.index``? (K mode: always.)"""
         if self.mode == "k":
             return True
-        pred = self.predictor
-        self.decisions.add(step, accept=None if pred is None else pred.predict_step(step, self._temperature))
-        return self.act(self.decisions.observation()) == 1
+        return self.act(self.protocol.draft(step)) == 1
 
     def observe(self, outcome: RoundOutcome) -> None:
         """Fold the verified round into the features."""

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from specgym.envs.core.controller import Controller
-from specgym.envs.core.features import FeatureTracker, TokenDecisionState
+from specgym.agents.token_protocol import TokenProtocol
+from specgym.envs.core.features import FeatureTracker
 from specgym.envs.core.request import drive
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
 from specgym.errors import SpecgymError
@@ -46,7 +47,7 @@ class RecordingController(Controller):
         self.predictor = predictor  # the observations' acceptance predictor (token mode), as the training env's
         self.name, self.token_level = f"record({inner.name})", inner.token_level
         self.tracker = FeatureTracker(k_max)
-        self.decisions = TokenDecisionState(self.tracker)
+        self.protocol = TokenProtocol(self.tracker, k_max, predictor)
         self.obs: list[np.ndarray] = []
         self.labels: list[int] = []
         self._round_start = 0  # index of the current round's first record
@@ -54,7 +55,7 @@ class RecordingController(Controller):
 
     def reset(self, ctx: RequestContext) -> None:
         self.ctx = ctx
-        self._temperature = float(ctx.temperature)
+        self.protocol.temperature = float(ctx.temperature)
         self.inner.reset(ctx)
         self.tracker.reset(ctx)
 
@@ -71,17 +72,15 @@ class RecordingController(Controller):
             return a + self.k_min
         # token mode: the j = 0 decision; continue -> cap k_max and stop at j = k
         self._k = k
-        self.decisions.begin_round()
-        self._add(self.decisions.observation(), int(k > 0))
-        return self.k_max if k > 0 else 0
+        self._add(self.protocol.open_round(), int(k > 0))
+        return self.protocol.cap(k > 0)
 
     def keep_drafting(self, step: DraftStep) -> bool:
         if self.mode == "k":
             return True
-        pred = self.predictor
-        self.decisions.add(step, accept=None if pred is None else pred.predict_step(step, self._temperature))
+        obs = self.protocol.draft(step)
         keep = step.index < self._k and bool(self.inner.keep_drafting(step))
-        self._add(self.decisions.observation(), int(keep))
+        self._add(obs, int(keep))
         return keep
 
     def observe(self, outcome: RoundOutcome) -> None:

@@ -6,6 +6,7 @@ Nothing here imports torch or stable-baselines3 at import time. Exported policie
 
 from __future__ import annotations
 
-from specgym.agents.policy_controller import PolicyController, list_policies, load_policy
+from specgym.agents.artifact import list_policies, load_policy
+from specgym.agents.policy_controller import PolicyController
 
 __all__ = ["PolicyController", "list_policies", "load_policy"]

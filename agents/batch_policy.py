@@ -6,7 +6,8 @@ trains it with, and picks the argmax of its actor's logits as the step's K.
 
 from __future__ import annotations
 
-from specgym.agents.policy_controller import PolicyArtifact, PolicyNetwork, load_policy
+from specgym.agents.artifact import PolicyArtifact, load_policy
+from specgym.agents.policy_controller import PolicyNetwork
 import specgym.catalogue as catalogue
 from specgym.envs.core.batch import BatchController, BatchFeatureTracker, BatchState, BatchStep
 from specgym.envs.core.batch_cost import BatchCostProfile

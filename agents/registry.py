@@ -210,7 +210,8 @@ def _ppo(arg: str | None, k_max: int) -> Controller:
     """``ppo:NAME`` (a shipped policy) or ``ppo:DIR`` (an exported policy folder), named as the user typed it."""
     if not arg:
         raise SpecgymError("ppo needs a shipped policy name or an exported policy folder, e.g. ppo:runs/NAME/policy")
-    from specgym.agents.policy_controller import PolicyController, load_policy
+    from specgym.agents.artifact import load_policy
+    from specgym.agents.policy_controller import PolicyController
     import specgym.catalogue as catalogue
 
     ctrl = PolicyController(load_policy(catalogue.resolve("policy", arg)), name=f"ppo:{arg}")

@@ -64,7 +64,7 @@ def make_tree_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> TreeControlle
         raw = spec.strip().partition(":")[2]
         return PredictedTree(load_predictor(catalogue.resolve("predictor", raw)), f"tree-predicted:{raw}", k_max)
     if name == "tree-ppo" and arg:
-        from specgym.agents.policy_controller import load_policy
+        from specgym.agents.artifact import load_policy
         import specgym.catalogue as catalogue
         from specgym.agents.tree_policy import TreePolicyController
 

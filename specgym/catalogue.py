@@ -18,7 +18,7 @@ import specgym.paths as paths
 from specgym.errors import SpecgymError
 
 KINDS = ("workload", "profile", "batch_profile", "policy", "pair", "prompts", "predictor")
-#: the file an exported policy folder holds (``specgym.agents.policy_controller.META_FILE``)
+#: the file an exported policy folder holds (``specgym.agents.artifact.META_FILE``)
 POLICY_META = "policy.json"
 
 

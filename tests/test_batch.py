@@ -105,7 +105,7 @@ def test_batch_env_and_batch_policy(mix_workload):
 
     import specgym  # noqa: F401
     from specgym.agents.batch_policy import BatchPolicyController
-    from specgym.agents.policy_controller import random_artifact
+    from specgym.agents.artifact import random_artifact
 
     env = gym.make("specgym/SpecDecodeBatch-v0", workload=mix_workload, batch_profile=A100, requests=24,
                    max_batch=32)

@@ -120,7 +120,7 @@ def test_gitignore_covers_the_tour_outputs():
 
 
 def test_eval_label_is_the_spec_the_user_typed(tmp_path, capsys):
-    from specgym.agents.policy_controller import random_artifact, write_artifact
+    from specgym.agents.artifact import random_artifact, write_artifact
 
     write_artifact(random_artifact("k"), tmp_path / "pol")
     out = tmp_path / "ev"

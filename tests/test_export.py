@@ -13,9 +13,8 @@ import pytest
 
 pytest.importorskip("stable_baselines3")
 
-from specgym.agents.policy_controller import (  # noqa: E402
-    PolicyController, load_policy, random_artifact, write_artifact,
-)
+from specgym.agents.artifact import load_policy, random_artifact, write_artifact
+from specgym.agents.policy_controller import PolicyController
 from specgym.cli import main  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
 from specgym.training.export import export_run  # noqa: E402
@@ -224,7 +223,7 @@ def test_the_checksum_covers_every_field_of_the_function(exported, tmp_path, edi
 
 
 def test_shipped_policies_carry_the_function_checksum():
-    from specgym.agents.policy_controller import list_policies
+    from specgym.agents.artifact import list_policies
     import specgym.catalogue as catalogue
 
     for name in list_policies():

@@ -15,7 +15,8 @@ from gymnasium.utils.env_checker import check_env
 from synthetic_v2 import v2_workload
 
 import specgym.catalogue as catalogue
-from specgym.agents.policy_controller import PolicyController, load_policy, random_artifact, write_artifact
+from specgym.agents.artifact import load_policy, random_artifact, write_artifact
+from specgym.agents.policy_controller import PolicyController
 from specgym.envs.core.features import feature_names
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.gym.spec_env import SpecDecodeEnv, SpecDecodeTokenEnv

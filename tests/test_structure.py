@@ -180,7 +180,7 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
 
 def test_ppo_spec_resolves_in_a_fresh_interpreter(tmp_path):
     """``make_controller('ppo:DIR')`` works in a fresh interpreter that imported only the registry."""
-    from specgym.agents.policy_controller import random_artifact, write_artifact
+    from specgym.agents.artifact import random_artifact, write_artifact
 
     write_artifact(random_artifact("k"), tmp_path / "pol")
     code = (f"from specgym.agents.registry import make_controller\n"

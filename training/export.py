@@ -15,9 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from specgym.agents.policy_controller import (
-    PolicyArtifact, mode_feature_names, mode_feature_version, write_artifact,
-)
+from specgym.agents.artifact import PolicyArtifact, mode_feature_names, mode_feature_version, write_artifact
 from specgym.errors import SpecgymError
 from specgym.training.config import RunConfig
 from specgym.training.env_factory import run_predictor

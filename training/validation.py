@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from specgym.agents.policy_controller import PolicyArtifact, PolicyController
+from specgym.agents.artifact import PolicyArtifact
+from specgym.agents.policy_controller import PolicyController
 from specgym.eval.harness import EvalConfig, evaluate
 from specgym.eval.stats import geomean
 

@@ -39,7 +39,7 @@ DEFAULT_CALIBRATION_PROMPTS = 3  # per category, from the train split
 
 
 def _policies() -> list[str]:
-    from specgym.agents.policy_controller import list_policies
+    from specgym.agents.artifact import list_policies
 
     return [f"ppo:{p}" for p in list_policies(chain_only=True)]
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from specgym.agents.policy_controller import PolicyArtifact, PolicyController, load_policy, random_artifact
+from specgym.agents.artifact import PolicyArtifact, load_policy, random_artifact
+from specgym.agents.policy_controller import PolicyController
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.eval.bench.common import TARGETS, print_table
 from specgym.eval.bench.controllers import decision_overhead_us, recorded_outcomes

@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from specgym.agents.policy_controller import load_policy
+    from specgym.agents.artifact import load_policy
     from specgym.commands.eval import eval_to_folder
     from specgym.console import make_console
     from specgym.deps import require

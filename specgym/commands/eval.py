@@ -47,7 +47,7 @@ def run_suite_command(args: argparse.Namespace) -> int:
     """``specgym eval --suite generalization``: policies on held-out cells (see :mod:`specgym.eval.suite`)."""
     import json
 
-    from specgym.agents.policy_controller import list_policies
+    from specgym.agents.artifact import list_policies
     from specgym.console import make_console
     from specgym.errors import SpecgymError
     from specgym.eval.suite import markdown, run_suite

@@ -82,7 +82,7 @@ policies-generalist: $(STAMP)
 	$(VENV)/bin/specgym eval --suite generalization --out out/suite-generalization --force \
 		--controllers $(call join_commas,$(addprefix ppo:,$(addsuffix /policy,$(call GEN_RUNS,k token))))
 	for m in k token; do \
-	  $(PY) -m specgym.training.policy_card data/policies/generalist-$$m --force \
+	  $(PY) -m specgym.commands.policy_card data/policies/generalist-$$m --force \
 	    --suite out/suite-generalization/suite.json --reproduce "make policies-generalist" \
 	    --runs $$(echo $(POLICY_SEEDS) | tr ' ' '\n' | sed "s|^|runs/generalist-$$m-s|" | paste -sd,) \
 	    --suite-specs $$(echo $(POLICY_SEEDS) | tr ' ' '\n' | sed "s|^|ppo:runs/generalist-$$m-s|;s|$$|/policy|" \
@@ -94,7 +94,7 @@ policies-midpair: $(STAMP)
 	for m in k token; do \
 	  $(VENV)/bin/specgym train --workload midpair-greedy --mode $$m --seed 0 --out runs/midpair-$$m-s0 --force && \
 	  $(VENV)/bin/specgym export runs/midpair-$$m-s0 --out runs/midpair-$$m-s0/policy --force && \
-	  $(PY) -m specgym.training.policy_card data/policies/midpair-$$m --force --runs runs/midpair-$$m-s0 \
+	  $(PY) -m specgym.commands.policy_card data/policies/midpair-$$m --force --runs runs/midpair-$$m-s0 \
 	    --reproduce "make policies-midpair" || exit 1; \
 	done
 
@@ -113,7 +113,7 @@ policies-tree: $(STAMP)
 	OMP_NUM_THREADS=1 $(VENV)/bin/specgym train --workload midpair-greedy --mode tree --seed 0 \
 		--out runs/midpair-tree-s0 --force
 	$(VENV)/bin/specgym export runs/midpair-tree-s0 --out runs/midpair-tree-s0/policy --force
-	$(PY) -m specgym.training.policy_card data/policies/midpair-tree --force --runs runs/midpair-tree-s0 \
+	$(PY) -m specgym.commands.policy_card data/policies/midpair-tree --force --runs runs/midpair-tree-s0 \
 		--reproduce "make policies-tree"
 	$(VENV)/bin/specgym eval --workload midpair-greedy --profile gpu-like-published --force --out out/eval-tree \
 		--controllers all,tree-ppo:midpair-tree

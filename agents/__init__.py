@@ -1,11 +1,12 @@
 """Deployable agents: the exported-policy controller (numpy only) and the transformers ``generate()`` integration.
 
 Nothing here imports torch or stable-baselines3 at import time. Exported policies are named in controller specs as
-``ppo:NAME_OR_DIR`` (resolved by :func:`specgym.baselines.registry.make_controller`).
+``ppo:NAME_OR_DIR`` (resolved by :func:`specgym.agents.registry.make_controller`, the registry of every spec).
 """
 
 from __future__ import annotations
 
-from specgym.agents.policy_controller import PolicyController, list_policies, load_policy, resolve_policy
+from specgym.agents.artifact import list_policies, load_policy
+from specgym.agents.policy_controller import PolicyController
 
-__all__ = ["PolicyController", "list_policies", "load_policy", "resolve_policy"]
+__all__ = ["PolicyController", "list_policies", "load_policy"]

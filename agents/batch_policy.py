@@ -6,7 +6,9 @@ trains it with, and picks the argmax of its actor's logits as the step's K.
 
 from __future__ import annotations
 
-from specgym.agents.policy_controller import PolicyArtifact, PolicyNetwork, load_policy, resolve_policy
+from specgym.agents.artifact import PolicyArtifact, load_policy
+from specgym.agents.policy_controller import PolicyNetwork
+import specgym.catalogue as catalogue
 from specgym.envs.core.batch import BatchController, BatchFeatureTracker, BatchState, BatchStep
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.errors import SpecgymError
@@ -32,7 +34,7 @@ class BatchPolicyController(BatchController):
     @classmethod
     def from_spec(cls, name_or_dir: str) -> BatchPolicyController:
         """``ppo:NAME`` (shipped) or ``ppo:DIR``."""
-        return cls(load_policy(resolve_policy(name_or_dir)), name=f"ppo:{name_or_dir}")
+        return cls(load_policy(catalogue.resolve("policy", name_or_dir)), name=f"ppo:{name_or_dir}")
 
     def reset(self, profile: BatchCostProfile, k_max: int) -> None:
         if k_max < self.artifact.k_max:

@@ -14,7 +14,8 @@ without signals), so on a trace without v2 signals it decides exactly as ``margi
 
 from __future__ import annotations
 
-from specgym.agents.predicted_marginal import PredictedMarginal, resolve_predictor
+from specgym.agents.predicted_marginal import PredictedMarginal
+import specgym.catalogue as catalogue
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor
 from specgym.envs.core.rounds import DraftStep, RequestContext
 from specgym.envs.core.stopping_plan import StoppingPlan
@@ -76,4 +77,4 @@ def make_planned(arg: str | None, k_max: int) -> PlannedStop:
     """Registry factory of ``planned:NAME|PATH``."""
     if not arg:
         raise SpecgymError("planned needs a shipped predictor name or a predictor .json path, e.g. planned:midpair")
-    return PlannedStop(load_predictor(resolve_predictor(arg)), name=f"planned:{arg}")
+    return PlannedStop(load_predictor(catalogue.resolve("predictor", arg)), name=f"planned:{arg}")

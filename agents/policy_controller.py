@@ -1,17 +1,9 @@
-"""The deployed PPO policy: a numpy-only :class:`Controller` loaded from an exported artifact.
-
-An artifact is a folder with two files, written by ``specgym export`` (:mod:`specgym.training.export`):
-
-* ``policy.npz`` -- the actor MLP's weights (torch layout ``W[out, in]``) and the observation normalisation
-  statistics, stored as plain arrays (loaded with ``allow_pickle=False``: no code runs on load);
-* ``policy.json`` -- format and feature version, mode, feature names, k range and action mapping, activation,
-  layer names, observation normalisation settings, the training workload and metrics, and the SHA-256 of
-  ``policy.npz`` (a tampered weights file is refused).
+"""The deployed PPO policy: a numpy-only :class:`Controller` over an exported artifact (:mod:`specgym.agents.artifact`).
 
 The controller computes its observation with :class:`~specgym.envs.core.features.FeatureTracker` and (token mode)
-:class:`~specgym.envs.core.features.TokenDecisionState`, the code the training environments use, normalises it
-exactly as SB3's ``VecNormalize`` does (``clip((obs - mean) / sqrt(var + eps), -clip_obs, clip_obs)``) and takes the
-argmax of the actor's logits (``model.predict(deterministic=True)``). Nothing here imports torch or
+the token-mode protocol (:mod:`specgym.agents.token_protocol`), the code the training environments use, normalises
+it exactly as SB3's ``VecNormalize`` does (``clip((obs - mean) / sqrt(var + eps), -clip_obs, clip_obs)``) and takes
+the argmax of the actor's logits (``model.predict(deterministic=True)``). Nothing here imports torch or
 stable-baselines3.
 
 Modes:
@@ -23,315 +15,22 @@ Modes:
 
 A policy trained with ``k_max`` runs on any engine whose cap is at least that (its features are scaled by its own
 ``k_max``; it never proposes more); :meth:`PolicyController.check_engine_k_max` is the one check.
-
-Shipped policies live in ``specgym.data``'s ``policies/NAME/`` folders and are named ``ppo:NAME``
-(:func:`resolve_policy`).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from specgym.envs.core.batch import BATCH_FEATURE_NAMES
 from specgym.envs.core.controller import Controller
+from specgym.agents.artifact import PolicyArtifact
+from specgym.agents.token_protocol import TokenProtocol
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor
 from specgym.envs.core.features import (
-    FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS, FeatureTracker, TokenDecisionState, feature_names,
+    FEATURE_VERSION, FeatureTracker,
 )
-from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome
+from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
 from specgym.errors import SpecgymError
-from specgym.io import sha256_file
-from specgym.paths import POLICIES_DIR
-
-ARTIFACT_FORMAT = "specgym-policy"
-MODES = ("k", "token", "batch", "tree")
-BATCH_FEATURE_VERSION = 1
-
-
-def mode_feature_names(mode: str, version: int | None = None) -> list[str]:
-    """The features a policy of ``mode`` observes at feature ``version`` (default: the current one; batch mode:
-    :data:`BATCH_FEATURE_NAMES`; tree mode: the K-mode features, as ``specgym/SpecDecodeTree-v0`` observes them)."""
-    if mode == "batch":
-        return list(BATCH_FEATURE_NAMES)
-    return feature_names("k" if mode == "tree" else mode, FEATURE_VERSION if version is None else version)
-
-
-def mode_feature_version(mode: str) -> int:
-    """The feature version a policy of ``mode`` is trained with now."""
-    return BATCH_FEATURE_VERSION if mode == "batch" else FEATURE_VERSION
-
-
-def mode_feature_versions(mode: str) -> tuple[int, ...]:
-    """The feature versions a policy of ``mode`` may have been trained with and still run."""
-    return (BATCH_FEATURE_VERSION,) if mode == "batch" else SUPPORTED_FEATURE_VERSIONS
-ARTIFACT_VERSION = 1
-WEIGHTS_FILE = "policy.npz"
-META_FILE = "policy.json"
-ACTIVATIONS = ("tanh", "relu")
-
-
-@dataclass
-class PolicyArtifact:
-    """An exported policy in memory (what ``policy.npz`` + ``policy.json`` hold).
-
-    Attributes:
-        mode: ``k`` or ``token``.
-        k_min: Smallest draft cap of the K-mode action space (action ``a`` means ``K = k_min + a``).
-        k_max: Largest draft cap; features are scaled by it, so deployment must use the same value.
-        weights: ``[W0, W1, ...]`` hidden layers then the action layer, torch layout ``(out, in)``.
-        biases: Matching bias vectors.
-        activation: Hidden-layer activation (``tanh`` or ``relu``).
-        obs_mean, obs_var: VecNormalize running statistics (None = no observation normalisation).
-        clip_obs, epsilon: VecNormalize's clip and epsilon.
-        feature_version: :data:`FEATURE_VERSION` the policy was trained with.
-        features: Ordered feature names it was trained with.
-        predictor: The acceptance predictor its token-mode observations were computed with (the predictor's JSON
-            document, embedded so the deployed policy sees the very predictor it was trained with), or ``None``.
-        meta: Free-form training record (workload, timesteps, metrics...).
-        shapes: Tree mode: the action menu, per-depth widths of each action (``[]`` = plain decoding).
-    """
-
-    mode: str
-    k_min: int
-    k_max: int
-    weights: list[np.ndarray]
-    biases: list[np.ndarray]
-    activation: str = "tanh"
-    obs_mean: np.ndarray | None = None
-    obs_var: np.ndarray | None = None
-    clip_obs: float = 10.0
-    epsilon: float = 1e-8
-    feature_version: int = FEATURE_VERSION
-    features: list[str] = field(default_factory=list)
-    predictor: dict[str, Any] | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
-    shapes: list[list[int]] = field(default_factory=list)
-
-    @property
-    def n_actions(self) -> int:
-        """Size of the action layer."""
-        return int(self.weights[-1].shape[0])
-
-    def action_mapping(self) -> dict[str, Any]:
-        """How an action index maps to a decision (recorded in ``policy.json``)."""
-        if self.mode == "k":
-            return {"type": "draft_cap", "values": list(range(self.k_min, self.k_min + self.n_actions))}
-        if self.mode == "tree":
-            return {"type": "tree_widths", "values": [[int(w) for w in s] for s in self.shapes]}
-        return {"type": "stop_or_continue", "values": ["stop", "continue"]}
-
-    def validate(self) -> None:
-        """Check internal consistency (shapes, mode, features); raise :class:`SpecgymError` naming the problem."""
-        if self.mode not in MODES:
-            raise SpecgymError(f"policy mode must be one of {MODES}, got {self.mode!r}")
-        if self.activation not in ACTIVATIONS:
-            raise SpecgymError(f"policy activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-        versions = mode_feature_versions(self.mode)
-        version = self.feature_version
-        if version not in versions:
-            raise SpecgymError(f"policy was trained with feature version {version}, this specgym computes "
-                               f"version(s) {', '.join(map(str, versions))}: retrain and re-export it")
-        expected = mode_feature_names(self.mode, version)
-        if list(self.features) != expected:
-            raise SpecgymError(f"policy feature list does not match specgym's {self.mode}-mode features "
-                               f"(version {version}): retrain and re-export it")
-        if self.predictor is not None:
-            if self.mode != "token" or version < 4:
-                raise SpecgymError(f"policy carries an acceptance predictor, which only token-mode policies of "
-                                   f"feature version >= 4 read (this one: {self.mode} mode, version {version})")
-            AcceptancePredictor.from_dict(self.predictor, where="policy field 'predictor'")
-        if len(self.weights) != len(self.biases) or not self.weights:
-            raise SpecgymError("policy weights and biases do not pair up")
-        dim = len(expected)
-        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
-            if w.ndim != 2 or b.shape != (w.shape[0],) or w.shape[1] != dim:
-                raise SpecgymError(f"policy layer {i} has inconsistent shapes {w.shape} / {b.shape} (input {dim})")
-            if not (np.all(np.isfinite(w)) and np.all(np.isfinite(b))):
-                raise SpecgymError(f"policy layer {i} holds non-finite weights")
-            dim = w.shape[0]
-        want = 2 if self.mode == "token" else self.k_max - self.k_min + 1  # k and batch: one action per K
-        if self.mode == "tree":
-            want = len(self.shapes)
-            if not want or any(len(s) > self.k_max or any(int(w) < 1 for w in s) for s in self.shapes):
-                raise SpecgymError(f"tree policy action menu must list width tuples of depth <= k_max "
-                                   f"{self.k_max}, widths >= 1")
-        if self.n_actions != want:
-            raise SpecgymError(f"policy has {self.n_actions} actions, {self.mode} mode with k in "
-                               f"[{self.k_min}, {self.k_max}] needs {want}")
-        if not 0 <= self.k_min <= self.k_max:
-            raise SpecgymError(f"policy k range [{self.k_min}, {self.k_max}] is invalid")
-        if self.obs_mean is not None:
-            n = len(expected)
-            if self.obs_mean.shape != (n,) or self.obs_var is None or self.obs_var.shape != (n,):
-                raise SpecgymError("policy observation statistics do not match the feature count")
-            if np.any(self.obs_var < 0) or not np.all(np.isfinite(self.obs_mean)):
-                raise SpecgymError("policy observation statistics are invalid")
-
-
-def list_policies(chain_only: bool = False) -> list[str]:
-    """Names of the shipped policies (``chain_only``: without the tree-mode ones, which are ``tree-ppo:`` specs)."""
-    names = sorted(p.name for p in POLICIES_DIR.glob("*") if (p / META_FILE).is_file())
-    if chain_only:
-        names = [n for n in names if json.loads((POLICIES_DIR / n / META_FILE).read_text()).get("mode") != "tree"]
-    return names
-
-
-def resolve_policy(name_or_path: str | Path) -> Path:
-    """A policy folder: an existing path, else a shipped policy's name."""
-    path = Path(name_or_path)
-    if path.exists():
-        return path
-    shipped = POLICIES_DIR / str(name_or_path)
-    if len(path.parts) == 1 and (shipped / META_FILE).is_file():
-        return shipped
-    raise SpecgymError(f"policy {str(name_or_path)!r} not found (neither a folder nor a shipped policy; shipped: "
-                       f"{', '.join(list_policies()) or 'none'})")
-
-
-def artifact_arrays(art: PolicyArtifact) -> dict[str, np.ndarray]:
-    """The arrays stored in ``policy.npz`` (names referenced by ``policy.json``)."""
-    arrays: dict[str, np.ndarray] = {}
-    for i, (w, b) in enumerate(zip(art.weights, art.biases)):
-        arrays[f"layer{i}_weight"] = np.asarray(w, np.float32)
-        arrays[f"layer{i}_bias"] = np.asarray(b, np.float32)
-    if art.obs_mean is not None:
-        arrays["obs_mean"] = np.asarray(art.obs_mean, np.float64)
-        arrays["obs_var"] = np.asarray(art.obs_var, np.float64)
-    return arrays
-
-
-#: The ``policy.json`` fields that decide the policy's function (with the weights file, which ``weights_sha256``
-#: covers): ``function_sha256`` is the SHA-256 of them, so editing any (the activation, the normalisation, the
-#: feature version, the action mapping...) is refused on load, like a modified weights file.
-FUNCTION_FIELDS = ("format", "format_version", "mode", "feature_version", "features", "obs_dim", "k_min", "k_max",
-                   "action_mapping", "network", "obs_normalization", "weights_file", "weights_sha256", "predictor")
-
-
-_LATER_FIELDS = ("predictor",)
-
-
-def function_sha256(meta: dict[str, Any]) -> str:
-    """SHA-256 of the canonical JSON of ``meta``'s :data:`FUNCTION_FIELDS`."""
-    import hashlib
-
-    # a field absent from the document is left out (policies written before it existed keep their checksum)
-    doc = {k: meta.get(k) for k in FUNCTION_FIELDS if k in meta or k not in _LATER_FIELDS}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def artifact_meta(art: PolicyArtifact, weights_sha256: str) -> dict[str, Any]:
-    """The ``policy.json`` document of an artifact (with its ``function_sha256``)."""
-    meta = {
-        "format": ARTIFACT_FORMAT,
-        "format_version": ARTIFACT_VERSION,
-        "mode": art.mode,
-        "feature_version": art.feature_version,
-        "features": list(art.features),
-        "obs_dim": len(art.features),
-        "k_min": art.k_min,
-        "k_max": art.k_max,
-        "action_mapping": art.action_mapping(),
-        "network": {
-            "activation": art.activation,
-            "layers": [[int(w.shape[1]), int(w.shape[0])] for w in art.weights],
-            "arrays": [f"layer{i}_{p}" for i in range(len(art.weights)) for p in ("weight", "bias")],
-            "output": "logits; the decision is their argmax (deterministic policy)",
-        },
-        "obs_normalization": {
-            "enabled": art.obs_mean is not None,
-            "formula": "clip((obs - obs_mean) / sqrt(obs_var + epsilon), -clip_obs, clip_obs)",
-            "clip_obs": art.clip_obs,
-            "epsilon": art.epsilon,
-        },
-        "weights_file": WEIGHTS_FILE,
-        "weights_sha256": weights_sha256,
-    }
-    if art.predictor is not None:
-        meta["predictor"] = art.predictor
-    return {**meta, "function_sha256": function_sha256(meta), **art.meta}
-
-
-def write_artifact(art: PolicyArtifact, out: str | Path, overwrite: bool = False) -> Path:
-    """Write ``policy.npz`` and ``policy.json`` into the folder ``out`` atomically (all or nothing)."""
-    from specgym.io import atomic_dir
-
-    art.validate()
-    out = Path(out)
-    with atomic_dir(out, overwrite=overwrite, owner="specgym export") as tmp:
-        npz = tmp / WEIGHTS_FILE
-        with open(npz, "wb") as f:
-            np.savez(f, **artifact_arrays(art))  # type: ignore[arg-type]  # numpy stub types **kwds as bool
-        meta = artifact_meta(art, sha256_file(npz))
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=1) + "\n")
-    return out
-
-
-def load_policy(path: str | Path, expect_mode: str | None = None) -> PolicyArtifact:
-    """Load and check an exported policy folder (or its ``policy.json``).
-
-    Args:
-        path: The artifact folder.
-        expect_mode: Refuse a policy of another mode (``k``/``token``).
-
-    Raises:
-        SpecgymError: Missing files, unknown format, checksum mismatch (tampered weights), feature version or
-            feature list mismatch, mode mismatch, inconsistent shapes.
-    """
-    path = Path(path)
-    folder = path.parent if path.name == META_FILE else path
-    meta_path, npz_path = folder / META_FILE, folder / WEIGHTS_FILE
-    if not meta_path.is_file() or not npz_path.is_file():
-        raise SpecgymError(f"{folder}: not an exported policy (needs {META_FILE} and {WEIGHTS_FILE}; "
-                           f"run 'specgym export RUN --out {folder}')")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SpecgymError(f"{meta_path}: invalid JSON ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != ARTIFACT_FORMAT:
-        raise SpecgymError(f"{meta_path}: not a {ARTIFACT_FORMAT} file")
-    if meta.get("format_version") != ARTIFACT_VERSION:
-        raise SpecgymError(f"{meta_path}: artifact format version {meta.get('format_version')!r} is not supported "
-                           f"(this specgym reads version {ARTIFACT_VERSION})")
-    if meta.get("weights_sha256") != sha256_file(npz_path):
-        raise SpecgymError(f"{npz_path}: checksum does not match {META_FILE} (file modified or corrupt)")
-    if expect_mode is not None and meta.get("mode") != expect_mode:
-        raise SpecgymError(f"{folder}: policy mode is {meta.get('mode')!r}, expected {expect_mode!r}")
-    try:
-        with np.load(npz_path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-        n = len(meta["network"]["layers"])
-        weights = [arrays[f"layer{i}_weight"] for i in range(n)]
-        biases = [arrays[f"layer{i}_bias"] for i in range(n)]
-        norm = meta["obs_normalization"]
-        known = {"format", "format_version", "mode", "feature_version", "features", "obs_dim", "k_min", "k_max",
-                 "action_mapping", "network", "obs_normalization", "weights_file", "weights_sha256",
-                 "function_sha256", "predictor"}
-        art = PolicyArtifact(
-            mode=meta["mode"], k_min=int(meta["k_min"]), k_max=int(meta["k_max"]), weights=weights, biases=biases,
-            activation=meta["network"]["activation"],
-            obs_mean=arrays.get("obs_mean") if norm["enabled"] else None,
-            obs_var=arrays.get("obs_var") if norm["enabled"] else None,
-            clip_obs=float(norm["clip_obs"]), epsilon=float(norm["epsilon"]),
-            feature_version=int(meta["feature_version"]), features=list(meta["features"]),
-            predictor=meta.get("predictor"),
-            meta={k: v for k, v in meta.items() if k not in known},
-            shapes=[[int(w) for w in s] for s in meta["action_mapping"]["values"]] if meta["mode"] == "tree" else [],
-        )
-    except (KeyError, TypeError, ValueError, OSError) as exc:
-        raise SpecgymError(f"{folder}: malformed policy artifact ({type(exc).__name__}: {exc})") from None
-    art.validate()  # a feature version or list from another specgym is named as such
-    if "function_sha256" not in meta:
-        raise SpecgymError(f"{meta_path}: no function_sha256 (exported by an older specgym: export the run again)")
-    if meta["function_sha256"] != function_sha256(meta):
-        raise SpecgymError(f"{meta_path}: function_sha256 does not match its fields (activation, normalisation, "
-                           f"features, K range or action mapping edited, or the file is corrupt)")
-    return art
-
 
 class PolicyNetwork:
     """The exported actor in numpy: VecNormalize's observation transform, the MLP, the argmax.
@@ -404,11 +103,11 @@ class PolicyController(Controller):
         self.network = PolicyNetwork(artifact)
         self.logits, self.normalize = self.network.logits, self.network.normalize
         self.tracker = FeatureTracker(self.k_max)
-        self.decisions = TokenDecisionState(self.tracker, artifact.feature_version if self.token_level else
-                                            FEATURE_VERSION)
         self.predictor = None if artifact.predictor is None else \
             AcceptancePredictor.from_dict(artifact.predictor, where=f"policy {self.name}: field 'predictor'")
-        self._temperature = 0.0
+        self.protocol = TokenProtocol(self.tracker, self.k_max, self.predictor,
+                                      artifact.feature_version if self.token_level else FEATURE_VERSION)
+        self.decisions = self.protocol.decisions
 
     def act(self, obs: np.ndarray) -> int:
         """The policy's deterministic action index for one raw observation (a method, so subclasses can wrap it)."""
@@ -425,39 +124,21 @@ class PolicyController(Controller):
         """Start a request: clear the feature history, read the static features from ``ctx``."""
         self.check_engine_k_max(ctx.k_max)
         self.ctx = ctx
-        self._temperature = float(ctx.temperature)
+        self.protocol.temperature = float(ctx.temperature)
         self.tracker.reset(ctx)
 
     def propose(self) -> int:
         """K mode: the policy's draft cap. Token mode: the ``j = 0`` decision (0 = plain step, else k_max)."""
         if self.mode == "k":
             return self.k_min + self.act(self.tracker.observation())
-        self.decisions.begin_round()
-        return 0 if self.act(self.decisions.observation()) == 0 else self.k_max
+        return self.protocol.cap(self.act(self.protocol.open_round()) != 0)
 
     def keep_drafting(self, step: DraftStep) -> bool:
         """Token mode: continue after draft token ``step.index``? (K mode: always.)"""
         if self.mode == "k":
             return True
-        pred = self.predictor
-        self.decisions.add(step, accept=None if pred is None else pred.predict_step(step, self._temperature))
-        return self.act(self.decisions.observation()) == 1
+        return self.act(self.protocol.draft(step)) == 1
 
     def observe(self, outcome: RoundOutcome) -> None:
         """Fold the verified round into the features."""
         self.tracker.update(outcome)
-
-
-def random_artifact(mode: str, k_max: int = DEFAULT_K_MAX, k_min: int = 0, net_arch: tuple[int, ...] = (64, 64),
-                    activation: str = "tanh", seed: int = 0) -> PolicyArtifact:
-    """A randomly initialised policy of the given architecture (for timing benchmarks and tests, never results)."""
-    rng = np.random.default_rng(seed)
-    n_in = len(mode_feature_names(mode))
-    n_out = 2 if mode == "token" else k_max - k_min + 1
-    dims = [n_in, *net_arch, n_out]
-    weights = [rng.normal(0, 1 / np.sqrt(a), (b, a)).astype(np.float32) for a, b in zip(dims[:-1], dims[1:])]
-    biases = [np.zeros(b, np.float32) for b in dims[1:]]
-    return PolicyArtifact(mode=mode, k_min=k_min, k_max=k_max, weights=weights, biases=biases, activation=activation,
-                          obs_mean=np.full(n_in, 0.5), obs_var=np.full(n_in, 0.1), features=mode_feature_names(mode),
-                          feature_version=mode_feature_version(mode),
-                          meta={"training": {"note": "randomly initialised, untrained (benchmark only)"}})

@@ -16,33 +16,14 @@ Predictors: a shipped name (``data/predictors/NAME.json``, e.g. the pair's) or a
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from specgym.baselines.marginal import MarginalStop
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor
 from specgym.envs.core.rounds import DraftStep, RequestContext
+import specgym.catalogue as catalogue
 from specgym.errors import SpecgymError
 from specgym.paths import PREDICTORS_DIR
-
-
-def list_predictors() -> list[str]:
-    """Names of the shipped predictors."""
-    return sorted(p.stem for p in PREDICTORS_DIR.glob("*.json")) if PREDICTORS_DIR.is_dir() else []
-
-
-def resolve_predictor(name_or_path: str) -> Path:
-    """The file of a shipped predictor name or a path; a miss lists the shipped names."""
-    p = Path(name_or_path)
-    if p.suffix == ".json" or p.exists():
-        if not p.is_file():
-            raise SpecgymError(f"{p}: acceptance predictor file not found")
-        return p
-    shipped = PREDICTORS_DIR / f"{name_or_path}.json"
-    if not shipped.is_file():
-        raise SpecgymError(f"unknown acceptance predictor {name_or_path!r}; shipped: "
-                           f"{', '.join(list_predictors()) or 'none'} (or give a .json path)")
-    return shipped
 
 
 def predictors_for(workload: Any) -> list[str]:
@@ -53,7 +34,7 @@ def predictors_for(workload: Any) -> list[str]:
         return []
     target = workload.source.get("target_model")
     same_workload, same_pair = [], []
-    for name in list_predictors():
+    for name in catalogue.names("predictor"):
         try:
             meta = load_predictor(PREDICTORS_DIR / f"{name}.json").meta or {}
         except SpecgymError:
@@ -68,7 +49,7 @@ def predictors_for(workload: Any) -> list[str]:
 def planned_ready(name: str) -> bool:
     """The shipped predictor ``name`` carries the continuation models ``planned:`` needs."""
     try:
-        return bool(load_predictor(resolve_predictor(name)).continuation)
+        return bool(load_predictor(catalogue.resolve("predictor", name)).continuation)
     except SpecgymError:
         return False
 
@@ -123,4 +104,4 @@ def make_predicted(arg: str | None, k_max: int) -> PredictedMarginal:
     """Registry factory of ``predicted:NAME|PATH``."""
     if not arg:
         raise SpecgymError("predicted needs a shipped predictor name or a predictor .json path, e.g. predicted:midpair")
-    return PredictedMarginal(load_predictor(resolve_predictor(arg)), name=f"predicted:{arg}")
+    return PredictedMarginal(load_predictor(catalogue.resolve("predictor", arg)), name=f"predicted:{arg}")

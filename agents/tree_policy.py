@@ -1,6 +1,6 @@
 """The deployed tree-mode PPO policy (``tree-ppo:PATH``): a numpy-only tree controller over an exported artifact.
 
-A tree-mode artifact (``specgym train --mode tree``, ``specgym export``; :mod:`specgym.agents.policy_controller`
+A tree-mode artifact (``specgym train --mode tree``, ``specgym export``; :mod:`specgym.agents.artifact`
 documents the files, checksums and feature-version check) maps the observation of ``specgym/SpecDecodeTree-v0`` to
 an index into its action menu of per-depth widths (``policy.json``'s ``action_mapping``, type ``tree_widths``).
 The observation is the shared :class:`~specgym.envs.core.features.FeatureTracker`'s K-mode vector, fed each verified
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from specgym.agents.policy_controller import PolicyArtifact, PolicyNetwork
+from specgym.agents.artifact import PolicyArtifact
+from specgym.agents.policy_controller import PolicyNetwork
 from specgym.envs.core.features import FeatureTracker
 from specgym.envs.core.rounds import RequestContext, RoundOutcome
 from specgym.envs.core.tree import TreeController, TreeRoundOutcome, TreeShape
@@ -25,7 +26,7 @@ class TreePolicyController(TreeController):
     """Runs a tree-mode policy artifact as a :class:`TreeController`.
 
     Args:
-        artifact: A loaded tree-mode policy (:func:`~specgym.agents.policy_controller.load_policy`).
+        artifact: A loaded tree-mode policy (:func:`~specgym.agents.artifact.load_policy`).
         name: Display name (starts with ``tree``).
     """
 

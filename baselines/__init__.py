@@ -1,4 +1,7 @@
-"""Baseline speculation-length controllers, the clairvoyant and informed oracles and the spec registry."""
+"""Baseline speculation-length controllers and the clairvoyant and informed oracles.
+
+The spec registry (strings -> controllers, learned ones included) is :mod:`specgym.agents.registry`.
+"""
 
 from specgym.baselines.assc import ASSC
 from specgym.envs.core.controller import Controller
@@ -10,7 +13,6 @@ from specgym.baselines.hf_heuristic import HFHeuristic
 from specgym.baselines.informed_oracle import informed_plan
 from specgym.baselines.marginal import MarginalStop
 from specgym.baselines.oracle import oracle_plan, oracle_times, run_lengths
-from specgym.baselines.registry import expand_specs, make_controller, register_prefix
 from specgym.baselines.speclane import SpecLane
 from specgym.baselines.ucb import UCBBandit
 
@@ -25,11 +27,8 @@ __all__ = [
     "MarginalStop",
     "SpecLane",
     "UCBBandit",
-    "expand_specs",
     "informed_plan",
-    "make_controller",
     "oracle_plan",
     "oracle_times",
-    "register_prefix",
     "run_lengths",
 ]

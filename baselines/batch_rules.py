@@ -22,6 +22,7 @@ import numpy as np
 from specgym.envs.core.batch import BatchController, BatchState, BatchStep
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.controller import Controller
+from specgym.envs.core.economics import best_k_for_costs
 from specgym.envs.core.rounds import RequestContext, RoundOutcome
 from specgym.errors import SpecgymError
 
@@ -98,9 +99,7 @@ class GoodputRule(BatchController):
         times = self._times.get(state.batch)
         if times is None:
             times = self._times[state.batch] = self.profile.step_times(state.batch, self.k_max)
-        ks = np.arange(self.k_max + 1)
-        tokens = (1.0 - alpha ** (ks + 1)) / (1.0 - alpha)
-        return int(np.argmax(tokens / times))
+        return best_k_for_costs(alpha, times)
 
     def observe(self, step: BatchStep) -> None:
         drafted = step.planned_k
@@ -143,28 +142,3 @@ class PerSequence(BatchController):
             i = self.position[slot]
             self.ctrl[slot].observe(RoundOutcome(i, k, k, a, a + 1, step.time_ms))
             self.position[slot] = i + a + 1
-
-
-def make_batch_controller(spec: str, k_max: int = 8) -> BatchController:
-    """A batch controller from a spec: ``static:K``, ``table:JSON|FILE``, ``goodput``, ``per-seq:SPEC``, or a
-    single-request spec (``ppo:NAME`` for a batch policy, see :mod:`specgym.agents.batch_policy`)."""
-    name, _, arg = spec.partition(":")
-    if name == "static":
-        if not arg.isdigit() or int(arg) > k_max:
-            raise SpecgymError(f"bad batch controller {spec!r}: static needs K in 0..{k_max}")
-        return StaticK(int(arg))
-    if name == "table":
-        return BatchSizeTable.parse(arg)
-    if name == "goodput" and not arg:
-        return GoodputRule()
-    if name == "per-seq" and arg:
-        from specgym.baselines.registry import make_controller
-
-        make_controller(arg, k_max)  # validate now
-        return PerSequence(lambda: make_controller(arg, k_max), f"per-seq:{arg}")
-    if name == "ppo" and arg:
-        from specgym.agents.batch_policy import BatchPolicyController
-
-        return BatchPolicyController.from_spec(arg)
-    raise SpecgymError(f"bad batch controller {spec!r}; valid: static:K, table:[[start,end,K],...]|FILE, goodput, "
-                       f"per-seq:SPEC, ppo:NAME|DIR")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specgym.envs.engines.trace_engine import run_lengths  # noqa: F401  (re-exported: the oracle plans over run lengths)
+from specgym.envs.core.replay import run_lengths  # noqa: F401  (re-exported: the oracle plans over run lengths)
 from specgym.errors import SpecgymError
 
 

@@ -49,6 +49,7 @@ from collections.abc import Sequence
 
 from specgym.baselines.bandit import UCB1
 from specgym.envs.core.controller import Controller
+from specgym.envs.core.economics import expected_tokens
 from specgym.envs.core.rounds import RequestContext, RoundOutcome
 
 _INV_E = math.exp(-1.0)
@@ -94,8 +95,7 @@ def lambert_wm1(z: float) -> float:
 
 def gain(k: int, alpha: float, draft_ms: float, cv: float) -> float:
     """Throughput model ``G(K) = E[tokens per round] / round time`` of the geometric-acceptance model."""
-    tokens = k + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-    return tokens / (k * draft_ms + cv)
+    return expected_tokens(k, alpha) / (k * draft_ms + cv)
 
 
 def optimal_k_enumerate(alpha: float, draft_ms: float, cv: Sequence[float], k_min: int, k_max: int) -> int:

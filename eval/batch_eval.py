@@ -12,12 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from specgym.baselines.batch_rules import make_batch_controller
+from specgym.agents.batch_registry import make_batch_controller
 from specgym.envs.core.batch import BatchController
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
-from specgym.envs.engines.batch_engine import BatchReplay
-from specgym.envs.gym.batch_env import mixed_schedule
+from specgym.envs.engines.batch_engine import BatchReplay, mixed_schedule
 from specgym.envs.workloads.trace_format import Workload
 
 

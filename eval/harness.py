@@ -16,20 +16,21 @@ from typing import Any
 
 import numpy as np
 
-from specgym import __version__
+from specgym.version import __version__
 from specgym.agents.predicted_marginal import planned_ready, predictors_for
 from specgym.baselines.informed_oracle import informed_plan
 from specgym.baselines.oracle import oracle_plan, oracle_times
-from specgym.baselines.registry import expand_specs, make_controller
+from specgym.agents.registry import expand_specs, make_controller
 from specgym.baselines.tree_static import StaticTree
-from specgym.baselines.tree_registry import TREE_ALL, TREE_ORACLE, is_tree_spec, make_tree_controller
+from specgym.agents.tree_registry import TREE_ALL, TREE_ORACLE, is_tree_spec, make_tree_controller
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.tree import TreeController
 from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload
 from specgym.envs.engines.trace_engine import TraceEngine
-from specgym.envs.workloads.trace_format import Workload, cached_workload, resolve_workload_path
+from specgym.envs.workloads.trace_format import Workload, cached_workload
+import specgym.catalogue as catalogue
 from specgym.eval.metrics import category_metrics, headroom_closed, run_metrics
 from specgym.eval.runner import RunResult, run_controller, run_fixed_vectorised, run_plan_vectorised
 from specgym.eval.stats import PairedBootstrap
@@ -134,7 +135,7 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
     if isinstance(cfg.workload, Workload):
         wl, wl_path, wl_hash = cfg.workload, None, None
     else:
-        path = resolve_workload_path(cfg.workload)
+        path = catalogue.resolve("workload", cfg.workload)
         wl, wl_path = cached_workload(path), str(path)
         wl_hash = sha256_file(path if path.is_file() else path / "workload.json")  # a sharded one: its record
     named = resolve_controllers(cfg.controllers, cfg.k_max, wl)  # fail fast on bad specs

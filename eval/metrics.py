@@ -24,10 +24,6 @@ import numpy as np
 from specgym.eval.runner import RunResult
 
 
-def _ratio(num: float, den: float) -> float | None:
-    return float(num / den) if den > 0 else None
-
-
 def headroom_closed(t_best: float, t: float, t_ref: float) -> float | None:
     """``(T_bestfixed - T) / (T_bestfixed - T_ref)``: the share of the gap to a reference (an oracle) closed; None
     when the reference is not faster than the best fixed K."""

@@ -1,4 +1,4 @@
-"""Paired bootstrap confidence intervals for ratios of total times over requests.
+"""Paired bootstrap confidence intervals for ratios of total times over requests, and the geometric mean of ratios.
 
 Every controller of an evaluation ran the same requests with the same random draws, so the ratio of two controllers'
 total times is a paired statistic: resampling requests (with replacement) and recomputing the ratio of sums on each
@@ -8,7 +8,15 @@ report, so all intervals are paired with each other too.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import numpy as np
+
+
+def geomean(values: Sequence[float]) -> float:
+    """The geometric mean of positive ratios (NaN for none): how speedups over cells or seeds are averaged."""
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if len(values) else math.nan
 
 
 class PairedBootstrap:

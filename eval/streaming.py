@@ -20,8 +20,8 @@ import numpy as np
 from specgym.baselines.fixed import FixedK
 from specgym.baselines.informed_oracle import informed_plan
 from specgym.baselines.oracle import oracle_times
-from specgym.baselines.registry import expand_specs, make_controller
-from specgym.baselines.tree_registry import is_tree_spec
+from specgym.agents.registry import expand_specs, make_controller
+from specgym.agents.tree_registry import is_tree_spec
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX

@@ -24,16 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from specgym.baselines.registry import ALL_BASELINES, make_controller
+from specgym.agents.registry import ALL_BASELINES, make_controller
 from specgym.envs.core.cost import load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.workloads.domains import Cell, cell_workload, suite_cells
 from specgym.eval.harness import INFORMED, EvalConfig, evaluate
 from specgym.eval.metrics import headroom_closed
-from specgym.eval.stats import PairedBootstrap
+from specgym.eval.stats import PairedBootstrap, geomean
 
 K_LEVEL = ("assc", "speclane", "speclane:ratio", "hf-heuristic", "ucb")
-SUITES = ("generalization",)
 
 
 def baseline_specs(k_max: int = DEFAULT_K_MAX) -> list[str]:
@@ -95,9 +94,9 @@ def run_suite(policies: Sequence[str], cells: Sequence[Cell] | None = None, k_ma
     for spec in policies:
         per = [r["policies"][spec] for r in rows]
         summary[spec] = {
-            "geomean_vs_best_baseline": _geomean([p["vs_best_baseline"] for p in per]),
-            "geomean_vs_best_k_level": _geomean([p["vs_best_k_level"] for p in per]),
-            "geomean_vs_marginal": _geomean([p["vs_marginal"] for p in per]),
+            "geomean_vs_best_baseline": geomean([p["vs_best_baseline"] for p in per]),
+            "geomean_vs_best_k_level": geomean([p["vs_best_k_level"] for p in per]),
+            "geomean_vs_marginal": geomean([p["vs_marginal"] for p in per]),
             "worst_vs_best_baseline": min(p["vs_best_baseline"] for p in per),
             "worst_ci_low_vs_best_baseline": min((p["vs_best_baseline_ci95"] or (math.nan,))[0] for p in per),
             "worst_vs_best_k_level": min(p["vs_best_k_level"] for p in per),
@@ -112,10 +111,6 @@ def run_suite(policies: Sequence[str], cells: Sequence[Cell] | None = None, k_ma
 
 def _mean_defined(values: list[float | None]) -> float:
     return float(np.mean([v for v in values if v is not None] or [math.nan]))
-
-
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
 
 
 def markdown(report: dict[str, Any]) -> str:

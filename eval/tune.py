@@ -13,7 +13,6 @@ model on the first ``check_requests`` requests (``checks`` in the result).
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -109,8 +108,3 @@ def describe(result: dict[str, Any]) -> list[str]:
     ok = "yes" if result["no_worse_than_static_everywhere"] else "NO"
     lines.append(f"table >= best static K at every concurrency: {ok}; computed in {result['seconds']:.1f} s")
     return lines
-
-
-def geomean(x: list[float]) -> float:
-    """Geometric mean."""
-    return math.exp(sum(math.log(v) for v in x) / len(x))

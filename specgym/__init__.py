@@ -6,7 +6,7 @@ import as ``specgym/SpecDecode-v1``, ``specgym/SpecDecodeToken-v1``, ``specgym/S
 and, over real models, ``specgym/SpecDecodeLive-v1``.
 """
 
-__version__ = "0.2.0"
+from specgym.version import __version__
 
 import os as _os
 from typing import Any
@@ -46,9 +46,9 @@ def load_pair(name: str = "midpair", device: str = "cpu") -> tuple[Any, Any, Any
     Needs the ``hf`` extra. ``name``: ``midpair`` (where speculation pays on a CPU) or ``tinypair``.
     """
     from specgym.deps import require
-    from specgym.paths import pair_dir
+    import specgym.catalogue as catalogue
 
-    folder = pair_dir(name)
+    folder = catalogue.resolve("pair", name)
     require("hf", "specgym.load_pair")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -60,7 +60,7 @@ def load_pair(name: str = "midpair", device: str = "cpu") -> tuple[Any, Any, Any
 
 def make_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> Controller:
     """The controller a spec string names (``fixed:4``, ``assc``, ``ppo:NAME``...); see ``specgym eval --help``."""
-    from specgym.baselines.registry import make_controller as _make
+    from specgym.agents.registry import make_controller as _make
 
     return _make(spec, k_max)
 

@@ -13,7 +13,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from specgym import __version__
+from specgym.version import __version__
 from specgym.errors import SpecgymError
 
 #: Modules that contribute subcommands, in help order. A module missing its optional dependencies still

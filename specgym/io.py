@@ -53,7 +53,8 @@ def _kind_of(path: Path) -> str | None:
     return "special"
 
 
-def check_output(path: str | Path, force: bool, kind: str = "dir", option: str = "--out") -> Path:
+def check_output(path: str | Path, force: bool, kind: str = "dir", option: str = "--out",
+                 hint: str = "pass --force to replace it") -> Path:
     """The one output check of every command; returns ``path`` as a :class:`Path`.
 
     Args:
@@ -61,6 +62,7 @@ def check_output(path: str | Path, force: bool, kind: str = "dir", option: str =
         force: The command's ``--force`` (replace what specgym wrote there before).
         kind: ``"dir"`` (an output folder) or ``"file"``.
         option: The option that named the path, for the message.
+        hint: What the "already exists" message (``--out`` without ``force``) tells the user to do.
 
     Raises:
         SpecgymError: ``.``/``..``; anything but a regular file or plain folder (device node, pipe, link); a
@@ -87,7 +89,7 @@ def check_output(path: str | Path, force: bool, kind: str = "dir", option: str =
         if option != "--out":
             raise SpecgymError(f"{option} {path}: already exists (--force covers --out only: remove it or name "
                                f"another file)")
-        raise SpecgymError(f"{path}: already exists (pass --force to replace it)")
+        raise SpecgymError(f"{path}: already exists ({hint})")
     if kind == "dir":
         foreign = foreign_entry(path)
         if foreign is not None:

@@ -3,6 +3,7 @@
 The data travels inside the wheel, so an installed specgym finds its workloads, cost profiles, models and policies
 without a checkout (``importlib.resources``). Commands that *write* shipped data (``make models``, ``make record``)
 take explicit output paths under ``data/`` of the checkout instead.
+Names are resolved to these folders' entries by :mod:`specgym.catalogue`, the one place that does.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ PROFILES_DIR = DATA_DIR / "profiles"
 MODELS_DIR = DATA_DIR / "models"
 POLICIES_DIR = DATA_DIR / "policies"
 PREDICTORS_DIR = DATA_DIR / "predictors"
+#: The shipped RL-Zoo-style training configurations (``training/configs/MODE.yaml``), read by training and by
+#: the policy benchmark (for the default architecture).
+TRAINING_CONFIGS_DIR = Path(str(files("specgym.training") / "configs"))
 
 #: Workloads in order of preference for commands run without ``--workload``: the recorded greedy trace of the
 #: shipped model pair when present, else the synthetic SpecLane mix.
@@ -40,29 +44,6 @@ def default_pair_name() -> str:
         if (MODELS_DIR / name / "target" / "config.json").exists():
             return name
     return DEFAULT_PAIRS[-1]
-
-
-def pair_dir(name: str) -> Path:
-    """The folder of a shipped model pair (``draft/`` and ``target/`` inside), from any working folder."""
-    from specgym.errors import SpecgymError
-
-    path = MODELS_DIR / str(name)
-    if not (path / "target" / "config.json").is_file() or not (path / "draft" / "config.json").is_file():
-        shipped = sorted(p.name for p in MODELS_DIR.iterdir() if (p / "target" / "config.json").is_file())
-        raise SpecgymError(f"no shipped model pair {name!r}; shipped: {', '.join(shipped) or 'none'}")
-    return path
-
-
-def prompts_path(name_or_path: str | Path) -> Path:
-    """A prompts file: an existing path, else a shipped one named bare (``midpair-prompts``) or by its checkout path
-    (``data/workloads/midpair-prompts.jsonl``), so the README's commands work from any folder."""
-    path = Path(name_or_path)
-    if path.exists() or not (len(path.parts) == 1 or path.parts[:2] == ("data", "workloads")):
-        return path
-    for candidate in (WORKLOADS_DIR / path.name, WORKLOADS_DIR / f"{path.name}.jsonl"):
-        if candidate.is_file():
-            return candidate
-    return path
 
 
 def pair_profile(pair: str) -> Path | None:

@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from specgym.agents import registry
+from specgym.agents.registry import expand_specs, make_controller, register_prefix
 from specgym.baselines import (
     ASSC,
     ConfidenceStop,
@@ -17,11 +19,7 @@ from specgym.baselines import (
     HFHeuristic,
     SpecLane,
     UCBBandit,
-    expand_specs,
-    make_controller,
-    register_prefix,
 )
-from specgym.baselines import registry
 from specgym.baselines.confidence import roc_threshold
 from specgym.baselines.speclane import (
     gain,

@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule, make_batch_controller
+from specgym.agents.batch_registry import make_batch_controller
+from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule
 from specgym.envs.core.batch_cost import BatchCostProfile, Roofline, load_batch_profile, roofline_profile
 from specgym.envs.engines.batch_engine import BatchReplay
 from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
@@ -104,7 +105,7 @@ def test_batch_env_and_batch_policy(mix_workload):
 
     import specgym  # noqa: F401
     from specgym.agents.batch_policy import BatchPolicyController
-    from specgym.agents.policy_controller import random_artifact
+    from specgym.agents.artifact import random_artifact
 
     env = gym.make("specgym/SpecDecodeBatch-v0", workload=mix_workload, batch_profile=A100, requests=24,
                    max_batch=32)

@@ -80,12 +80,13 @@ def test_record_checks_arguments_before_loading_models(tmp_path, capsys, monkeyp
 
 
 def test_workloads_list_labels_synthetic_and_keeps_descriptions(capsys):
-    from specgym.envs.core.cost import list_profiles, load_profile
+    from specgym.envs.core.cost import load_profile
+    import specgym.catalogue as catalogue
 
     assert main(["workloads", "list"]) == 0
     out = capsys.readouterr().out
     assert "assc-regimes" in out and "SYNTHETIC" in out.split("assc-regimes", 1)[1].splitlines()[0]
-    for name in list_profiles():
+    for name in catalogue.names("profile"):
         desc = load_profile(name).description
         assert desc in out  # whole, never cut mid-word
 
@@ -119,7 +120,7 @@ def test_gitignore_covers_the_tour_outputs():
 
 
 def test_eval_label_is_the_spec_the_user_typed(tmp_path, capsys):
-    from specgym.agents.policy_controller import random_artifact, write_artifact
+    from specgym.agents.artifact import random_artifact, write_artifact
 
     write_artifact(random_artifact("k"), tmp_path / "pol")
     out = tmp_path / "ev"

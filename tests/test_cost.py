@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from specgym.envs.core.cost import CostProfile, list_profiles, load_profile, save_profile
+from specgym.envs.core.cost import CostProfile, load_profile, save_profile
+import specgym.catalogue as catalogue
 from specgym.errors import SpecgymError
 
 
@@ -28,8 +29,8 @@ def test_round_time_formula():
 
 
 def test_all_shipped_profiles_load():
-    assert {"speclane-table", "assc-illustrative"} <= set(list_profiles())
-    for name in list_profiles():
+    assert {"speclane-table", "assc-illustrative"} <= set(catalogue.names("profile"))
+    for name in catalogue.names("profile"):
         assert load_profile(name).t_ar_ms > 0
 
 

@@ -149,3 +149,24 @@ def test_token_env_stop_before_drafting_reports_k_zero(mix_workload):
     _, _, _, _, info = env.step(0)
     assert info["planned_k"] == 0 and info["drafted"] == 0
     assert dict(zip(feature_names("token"), env.decisions.observation()))["last_k"] == 0.0
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_one_token_request_is_one_terminal_step(env_id):
+    """A request with no room to draft (one token): reset() gives a live episode; one step ends it, the next raises."""
+    from specgym.envs.core.cost import load_profile
+    from specgym.envs.workloads.trace_format import workload_from_requests
+
+    reqs = [dict(request_id=f"r{n}", category="c", temperature=0.0, prompt_len=3, split="train",
+                 p_accept=np.full(n, 0.7), draft_conf=np.full(n, 0.6), draft_entropy=np.full(n, 1.0)) for n in (1, 5)]
+    wl = workload_from_requests("one-token", {"kind": "synthetic"}, load_profile("assc-illustrative"), reqs)
+    env = gym.make(env_id, workload=wl, split="all").unwrapped
+    obs, info = env.reset(seed=0, options={"request": "r1"})
+    assert env.observation_space.contains(obs) and info["length"] == 1
+    obs, reward, term, trunc, info = env.step(0)
+    assert term and not trunc and info["produced"] == 1 and info["position"] == 1
+    assert reward == pytest.approx(1 - info["time_ms"] / info["t_ar_ms"])
+    with pytest.raises(SpecgymError, match="reset"):
+        env.step(0)
+    env.reset(seed=0, options={"request": "r5"})  # and the env is reusable
+    assert env.step(env.action_space.start)[4]["position"] >= 1

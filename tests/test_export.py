@@ -13,9 +13,8 @@ import pytest
 
 pytest.importorskip("stable_baselines3")
 
-from specgym.agents.policy_controller import (  # noqa: E402
-    PolicyController, load_policy, random_artifact, write_artifact,
-)
+from specgym.agents.artifact import load_policy, random_artifact, write_artifact
+from specgym.agents.policy_controller import PolicyController
 from specgym.cli import main  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
 from specgym.training.export import export_run  # noqa: E402
@@ -135,7 +134,7 @@ import sys
 for name in ("torch", "stable_baselines3", "tensorboard"):
     sys.modules[name] = None  # any import of these now fails
 import specgym.agents
-from specgym.baselines.registry import make_controller
+from specgym.agents.registry import make_controller
 from specgym.eval.harness import EvalConfig, evaluate
 ctrl = make_controller("ppo:{art_dir}", 8)
 rep = evaluate(EvalConfig(workload="assc-regimes", controllers="fixed:4,ppo:{art_dir}", max_requests=3))
@@ -192,7 +191,7 @@ def test_tampered_or_mismatched_artifacts_are_refused(exported, tmp_path):
     # not an artifact at all / wrong k_max for the evaluation
     with pytest.raises(SpecgymError, match="not an exported policy"):
         load_policy(tmp_path)
-    from specgym.baselines.registry import make_controller
+    from specgym.agents.registry import make_controller
 
     with pytest.raises(SpecgymError, match="k_max"):  # one rule: an engine cap below the policy's own
         make_controller(f"ppo:{art_dir}", 4)
@@ -224,10 +223,11 @@ def test_the_checksum_covers_every_field_of_the_function(exported, tmp_path, edi
 
 
 def test_shipped_policies_carry_the_function_checksum():
-    from specgym.agents.policy_controller import list_policies, resolve_policy
+    from specgym.agents.artifact import list_policies
+    import specgym.catalogue as catalogue
 
     for name in list_policies():
-        load_policy(resolve_policy(name))
+        load_policy(catalogue.resolve("policy", name))
 
 
 def test_eval_cli_puts_the_policy_in_the_table(exported, tmp_path, capsys):

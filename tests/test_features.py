@@ -98,7 +98,8 @@ def test_tokens_after_the_first_rejection_are_not_observed():
 def test_token_env_and_exported_controller_decide_alike_through_the_shared_state(regime_workload):
     """The token env and the deployed controller see the same observation at every decision, so the same policy
     makes the same decisions in training and in deployment (TokenDecisionState + FeatureTracker are shared)."""
-    from specgym.agents.policy_controller import PolicyController, random_artifact
+    from specgym.agents.artifact import random_artifact
+    from specgym.agents.policy_controller import PolicyController
     from specgym.envs.core.request import drive
     from specgym.envs.engines.trace_engine import TraceEngine
     from specgym.envs.gym.spec_env import SpecDecodeTokenEnv

@@ -61,13 +61,15 @@ def test_shipped_pairs_and_prompts_by_name_from_any_folder(tmp_path, monkeypatch
 
     import specgym
     from specgym.errors import SpecgymError
-    from specgym.paths import WORKLOADS_DIR, prompts_path
+    from specgym.paths import WORKLOADS_DIR
+    import specgym.catalogue as catalogue
 
     monkeypatch.chdir(tmp_path)  # not the checkout root
     shipped = WORKLOADS_DIR / "midpair-prompts.jsonl"
-    assert prompts_path("midpair-prompts") == shipped
-    assert prompts_path("data/workloads/midpair-prompts.jsonl") == shipped
-    assert prompts_path("elsewhere/midpair-prompts.jsonl") == Path("elsewhere/midpair-prompts.jsonl")  # no guess
+    assert catalogue.resolve("prompts", "midpair-prompts") == shipped
+    assert catalogue.resolve("prompts", "data/workloads/midpair-prompts.jsonl") == shipped
+    elsewhere = Path("elsewhere/midpair-prompts.jsonl")
+    assert catalogue.resolve("prompts", elsewhere) == elsewhere  # no guess
     with pytest.raises(SpecgymError, match="no shipped model pair 'nopair'"):
         specgym.load_pair("nopair")
     pytest.importorskip("transformers")

@@ -178,7 +178,7 @@ def test_policy_card_ships_the_best_seed_on_validation(tmp_path):
     and the suite's mean and spread; an existing policy folder is refused without --force."""
     from specgym.eval.suite import run_suite
     from specgym.training.export import export_run
-    from specgym.training.policy_card import main as card_main
+    from specgym.commands.policy_card import main as card_main
     from specgym.training.ppo import TrainRequest, train
 
     runs = []

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from specgym.envs.core.controller import Controller  # noqa: E402
-from specgym.baselines.registry import make_controller  # noqa: E402
+from specgym.agents.registry import make_controller  # noqa: E402
 from specgym.envs.core.cost import CostProfile  # noqa: E402
 from specgym.envs.engines.live_engine import LiveEngine, check_same_tokenizer, load_pair  # noqa: E402
 from specgym.envs.core.rounds import DraftStep  # noqa: E402
@@ -156,7 +156,8 @@ def test_sampling_reproducible(toy):
 def test_replay_equals_live(toy, tmp_path):
     """The simulator is exact: replaying the recorded greedy trace with the live run's K choices gives identical
     accepted counts round by round (several controllers, random K, token-level stops)."""
-    from specgym.envs.engines.recorder import PromptSpec, record_workload
+    from specgym.envs.engines.recorder import record_workload
+    from specgym.envs.workloads.prompts import PromptSpec
     from specgym.envs.engines.trace_engine import TraceEngine
 
     draft_path, target_path = save_toy_pair(tmp_path / "pair", seed=0)
@@ -247,7 +248,8 @@ def test_bad_inputs(toy, tmp_path):
 def test_bf16_target_is_exact_in_the_dtype_that_verifies(tmp_path):
     """A float32 draft with a bfloat16 target (per-model dtypes): greedy outputs equal the bf16 target's own greedy
     decoding token for token, and replay of a bf16-recorded trace equals the bf16 live run round by round."""
-    from specgym.envs.engines.recorder import PromptSpec, record_workload
+    from specgym.envs.engines.recorder import record_workload
+    from specgym.envs.workloads.prompts import PromptSpec
     from specgym.envs.engines.trace_engine import TraceEngine
 
     d, t = save_toy_pair(tmp_path / "pair", seed=1)
@@ -392,7 +394,8 @@ def assert_online_signals_match(wl, r, rounds, sketch=True):
 def test_online_signals_equal_the_recorders(tmp_path):
     """The live engine's online signals (top-8, incremental lookup with rollback, hidden sketch) equal the
     recorder's teacher-forced columns at every correct-prefix draft token; DraftStep carries the same rows."""
-    from specgym.envs.engines.recorder import PromptSpec, record_workload
+    from specgym.envs.engines.recorder import record_workload
+    from specgym.envs.workloads.prompts import PromptSpec
 
     d, t = save_toy_pair(tmp_path / "pair", seed=0)
     pair = load_pair(str(d), str(t))
@@ -424,7 +427,8 @@ def test_online_signals_equal_the_recorders(tmp_path):
 def test_shipped_pair_online_signals_equal_the_recorders(name, tmp_path):
     """On a few requests of the shipped midpair (greedy, recorded here with a short completion), the live engine's
     online signals equal the recorder's at every correct-prefix draft token."""
-    from specgym.envs.engines.recorder import PromptSpec, record_workload
+    from specgym.envs.engines.recorder import record_workload
+    from specgym.envs.workloads.prompts import PromptSpec
     from specgym.envs.workloads.trace_format import cached_workload
 
     pair = load_pair(str(MODELS_DIR / name / "draft"), str(MODELS_DIR / name / "target"))

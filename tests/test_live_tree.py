@@ -12,8 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from specgym.baselines.registry import make_controller  # noqa: E402
-from specgym.baselines.tree_registry import make_tree_controller  # noqa: E402
+from specgym.agents.registry import make_controller  # noqa: E402
+from specgym.agents.tree_registry import make_tree_controller  # noqa: E402
 from specgym.envs.core.cost import CostProfile  # noqa: E402
 from specgym.envs.core.tree import TreeShape  # noqa: E402
 from specgym.envs.engines.live_engine import LiveEngine, load_pair  # noqa: E402

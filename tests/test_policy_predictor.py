@@ -14,9 +14,9 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from synthetic_v2 import v2_workload
 
-from specgym.agents.policy_controller import (
-    PolicyController, load_policy, random_artifact, resolve_policy, write_artifact,
-)
+import specgym.catalogue as catalogue
+from specgym.agents.artifact import load_policy, random_artifact, write_artifact
+from specgym.agents.policy_controller import PolicyController
 from specgym.envs.core.features import feature_names
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.gym.spec_env import SpecDecodeEnv, SpecDecodeTokenEnv
@@ -97,7 +97,7 @@ def test_the_embedded_predictor_is_under_the_checksum(pred, tmp_path):
 
 
 def test_version_3_policies_still_run():
-    art = load_policy(resolve_policy("midpair-token"))
+    art = load_policy(catalogue.resolve("policy", "midpair-token"))
     assert art.feature_version == 3 and art.predictor is None
     assert art.features == feature_names("token", 3)
     ctrl = PolicyController(art)

@@ -15,7 +15,7 @@ import pytest
 
 from specgym.agents.predicted_marginal import PredictedMarginal
 from specgym.baselines.marginal import MarginalStop
-from specgym.baselines.registry import make_controller
+from specgym.agents.registry import make_controller
 from specgym.envs.core.acceptance_predictor import (
     AcceptancePredictor,
     check_groups,
@@ -254,11 +254,11 @@ def test_a_step_lacking_a_signal_asks_the_fallback(wl, trained, tmp_path):
 
 
 def test_shipped_midpair_predictor_reads_the_hidden_sketch_and_falls_back_without_it():
-    from specgym.agents.predicted_marginal import resolve_predictor
+    import specgym.catalogue as catalogue
     from specgym.envs.core.signals import DraftSignals
     from specgym.envs.workloads.trace_format import cached_workload
 
-    pred = load_predictor(resolve_predictor("midpair"))
+    pred = load_predictor(catalogue.resolve("predictor", "midpair"))
     assert "hidden" in pred.groups and pred.fallback is not None and "hidden" not in pred.fallback.groups
     midpair = cached_workload("midpair-greedy")
     cols = midpair.signal_columns()

@@ -30,6 +30,22 @@ SMALL = {
     "demo": ["--k-steps", "2048", "--token-steps", "2048"],
 }
 SKIP = ("tensorboard",)
+#: what each command must print (regexes over stdout + stderr), keyed like SMALL: an exit code of 0 is not enough
+EXPECT = {
+    "workloads list": [r"shipped workloads:", r"midpair-greedy\s+recorded", r"assc-regimes\s+SYNTHETIC",
+                       r"shipped cost profiles:"],
+    "workloads show": [r"workload\s+midpair-greedy", r"splits\s+train \d+\s+val \d+\s+test \d+", r"category"],
+    "eval": [r"\| controller \| tok/s", r"\*\*oracle\*\*", r"report: \S+/report\.md"],
+    "train": [r"run folder: runs/assc-k"],
+    "export": [r"exported policy: policies/assc-k/policy\.json"],
+    "generate": [r"controller ppo:generalist-token", r"speculative [\d.]+ tok/s vs plain [\d.]+ tok/s"],
+    "record": [r"wrote my\.parquet: 2 requests"],
+    "profile": [r"wrote my-profile\.json"],
+    "tune vllm": [r'"num_speculative_tokens_per_batch_size": \[\[1,', r"table >= best static K"],
+    "tune compare": [r"goodput \(reference\)", r"static:1 \| [\d.]+ \| [\d.]+x \["],
+    "bench": [r"workload load", r"vectorised replay"],
+}
+SUITE_EXPECT = [r"Geometric mean over cells", r"suite report: \S+/suite\.md"]
 
 
 def tour_commands() -> list[str]:
@@ -64,3 +80,13 @@ def test_readme_tour_runs_top_to_bottom(tmp_path):
         argv += SMALL.get(" ".join(argv[1:3]), SMALL.get(argv[1], []))
         r = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         assert r.returncode == 0, f"{cmd}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+        text = r.stdout + r.stderr
+        expect = SUITE_EXPECT if "--suite" in argv else EXPECT.get(" ".join(argv[1:3]), EXPECT.get(argv[1]))
+        assert expect, f"no expected output for {cmd!r}: add it to EXPECT"
+        missing = [e for e in expect if not re.search(e, text)]
+        assert not missing, f"{cmd}: output lacks {missing}\n{text[-3000:]}"
+        assert "Traceback" not in text, f"{cmd}\n{text[-3000:]}"
+        outs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--out"]
+        outs += re.findall(r"report: (\S+)/report\.md", text)
+        for out in outs:
+            assert (tmp_path / out).exists(), f"{cmd}: {out} not written"

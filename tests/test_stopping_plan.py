@@ -16,7 +16,7 @@ import pytest
 
 from specgym.agents.planned_stop import PlannedStop
 from specgym.baselines.marginal import MarginalStop
-from specgym.baselines.registry import make_controller
+from specgym.agents.registry import make_controller
 from specgym.envs.core.acceptance_predictor import load_predictor, save_predictor
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.economics import RoundCosts
@@ -148,9 +148,9 @@ def test_without_signals_or_continuation(pred, tmp_path):
 
 
 def test_shipped_midpair_predictor_plans_both_temperatures():
-    from specgym.agents.predicted_marginal import resolve_predictor
+    import specgym.catalogue as catalogue
 
-    pred = load_predictor(resolve_predictor("midpair"))
+    pred = load_predictor(catalogue.resolve("predictor", "midpair"))
     assert set(pred.continuation) == {"greedy", "sampled"}
     for model in pred.continuation.values():
         assert np.all(np.diff(model.centers) > 0) and math.isclose(model.initial.sum(), 1.0)

@@ -16,16 +16,30 @@ ROOT = Path(__file__).resolve().parent.parent
 #: top-level folder -> package prefix (pyproject's package-dir)
 FOLDERS = {"specgym": "specgym", "envs": "specgym.envs", "agents": "specgym.agents", "baselines": "specgym.baselines",
            "training": "specgym.training", "eval": "specgym.eval"}
-#: layers, lowest first: a module may import only from its own layer or lower ones (lazy imports included)
+#: layers, lowest first: a module may import only from its own layer or lower ones (lazy imports included). A module
+#: belongs to the layer of its longest matching prefix; the front door (the package ``specgym`` itself) is the top
+#: layer and matches only itself, so no library module imports it (``from specgym import ...``).
 LAYERS = [
-    ("foundation", ("specgym.errors", "specgym.io", "specgym.paths", "specgym.deps", "specgym.console")),
-    ("core", ("specgym.envs.core",)),
-    ("data", ("specgym.envs.workloads",)),
+    ("util", ("specgym.errors", "specgym.io", "specgym.paths", "specgym.catalogue", "specgym.deps", "specgym.console",
+              "specgym.version")),
+    ("core", ("specgym.envs", "specgym.envs.core")),
+    ("workloads", ("specgym.envs.workloads",)),
     ("engines", ("specgym.envs.engines",)),
-    ("controllers", ("specgym.baselines", "specgym.agents")),
-    ("envs/eval/training", ("specgym.envs.gym", "specgym.eval", "specgym.training")),
-    ("benchmarks", ("specgym.eval.bench",)),
+    ("baselines", ("specgym.baselines",)),
+    ("agents", ("specgym.agents",)),
+    ("gym", ("specgym.envs.gym",)),
+    ("eval", ("specgym.eval",)),
+    ("training", ("specgym.training",)),
     ("cli", ("specgym.commands", "specgym.cli", "specgym.__main__")),
+    ("front door", ()),
+]
+FRONT_DOOR = "specgym"
+#: edges the layer order allows but the design does not: (importer prefix, imported prefix, why)
+FORBIDDEN = [
+    ("specgym.baselines.oracle", "specgym.envs.engines", "the oracle plans over run lengths (envs.core.replay)"),
+    ("specgym.baselines.informed_oracle", "specgym.envs.engines", "the oracle plans over run lengths"),
+    ("specgym.eval", "specgym.envs.gym", "the harness drives engines, not envs (mixed_schedule: batch engine)"),
+    ("specgym.envs.gym", "specgym.envs.engines.recorder", "the prompts file is envs.workloads.prompts"),
 ]
 
 
@@ -40,6 +54,8 @@ def _modules() -> dict[str, Path]:
 
 
 def _layer(module: str) -> int:
+    if module == FRONT_DOOR:
+        return len(LAYERS) - 1
     best, best_len = None, -1
     for i, (_, prefixes) in enumerate(LAYERS):
         for p in prefixes:
@@ -47,6 +63,18 @@ def _layer(module: str) -> int:
                 best, best_len = i, len(p)
     assert best is not None, f"{module} belongs to no layer: add it to LAYERS"
     return best
+
+
+def _edges(top_level_only: bool = False) -> list[tuple[str, str]]:
+    """``(importer, imported module)`` for every import of a package module (lazy ones too unless top-level only)."""
+    modules = _modules()
+    out = []
+    for mod, path in modules.items():
+        for imp in _imports(path, mod, top_level_only):
+            target = imp if imp in modules else imp.rsplit(".", 1)[0]
+            if target in modules and target != mod:
+                out.append((mod, target))
+    return sorted(set(out))
 
 
 def _imports(path: Path, module: str, top_level_only: bool) -> set[str]:
@@ -62,19 +90,37 @@ def _imports(path: Path, module: str, top_level_only: bool) -> set[str]:
     return found
 
 
+def test_every_module_belongs_to_a_layer():
+    for mod in _modules():
+        _layer(mod)
+
+
 def test_dependencies_point_one_way():
-    modules = _modules()
-    bad = []
-    for mod, path in modules.items():
-        if mod == "specgym":  # the front door re-exports the public API from the layers below
-            continue
-        for imp in _imports(path, mod, top_level_only=False):
-            target = imp if imp in modules else imp.rsplit(".", 1)[0]
-            if target not in modules or target == "specgym":
-                continue
-            if _layer(target) > _layer(mod):
-                bad.append(f"{mod} ({LAYERS[_layer(mod)][0]}) imports {target} ({LAYERS[_layer(target)][0]})")
+    bad = [f"{mod} ({LAYERS[_layer(mod)][0]}) imports {target} ({LAYERS[_layer(target)][0]})"
+           for mod, target in _edges() if _layer(target) > _layer(mod)]
     assert not bad, "\n".join(bad)
+
+
+def test_no_forbidden_edges():
+    def under(m: str, p: str) -> bool:
+        return m == p or m.startswith(p + ".")
+
+    bad = [f"{mod} imports {target}: {why}" for mod, target in _edges() for src, dst, why in FORBIDDEN
+           if under(mod, src) and under(target, dst)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_layer_test_catches_an_upward_edge(tmp_path):
+    """The checks above see lazy imports and the front door: a sample of edges that must count as upward."""
+    assert _layer("specgym.baselines.fixed") < _layer("specgym.agents.registry")
+    assert _layer("specgym.eval.bench.policy") < _layer("specgym.training.config")
+    assert _layer("specgym.eval.harness") < _layer(FRONT_DOOR)
+    assert _layer("specgym.envs.core.replay") < _layer("specgym.envs.engines.trace_engine")
+    tree = "def f():\n    from specgym.agents.registry import make_controller\n"
+    path = tmp_path / "probe.py"
+    path.write_text(tree)
+    assert "specgym.agents.registry" in _imports(path, "x", top_level_only=False)
+    assert "specgym.agents.registry" not in _imports(path, "x", top_level_only=True)
 
 
 def test_no_import_cycles_at_module_level():
@@ -83,7 +129,7 @@ def test_no_import_cycles_at_module_level():
     for mod, path in modules.items():
         for imp in _imports(path, mod, top_level_only=True):
             target = imp if imp in modules else imp.rsplit(".", 1)[0]
-            if target in modules and target != mod and target != "specgym":
+            if target in modules and target != mod:
                 graph[mod].add(target)
     # Tarjan's strongly connected components
     index, low, stack, on, sccs, counter = {}, {}, [], set(), [], [0]
@@ -132,12 +178,12 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
     assert not out, out
 
 
-def test_ppo_spec_resolves_without_importing_agents_first(tmp_path):
-    """``make_controller('ppo:DIR')`` works in a fresh interpreter that never imported specgym.agents."""
-    from specgym.agents.policy_controller import random_artifact, write_artifact
+def test_ppo_spec_resolves_in_a_fresh_interpreter(tmp_path):
+    """``make_controller('ppo:DIR')`` works in a fresh interpreter that imported only the registry."""
+    from specgym.agents.artifact import random_artifact, write_artifact
 
     write_artifact(random_artifact("k"), tmp_path / "pol")
-    code = (f"from specgym.baselines.registry import make_controller\n"
+    code = (f"from specgym.agents.registry import make_controller\n"
             f"c = make_controller('ppo:{tmp_path / 'pol'}', 8)\n"
             f"d = make_controller('{tmp_path / 'pol'}', 8)\n"
             f"print(c.name, d.name)")
@@ -164,3 +210,34 @@ def test_docs_cite_nothing_outside_the_repository():
         text = path.read_text()
         hits += [f"{path.relative_to(ROOT)}: {n}" for n in needles if n in text]
     assert not hits, hits
+
+
+def test_training_configs_name_live_env_ids_and_files():
+    """The YAML configs' comments cite registered env ids and files that exist (they went stale once: ``-v0``)."""
+    import re
+
+    from gymnasium.envs.registration import registry
+
+    bad = []
+    for path in sorted((ROOT / "training" / "configs").glob("*.yaml")):
+        text = path.read_text()
+        bad += [f"{path.name}: {i}" for i in re.findall(r"specgym/\w+-v\d+", text) if i not in registry]
+        bad += [f"{path.name}: {f}" for f in re.findall(r"[\w/]+\.py\b", text) if not (ROOT / f).is_file()]
+    assert not bad, bad
+
+
+def test_argparse_only_in_the_cli():
+    """Command lines are parsed under ``specgym/commands/`` (and ``specgym/cli.py``) only; library modules take
+    arguments."""
+    def imported(path: Path) -> set[str]:
+        out = set()
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.Import):
+                out.update(a.name for a in n.names)
+            elif isinstance(n, ast.ImportFrom) and n.module:
+                out.add(n.module)
+        return out
+
+    bad = [mod for mod, path in _modules().items()
+           if not (mod.startswith("specgym.commands") or mod == "specgym.cli") and "argparse" in imported(path)]
+    assert not bad, bad

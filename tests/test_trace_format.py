@@ -154,14 +154,13 @@ def test_shipped_metadata_names_no_machine_paths():
     import json
     import re
 
-    from specgym.envs.core.cost import list_profiles
-    from specgym.envs.workloads.trace_format import list_workloads
+    import specgym.catalogue as catalogue
     from specgym.paths import PROFILES_DIR
 
     absolute = re.compile(r'"(/(?:work|root|home|tmp|Users)/[^"]*)"')
-    for name in list_workloads():
+    for name in catalogue.names("workload"):
         meta = json.dumps(load_workload(name).metadata())
         assert not absolute.findall(meta), (name, absolute.findall(meta))
-    for name in list_profiles():
+    for name in catalogue.names("profile"):
         text = (PROFILES_DIR / f"{name}.json").read_text()
         assert not re.findall(r"/(?:work|root|home|tmp|Users)/", text), name

@@ -282,10 +282,11 @@ def test_bc_init_clones_the_baseline_rule(tmp_path):
     import numpy as np
 
     from specgym.envs.core.features import feature_names
-    from specgym.envs.workloads.trace_format import cached_workload, resolve_workload_path
+    from specgym.envs.workloads.trace_format import cached_workload
+    import specgym.catalogue as catalogue
     from specgym.training.bc_init import demonstrations
 
-    wl = cached_workload(resolve_workload_path("assc-regimes"))
+    wl = cached_workload(catalogue.resolve("workload", "assc-regimes"))
     obs, lab = demonstrations("confidence:0.4", wl, "token", 0, 8, passes=1)
     names = feature_names("token")
     has = obs[:, names.index("tok_has_token")] > 0

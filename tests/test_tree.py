@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from specgym.baselines.registry import ALL_BASELINES, make_controller
+from specgym.agents.registry import ALL_BASELINES, make_controller
 from specgym.baselines.tree_eagle import eagle_tree
-from specgym.baselines.tree_registry import make_tree_controller
+from specgym.agents.tree_registry import make_tree_controller
 from specgym.baselines.tree_oracle import tree_oracle_request
 from specgym.baselines.tree_static import expected_accepted, sequoia_tree, sequoia_values
 from specgym.envs.core.cost import CostProfile

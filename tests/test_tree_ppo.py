@@ -11,7 +11,8 @@ import pytest
 
 pytest.importorskip("stable_baselines3")
 
-from specgym.agents.policy_controller import PolicyController, load_policy  # noqa: E402
+from specgym.agents.artifact import load_policy
+from specgym.agents.policy_controller import PolicyController  # noqa: E402
 from specgym.agents.tree_policy import TreePolicyController  # noqa: E402
 from specgym.envs.gym.tree_env import DEFAULT_SHAPES  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specgym.baselines.tree_predicted import SpineRound, spine_tree
-from specgym.baselines.tree_registry import make_tree_controller
+from specgym.agents.tree_registry import make_tree_controller
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.errors import SpecgymError
 

@@ -2,7 +2,7 @@
 
 ``bc_init: confidence:0.4`` (or ``specgym train --init-from SPEC``) does, before PPO starts:
 
-1. **Demonstrations.** The baseline (any controller spec of :mod:`specgym.baselines.registry` of the run's level:
+1. **Demonstrations.** The baseline (any controller spec of :mod:`specgym.agents.registry` of the run's level:
    token-level specs for token mode, any spec for K mode) is replayed on the *train* split with
    :func:`~specgym.envs.core.request.drive`. At every decision the training env would ask for,
    :class:`RecordingController` renders the observation exactly as the deployed
@@ -31,10 +31,12 @@ from typing import Any
 import numpy as np
 
 from specgym.envs.core.controller import Controller
-from specgym.envs.core.features import FeatureTracker, TokenDecisionState
+from specgym.agents.token_protocol import TokenProtocol
+from specgym.envs.core.features import FeatureTracker
 from specgym.envs.core.request import drive
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
 from specgym.errors import SpecgymError
+from specgym.training.sb3_actor import actor_logits, actor_parameters
 
 
 class RecordingController(Controller):
@@ -45,7 +47,7 @@ class RecordingController(Controller):
         self.predictor = predictor  # the observations' acceptance predictor (token mode), as the training env's
         self.name, self.token_level = f"record({inner.name})", inner.token_level
         self.tracker = FeatureTracker(k_max)
-        self.decisions = TokenDecisionState(self.tracker)
+        self.protocol = TokenProtocol(self.tracker, k_max, predictor)
         self.obs: list[np.ndarray] = []
         self.labels: list[int] = []
         self._round_start = 0  # index of the current round's first record
@@ -53,7 +55,7 @@ class RecordingController(Controller):
 
     def reset(self, ctx: RequestContext) -> None:
         self.ctx = ctx
-        self._temperature = float(ctx.temperature)
+        self.protocol.temperature = float(ctx.temperature)
         self.inner.reset(ctx)
         self.tracker.reset(ctx)
 
@@ -70,17 +72,15 @@ class RecordingController(Controller):
             return a + self.k_min
         # token mode: the j = 0 decision; continue -> cap k_max and stop at j = k
         self._k = k
-        self.decisions.begin_round()
-        self._add(self.decisions.observation(), int(k > 0))
-        return self.k_max if k > 0 else 0
+        self._add(self.protocol.open_round(), int(k > 0))
+        return self.protocol.cap(k > 0)
 
     def keep_drafting(self, step: DraftStep) -> bool:
         if self.mode == "k":
             return True
-        pred = self.predictor
-        self.decisions.add(step, accept=None if pred is None else pred.predict_step(step, self._temperature))
+        obs = self.protocol.draft(step)
         keep = step.index < self._k and bool(self.inner.keep_drafting(step))
-        self._add(self.decisions.observation(), int(keep))
+        self._add(obs, int(keep))
         return keep
 
     def observe(self, outcome: RoundOutcome) -> None:
@@ -99,7 +99,7 @@ def demonstrations(spec: str, workload: Any, mode: str, k_min: int, k_max: int, 
     domain_episodes`` episodes are drawn from it as the training env draws them (a workload, a profile, a request
     of its ``split``), so the clone sees the same mix of domains PPO will.
     """
-    from specgym.baselines.registry import make_controller
+    from specgym.agents.registry import make_controller
     from specgym.envs.engines.trace_engine import TraceEngine
     from specgym.envs.workloads.domains import DomainDistribution
 
@@ -136,21 +136,19 @@ def clone_into(model: Any, venv: Any, obs: np.ndarray, labels: np.ndarray, epoch
     rms.count = float(len(obs))
     x = torch.as_tensor(venv.normalize_obs(obs.copy()), dtype=torch.float32)
     y = torch.as_tensor(labels)
-    pol = model.policy
-    params = list(pol.mlp_extractor.policy_net.parameters()) + list(pol.action_net.parameters())
-    opt = torch.optim.Adam(params, lr=lr)
+    opt = torch.optim.Adam(actor_parameters(model), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
         perm = torch.randperm(len(x), generator=gen)
         for i in range(0, len(x), batch):
             idx = perm[i:i + batch]
-            logits = pol.action_net(pol.mlp_extractor.forward_actor(x[idx]))
+            logits = actor_logits(model, x[idx])
             loss = torch.nn.functional.cross_entropy(logits, y[idx], label_smoothing=smoothing)
             opt.zero_grad()
             loss.backward()
             opt.step()
     with torch.no_grad():
-        logits = pol.action_net(pol.mlp_extractor.forward_actor(x))
+        logits = actor_logits(model, x)
         final = float(torch.nn.functional.cross_entropy(logits, y))
         acc = float((logits.argmax(1) == y).float().mean())
     return {"samples": int(len(x)), "loss": final, "accuracy": acc, "positive_share": float(labels.mean())}

@@ -15,6 +15,7 @@ from specgym.training.config import RunConfig
 from specgym.training.env_factory import run_predictor
 from specgym.training.export import artifact_from_model
 from specgym.training.run_folder import RunFiles, save_checkpoint, write_json
+from specgym.training.sb3_actor import actor_parameters
 from specgym.training.validation import describe
 
 
@@ -243,12 +244,8 @@ class CriticWarmupCallback(BaseCallback):
         super().__init__()
         self.warmup = int(warmup)
 
-    def _actor_params(self) -> list[Any]:
-        pol: Any = self.model.policy
-        return list(pol.mlp_extractor.policy_net.parameters()) + list(pol.action_net.parameters())
-
     def _set(self, frozen: bool) -> None:
-        for p in self._actor_params():
+        for p in actor_parameters(self.model):
             p.requires_grad_(not frozen)
 
     def _on_step(self) -> bool:

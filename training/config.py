@@ -19,8 +19,8 @@ import yaml
 
 from specgym.envs.core.rounds import K_MAX_LIMIT
 from specgym.errors import SpecgymError
+from specgym.paths import TRAINING_CONFIGS_DIR
 
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 MODES = ("k", "token", "batch", "tree")
 SHAPINGS = ("draft_cost", "conf_potential")
 
@@ -151,11 +151,11 @@ class PPOConfig:
         if self.domains not in (None, "generalist"):
             raise bad("domains", "must be null or 'generalist'")
         if self.predictor is not None:
-            from specgym.agents.predicted_marginal import resolve_predictor
+            import specgym.catalogue as catalogue
 
-            resolve_predictor(self.predictor)  # a bad name fails here, before any work
+            catalogue.resolve("predictor", self.predictor)  # a bad name fails here, before any work
         if self.bc_init is not None:
-            from specgym.baselines.registry import make_controller
+            from specgym.agents.registry import make_controller
 
             make_controller(self.bc_init, self.k_max)  # a bad spec fails here, before any work
 
@@ -304,7 +304,7 @@ def resolve_config(mode: str, workload_name: str, config_file: str | Path | None
     """
     if mode not in MODES:
         raise SpecgymError(f"--mode must be one of {MODES}, got {mode!r}")
-    path = Path(config_file) if config_file else CONFIG_DIR / f"{mode}.yaml"
+    path = Path(config_file) if config_file else TRAINING_CONFIGS_DIR / f"{mode}.yaml"
     data = read_yaml(path)
     if "default" not in data and workload_name not in data:
         raise SpecgymError(f"{path}: needs a 'default' entry or one named {workload_name!r}")

@@ -17,11 +17,11 @@ def run_predictor(run: RunConfig) -> Any:
     very one the run started with (its checksum is in the run config), else a one-line error."""
     if run.ppo.predictor is None:
         return None
-    from specgym.agents.predicted_marginal import resolve_predictor
+    import specgym.catalogue as catalogue
     from specgym.envs.core.acceptance_predictor import load_predictor
     from specgym.errors import SpecgymError
 
-    path = resolve_predictor(run.ppo.predictor)
+    path = catalogue.resolve("predictor", run.ppo.predictor)
     pred = load_predictor(path)
     sha = pred.to_dict()["sha256"]
     if run.predictor_sha256 is not None and sha != run.predictor_sha256:

@@ -15,13 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from specgym.agents.policy_controller import (
-    PolicyArtifact, mode_feature_names, mode_feature_version, write_artifact,
-)
+from specgym.agents.artifact import PolicyArtifact, mode_feature_names, mode_feature_version, write_artifact
 from specgym.errors import SpecgymError
 from specgym.training.config import RunConfig
 from specgym.training.env_factory import run_predictor
 from specgym.training.run_folder import RunFiles, load_vecnormalize, read_summary
+from specgym.training.sb3_actor import actor_layers
 
 
 def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, k_max: int,
@@ -36,15 +35,10 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
         meta: Training record stored in ``policy.json``.
         predictor: The acceptance predictor the observations were computed with (embedded in the artifact).
     """
-    import torch.nn as nn
-
-    policy = model.policy
-    layers = [m for m in policy.mlp_extractor.policy_net if isinstance(m, nn.Linear)]
-    acts = {type(m).__name__ for m in policy.mlp_extractor.policy_net if not isinstance(m, nn.Linear)}
+    layers, acts = actor_layers(model)
     if acts - {"Tanh", "ReLU"} or len(acts) > 1:
         raise SpecgymError(f"cannot export activations {sorted(acts)} (supported: Tanh, ReLU)")
     activation = "relu" if acts == {"ReLU"} else "tanh"
-    layers.append(policy.action_net)
     weights = [lin.weight.detach().cpu().numpy().astype(np.float32).copy() for lin in layers]
     biases = [lin.bias.detach().cpu().numpy().astype(np.float32).copy() for lin in layers]
     mean = var = None

@@ -2,9 +2,9 @@
 
 A shipped policy is one exported training run; its card also reports the other seeds trained with the same config
 (their validation figures and, when a generalisation-suite report is given, their suite figures: mean and spread),
-so a reader sees whether the shipped seed is typical. Run as::
+so a reader sees whether the shipped seed is typical. Run as (:mod:`specgym.commands.policy_card`)::
 
-    python -m specgym.training.policy_card data/policies/NAME --runs RUN_SEED0,RUN_SEED1,RUN_SEED2 \
+    python -m specgym.commands.policy_card data/policies/NAME --runs RUN_SEED0,RUN_SEED1,RUN_SEED2 \
         --suite out/suite-generalization/suite.json --suite-specs ppo:DIR0,ppo:DIR1,ppo:DIR2 [--force]
 
 It ships the seed that is best on validation (``RUN/policy``, exported by ``specgym export``), copied into
@@ -13,11 +13,9 @@ It ships the seed that is best on validation (``RUN/policy``, exported by ``spec
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +76,7 @@ def card_markdown(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], s
          "Use it by name:", "", "```bash",
          f"specgym eval --controllers all,ppo:{name}",
          f"specgym generate --prompt 'def fibonacci(n):' --controller ppo:{name}",
-         "```", "", "```python", "from specgym.baselines import make_controller",
+         "```", "", "```python", "from specgym import make_controller",
          "from specgym.agents.hf_generate import generate_with_controller",
          f"out = generate_with_controller(target, draft, input_ids, make_controller('ppo:{name}'), "
          "max_new_tokens=128)", "```", ""]
@@ -233,34 +231,3 @@ def write_policy_card(policy_dir: Path, runs: list[Path], shipped: Path, suite: 
     path = policy_dir / "README.md"
     atomic_write_text(path, text, overwrite=True)
     return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line (see the module docstring)."""
-    p = argparse.ArgumentParser(prog="python -m specgym.training.policy_card", description=__doc__.split("\n")[0])
-    p.add_argument("policy", type=Path, help="the exported policy folder (data/policies/NAME)")
-    p.add_argument("--runs", required=True, help="comma-separated run folders of every seed")
-    p.add_argument("--suite", type=Path, default=None, help="suite.json of specgym eval --suite generalization")
-    p.add_argument("--suite-specs", default="", help="the suite's spec of each run, same order as --runs")
-    p.add_argument("--reproduce", default="make policies", help="the command that rebuilds it (shown in the card)")
-    p.add_argument("--card-only", action="store_true", help="only rewrite the card of the policy already there")
-    p.add_argument("--force", action="store_true", help="replace an existing policy folder")
-    a = p.parse_args(argv)
-    try:
-        runs = [Path(r) for r in a.runs.split(",") if r]
-        specs = [s for s in a.suite_specs.split(",") if s] or None
-        if specs and len(specs) != len(runs):
-            raise SpecgymError("--suite-specs needs one spec per run")
-        shipped = best_run(runs)
-        if not a.card_only:
-            ship_policy(shipped, a.policy, a.force)
-        card = write_policy_card(a.policy, runs, shipped, a.suite, specs, a.reproduce)
-        print(f"shipped {shipped} -> {card}")
-    except SpecgymError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

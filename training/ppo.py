@@ -86,10 +86,11 @@ class TrainRequest:
 
 def workload_identity(name_or_path: str) -> tuple[Any, dict[str, Any]]:
     """The loaded workload and what identifies it in a run config (a shipped workload is stored by name)."""
-    from specgym.envs.workloads.trace_format import cached_workload, resolve_workload_path
+    from specgym.envs.workloads.trace_format import cached_workload
+    import specgym.catalogue as catalogue
     from specgym.paths import WORKLOADS_DIR
 
-    path = resolve_workload_path(name_or_path)
+    path = catalogue.resolve("workload", name_or_path)
     wl = cached_workload(path)
     shipped = path.resolve().parent == WORKLOADS_DIR.resolve()
     return wl, {"workload_name": wl.name, "workload_path": path.stem if shipped else str(path.resolve()),
@@ -101,20 +102,18 @@ def domain_identity() -> tuple[Any, dict[str, Any]]:
     import hashlib
 
     from specgym.envs.workloads.domains import TRAIN_RECORDED, generalist_domains
-    from specgym.envs.workloads.trace_format import list_workloads, resolve_workload_path
+    import specgym.catalogue as catalogue
 
     h = hashlib.sha256()
     for name in TRAIN_RECORDED:
-        if name in list_workloads():
-            h.update(sha256_file(resolve_workload_path(name)).encode())
+        if name in catalogue.names("workload"):
+            h.update(sha256_file(catalogue.resolve("workload", name)).encode())
     return generalist_domains(), {"workload_name": "generalist", "workload_path": "generalist",
                                   "workload_sha256": h.hexdigest(), "workload_synthetic": False}
 
 
 def _new_run(req: TrainRequest, run: RunFiles) -> tuple[RunConfig, Any, dict[str, Any]]:
-    if run.root.is_dir() and not run.root.is_symlink() and not req.force:
-        raise SpecgymError(f"{run.root}: already exists (pass --force to replace it, --resume to continue)")
-    check_output(run.root, req.force)
+    check_output(run.root, req.force, hint="pass --force to replace it, --resume to continue")
     overrides = req.overrides or {}
     if overrides.get("domains"):
         wl, ident = domain_identity()

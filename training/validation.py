@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from specgym.agents.policy_controller import PolicyArtifact, PolicyController
+from specgym.agents.artifact import PolicyArtifact
+from specgym.agents.policy_controller import PolicyController
 from specgym.eval.harness import EvalConfig, evaluate
+from specgym.eval.stats import geomean
 
 #: Validation figures a run reports besides the best fixed K: (key in the result, the baseline it compares with).
 COMPARED_BASELINES = (("speedup_vs_marginal", "marginal"), ("speedup_vs_speclane", "speclane"),
@@ -74,11 +76,12 @@ def generalist_cells(seed: int = 9000) -> list[tuple[str, Any, Any]]:
     import numpy as np
 
     from specgym.envs.workloads.domains import TRAIN_RECORDED, ProfileRanges, synthetic_pool
-    from specgym.envs.workloads.trace_format import cached_workload, list_workloads
+    from specgym.envs.workloads.trace_format import cached_workload
+    import specgym.catalogue as catalogue
 
     workloads = synthetic_pool(n=6, requests=60, seed=seed)
     for name in TRAIN_RECORDED:
-        if name in list_workloads():
+        if name in catalogue.names("workload"):
             wl = cached_workload(name)
             workloads.append(wl.subset(wl.split_indices("val")))
     rng = np.random.default_rng(seed)
@@ -93,11 +96,9 @@ def validate_generalist(artifact: PolicyArtifact, cells: list[tuple[str, Any, An
     ``speedup_vs_best_fixed`` and ``speedup_vs_marginal`` are geometric means over the cells of the ratios of
     throughput; the best model of a run is kept by ``speedup_vs_marginal``.
     """
-    import math
-
     from specgym.baselines.marginal import MarginalStop
 
-    logs: dict[str, list[float]] = {"best_fixed": [], "marginal": [], "oracle": []}
+    ratios: dict[str, list[float]] = {"best_fixed": [], "marginal": [], "oracle": []}
     tps = []
     for _, wl, prof in cells:
         policy = PolicyController(artifact, name="ppo (training)")
@@ -105,11 +106,11 @@ def validate_generalist(artifact: PolicyArtifact, cells: list[tuple[str, Any, An
                                   k_max=artifact.k_max, profile=prof, max_requests=max_requests, bootstrap=0))
         rows = {r["spec"]: r for r in rep["rows"]}
         row = rows[policy.name]
-        logs["best_fixed"].append(math.log(row["speedup_vs_best_fixed"]))
-        logs["marginal"].append(math.log(row["throughput_tok_s"] / rows["marginal"]["throughput_tok_s"]))
-        logs["oracle"].append(math.log(row["oracle_ratio"]))
+        ratios["best_fixed"].append(row["speedup_vs_best_fixed"])
+        ratios["marginal"].append(row["throughput_tok_s"] / rows["marginal"]["throughput_tok_s"])
+        ratios["oracle"].append(row["oracle_ratio"])
         tps.append(row["speedup_vs_ar"])
-    mean = {k: math.exp(sum(v) / len(v)) for k, v in logs.items()}
+    mean = {k: geomean(v) for k, v in ratios.items()}
     return {"speedup_vs_best_fixed": mean["best_fixed"], "speedup_vs_marginal": mean["marginal"],
             "oracle_ratio": mean["oracle"], "throughput_tok_s": float("nan"), "speedup_vs_ar": sum(tps) / len(tps),
             "cells": len(cells), "split": "val cells", "requests": sum(len(wl.split_indices("all")) for _, wl, _ in

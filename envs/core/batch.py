@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specgym.envs.core.batch_cost import BatchCostProfile
+from specgym.envs.core.economics import best_k_for_costs
 
 
 @dataclass(slots=True)
@@ -132,9 +133,7 @@ class BatchFeatureTracker:
 
     def goodput_k(self, b: int) -> int:
         """The goodput rule's K at batch size ``b`` under the slow acceptance estimate."""
-        alpha = min(self.acc_s / self.jud_s, 0.999)
-        ks = np.arange(self.k_max + 1)
-        return int(np.argmax((1.0 - alpha ** (ks + 1)) / (1.0 - alpha) / self._costs(b)[3]))
+        return best_k_for_costs(min(self.acc_s / self.jud_s, 0.999), self._costs(b)[3])
 
     def update(self, step: BatchStep) -> None:
         """Fold one verified step in."""

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+import specgym.catalogue as catalogue
 from specgym.envs.core.cost import CostProfile
 from specgym.errors import SpecgymError
 from specgym.io import read_text
@@ -167,14 +168,7 @@ class BatchCostProfile:
 
 def load_batch_profile(name_or_path: str | Path) -> BatchCostProfile:
     """A batched profile by shipped name (``batch-cpu-midpair``) or path to a JSON file."""
-    from specgym.paths import PROFILES_DIR
-
-    path = Path(name_or_path)
-    if not path.suffix and not path.exists():
-        path = PROFILES_DIR / f"{name_or_path}.json"
-    if not path.exists():
-        shipped = sorted(p.stem for p in PROFILES_DIR.glob("batch-*.json"))
-        raise SpecgymError(f"batch profile {str(name_or_path)!r} not found; shipped: {', '.join(shipped) or 'none'}")
+    path = catalogue.resolve("batch_profile", name_or_path)
     try:
         data = json.loads(read_text(path, "batched cost profile (JSON)"))
     except json.JSONDecodeError as exc:

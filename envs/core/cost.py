@@ -37,7 +37,7 @@ import numpy as np
 
 from specgym.errors import SpecgymError
 from specgym.io import read_text
-from specgym.paths import PROFILES_DIR
+import specgym.catalogue as catalogue
 
 PROFILE_SOURCES = ("measured", "published", "synthetic")
 #: Largest tree (draft nodes, the root excluded) a profile prices: ``verify_nodes(n)`` for ``n <= 65``.
@@ -203,22 +203,9 @@ def placeholder_profile(k_max: int) -> CostProfile:
                        description="no cost profile given: flat placeholder (draft 1 ms, verify 10 ms)")
 
 
-def list_profiles() -> list[str]:
-    """Names of the shipped single-sequence profiles (batched ones are named ``batch-*``)."""
-    return sorted(p.stem for p in PROFILES_DIR.glob("*.json") if not p.stem.startswith("batch-"))
-
-
 def load_profile(name_or_path: str | Path) -> CostProfile:
     """Load a profile by shipped name (``speclane-table``) or by path to a JSON file."""
-    path = Path(name_or_path)
-    if not path.suffix and not path.exists():
-        path = PROFILES_DIR / f"{name_or_path}.json"
-        if not path.exists():
-            raise SpecgymError(
-                f"unknown cost profile {str(name_or_path)!r}; shipped profiles: {', '.join(list_profiles()) or 'none'}"
-            )
-    if not path.exists():
-        raise SpecgymError(f"{path}: cost profile file not found")
+    path = catalogue.resolve("profile", name_or_path)
     try:
         data = json.loads(read_text(path, "cost profile (JSON)"))
     except json.JSONDecodeError as exc:

@@ -14,12 +14,17 @@
     ``(P_j * a / (cost(j + 1) - cost(j))) / (E_j / cost(j)) > 1``;
   - the **model-optimal K** for a per-token acceptance ``alpha``: ``argmax_K E(K) / cost(K)`` with the geometric
     ``E(K) = (1 - alpha^(K+1)) / (1 - alpha)``, every cost term included (draft, verify slope, overhead).
+* :func:`expected_tokens` / :func:`expected_tokens_upto` (``E(K)``) and :func:`best_k_for_costs` (the model-optimal
+  K for any cost table): the one definition every user of the geometric model reads (``RoundCosts``, SpecLane's
+  gain, the batch features' and SmartSpec's goodput K).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+
+import numpy as np
 
 from specgym.envs.core.cost import CostProfile
 
@@ -30,6 +35,25 @@ def logit(p: float) -> float:
     """``log(p / (1 - p))`` with ``p`` clipped to ``[1e-4, 1 - 1e-4]``."""
     p = _LO if p < _LO else (_HI if p > _HI else p)
     return math.log(p / (1.0 - p))
+
+
+def expected_tokens(k: int, alpha: float) -> float:
+    """``E(K)``: expected tokens of a round drafting ``k`` under geometric acceptance ``alpha`` (the accepted prefix
+    plus the target's own token), ``(1 - alpha^(K+1)) / (1 - alpha)``; ``K + 1`` for ``alpha >= 1``."""
+    return k + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def expected_tokens_upto(k_max: int, alpha: float) -> np.ndarray:
+    """``E(0), ..., E(k_max)`` of :func:`expected_tokens`, vectorised."""
+    ks = np.arange(k_max + 1)
+    if alpha >= 1.0:
+        return ks + 1.0
+    return (1.0 - alpha ** (ks + 1)) / (1.0 - alpha)
+
+
+def best_k_for_costs(alpha: float, costs: np.ndarray) -> int:
+    """The model-optimal K: ``argmax_K E(K) / costs[K]`` over ``K = 0..len(costs) - 1`` (ties to the smaller K)."""
+    return int(np.argmax(expected_tokens_upto(len(costs) - 1, alpha) / costs))
 
 
 class Calibration:
@@ -53,10 +77,6 @@ class Calibration:
         """Calibrated acceptance probability of a draft token with confidence ``conf``."""
         z = self.w * logit(conf) + self.b
         return 1.0 / (1.0 + math.exp(-z)) if z > -30.0 else 0.0
-
-    def update(self, conf: float, accepted: bool) -> None:
-        """One gradient step on a judged token."""
-        self.update_round((conf,), 1 if accepted else 0)
 
     def update_round(self, confs: Sequence[float], accepted: int) -> None:
         """One gradient step per judged token of a round, in order: the first ``accepted`` were accepted."""
@@ -108,8 +128,7 @@ class RoundCosts:
 
     def rate(self, k: int, alpha: float) -> float:
         """Expected tokens per ms of rounds drafting ``k`` tokens under geometric acceptance ``alpha``."""
-        tokens = k + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-        return tokens / self.cost[k]
+        return expected_tokens(k, alpha) / self.cost[k]
 
     def best_k(self, alpha: float) -> int:
         """Integer K in ``0..k_max`` maximising ``E(K) / cost(K)`` under geometric acceptance ``alpha``.
@@ -124,8 +143,9 @@ class RoundCosts:
         return k
 
     def _best_k(self, alpha: float) -> int:
-        """The scan: for K >= 1 the rate is quasi-concave in K (costs are affine in K beyond the first draft), so
-        it stops at the first decrease; K = 0 (no round overhead) is compared separately."""
+        """:func:`best_k_for_costs` as an early-stopping scan (the features ask every round): for K >= 1 the rate
+        is quasi-concave in K (costs are affine in K beyond the first draft), so it stops at the first decrease;
+        K = 0 (no round overhead) is compared separately."""
         cost = self.cost
         best_k, best_rate = 1, (1.0 + alpha) / cost[1]
         tokens, power = 1.0 + alpha, alpha

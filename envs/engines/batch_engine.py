@@ -28,10 +28,22 @@ import numpy as np
 
 from specgym.envs.core.batch import BatchController, BatchState, BatchStep
 from specgym.envs.core.batch_cost import BatchCostProfile
+from specgym.envs.core.replay import request_uniforms, run_lengths
 from specgym.envs.core.rounds import DEFAULT_K_MAX, check_k_max
-from specgym.envs.engines.trace_engine import request_uniforms, run_lengths
 from specgym.envs.workloads.trace_format import Workload
 from specgym.errors import SpecgymError
+
+
+CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def mixed_schedule(rng: np.random.Generator, profile: BatchCostProfile, max_batch: int, segments: int = 6,
+                   min_steps: float = 40.0, max_steps: float = 400.0) -> list[tuple[float, int]]:
+    """A concurrency that changes over time: ``segments`` stretches of a random power-of-two concurrency up to
+    ``max_batch``, each lasting a random 40-400 plain decoding steps of one sequence."""
+    sizes = [c for c in CONCURRENCIES if c <= max_batch] or [1]
+    t1 = profile.verify(1, 1)
+    return [(float(rng.uniform(min_steps, max_steps)) * t1, int(rng.choice(sizes))) for _ in range(segments)]
 
 
 class BatchReplay:

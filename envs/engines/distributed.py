@@ -43,8 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from specgym.envs.core.cost import CostProfile
+from specgym.envs.workloads.prompts import PromptSpec
 from specgym.envs.engines.recorder import (
-    PromptSpec, assemble_recording, parse_length, record_workload, save_recording,
+    assemble_recording, parse_length, record_workload, save_recording,
 )
 from specgym.envs.workloads.trace_format import Workload, load_workload
 from specgym.errors import SpecgymError

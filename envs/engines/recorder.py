@@ -17,8 +17,7 @@ then ONE teacher-forced forward of each model over ``prompt + completion`` yield
   ``hidden_sketch=D``, the draft's last hidden state (after the final layer norm) times a fixed projection
   (:func:`~specgym.envs.core.signals.sketch_projection`, stored in the metadata).
 
-Prompts file: JSON Lines, one object per line: ``{"prompt": str, "id"?: str, "category"?: str,
-"max_new_tokens"?: int, "temperature"?: float}``; blank lines are skipped; errors name the line.
+Prompts: a prompts file (:mod:`specgym.envs.workloads.prompts`).
 
 Trace extraction is batched: the teacher-forced forwards of ``batch`` requests run together (right-padded).
 
@@ -34,7 +33,6 @@ import math
 import os
 import time
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Sequence
@@ -46,65 +44,13 @@ from specgym.envs.core.lookup import LOOKUP_MAX_N, lookup_columns
 from specgym.envs.core.signals import TOPK, projection_to_meta, sketch_projection
 from specgym.envs.engines.draft_stats import draft_stats, token_rank, top_probs
 from specgym.envs.engines.live_engine import LiveEngine, LivePair
+from specgym.envs.workloads.prompts import PromptSpec
 from specgym.envs.workloads.trace_format import Workload, save_workload, workload_from_requests
 from specgym.errors import SpecgymError
-from specgym.io import read_text, sha256_file
+from specgym.io import check_output, sha256_file
 from specgym.paths import portable_name
 
 PARTIAL_SUFFIX = ".partial.jsonl"
-
-
-@dataclass
-class PromptSpec:
-    """One line of a prompts file."""
-
-    request_id: str
-    text: str
-    category: str = "prompt"
-    max_new_tokens: int | None = None
-    temperature: float | None = None
-
-
-def read_prompts(path: str | Path) -> list[PromptSpec]:
-    """Parse a JSONL prompts file; any defect raises a one-line error naming the file and line."""
-    path = Path(path)
-    if not path.exists():
-        raise SpecgymError(f"{path}: prompts file not found")
-    read_text(path, "prompts file (JSON Lines)")  # a folder or non-UTF-8 bytes: one line, not a traceback
-    out: list[PromptSpec] = []
-    seen: set[str] = set()
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SpecgymError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise SpecgymError(f"{where}: expected a JSON object with a 'prompt' field")
-            text = obj.get("prompt")
-            if not isinstance(text, str) or not text:
-                raise SpecgymError(f"{where}: field 'prompt' must be a non-empty string")
-            rid = str(obj.get("id", f"p{len(out):05d}"))
-            if rid in seen:
-                raise SpecgymError(f"{where}: duplicate id {rid!r}")
-            seen.add(rid)
-            cat = obj.get("category", "prompt")
-            if not isinstance(cat, str):
-                raise SpecgymError(f"{where}: field 'category' must be a string")
-            mnt = obj.get("max_new_tokens")
-            if mnt is not None and (isinstance(mnt, bool) or not isinstance(mnt, int) or mnt < 1):
-                raise SpecgymError(f"{where}: field 'max_new_tokens' must be an integer >= 1, got {mnt!r}")
-            temp = obj.get("temperature")
-            if temp is not None and (isinstance(temp, bool) or not isinstance(temp, (int, float)) or temp < 0
-                                     or not math.isfinite(temp)):
-                raise SpecgymError(f"{where}: field 'temperature' must be a number >= 0, got {temp!r}")
-            out.append(PromptSpec(rid, text, cat, mnt, None if temp is None else float(temp)))
-    if not out:
-        raise SpecgymError(f"{path}: no prompts")
-    return out
 
 
 def parse_length(text: str | int) -> tuple[int, int]:
@@ -336,9 +282,7 @@ def record_workload(
     Returns:
         ``(workload, stats)``; stats holds counts, timings, trace positions/s and the greedy loop share.
     """
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise SpecgymError(f"{out}: already exists (pass --force to overwrite)")
+    out = check_output(out, overwrite, "file", hint="pass --force to overwrite")
     if temperature < 0 or not math.isfinite(temperature):
         raise SpecgymError(f"--temperature must be >= 0, got {temperature}")
     lo, hi = parse_length(max_new_tokens)

@@ -25,39 +25,17 @@ positions; a trace without them gives ``None``. Rows after the first rejection a
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 
 import numpy as np
 
 from specgym.envs.core.cost import CostProfile
+from specgym.envs.core.replay import request_uniforms, run_lengths
 from specgym.envs.core.request import KeepDrafting, Request
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome, check_k_max
 from specgym.envs.core.signals import DraftSignals
 from specgym.envs.workloads.trace_format import Workload
 from specgym.errors import SpecgymError
-
-
-def request_uniforms(seed: int, request_id: str, n: int) -> np.ndarray:
-    """The common random numbers of one request: a function of (seed, request id) only."""
-    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, zlib.crc32(str(request_id).encode())])
-    return rng.random(n)
-
-
-def run_lengths(accepted: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """``run[i]`` = consecutive accepted positions starting at ``i``, stopping at each request's end.
-
-    Args:
-        accepted: flat bool array of per-position outcomes.
-        offsets: ``(R+1,)`` request boundaries in the flat array.
-    """
-    accepted = np.asarray(accepted, dtype=bool)
-    n = len(accepted)
-    idx = np.arange(n, dtype=np.int64)
-    barrier = np.where(accepted, n, idx)
-    next_reject = np.minimum.accumulate(barrier[::-1])[::-1]
-    ends = np.repeat(np.asarray(offsets[1:], dtype=np.int64), np.diff(offsets))
-    return np.minimum(next_reject, ends) - idx
 
 
 class TraceEngine:

@@ -7,32 +7,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from specgym.envs.core.batch import BATCH_FEATURE_DOCS, BATCH_FEATURE_NAMES, BatchFeatureTracker
 from specgym.envs.core.batch_cost import BatchCostProfile, load_batch_profile
-from specgym.envs.gym.config import check_reset_options, int_key, source_key, update_config
+from specgym.envs.gym.config import check_reset_options, int_key, source_key
+from specgym.envs.gym.shell import EnvShell
 from specgym.envs.core.rounds import DEFAULT_K_MAX, check_k_max
-from specgym.envs.engines.batch_engine import BatchReplay
+from specgym.envs.engines.batch_engine import BatchReplay, mixed_schedule
 from specgym.envs.workloads.trace_format import Workload, cached_workload
-from specgym.errors import InvalidAction, SpecgymError
+from specgym.errors import SpecgymError
 from specgym.paths import default_workload_name
 
-CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-
-
-def mixed_schedule(rng: np.random.Generator, profile: BatchCostProfile, max_batch: int, segments: int = 6,
-                   min_steps: float = 40.0, max_steps: float = 400.0) -> list[tuple[float, int]]:
-    """A concurrency that changes over time: ``segments`` stretches of a random power-of-two concurrency up to
-    ``max_batch``, each lasting a random 40-400 plain decoding steps of one sequence."""
-    sizes = [c for c in CONCURRENCIES if c <= max_batch] or [1]
-    t1 = profile.verify(1, 1)
-    return [(float(rng.uniform(min_steps, max_steps)) * t1, int(rng.choice(sizes))) for _ in range(segments)]
-
-
-class SpecDecodeBatchEnv(gym.Env):
+class SpecDecodeBatchEnv(EnvShell):
     """Choose the draft length K of every serving step of a batch of in-flight requests.
 
     ## Description
@@ -66,7 +54,8 @@ class SpecDecodeBatchEnv(gym.Env):
     * v0: initial release.
     """
 
-    metadata = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": []}
+    config_name = "batch env"
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
@@ -76,9 +65,7 @@ class SpecDecodeBatchEnv(gym.Env):
                 "outcome_seed": None}
 
     def __init__(self, config: dict[str, Any] | None = None, **overrides: Any):
-        self.config = self.default_config()
-        for c in (config or {}, overrides):
-            update_config(self.config, c, "batch env")
+        self._merge_config(config, overrides)
         cfg = self.config
         source_key(cfg, "workload", (Workload,), what="batch env")
         source_key(cfg, "batch_profile", (BatchCostProfile,), what="batch env")
@@ -126,22 +113,21 @@ class SpecDecodeBatchEnv(gym.Env):
 
     def step(self, action: Any):
         """Play one step with K = ``action`` for every sequence."""
-        if self.replay is None or self.replay.done:
-            raise SpecgymError("call reset() before step() (the episode is over)")
-        if not self.action_space.contains(action):
-            raise InvalidAction(f"SpecDecodeBatchEnv: action {action!r} is not in {self.action_space}")
-        st = self.replay.step(int(action))
+        self._check_running(self.replay is not None and not self.replay.done)
+        assert self.replay is not None
+        k = self._check_action(action)
+        st = self.replay.step(k)
         self.tracker.update(st)
         plain_rate = st.batch / self.profile.verify(st.batch, 1)
         reward = (st.produced - st.time_ms * plain_rate) / st.batch
         done = self.replay.done
-        info = {"k": int(action), "batch": st.batch, "produced": st.produced, "time_ms": st.time_ms,
+        info = {"k": k, "batch": st.batch, "produced": st.produced, "time_ms": st.time_ms,
                 "queue": st.queue, "finished": st.finished}
         if not done:
             self.state = self.replay.state()
             obs = self.tracker.observation(self.state)
         else:
-            obs = np.zeros(self.observation_space.shape, np.float32)
+            obs = np.zeros(len(BATCH_FEATURE_NAMES), np.float32)
             info["throughput_tok_s"] = self.replay.throughput()
         return obs, float(reward), done, False, info
 

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.features import FeatureTracker, feature_bounds
-from specgym.envs.gym.config import update_config
+from specgym.envs.gym.shell import EnvShell
 from specgym.envs.core.rounds import DEFAULT_K_MAX
-from specgym.errors import InvalidAction, SpecgymError
+from specgym.errors import SpecgymError
 from specgym.paths import MODELS_DIR, PROFILES_DIR, default_pair_name, pair_profile
 
 if TYPE_CHECKING:
@@ -33,7 +32,7 @@ if TYPE_CHECKING:
 ENV_ID = "specgym/SpecDecodeLive-v1"
 
 
-class SpecDecodeLiveEnv(gym.Env):
+class SpecDecodeLiveEnv(EnvShell):
     """Choose the draft cap K of each round of live speculative decoding.
 
     One episode is one prompt decoded to ``max_new_tokens`` tokens. ``reset(options={"prompt": text})`` decodes a
@@ -44,6 +43,7 @@ class SpecDecodeLiveEnv(gym.Env):
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 30}
+    config_name = "live env"
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
@@ -65,10 +65,7 @@ class SpecDecodeLiveEnv(gym.Env):
         }
 
     def __init__(self, config: dict[str, Any] | None = None, render_mode: str | None = None, **overrides: Any):
-        self.config = self.default_config()
-        for c in (config or {}, overrides):
-            update_config(self.config, c, "live env")
-        self.render_mode = render_mode
+        self._merge_config(config, overrides, render_mode)
         cfg = self.config
         from specgym.envs.engines.live_engine import LiveEngine, load_pair
 
@@ -90,7 +87,7 @@ class SpecDecodeLiveEnv(gym.Env):
         self.action_space = spaces.Discrete(self.k_max - self.k_min + 1, start=self.k_min)
         prompts = cfg["prompts"]
         if isinstance(prompts, str):
-            from specgym.envs.engines.recorder import read_prompts
+            from specgym.envs.workloads.prompts import read_prompts
 
             prompts = [p.text for p in read_prompts(prompts)]
         if not prompts:
@@ -114,16 +111,13 @@ class SpecDecodeLiveEnv(gym.Env):
 
     def step(self, action):
         """Run one live round with draft cap ``action``; returns the Gymnasium 5-tuple."""
-        if self.req is None or self.req.done:
-            raise SpecgymError("call reset() before step() (the episode is over)")
-        if not self.action_space.contains(action):
-            raise InvalidAction(f"SpecDecodeLiveEnv: action {action!r} is not in {self.action_space}")
-        o = self.req.play(int(action))
+        self._check_running(self.req is not None and not self.req.done)
+        assert self.req is not None
+        o = self.req.play(self._check_action(action))
         self.tracker.update(o)
         self.episode_time_ms += o.time_ms
-        reward = o.produced - o.time_ms / self.t_ar
-        info = {"planned_k": o.planned_k, "drafted": o.drafted, "accepted": o.accepted, "produced": o.produced,
-                "time_ms": o.time_ms, "position": self.req.position, "length": self.req.length,
+        reward = self.round_reward(o, self.t_ar)
+        info = {**self.round_info(o), "position": self.req.position, "length": self.req.length,
                 "episode_time_ms": self.episode_time_ms, "tokens": list(self.req.result.tokens)}
         return self.tracker.observation(), float(reward), o.done, False, info
 

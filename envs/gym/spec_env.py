@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
@@ -26,14 +25,15 @@ from specgym.envs.core.features import FeatureTracker, TokenDecisionState, featu
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RoundOutcome, check_k_max
 from specgym.envs.engines.trace_engine import ReplayRequest, TraceEngine
 from specgym.envs.gym.config import check_reset_options, int_key, source_key, update_config
+from specgym.envs.gym.shell import EnvShell
 from specgym.envs.workloads.domains import DomainDistribution
 from specgym.envs.workloads.trace_format import SPLITS, Workload, cached_workload
-from specgym.errors import InvalidAction, SpecgymError
+from specgym.errors import SpecgymError
 from specgym.paths import default_workload_name
 
 
-class _ReplayEnvBase(gym.Env):
-    """Shared configuration, request sampling and reward bookkeeping of both replay environments."""
+class _ReplayEnvBase(EnvShell):
+    """Shared configuration, request sampling and reward bookkeeping of the replay environments."""
 
     metadata = {"render_modes": ["ansi"], "render_fps": 30}
     mode = "k"
@@ -70,12 +70,7 @@ class _ReplayEnvBase(gym.Env):
         }
 
     def __init__(self, config: dict[str, Any] | None = None, render_mode: str | None = None, **overrides: Any):
-        self.config = self.default_config()
-        self.configure(config or {})
-        self.configure(overrides)
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise SpecgymError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
-        self.render_mode = render_mode
+        self._merge_config(config, overrides, render_mode)
         self._build()
 
     def configure(self, config: dict[str, Any]) -> None:
@@ -120,9 +115,9 @@ class _ReplayEnvBase(gym.Env):
         if spec is None or isinstance(spec, AcceptancePredictor):
             pred = spec
         elif isinstance(spec, str):
-            from specgym.agents.predicted_marginal import resolve_predictor
+            import specgym.catalogue as catalogue
 
-            pred = load_predictor(resolve_predictor(spec))
+            pred = load_predictor(catalogue.resolve("predictor", spec))
         else:
             raise SpecgymError(f"env config predictor: expected None, a predictor name or path, or an "
                                f"AcceptancePredictor, got {spec!r}")
@@ -178,28 +173,10 @@ class _ReplayEnvBase(gym.Env):
         self.tracker.update(o)
         self.episode_time_ms += o.time_ms
         self.episode_tokens += o.produced
-        return {
-            "planned_k": o.planned_k,
-            "drafted": o.drafted,
-            "accepted": o.accepted,
-            "produced": o.produced,
-            "time_ms": o.time_ms,
-            "rewards": {"tokens": float(o.produced), "time": -o.time_ms / self.t_ar},
-        }
-
-    def _check_action(self, action: Any) -> int:
-        """The action as an ``int``; anything outside the action space raises :class:`InvalidAction`."""
-        space: Any = self.action_space
-        if type(action) is int:  # the common case, checked without numpy
-            if space.start <= action < space.start + space.n:
-                return action
-        elif space.contains(action):
-            return int(action)
-        raise InvalidAction(f"{type(self).__name__}: action {action!r} ({type(action).__name__}) is not in "
-                            f"{space} (integers {int(space.start)}..{int(space.start + space.n - 1)})")
+        return {**self.round_info(o), "rewards": {"tokens": float(o.produced), "time": -o.time_ms / self.t_ar}}
 
     def _reward(self, o: RoundOutcome) -> float:
-        return o.produced - o.time_ms / self.t_ar
+        return self.round_reward(o, self.t_ar)
 
     def _base_info(self) -> dict[str, Any]:
         assert self.req is not None
@@ -281,8 +258,7 @@ class SpecDecodeEnv(_ReplayEnvBase):
 
     def step(self, action):
         """Play one round with draft cap ``action``; returns the Gymnasium 5-tuple."""
-        if self.req is None or self.req.done:
-            raise SpecgymError("call reset() before step() (the episode is over)")
+        self._check_running(self.req is not None and not self.req.done)
         o = self.req.play(self._check_action(action))
         info = self._round_info(o)
         info.update(self._base_info())
@@ -296,7 +272,9 @@ class SpecDecodeTokenEnv(_ReplayEnvBase):
     The rounds, rewards and episodes of :class:`SpecDecodeEnv` at token granularity. A decision is taken with
     ``j`` tokens drafted in the current round, ``j = 0 .. cap - 1`` (cap = min(k_max, N - i - 1)); stopping at
     ``j = 0`` is a plain autoregressive step, reaching the cap verifies automatically. Rounds where no draft is
-    possible (the last token) are played automatically and their reward is added to the step that led there.
+    possible (the last token) are played automatically and their reward is added to the step that led there; a
+    request with no room to draft at all (one token) is played whole by ``reset()`` and its one step (any valid
+    action) ends the episode with that reward.
 
     ## Action Space
     ``Discrete(2)``: 0 = stop drafting and verify, 1 = draft one more token. Anything else raises
@@ -337,12 +315,15 @@ class SpecDecodeTokenEnv(_ReplayEnvBase):
         super()._build()
         self.action_space = spaces.Discrete(2)
         self.decisions = TokenDecisionState(self.tracker)
+        self._done_at_reset = False
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Start a new request; returns ``(observation, info)`` at the first decision."""
         self._start(seed, options)
         self._auto_reward = 0.0
         self._begin_round()
+        assert self.req is not None
+        self._done_at_reset = self.req.done
         return self.decisions.observation(), self._base_info()
 
     def _begin_round(self) -> None:
@@ -351,15 +332,20 @@ class SpecDecodeTokenEnv(_ReplayEnvBase):
         assert req is not None
         while not req.done and req.clip(self.k_max) == 0:
             o = req.verify(0, 0)
-            self._round_info(o)
+            self._auto_info = self._round_info(o)
             self._auto_reward += self._reward(o)
         self._cap = req.clip(self.k_max) if not req.done else 0
         self.decisions.begin_round()
 
     def step(self, action):
         """Continue (1) or stop (0); returns the Gymnasium 5-tuple."""
-        if self.req is None or self.req.done:
-            raise SpecgymError("call reset() before step() (the episode is over)")
+        if self._done_at_reset:  # the request was played whole by reset(): this step reports it and ends
+            self._check_action(action)
+            self._done_at_reset = False
+            info = {**self._auto_info, **self._base_info(), "verified": True}
+            reward, self._auto_reward = self._auto_reward, 0.0
+            return self.decisions.observation(), reward, True, False, info
+        self._check_running(self.req is not None and not self.req.done)
         dec = self.decisions
         if self._check_action(action) == 1:
             j = dec.drafted + 1

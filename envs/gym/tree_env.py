@@ -97,8 +97,8 @@ class SpecDecodeTreeEnv(_ReplayEnvBase):
     def step(self, action):
         """Play one round with the tree ``shapes[action]``; returns the Gymnasium 5-tuple."""
         treq = self.treq
-        if treq is None or treq.done:
-            raise SpecgymError("call reset() before step() (the episode is over)")
+        self._check_running(treq is not None and not treq.done)
+        assert treq is not None
         tree = self.shapes[self._check_action(action)]
         o = treq.play(tree)
         rnd = treq.as_round(o)

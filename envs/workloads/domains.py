@@ -149,10 +149,11 @@ def generalist_domains(seed: int = 1000, recorded_weight: float = 6.0) -> Domain
     Recorded workloads listed in :data:`TRAIN_RECORDED` that are not shipped (yet) are skipped. Each recorded
     workload is drawn ``recorded_weight`` times as often as one synthetic pool workload.
     """
-    from specgym.envs.workloads.trace_format import cached_workload, list_workloads
+    from specgym.envs.workloads.trace_format import cached_workload
+    import specgym.catalogue as catalogue
 
     pool = synthetic_pool(seed=seed)
-    shipped = set(list_workloads())
+    shipped = set(catalogue.names("workload"))
     recorded = [cached_workload(n) for n in TRAIN_RECORDED if n in shipped]
     return DomainDistribution(pool + recorded, [1.0] * len(pool) + [recorded_weight] * len(recorded))
 
@@ -174,10 +175,10 @@ def suite_cells() -> list[Cell]:
     """The generalisation suite: held-out recorded workloads (all requests), the recorded train workloads' test
     splits, and synthetic presets regenerated with an unseen seed (all requests), each priced with every profile of
     :data:`SUITE_PROFILES` (shipped ones only)."""
-    from specgym.envs.core.cost import list_profiles
-    from specgym.envs.workloads.trace_format import list_workloads
+    import specgym.catalogue as catalogue
 
-    shipped, profiles = set(list_workloads()), [p for p in SUITE_PROFILES if p in set(list_profiles())]
+    shipped = set(catalogue.names("workload"))
+    profiles = [p for p in SUITE_PROFILES if p in set(catalogue.names("profile"))]
     workloads = [(n, "all") for n in HELD_OUT_RECORDED if n in shipped]
     workloads += [(n, "test") for n in TRAIN_RECORDED if n in shipped]
     workloads += [(f"{n}@{SUITE_SEED}", "all") for n in SUITE_SYNTHETIC]

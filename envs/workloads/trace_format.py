@@ -64,7 +64,7 @@ from specgym.envs.core.lookup import LOOKUP_MAX_N
 from specgym.envs.core.signals import TOPK, SignalColumns, projection_from_meta
 from specgym.errors import SpecgymError
 from specgym.io import atomic_path
-from specgym.paths import WORKLOADS_DIR
+import specgym.catalogue as catalogue
 
 FORMAT_VERSION = 2
 SUPPORTED_VERSIONS = (1, 2)
@@ -493,33 +493,12 @@ def save_workload(wl: Workload, path: str | Path, overwrite: bool = False) -> Pa
     return path
 
 
-def list_workloads() -> list[str]:
-    """Names of the shipped workloads."""
-    return sorted(p.stem for p in WORKLOADS_DIR.glob("*.parquet"))
-
-
-def resolve_workload_path(name_or_path: str | Path) -> Path:
-    """A shipped workload name (``speclane-mix``), a path to a ``.parquet`` file or to a sharded workload's folder
-    (:mod:`specgym.envs.workloads.dataset`)."""
-    path = Path(name_or_path)
-    if path.exists():
-        return path
-    if path.suffix != ".parquet" and len(path.parts) == 1:
-        shipped = WORKLOADS_DIR / f"{name_or_path}.parquet"
-        if shipped.exists():
-            return shipped
-        raise SpecgymError(
-            f"unknown workload {str(name_or_path)!r}; shipped workloads: {', '.join(list_workloads()) or 'none'}"
-        )
-    raise SpecgymError(f"{path}: workload file not found")
-
-
 _CACHE: dict[tuple[str, float], Workload] = {}
 
 
 def cached_workload(name_or_path: str | Path) -> Workload:
     """:func:`load_workload` once per process (keyed by resolved path and modification time)."""
-    path = resolve_workload_path(name_or_path).resolve()
+    path = catalogue.resolve("workload", name_or_path).resolve()
     key = (str(path), path.stat().st_mtime)
     wl = _CACHE.get(key)
     if wl is None:
@@ -533,7 +512,7 @@ def load_workload(name_or_path: str | Path) -> Workload:
     A folder is a sharded workload: every shard is read, validated and concatenated (to stream it shard by shard
     instead, :func:`specgym.envs.workloads.dataset.open_dataset`)."""
     pa, pq = _arrow()
-    path = resolve_workload_path(name_or_path)
+    path = catalogue.resolve("workload", name_or_path)
     if path.is_dir():
         from specgym.envs.workloads.dataset import load_dataset
 

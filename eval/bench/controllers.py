@@ -56,7 +56,7 @@ def decision_overhead_us(controller: Controller, ctx, outcomes: list[RoundOutcom
 
 def controllers_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     """Per-decision overhead of every baseline against its target."""
-    from specgym.baselines.registry import ALL_BASELINES, make_controller
+    from specgym.agents.registry import ALL_BASELINES, make_controller
 
     ctx, outcomes = recorded_outcomes(workload)
     rows, figures = [], {}

@@ -52,7 +52,7 @@ DEFAULT_CALIBRATION_PROMPTS = 3  # per category, from the train split
 
 
 def _policies() -> list[str]:
-    from specgym.agents.policy_controller import list_policies
+    from specgym.agents.artifact import list_policies
 
     return [f"ppo:{p}" for p in list_policies(chain_only=True)]
 
@@ -65,18 +65,18 @@ def controller_specs(k_values=range(1, 7), pair: str | None = None, trees: bool 
     """Plain decoding, fixed K, every baseline, the pair's shipped acceptance predictor (``predicted:`` and
     ``planned:``), every shipped policy (and
     :data:`LIVE_TREES` with ``trees``)."""
-    from specgym.agents.predicted_marginal import list_predictors
-    from specgym.baselines.registry import ALL_BASELINES
+    import specgym.catalogue as catalogue
+    from specgym.agents.registry import ALL_BASELINES
 
-    predicted = [f"predicted:{pair}", f"planned:{pair}"] if pair in list_predictors() else []
+    predicted = [f"predicted:{pair}", f"planned:{pair}"] if pair in catalogue.names("predictor") else []
     return ["fixed:0", *(f"fixed:{k}" for k in k_values), *ALL_BASELINES, *predicted, *_policies(),
             *(LIVE_TREES if trees else ())]
 
 
 def check_live_specs(specs: str) -> list[str]:
     """Validate a comma-separated ``--live-controllers`` list (chain and tree specs); returns the specs."""
-    from specgym.baselines.registry import expand_specs
-    from specgym.baselines.tree_registry import is_tree_spec, make_tree_controller
+    from specgym.agents.registry import expand_specs
+    from specgym.agents.tree_registry import is_tree_spec, make_tree_controller
 
     items = [x.strip() for x in specs.split(",") if x.strip()]
     chain = [x for x in items if not is_tree_spec(x)]
@@ -184,10 +184,10 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     import transformers
     from rich.table import Table
 
-    from specgym.baselines.registry import make_controller
+    from specgym.agents.registry import make_controller
     from specgym.baselines.tree_chain import ChainAsTree
     from specgym.baselines.tree_static import StaticTree
-    from specgym.baselines.tree_registry import is_tree_spec, make_tree_controller
+    from specgym.agents.tree_registry import is_tree_spec, make_tree_controller
     from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile
     from specgym.envs.core.rounds import DEFAULT_K_MAX
     from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from specgym.agents.policy_controller import PolicyArtifact, PolicyController, load_policy, random_artifact
+from specgym.agents.artifact import PolicyArtifact, load_policy, random_artifact
+from specgym.agents.policy_controller import PolicyController
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.eval.bench.common import TARGETS, print_table
 from specgym.eval.bench.controllers import decision_overhead_us, recorded_outcomes
-from specgym.training.config import CONFIG_DIR
+from specgym.paths import TRAINING_CONFIGS_DIR
 
 
 def _default_arch(mode: str) -> tuple[tuple[int, ...], str]:
@@ -23,7 +24,7 @@ def _default_arch(mode: str) -> tuple[tuple[int, ...], str]:
     try:
         import yaml
 
-        path = CONFIG_DIR / f"{mode}.yaml"
+        path = TRAINING_CONFIGS_DIR / f"{mode}.yaml"
         cfg = yaml.safe_load(path.read_text())["default"]
         return tuple(int(h) for h in cfg["net_arch"]), str(cfg.get("activation", "tanh"))
     except (OSError, KeyError, TypeError, ValueError):

@@ -27,7 +27,8 @@ def _per_call_us(fn, items: list, repeats: int = 3) -> float:
 
 def predictor_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     """Microseconds per draft token of each shipped predictor (and of its controller's token check)."""
-    from specgym.agents.predicted_marginal import PredictedMarginal, list_predictors, resolve_predictor
+    from specgym.agents.predicted_marginal import PredictedMarginal
+    import specgym.catalogue as catalogue
     from specgym.baselines.marginal import MarginalStop
     from specgym.envs.core.acceptance_predictor import load_predictor
     from specgym.envs.core.rounds import DraftStep
@@ -37,7 +38,7 @@ def predictor_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
 
     wl = cached_workload(workload)
     cols = wl.signal_columns()
-    names = list_predictors()
+    names = catalogue.names("predictor")
     if cols is None or not names:
         why = "no shipped predictor" if not names else f"{workload} has no v2 signals"
         console.print(f"[yellow]predictor section skipped: {why}[/yellow]")
@@ -54,7 +55,7 @@ def predictor_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     rows.append(("marginal: keep_drafting per draft token", f"{m_us:.2f} us", "(reference)"))
     figures["marginal_token_check_us"] = m_us
     for name in names:
-        pred = load_predictor(resolve_predictor(name))
+        pred = load_predictor(catalogue.resolve("predictor", name))
         p_us = _per_call_us(lambda s: pred.predict_step(s, 0.0), steps)
         ctrl = PredictedMarginal(pred)
         ctrl.reset(ctx)

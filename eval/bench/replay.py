@@ -13,9 +13,10 @@ from specgym.eval.bench.common import TARGETS, print_table, timeit, versus
 
 def bench_load(workload: str) -> dict[str, Any]:
     """Cold load + validation time of a workload file."""
-    from specgym.envs.workloads.trace_format import load_workload, resolve_workload_path
+    from specgym.envs.workloads.trace_format import load_workload
+    import specgym.catalogue as catalogue
 
-    path = resolve_workload_path(workload)
+    path = catalogue.resolve("workload", workload)
     times = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -28,8 +29,6 @@ def bench_load(workload: str) -> dict[str, Any]:
 def bench_env(workload: str, steps: int = 100_000) -> dict[str, Any]:
     """Steps/s of ``gymnasium.make`` environments under random actions (resets included)."""
     import gymnasium as gym
-
-    import specgym  # noqa: F401  (registers the ids)
 
     out = {}
     for key, env_id in (("k", "specgym/SpecDecode-v1"), ("token", "specgym/SpecDecodeToken-v1")):

@@ -108,12 +108,14 @@ def bench_recording(prompts: int, workers: int, max_new_tokens: str = "32") -> d
     from specgym.envs.core.cost import load_profile
     from specgym.envs.engines.distributed import record_distributed
     from specgym.envs.engines.live_engine import load_pair
-    from specgym.envs.engines.recorder import read_prompts, record_workload
+    import specgym.catalogue as catalogue
+    from specgym.envs.engines.recorder import record_workload
+    from specgym.envs.workloads.prompts import read_prompts
     from specgym.io import sha256_file
-    from specgym.paths import MODELS_DIR, default_pair_name, pair_profile, prompts_path
+    from specgym.paths import MODELS_DIR, default_pair_name, pair_profile
 
     pair_name = default_pair_name()
-    specs = read_prompts(prompts_path(f"{pair_name}-prompts"))[:prompts]
+    specs = read_prompts(catalogue.resolve("prompts", f"{pair_name}-prompts"))[:prompts]
     profile = load_profile(pair_profile(pair_name) or "speclane-table")
     draft, target = MODELS_DIR / pair_name / "draft", MODELS_DIR / pair_name / "target"
     common: dict[str, Any] = dict(max_new_tokens=max_new_tokens, temperature=0.0, profile=profile, name="scale-bench",

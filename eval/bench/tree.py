@@ -38,7 +38,6 @@ def bench_tree_env(workload: str, steps: int = 100_000) -> dict[str, Any]:
     """Steps/s of the tree env through ``gymnasium.make`` under random menu actions (resets included)."""
     import gymnasium as gym
 
-    import specgym  # noqa: F401  (registers the ids)
     from specgym.envs.workloads.trace_format import cached_workload
     from specgym.eval.harness import tree_replayable
 

@@ -56,7 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from specgym.console import make_console
-    from specgym.envs.workloads.trace_format import resolve_workload_path
+    import specgym.catalogue as catalogue
     from specgym.eval.bench import SECTIONS, section
     from specgym.eval.bench.machine import machine_calibration, machine_line
 
@@ -66,7 +66,7 @@ def _run(args: argparse.Namespace) -> int:
         raise SpecgymError(f"--sections: unknown section(s) {unknown}; choose from {','.join(SECTIONS)}")
     console = make_console()
     workload = args.workload or default_workload_name()
-    resolve_workload_path(workload)
+    catalogue.resolve("workload", workload)
     if args.json:  # the figures file is rewritten on every run; still never a folder, device or link
         from specgym.io import check_output
 

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 from specgym.commands.args import nonneg_int, positive_int
-from specgym.errors import SpecgymError
 from specgym.io import check_output, make_owned_dir, remove_owned
 
 DEFAULT_STEPS = {"k": 300_000, "token": 800_000}  # ~2-3 min in all on 2 busy cores
@@ -42,7 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from specgym.commands.eval import run_eval_command
+    from specgym.agents.artifact import load_policy
+    from specgym.commands.eval import eval_to_folder
     from specgym.console import make_console
     from specgym.deps import require
     from specgym.envs.workloads.trace_format import cached_workload
@@ -58,9 +58,7 @@ def _run(args: argparse.Namespace) -> int:
     wl = cached_workload(workload)
     stem = Path(workload).stem
     root = args.out or Path("runs") / f"demo-{stem}"
-    if root.is_dir() and not root.is_symlink() and not args.force:
-        raise SpecgymError(f"{root}: already exists (pass --force to replace the whole demo folder, or --out)")
-    check_output(root, args.force)
+    check_output(root, args.force, hint="pass --force to replace the whole demo folder, or --out")
     if root.exists():
         remove_owned(root)
     make_owned_dir(root, "specgym demo", [])  # k/, token/ and report/ carry their own markers
@@ -78,14 +76,12 @@ def _run(args: argparse.Namespace) -> int:
         export_run(runs[mode], runs[mode] / "policy")
         console.print(f"exported: {runs[mode] / 'policy'}", highlight=False)
 
-    console.print(f"\n[bold]{len(modes) + 1}. evaluate on the test split[/bold] (every baseline, fixed K=1..8, "
-                  f"the policies and the oracle)\n")
+    k_max = max(load_policy(runs[m] / "policy").k_max for m in modes)  # the cap the policies were trained for
+    console.print(f"\n[bold]{len(modes) + 1}. evaluate on the test split[/bold] (every baseline, fixed "
+                  f"K=1..{k_max}, the policies and the oracle)\n")
     policies = ",".join(f"ppo:{runs[m] / 'policy'}" for m in modes)
     report_dir = root / "report"
-    eval_args = argparse.Namespace(workload=workload, controllers=f"all,{policies}", split="test", seed=args.seed,
-                                   k_max=8, profile=None, max_requests=None, out=report_dir, force=False,
-                                   no_plots=False, bootstrap=2000)
-    run_eval_command(eval_args)
+    eval_to_folder(workload, f"all,{policies}", report_dir, split="test", seed=args.seed, k_max=k_max)
 
     elapsed = time.perf_counter() - t_start
     print(f"\nwhere everything is (demo took {elapsed / 60:.1f} min):")

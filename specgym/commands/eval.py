@@ -11,7 +11,7 @@ from specgym.paths import default_workload_name
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``eval``."""
-    from specgym.baselines.registry import valid_specs_line
+    from specgym.agents.registry import valid_specs_line
     from specgym.envs.core.rounds import DEFAULT_K_MAX
 
     p = sub.add_parser("eval", help="evaluate controllers against each other and the oracle")
@@ -51,7 +51,7 @@ def run_suite_command(args: argparse.Namespace) -> int:
     """``specgym eval --suite generalization``: policies on held-out cells (see :mod:`specgym.eval.suite`)."""
     import json
 
-    from specgym.agents.policy_controller import list_policies
+    from specgym.agents.artifact import list_policies
     from specgym.console import make_console
     from specgym.errors import SpecgymError
     from specgym.eval.suite import markdown, run_suite
@@ -81,26 +81,41 @@ def run_suite_command(args: argparse.Namespace) -> int:
 
 
 def run_eval_command(args: argparse.Namespace) -> int:
-    """Handler of ``specgym eval`` (also used by ``specgym demo``)."""
+    """Handler of ``specgym eval``."""
     if getattr(args, "suite", None):
         return run_suite_command(args)
     if getattr(args, "stream", False):
         return run_stream_command(args)
+    return eval_to_folder(args.workload or default_workload_name(), args.controllers, args.out, split=args.split,
+                          seed=args.seed, k_max=args.k_max, profile=args.profile, max_requests=args.max_requests,
+                          bootstrap=args.bootstrap, force=args.force, plots=not args.no_plots)
+
+
+def eval_to_folder(workload: str, controllers: str, out: Path | None, *, split: str = "test", seed: int = 0,
+                   k_max: int | None = None, profile: str | None = None, max_requests: int | None = None,
+                   bootstrap: int = 2000, force: bool = False, plots: bool = True) -> int:
+    """Evaluate ``controllers`` on ``workload``, write the report folder and print the table (``specgym eval``,
+    and ``specgym demo``'s last step).
+
+    Args:
+        out: The report folder (None: ``out/eval-WORKLOAD``); an existing one is replaced only with ``force``.
+        k_max: Largest draft cap (None: the default).
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from specgym.console import make_console
+    from specgym.envs.core.rounds import DEFAULT_K_MAX
     from specgym.envs.workloads.trace_format import cached_workload
     from specgym.eval.harness import EvalConfig, evaluate, resolve_controllers
     from specgym.eval.report import markdown_table, write_report
     from specgym.io import check_output
 
-    workload = args.workload or default_workload_name()
-    out = check_output(args.out or Path("out") / f"eval-{Path(workload).stem}", args.force)
+    k_max = DEFAULT_K_MAX if k_max is None else k_max
+    out = check_output(out or Path("out") / f"eval-{Path(workload).stem}", force)
     wl = cached_workload(workload)  # bad input fails here, before the progress bar starts
-    controllers = resolve_controllers(args.controllers, args.k_max, wl)
-    cfg = EvalConfig(workload=workload, controllers=controllers, split=args.split, seed=args.seed,
-                     k_max=args.k_max, profile=args.profile, max_requests=args.max_requests,
-                     bootstrap=args.bootstrap)
+    specs = resolve_controllers(controllers, k_max, wl)
+    cfg = EvalConfig(workload=workload, controllers=specs, split=split, seed=seed, k_max=k_max, profile=profile,
+                     max_requests=max_requests, bootstrap=bootstrap)
     console = make_console(stderr=True)
     with Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
@@ -110,7 +125,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
             return lambda: bar.advance(task)
 
         report = evaluate(cfg, progress)
-    write_report(report, out, overwrite=args.force, plots=not args.no_plots)
+    write_report(report, out, overwrite=force, plots=plots)
     meta = report["workload"]
     print(f"{meta['label']} — split {meta['split']}, {meta['requests']} requests, profile {report['profile']['name']}, "
           f"seed {report['seed']}")
@@ -123,7 +138,7 @@ def run_stream_command(args: argparse.Namespace) -> int:
     """``specgym eval --stream``: shard-by-shard evaluation (:mod:`specgym.eval.streaming`)."""
     import json
 
-    from specgym.envs.workloads.trace_format import resolve_workload_path
+    import specgym.catalogue as catalogue
     from specgym.errors import SpecgymError
     from specgym.eval.streaming import DEFAULT_CONTROLLERS, evaluate_streaming
     from specgym.io import atomic_dir, check_output
@@ -131,7 +146,7 @@ def run_stream_command(args: argparse.Namespace) -> int:
     if args.max_requests is not None:
         raise SpecgymError("--max-requests: not with --stream (split the workload instead)")
     workload = args.workload or default_workload_name()
-    path = resolve_workload_path(workload)
+    path = catalogue.resolve("workload", workload)
     out = check_output(args.out or Path("out") / f"eval-{Path(workload).stem}", args.force)
     controllers = DEFAULT_CONTROLLERS if args.controllers == "all" else args.controllers
     report = evaluate_streaming(path, controllers, split=args.split, seed=args.seed, k_max=args.k_max,

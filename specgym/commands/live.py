@@ -16,7 +16,8 @@ from specgym.envs.core.cost import TREE_NODE_LIMIT
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.errors import SpecgymError
 from specgym.io import check_output
-from specgym.paths import MODELS_DIR, default_pair_name, pair_profile, prompts_path
+from specgym.paths import MODELS_DIR, default_pair_name, pair_profile
+import specgym.catalogue as catalogue
 
 
 def _setup(args: argparse.Namespace) -> None:
@@ -88,7 +89,7 @@ def _profile_or_none(args: argparse.Namespace):
 # ----------------------------------------------------------------------------------------------------- generate
 def cmd_generate(args: argparse.Namespace) -> int:
     """Decode one prompt with speculative decoding; print text, K per round, acceptance and speedup."""
-    from specgym.baselines.registry import make_controller
+    from specgym.agents.registry import make_controller
 
     _check_pair_args(args)
     if args.k is not None and args.controller is not None:
@@ -149,7 +150,8 @@ def cmd_record(args: argparse.Namespace) -> int:
 
     from specgym.envs.core.cost import load_profile, save_profile
     from specgym.envs.engines.profiler import measure_profile
-    from specgym.envs.engines.recorder import parse_length, parse_splits, read_prompts, record_workload
+    from specgym.envs.engines.recorder import parse_length, parse_splits, record_workload
+    from specgym.envs.workloads.prompts import read_prompts
 
     # every argument is checked before a model loads
     _check_pair_args(args)
@@ -157,7 +159,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     splits = parse_splits(args.splits)
     if args.gen_k > args.k_max:
         raise SpecgymError(f"--gen-k {args.gen_k} is above --k-max {args.k_max}")
-    args.prompts = str(prompts_path(args.prompts))  # the shipped prompts by name, from any folder
+    args.prompts = str(catalogue.resolve("prompts", args.prompts))  # the shipped prompts by name, from any folder
     prompts = read_prompts(args.prompts)
     if args.max_prompts is not None:
         prompts = prompts[: args.max_prompts]
@@ -285,7 +287,7 @@ def _fit_rounds(args: argparse.Namespace, pair, out: Path, micro):
     n = args.calibration_prompts
     engine = LiveEngine.from_pair(pair, k_max=args.k_max, timing=args.clock)
     if args.prompts:
-        from specgym.envs.engines.recorder import read_prompts
+        from specgym.envs.workloads.prompts import read_prompts
 
         texts = [p.text for p in read_prompts(args.prompts)][:n]
         prompts = [pair.tokenizer(t, add_special_tokens=False)["input_ids"] or [0] for t in texts]

@@ -57,9 +57,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _workload(name: str | None):
-    from specgym.envs.workloads.trace_format import cached_workload, resolve_workload_path
+    from specgym.envs.workloads.trace_format import cached_workload
+    import specgym.catalogue as catalogue
 
-    return cached_workload(resolve_workload_path(name or default_workload_name()))
+    return cached_workload(catalogue.resolve("workload", name or default_workload_name()))
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -108,8 +109,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Measure a predictor (prediction, speed, ablation, loop split)."""
-    from specgym.agents.predicted_marginal import resolve_predictor
-    from specgym.baselines.registry import expand_specs, make_controller
+    import specgym.catalogue as catalogue
+    from specgym.agents.registry import expand_specs, make_controller
     from specgym.envs.core.acceptance_predictor import load_predictor
     from specgym.envs.core.cost import load_profile
     from specgym.io import atomic_write_text, check_output
@@ -118,7 +119,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for path, option in ((args.json, "--json"), (args.md, "--md")):
         if path is not None:
             check_output(path, args.force, "file", option)
-    pred = load_predictor(resolve_predictor(args.predictor))
+    pred = load_predictor(catalogue.resolve("predictor", args.predictor))
     wl = _workload(args.workload)
     extra = tuple((s, make_controller(s)) for s in expand_specs(args.controllers)) if args.controllers else ()
     report = predictor_report(wl, pred, args.split, load_profile(args.profile) if args.profile else None,

@@ -113,7 +113,7 @@ def _roofline(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from specgym.baselines.batch_rules import make_batch_controller
+    from specgym.agents.batch_registry import make_batch_controller
     from specgym.envs.core.batch_cost import load_batch_profile
     from specgym.envs.workloads.trace_format import cached_workload
     from specgym.eval.batch_eval import compare

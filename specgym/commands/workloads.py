@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 
 from specgym.commands.args import MAX_SYNTHETIC_REQUESTS, int_range, nonneg_int
-from specgym.envs.core.cost import list_profiles, load_profile
+import specgym.catalogue as catalogue
+from specgym.envs.core.cost import load_profile
 from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS
 from specgym.envs.workloads.synthetic import PRESETS, generate_workload
-from specgym.envs.workloads.trace_format import SPLITS, Workload, list_workloads, load_workload, save_workload
+from specgym.envs.workloads.trace_format import SPLITS, Workload, load_workload, save_workload
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -127,13 +128,13 @@ def _split(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     print("shipped workloads:")
-    for name in list_workloads():
+    for name in catalogue.names("workload"):
         wl = load_workload(name)
         kind = "SYNTHETIC" if wl.is_synthetic else "recorded"
         print(f"  {name:<22} {kind:<10} {wl.n_requests:>6} requests {wl.n_positions:>9,} tokens  "
               f"profile {wl.profile.name}")
     print("shipped cost profiles:")
-    for name in list_profiles():
+    for name in catalogue.names("profile"):
         p = load_profile(name)
         print(f"  {name:<22} {p.source:<10} draft {p.draft_ms:g} ms, t_AR {p.t_ar_ms:g} ms, cost ratio "
               f"{p.cost_ratio:.3f}")

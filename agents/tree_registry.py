@@ -1,4 +1,4 @@
-"""Tree controller specs (names start with ``tree``), the tree counterpart of :mod:`specgym.baselines.registry`.
+"""Tree controller specs (names start with ``tree``), the tree counterpart of :mod:`specgym.agents.registry`.
 
 Grammar: ``tree-static:W1-W2-..`` (a fixed shape of per-depth widths), ``tree-sequoia[:BUDGET]`` (Sequoia's
 static tree fitted on the train split, at most BUDGET nodes), ``tree-eagle[:DEPTH:BEAM:M]`` (EAGLE-2's dynamic
@@ -51,24 +51,26 @@ def make_tree_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> TreeControlle
             raise SpecgymError(f"bad tree spec {spec!r}: BUDGET must be in 1..{TREE_NODE_LIMIT}")
         return SequoiaTree(budget, k_max)
     if name == "tree-chain" and arg:
-        from specgym.baselines.registry import make_controller
+        from specgym.agents.registry import make_controller
 
         return ChainAsTree(make_controller(spec.strip().partition(":")[2], k_max))
     if name == "tree-predicted":
-        from specgym.agents.predicted_marginal import resolve_predictor
+        import specgym.catalogue as catalogue
         from specgym.baselines.tree_predicted import PredictedTree
         from specgym.envs.core.acceptance_predictor import load_predictor
 
         if not arg:
             raise SpecgymError(f"bad tree spec {spec!r}: tree-predicted needs a predictor, e.g. tree-predicted:midpair")
         raw = spec.strip().partition(":")[2]
-        return PredictedTree(load_predictor(resolve_predictor(raw)), f"tree-predicted:{raw}", k_max)
+        return PredictedTree(load_predictor(catalogue.resolve("predictor", raw)), f"tree-predicted:{raw}", k_max)
     if name == "tree-ppo" and arg:
-        from specgym.agents.policy_controller import load_policy, resolve_policy
+        from specgym.agents.artifact import load_policy
+        import specgym.catalogue as catalogue
         from specgym.agents.tree_policy import TreePolicyController
 
         raw = spec.strip().partition(":")[2]
-        return TreePolicyController(load_policy(resolve_policy(raw), expect_mode="tree"), f"tree-ppo:{raw}")
+        return TreePolicyController(load_policy(catalogue.resolve("policy", raw), expect_mode="tree"),
+                                    f"tree-ppo:{raw}")
     if name == "tree-eagle":
         depth, beam, m = _ints(arg, ":", spec) if sep else (5, 4, 16)
         if depth > k_max or m > TREE_NODE_LIMIT:

@@ -92,6 +92,17 @@ def _is_policy_dir(spec: str) -> bool:
     return (Path(spec) / "policy.json").is_file()
 
 
+def _lookup(spec: str, k_max: int) -> tuple[str, str | None, _Entry]:
+    """``(spec, arg, entry)``: a bare policy folder becomes ``ppo:DIR``; an unknown name is a one-line error."""
+    if _is_policy_dir(spec):
+        spec = f"ppo:{spec}"
+    name, arg = _split(spec)
+    entry = _REGISTRY.get(name)
+    if entry is None:
+        raise _bad(spec, f"unknown controller {name!r}", k_max)
+    return spec, arg, entry
+
+
 def make_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> Controller:
     """Build the controller a spec names (see the module docstring for the grammar).
 
@@ -100,12 +111,7 @@ def make_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> Controller:
     """
     if not isinstance(spec, str):
         raise SpecgymError(f"controller spec: expected a string such as 'fixed:4' or 'ppo:NAME', got {spec!r}")
-    if _is_policy_dir(spec):
-        spec = f"ppo:{spec}"
-    name, arg = _split(spec)
-    entry = _REGISTRY.get(name)
-    if entry is None:
-        raise _bad(spec, f"unknown controller {name!r}", k_max)
+    spec, arg, entry = _lookup(spec, k_max)
     try:
         return entry.factory(arg, k_max)
     except SpecgymError as exc:
@@ -127,12 +133,7 @@ def expand_specs(specs: str, k_max: int = DEFAULT_K_MAX, extra_all: tuple[str, .
         if item.lower() == "all":
             expanded = [*ALL_BASELINES, *extra_all, *(f"fixed:{k}" for k in range(1, k_max + 1))]
         else:
-            if _is_policy_dir(item):
-                item = f"ppo:{item}"
-            name, _ = _split(item)
-            entry = _REGISTRY.get(name)
-            if entry is None:
-                raise _bad(item, f"unknown controller {name!r}", k_max)
+            item, _, entry = _lookup(item, k_max)
             if entry.builtin:
                 make_controller(item, k_max)
             expanded = [item]
@@ -209,9 +210,11 @@ def _ppo(arg: str | None, k_max: int) -> Controller:
     """``ppo:NAME`` (a shipped policy) or ``ppo:DIR`` (an exported policy folder), named as the user typed it."""
     if not arg:
         raise SpecgymError("ppo needs a shipped policy name or an exported policy folder, e.g. ppo:runs/NAME/policy")
-    from specgym.agents.policy_controller import PolicyController, load_policy, resolve_policy
+    from specgym.agents.artifact import load_policy
+    from specgym.agents.policy_controller import PolicyController
+    import specgym.catalogue as catalogue
 
-    ctrl = PolicyController(load_policy(resolve_policy(arg)), name=f"ppo:{arg}")
+    ctrl = PolicyController(load_policy(catalogue.resolve("policy", arg)), name=f"ppo:{arg}")
     ctrl.check_engine_k_max(k_max)
     return ctrl
 

@@ -1,0 +1,68 @@
+"""The prompts file: the input of ``specgym record`` and of the live env's prompt pool.
+
+JSON Lines, one object per line: ``{"prompt": str, "id"?: str, "category"?: str, "max_new_tokens"?: int,
+"temperature"?: float}``; blank lines are skipped; errors name the line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from specgym.errors import SpecgymError
+from specgym.io import read_text
+
+
+@dataclass
+class PromptSpec:
+    """One line of a prompts file."""
+
+    request_id: str
+    text: str
+    category: str = "prompt"
+    max_new_tokens: int | None = None
+    temperature: float | None = None
+
+
+def read_prompts(path: str | Path) -> list[PromptSpec]:
+    """Parse a JSONL prompts file; any defect raises a one-line error naming the file and line."""
+    path = Path(path)
+    if not path.exists():
+        raise SpecgymError(f"{path}: prompts file not found")
+    read_text(path, "prompts file (JSON Lines)")  # a folder or non-UTF-8 bytes: one line, not a traceback
+    out: list[PromptSpec] = []
+    seen: set[str] = set()
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SpecgymError(f"{where}: not valid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                raise SpecgymError(f"{where}: expected a JSON object with a 'prompt' field")
+            text = obj.get("prompt")
+            if not isinstance(text, str) or not text:
+                raise SpecgymError(f"{where}: field 'prompt' must be a non-empty string")
+            rid = str(obj.get("id", f"p{len(out):05d}"))
+            if rid in seen:
+                raise SpecgymError(f"{where}: duplicate id {rid!r}")
+            seen.add(rid)
+            cat = obj.get("category", "prompt")
+            if not isinstance(cat, str):
+                raise SpecgymError(f"{where}: field 'category' must be a string")
+            mnt = obj.get("max_new_tokens")
+            if mnt is not None and (isinstance(mnt, bool) or not isinstance(mnt, int) or mnt < 1):
+                raise SpecgymError(f"{where}: field 'max_new_tokens' must be an integer >= 1, got {mnt!r}")
+            temp = obj.get("temperature")
+            if temp is not None and (isinstance(temp, bool) or not isinstance(temp, (int, float)) or temp < 0
+                                     or not math.isfinite(temp)):
+                raise SpecgymError(f"{where}: field 'temperature' must be a number >= 0, got {temp!r}")
+            out.append(PromptSpec(rid, text, cat, mnt, None if temp is None else float(temp)))
+    if not out:
+        raise SpecgymError(f"{path}: no prompts")
+    return out

@@ -106,7 +106,7 @@ policies-midpair-predicted: $(STAMP)
 	OMP_NUM_THREADS=1 $(VENV)/bin/specgym train --workload midpair-greedy --mode token --seed 0 --timesteps 600000 \
 		--hyperparams predictor=midpair bc_init=planned:midpair --out runs/midpair-predicted-s0 --force
 	$(VENV)/bin/specgym export runs/midpair-predicted-s0 --out runs/midpair-predicted-s0/policy --force
-	$(PY) -m specgym.training.policy_card data/policies/midpair-predicted --force --runs runs/midpair-predicted-s0 \
+	$(PY) -m specgym.commands.policy_card data/policies/midpair-predicted --force --runs runs/midpair-predicted-s0 \
 		--reproduce "make policies-midpair-predicted"
 
 policies-tree: $(STAMP)

@@ -22,6 +22,18 @@ from typing import Any
 from specgym.errors import SpecgymError
 
 
+def _seed_rows(runs: list[dict[str, Any]], shipped: str, second: str) -> list[str]:
+    """One table row per seed: steps, wall time, best validation vs the best fixed K and ``second``, oracle ratio."""
+    rows = []
+    for r in runs:
+        b, st = r["best"], r["state"]
+        mark = " **(shipped)**" if r["run"] == shipped else ""
+        rows.append(f"| {r['config'].get('seed')}{mark} | {r['run']} | {st.get('timesteps_done', 0):,} | "
+                    f"{st.get('wall_s', math.nan) / 60:.1f} min | {_fmt(b.get('speedup_vs_best_fixed'), 'x')} | "
+                    f"{_fmt(b.get(second), 'x')} | {_fmt(b.get('oracle_ratio'))} |")
+    return rows
+
+
 def _run_record(run: Path) -> dict[str, Any]:
     """Config, state and summary of a run folder."""
     import yaml
@@ -110,12 +122,7 @@ def card_markdown(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], s
            else ". The model kept is the best on the workload's val split") + ". One torch thread.",
           "", "| seed | run | steps | wall time | best val: vs best fixed K | vs marginal | oracle ratio |",
           "|---|---|---:|---:|---:|---:|---:|"]
-    for r in runs:
-        b, st = r["best"], r["state"]
-        mark = " **(shipped)**" if r["run"] == shipped else ""
-        L.append(f"| {r['config'].get('seed')}{mark} | {r['run']} | {st.get('timesteps_done', 0):,} | "
-                 f"{st.get('wall_s', math.nan) / 60:.1f} min | {_fmt(b.get('speedup_vs_best_fixed'), 'x')} | "
-                 f"{_fmt(b.get('speedup_vs_marginal'), 'x')} | {_fmt(b.get('oracle_ratio'))} |")
+    L += _seed_rows(runs, shipped, "speedup_vs_marginal")
     L += ["", f"Reproduce: `{reproduce}` (trains every seed, exports the best on validation"
               + (", runs the suite" if suite else "") + " and writes this card).", ""]
     if suite and suite_specs:
@@ -177,12 +184,7 @@ def _tree_card(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], ship
          "scratch. The model kept is the best on the workload's val split. One torch thread.", "",
          "| seed | run | steps | wall time | best val: vs best fixed K | vs tree-sequoia | oracle ratio |",
          "|---|---|---:|---:|---:|---:|---:|"]
-    for r in runs:
-        b, st = r["best"], r["state"]
-        mark = " **(shipped)**" if r["run"] == shipped else ""
-        L.append(f"| {r['config'].get('seed')}{mark} | {r['run']} | {st.get('timesteps_done', 0):,} | "
-                 f"{st.get('wall_s', math.nan) / 60:.1f} min | {_fmt(b.get('speedup_vs_best_fixed'), 'x')} | "
-                 f"{_fmt(b.get('speedup_vs_sequoia'), 'x')} | {_fmt(b.get('oracle_ratio'))} |")
+    L += _seed_rows(runs, shipped, "speedup_vs_sequoia")
     L += ["", f"Reproduce: `{reproduce}` (trains, exports the best model on validation and writes this card).", "",
           "## Limitations", "",
           "* Trained on replayed traces priced by a cost profile (an illustrative GPU-like one by default): live "

@@ -29,18 +29,24 @@ def validate_policy(artifact: PolicyArtifact, workload: Any, split: str = "val",
     policy = PolicyController(artifact, name="ppo (training)")
     report = evaluate(EvalConfig(workload=workload, controllers=[",".join(refs), policy], split=split, seed=seed,
                                  k_max=k_max, max_requests=max_requests))
+    out = _policy_figures(report, policy.name, split, {"speclane": "speclane", "confidence:0.4": "confidence"})
+    out["oracle_tok_s"] = report["oracle"]["throughput_tok_s"]
+    return out
+
+
+def _policy_figures(report: dict[str, Any], name: str, split: str, refs: dict[str, str]) -> dict[str, Any]:
+    """The policy row's figures, the best fixed K, and ``speedup_vs_X`` / ``X_tok_s`` for each reference spec
+    present (``refs``: spec -> short name)."""
     rows = {r["spec"]: r for r in report["rows"]}
-    row = rows[policy.name]
+    row = rows[name]
     out = {k: row[k] for k in ("throughput_tok_s", "speedup_vs_ar", "speedup_vs_best_fixed", "oracle_ratio",
                                "mean_k", "mean_accept_len", "draft_waste") if k in row}
     out["best_fixed_k"] = report["reference"]["best_fixed_k"]
     out["best_fixed_tok_s"] = rows[f"fixed:{out['best_fixed_k']}"]["throughput_tok_s"]
-    out["speclane_tok_s"] = rows["speclane"]["throughput_tok_s"]
-    out["speedup_vs_speclane"] = row["throughput_tok_s"] / out["speclane_tok_s"]
-    if "confidence:0.4" in rows:
-        out["confidence_tok_s"] = rows["confidence:0.4"]["throughput_tok_s"]
-        out["speedup_vs_confidence"] = row["throughput_tok_s"] / out["confidence_tok_s"]
-    out["oracle_tok_s"] = report["oracle"]["throughput_tok_s"]
+    for spec, short in refs.items():
+        if spec in rows:
+            out[f"{short}_tok_s"] = rows[spec]["throughput_tok_s"]
+            out[f"speedup_vs_{short}"] = row["throughput_tok_s"] / out[f"{short}_tok_s"]
     out["split"], out["requests"] = split, report["workload"]["requests"]
     return out
 
@@ -55,16 +61,7 @@ def validate_tree_policy(artifact: PolicyArtifact, workload: Any, profile: str |
     refs = [f"fixed:{k}" for k in range(1, artifact.k_max + 1)] + ["tree-sequoia"]
     report = evaluate(EvalConfig(workload=workload, controllers=[",".join(refs), policy], split=split,
                                  k_max=artifact.k_max, max_requests=max_requests, profile=profile))
-    rows = {r["spec"]: r for r in report["rows"]}
-    row = rows[policy.name]
-    out = {k: row[k] for k in ("throughput_tok_s", "speedup_vs_ar", "speedup_vs_best_fixed", "oracle_ratio",
-                               "mean_k", "mean_accept_len", "draft_waste") if k in row}
-    out["best_fixed_k"] = report["reference"]["best_fixed_k"]
-    out["best_fixed_tok_s"] = rows[f"fixed:{out['best_fixed_k']}"]["throughput_tok_s"]
-    out["sequoia_tok_s"] = rows["tree-sequoia"]["throughput_tok_s"]
-    out["speedup_vs_sequoia"] = row["throughput_tok_s"] / out["sequoia_tok_s"]
-    out["split"], out["requests"] = split, report["workload"]["requests"]
-    return out
+    return _policy_figures(report, policy.name, split, {"tree-sequoia": "sequoia"})
 
 
 def generalist_cells(seed: int = 9000) -> list[tuple[str, Any, Any]]:

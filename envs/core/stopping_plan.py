@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,14 +55,14 @@ class ContinuationModel:
     centers: np.ndarray
     transition: np.ndarray
     initial: np.ndarray
+    _edge_list: list[float] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_edge_list", self.edges.tolist())  # the per-token look-up stays in plain Python
 
     def bin(self, p: float) -> int:
         """The bin of prediction ``p``."""
-        return bisect.bisect_right(self._edges, p)
-
-    @property
-    def _edges(self) -> list[float]:
-        return self.edges.tolist()
+        return bisect.bisect_right(self._edge_list, p)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""

@@ -13,7 +13,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from specgym.training.config import RunConfig
 from specgym.training.env_factory import run_predictor
-from specgym.training.export import artifact_from_model
+from specgym.training.export import run_artifact
 from specgym.training.run_folder import RunFiles, save_checkpoint, write_json
 from specgym.training.sb3_actor import actor_parameters
 from specgym.training.validation import describe
@@ -124,8 +124,7 @@ class ValidationCallback(BaseCallback):
         self.last = self.num_timesteps
         vec = self.model.get_vec_normalize_env()
         ppo = self.cfg.ppo
-        art = artifact_from_model(self.model, vec, self.cfg.mode, ppo.k_min, ppo.k_max,
-                                  predictor=self._predictor)
+        art = run_artifact(self.model, vec, self.cfg, predictor=self._predictor)
         t0 = time.perf_counter()
         res = self.validator(art, ppo.eval_max_requests)
         for key in ("speedup_vs_best_fixed", "speedup_vs_marginal", "oracle_ratio", "throughput_tok_s",

@@ -61,6 +61,14 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
     return art
 
 
+def run_artifact(model: Any, vecnorm: Any | None, cfg: RunConfig, meta: dict[str, Any] | None = None,
+                 predictor: Any = None) -> PolicyArtifact:
+    """:func:`artifact_from_model` for a run: its mode, K range and acceptance predictor (``predictor``: the run's,
+    already loaded; default: :func:`run_predictor`), so validation, the summary and export price the same policy."""
+    pred = run_predictor(cfg) if predictor is None else predictor
+    return artifact_from_model(model, vecnorm, cfg.mode, cfg.ppo.k_min, cfg.ppo.k_max, meta, pred)
+
+
 def load_run_model(run: RunFiles, which: str = "best") -> tuple[Any, Any, str, RunConfig]:
     """``(model, vecnormalize or None, "best"|"final", config)`` of a run folder.
 
@@ -121,5 +129,5 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = 
         },
         "metrics": (summary or {}).get("val", {}),
     }
-    art = artifact_from_model(model, vecnorm, cfg.mode, cfg.ppo.k_min, cfg.ppo.k_max, meta, run_predictor(cfg))
+    art = run_artifact(model, vecnorm, cfg, meta)
     return write_artifact(art, out, overwrite=overwrite)

@@ -6,8 +6,7 @@ from typing import Any
 
 from specgym.io import atomic_write_text
 from specgym.training.config import RunConfig
-from specgym.training.env_factory import run_predictor
-from specgym.training.export import artifact_from_model, load_run_model
+from specgym.training.export import load_run_model, run_artifact
 from specgym.training.run_folder import RunFiles, write_json
 from specgym.training.validation import COMPARED_BASELINES
 
@@ -23,7 +22,7 @@ def summarize(run: RunFiles, cfg: RunConfig, validator: Any, key: str, state: di
         if which == "best" and not run.best_model.is_file():
             continue
         model, vec, picked, _ = load_run_model(run, which)
-        art = artifact_from_model(model, vec, cfg.mode, cfg.ppo.k_min, cfg.ppo.k_max, predictor=run_predictor(cfg))
+        art = run_artifact(model, vec, cfg)
         results[picked] = validator(art, None)
     pick = "best" if "best" in results and results["best"][key] >= results["final"][key] else "final"
     val = results[pick]

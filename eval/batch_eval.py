@@ -2,7 +2,8 @@
 
 Each replication serves the same requests under the same concurrency schedule (a seed draws the schedule, the
 request order and the acceptance draws) with every controller; the figure is each controller's throughput, and a
-ratio of two controllers is paired across replications (bootstrap over replications, 95% percentile interval).
+ratio of two controllers is paired across replications (:class:`~specgym.eval.stats.PairedBootstrap` over
+replications, 95% percentile interval).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.batch_engine import BatchReplay, mixed_schedule
 from specgym.envs.workloads.trace_format import Workload
+from specgym.eval.stats import PairedBootstrap
 
 
 def compare(workload: Workload, profile: BatchCostProfile, specs: Sequence[str | BatchController],
@@ -40,15 +42,13 @@ def compare(workload: Workload, profile: BatchCostProfile, specs: Sequence[str |
             sim.run(ctrl)
             thr[name].append(sim.throughput())
     arr = {s: np.asarray(v) for s, v in thr.items()}
-    boot = np.random.default_rng(0).integers(0, replications, (2000, replications))
+    boot = PairedBootstrap(replications, 2000, seed=0)
     rows = []
     for s in names:
-        ratio = arr[s] / arr[reference]
-        resampled = arr[s][boot].sum(1) / arr[reference][boot].sum(1)
-        lo, hi = np.quantile(resampled, [0.025, 0.975])
+        ci = boot.ratio_ci(arr[s], arr[reference])
         rows.append({"controller": s, "tok_s_mean": float(arr[s].mean()), "vs_reference": float(arr[s].sum() /
-                     arr[reference].sum()), "vs_reference_ci95": [float(lo), float(hi)],
-                     "wins": int((ratio > 1).sum())})
+                     arr[reference].sum()), "vs_reference_ci95": list(ci) if ci is not None else None,
+                     "wins": int((arr[s] > arr[reference]).sum())})
     return {"workload": workload.name, "synthetic": workload.is_synthetic, "profile": profile.name,
             "replications": replications, "requests": requests, "max_batch": max_batch, "reference": reference,
             "rows": rows, "per_replication_tok_s": {s: v for s, v in thr.items()}}

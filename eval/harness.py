@@ -1,47 +1,48 @@
 """The evaluation harness: every controller on the same requests with the same random numbers, plus the oracles.
 
-``evaluate`` replays each controller over one split of a workload (common random numbers from one seed), always
-computes the fixed-K references (K = 1..k_max, vectorised), the clairvoyant oracle (knows the draws) and the
-informed oracle (knows each position's acceptance probability, never the draws; played with the same draws), splits
-the headroom between them (*chance* and *prediction + decision*), and returns a JSON-ready report with
-everything needed to reproduce any row: workload (name, path, sha256, synthetic or recorded), cost profile,
-seeds, k_max and the package version.
+``evaluate`` is three steps, each usable alone: :func:`open_replay` (the workload's split under one engine: common
+random numbers from one seed), :func:`specgym.eval.references.references` (fixed K = 0..k_max, the clairvoyant
+and the informed oracle) and :func:`run_controllers` (every controller; a ``fixed:K`` row reuses its reference
+run), then :func:`assemble_report`: the figures of every row (:func:`specgym.eval.metrics.figures`), paired
+bootstrap intervals, the headroom split (*chance* and *prediction + decision*) and everything needed to reproduce
+any row: workload (name, path, sha256, synthetic or recorded), cost profile, seeds, k_max and the package version.
+Training validation and the generalisation suite run the first three steps and skip the report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from specgym.version import __version__
+import specgym.catalogue as catalogue
 from specgym.agents.predicted_marginal import planned_ready, predictors_for
-from specgym.baselines.informed_oracle import informed_plan
-from specgym.baselines.oracle import oracle_plan, oracle_times
 from specgym.agents.registry import expand_specs, make_controller
-from specgym.baselines.tree_static import StaticTree
 from specgym.agents.tree_registry import TREE_ALL, TREE_ORACLE, is_tree_spec, make_tree_controller
+from specgym.baselines.fixed import FixedK
+from specgym.baselines.tree_static import StaticTree
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.tree import TreeController
-from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload
 from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload
 from specgym.envs.workloads.trace_format import Workload, cached_workload
-import specgym.catalogue as catalogue
-from specgym.eval.metrics import category_metrics, headroom_closed, run_metrics
-from specgym.eval.runner import RunResult, run_controller, run_fixed_vectorised, run_plan_vectorised
+from specgym.errors import SpecgymError
+from specgym.eval.metrics import category_metrics, figures, headroom_split, oracle_figures
+from specgym.eval.references import INFORMED, References, references
+from specgym.eval.runner import RunResult, run_controller
 from specgym.eval.stats import PairedBootstrap
 from specgym.eval.tree_runner import run_tree_controller, run_tree_oracle
-from specgym.errors import SpecgymError
 from specgym.io import sha256_file
-
+from specgym.version import __version__
 
 Specs = str | Sequence[str | Controller | TreeController | tuple[str, Controller | TreeController | None]]
+Named = list[tuple[str, Controller | TreeController | None]]
 
-INFORMED = "oracle:informed"  # the informed oracle's row name (the clairvoyant one's is "oracle")
 
 
 @dataclass
@@ -94,8 +95,7 @@ def _tree_specs(item: str, workload: Workload | None) -> tuple[str, list[str]]:
     return ",".join(p for p in parts if not is_tree_spec(p)), trees
 
 
-def resolve_controllers(specs: Specs, k_max: int, workload: Workload | None = None,
-                        ) -> list[tuple[str, Controller | TreeController | None]]:
+def resolve_controllers(specs: Specs, k_max: int, workload: Workload | None = None) -> Named:
     """``(label, controller)`` pairs; specs are validated (and built) before any replay starts. With ``workload``,
     ``all`` also brings the shipped acceptance predictors of its pair (:func:`predictors_for`) and, when the trace
     carries ranks (greedy), the tree baselines (names starting with ``tree``; ``tree-oracle`` pairs with ``None``:
@@ -103,7 +103,7 @@ def resolve_controllers(specs: Specs, k_max: int, workload: Workload | None = No
     extra = tuple(f"{kind}:{name}" for name in predictors_for(workload) for kind in ("predicted", "planned")
                   if kind == "predicted" or planned_ready(name)) if workload is not None else ()
     items = [specs] if isinstance(specs, str) else list(specs)
-    out: list[tuple[str, Controller | TreeController | None]] = []
+    out: Named = []
     for item in items:
         if isinstance(item, (Controller, TreeController)):
             out.append((item.name, item))
@@ -125,6 +125,87 @@ def _traced_requests(wl: Workload, requests: np.ndarray) -> dict[str, int]:
     return out
 
 
+@dataclass(frozen=True)
+class Replay:
+    """One split of a workload under one replay engine: what every run of an evaluation shares.
+
+    Attributes:
+        workload: The loaded workload.
+        profile: The cost profile the engine prices rounds with.
+        engine: The replay engine (common random numbers from its seed).
+        requests: Workload indices of the evaluated requests, in serving order.
+        path: Where the workload was read from (None for an in-memory one).
+        sha256: Its file's checksum (a sharded workload: its ``workload.json``'s).
+    """
+
+    workload: Workload
+    profile: CostProfile
+    engine: TraceEngine
+    requests: np.ndarray
+    path: str | None = None
+    sha256: str | None = None
+
+
+def open_replay(workload: str | Path | Workload, split: str = "test", seed: int = 0, k_max: int = DEFAULT_K_MAX,
+                profile: str | CostProfile | None = None, max_requests: int | None = None) -> Replay:
+    """Load a workload (shipped name, path or object) and select the requests of ``split`` (the first
+    ``max_requests`` of them), priced with ``profile`` (default the workload's own)."""
+    if isinstance(workload, Workload):
+        wl, wl_path, wl_hash = workload, None, None
+    else:
+        path = catalogue.resolve("workload", str(workload))
+        wl, wl_path = cached_workload(path), str(path)
+        wl_hash = sha256_file(path if path.is_file() else path / "workload.json")  # a sharded one: its record
+    prof = profile if isinstance(profile, CostProfile) else load_profile(profile) if profile else wl.profile
+    requests = wl.split_indices(split)
+    if max_requests is not None:
+        if max_requests < 1:
+            raise SpecgymError(f"max_requests must be >= 1, got {max_requests}")
+        requests = requests[:max_requests]
+    if len(requests) == 0:
+        raise SpecgymError(f"workload {wl.name!r} has no requests in split {split!r}")
+    return Replay(wl, prof, TraceEngine(wl, prof, k_max, seed=seed), requests, wl_path, wl_hash)
+
+
+def run_controllers(replay: Replay, named: Named, refs: References, trace: Sequence[int] = (),
+                    progress: Callable[[str, int], Callable[[], None]] | None = None) -> list[RunResult]:
+    """Serve the replay's requests with every controller, in order (one :class:`RunResult` each).
+
+    A plain :class:`~specgym.baselines.fixed.FixedK` row is its reference run (the same requests and draws); tree
+    controllers run on a tree replay engine built on first use (it refuses v1 and sampled traces with one line);
+    ``None`` is the clairvoyant tree oracle.
+
+    Args:
+        replay: The requests and engine.
+        named: ``(label, controller)`` pairs from :func:`resolve_controllers`.
+        refs: The references of the same requests.
+        trace: Requests whose round-by-round choices are kept (chain controllers but fixed K).
+        progress: ``progress(label, n_requests)`` returns a per-request callback (progress bars).
+    """
+    requests = replay.requests
+    results: list[RunResult] = []
+    tree_engine: TreeEngine | None = None
+    for spec, ctrl in named:
+        tick = progress(spec, len(requests)) if progress else None
+        if type(ctrl) is FixedK:
+            results.append(refs.fixed_run(ctrl.k, ctrl.name))
+        elif isinstance(ctrl, Controller):
+            results.append(run_controller(replay.engine, requests, ctrl, trace=trace, on_request=tick))
+            continue
+        else:
+            if tree_engine is None:
+                tree_engine = TreeEngine(replay.workload, replay.profile, replay.engine.k_max)
+            if ctrl is None:
+                results.append(run_tree_oracle(tree_engine, requests, spec))
+            else:
+                ctrl.prepare(replay.workload, replay.profile)
+                results.append(run_tree_controller(tree_engine, requests, ctrl))
+        if tick is not None:
+            for _ in requests:
+                tick()
+    return results
+
+
 def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]] | None = None) -> dict[str, Any]:
     """Run the evaluation; returns the report dict (see :func:`specgym.eval.report.write_report`).
 
@@ -132,70 +213,33 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
         cfg: What to evaluate.
         progress: ``progress(controller_name, n_requests)`` returns a per-request callback (progress bars).
     """
-    if isinstance(cfg.workload, Workload):
-        wl, wl_path, wl_hash = cfg.workload, None, None
-    else:
-        path = catalogue.resolve("workload", cfg.workload)
-        wl, wl_path = cached_workload(path), str(path)
-        wl_hash = sha256_file(path if path.is_file() else path / "workload.json")  # a sharded one: its record
-    named = resolve_controllers(cfg.controllers, cfg.k_max, wl)  # fail fast on bad specs
-    specs = [label for label, _ in named]
-    profile: CostProfile = (cfg.profile if isinstance(cfg.profile, CostProfile)
-                            else load_profile(cfg.profile) if cfg.profile else wl.profile)
-    engine = TraceEngine(wl, profile, cfg.k_max, seed=cfg.seed)
-    requests = wl.split_indices(cfg.split)
-    if cfg.max_requests is not None:
-        if cfg.max_requests < 1:
-            raise SpecgymError(f"max_requests must be >= 1, got {cfg.max_requests}")
-        requests = requests[: cfg.max_requests]
-    if len(requests) == 0:
-        raise SpecgymError(f"workload {wl.name!r} has no requests in split {cfg.split!r}")
-    traced = _traced_requests(wl, requests)
+    replay = open_replay(cfg.workload, cfg.split, cfg.seed, cfg.k_max, cfg.profile, cfg.max_requests)
+    named = resolve_controllers(cfg.controllers, cfg.k_max, replay.workload)  # fail fast on bad specs
+    traced = _traced_requests(replay.workload, replay.requests)
+    refs = references(replay.engine, replay.requests, trace=traced.values())
+    results = run_controllers(replay, named, refs, trace=list(traced.values()), progress=progress)
+    return assemble_report(cfg, replay, named, results, refs, traced)
+
+
+def _best_static_tree(named: Named, results: list[RunResult]) -> RunResult | None:
+    """The fastest exact static tree of the evaluation (Sequoia's included), if any ran."""
+    static = [r for r, (_, c) in zip(results, named) if isinstance(c, StaticTree)]
+    return min(static, key=lambda r: float(r.time_ms.sum())) if static else None
+
+
+def assemble_report(cfg: EvalConfig, replay: Replay, named: Named, results: list[RunResult], refs: References,
+                    traced: dict[str, int]) -> dict[str, Any]:
+    """The JSON-ready report of an evaluation: rows by throughput, the oracles, the headroom split, K traces."""
+    wl, requests = replay.workload, replay.requests
     categories = wl.category[requests]
-
-    fixed = {k: run_fixed_vectorised(engine, requests, k) for k in range(0, cfg.k_max + 1)}
-    t_fixed = {k: float(r.time_ms.sum()) for k, r in fixed.items()}
-    best_k = min(range(1, cfg.k_max + 1), key=lambda k: t_fixed[k])
-    t_k4 = t_fixed[min(4, cfg.k_max)]
-    runs = engine.all_runs()
-    sub = wl.subset(requests)
-    sub_runs = np.concatenate([runs[wl.span(r)] for r in requests.tolist()])
-    t_oracle_req = oracle_times(sub_runs, sub.offsets, engine.round_times, cfg.k_max)
-    t_oracle = float(t_oracle_req.sum())
-    plan = informed_plan(sub.p_accept, sub.offsets, engine.round_times, cfg.k_max)
-    informed = run_plan_vectorised(engine, requests, plan.choice, sub.offsets, INFORMED)
-    t_informed = float(informed.time_ms.sum())
-    t_ar = engine.t_ar
-
-    results: list[RunResult] = []
-    tree_engine: TreeEngine | None = None
-    for spec, ctrl in named:
-        tick = progress(spec, len(requests)) if progress else None
-        if isinstance(ctrl, Controller):
-            trace = () if spec.startswith("fixed:") else traced.values()
-            results.append(run_controller(engine, requests, ctrl, trace=trace, on_request=tick))
-            continue
-        if tree_engine is None:  # refuses v1 and sampled traces with one line
-            tree_engine = TreeEngine(wl, profile, cfg.k_max)
-        if ctrl is None:
-            results.append(run_tree_oracle(tree_engine, requests, spec))
-        else:
-            ctrl.prepare(wl, profile)
-            results.append(run_tree_controller(tree_engine, requests, ctrl))
-        if tick is not None:
-            for _ in requests:
-                tick()
-
-    rows = [run_metrics(r, t_ar, t_k4, t_fixed[best_k], t_oracle, t_informed) for r in results]
     boot = PairedBootstrap(len(requests), cfg.bootstrap, seed=0)  # fixed: reports are reproducible
-    refs = {"speedup_vs_ar": sub.lengths * t_ar, "speedup_vs_k4": fixed[min(4, cfg.k_max)].time_ms,
-            "speedup_vs_best_fixed": fixed[best_k].time_ms, "oracle_ratio": t_oracle_req,
-            "informed_ratio": informed.time_ms}
-    static = [(float(r.time_ms.sum()), r) for r, (_, c) in zip(results, named) if isinstance(c, StaticTree)]
-    best_static = min(static, key=lambda x: x[0])[1] if static else None
-    if best_static is not None:  # the fastest exact static tree (Sequoia's included): every row's paired ratio
-        refs["speedup_vs_best_static_tree"] = best_static.time_ms
-    for row, r, (spec, ctrl) in zip(rows, results, named):
+    ratio_refs = refs.ratio_references()
+    best_static = _best_static_tree(named, results)
+    if best_static is not None:  # every row's paired ratio to the fastest static tree
+        ratio_refs["speedup_vs_best_static_tree"] = best_static.time_ms
+    rows = []
+    for r, (spec, ctrl) in zip(results, named):
+        row = figures(r, refs).to_dict()
         if best_static is not None:
             row["speedup_vs_best_static_tree"] = float(best_static.time_ms.sum() / r.time_ms.sum())
         row["spec"] = spec
@@ -204,105 +248,50 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
             row["tree"] = True
             row["approximate"] = bool(getattr(ctrl, "approximate", False))
         row["categories"] = category_metrics(r, categories)
-        row["ci95"] = {key: boot.ratio_ci(ref, r.time_ms) for key, ref in refs.items()}
+        row["ci95"] = {key: boot.ratio_ci(ref, r.time_ms) for key, ref in ratio_refs.items()}
+        rows.append(row)
     rows.sort(key=lambda row: -row["throughput_tok_s"])
-    informed_row = run_metrics(informed, t_ar, t_k4, t_fixed[best_k], t_oracle, t_informed)
-    informed_row.update(spec=INFORMED, token_level=False, categories=category_metrics(informed, categories),
-                        expected_time_ms=float(plan.expected_ms.sum()),
-                        ci95={key: boot.ratio_ci(ref, informed.time_ms) for key, ref in refs.items()})
-    n_tokens = int(sub.n_positions)
-    oracle_row = {
-        "controller": "oracle",
-        "throughput_tok_s": n_tokens / t_oracle * 1000.0,
-        "speedup_vs_ar": n_tokens * t_ar / t_oracle,
-        "speedup_vs_k4": t_k4 / t_oracle,
-        "speedup_vs_best_fixed": t_fixed[best_k] / t_oracle,
-        "oracle_ratio": 1.0,
-        "tpot_ms_mean": float((t_oracle_req / sub.lengths).mean()),
-        "tpot_ms_p99": float(np.percentile(t_oracle_req / sub.lengths, 99)),
-        "total_time_ms": t_oracle,
-        "tokens": n_tokens,
-    }
+    informed_row = figures(refs.informed, refs).to_dict()
+    informed_row.update(spec=INFORMED, token_level=False, categories=category_metrics(refs.informed, categories),
+                        expected_time_ms=refs.informed_expected_ms,
+                        ci95={key: boot.ratio_ci(ref, refs.informed.time_ms) for key, ref in ratio_refs.items()})
     traces = {}
-    served = {r: m for m, r in enumerate(requests.tolist())}  # workload index -> index in `sub`
     for cat, req in traced.items():
-        traces[cat] = {
-            "request_id": str(wl.request_id[req]),
-            "length": int(wl.lengths[req]),
-            "oracle": _oracle_trace(runs[wl.span(req)], engine, cfg.k_max),
-            "informed": _plan_trace(runs[wl.span(req)], plan.choice[sub.span(served[req])]),
-            "controllers": {res.name: res.traces[req] for res in results if req in res.traces},
-        }
-    p_accept_by_cat = {
-        cat: float(sub.p_accept[np.repeat(categories == cat, sub.lengths)].mean())
-        for cat in dict.fromkeys(categories.tolist())
-    }
+        traces[cat] = {"request_id": str(wl.request_id[req]), "length": int(wl.lengths[req]),
+                       **refs.traces.get(req, {}),
+                       "controllers": {res.name: res.traces[req] for res in results if req in res.traces}}
+    served = np.zeros(wl.n_requests, bool)
+    served[requests] = True
+    pos_served = np.repeat(served, wl.lengths)
+    pos_category = np.repeat(wl.category, wl.lengths)
+    p_accept_by_cat = {cat: float(wl.p_accept[pos_served & (pos_category == cat)].mean())
+                       for cat in dict.fromkeys(categories.tolist())}
     report: dict[str, Any] = {
         "specgym_version": __version__,
         "workload": {
-            "name": wl.name, "label": wl.label, "synthetic": wl.is_synthetic, "path": wl_path, "sha256": wl_hash,
-            "source": wl.source, "split": cfg.split, "requests": int(len(requests)), "tokens": n_tokens,
-            "mean_p_accept_by_category": p_accept_by_cat,
+            "name": wl.name, "label": wl.label, "synthetic": wl.is_synthetic, "path": replay.path,
+            "sha256": replay.sha256, "source": wl.source, "split": cfg.split, "requests": int(len(requests)),
+            "tokens": refs.tokens, "mean_p_accept_by_category": p_accept_by_cat,
         },
-        "profile": profile.to_dict(),
+        "profile": replay.profile.to_dict(),
         "seed": cfg.seed,
         "k_max": cfg.k_max,
-        "controllers": specs,
+        "controllers": [label for label, _ in named],
         "best_static_tree": best_static.name if best_static is not None else None,
         "max_requests": cfg.max_requests,
-        "reference": {"t_ar_ms": t_ar, "best_fixed_k": best_k,
-                      "fixed_time_ms": {str(k): v for k, v in t_fixed.items()}},
-        "oracle": oracle_row,
+        "reference": {"t_ar_ms": refs.t_ar_ms, "best_fixed_k": refs.best_k,
+                      "fixed_time_ms": {str(k): refs.t_fixed(k) for k in refs.fixed}},
+        "oracle": oracle_figures(refs).to_dict(),
         "informed_oracle": informed_row,
-        "headroom": headroom_split(n_tokens, t_fixed[best_k], t_informed, t_oracle),
+        "headroom": headroom_split(refs),
         "rows": rows,
         "traces": traces,
+        "bootstrap": {"resamples": cfg.bootstrap, "level": 0.95, "seed": 0, "unit": "request"},
     }
-    report["bootstrap"] = {"resamples": cfg.bootstrap, "level": 0.95, "seed": 0, "unit": "request"}
     if cfg.per_request:
-        report["per_request_time_ms"] = {spec: res.time_ms for (spec, _), res in zip(named, results)}
-        report["per_request_time_ms"].update({f"fixed:{k}": f.time_ms for k, f in fixed.items()})
-        report["per_request_time_ms"]["oracle"] = t_oracle_req
-        report["per_request_time_ms"][INFORMED] = informed.time_ms
+        times = {spec: res.time_ms for (spec, _), res in zip(named, results)}
+        times.update({f"fixed:{k}": f.time_ms for k, f in refs.fixed.items()})
+        times["oracle"] = refs.oracle_ms
+        times[INFORMED] = refs.informed.time_ms
+        report["per_request_time_ms"] = times
     return report
-
-
-def headroom_split(tokens: int, t_best_fixed: float, t_informed: float, t_oracle: float) -> dict[str, Any]:
-    """The headroom above the best fixed K, split at the informed oracle (throughputs in tok/s).
-
-    *chance* = clairvoyant - informed: what knowing the draws adds, which no controller that has to predict can
-    remove; *removable* = informed - best fixed K: what prediction + decision can gain. ``chance_share`` is the
-    chance part of the best-fixed-to-clairvoyant headroom in time (the unit of ``headroom_closed``).
-    """
-    tps = {name: tokens / t * 1000.0 for name, t in (("best_fixed", t_best_fixed), ("informed", t_informed),
-                                                     ("clairvoyant", t_oracle))}
-    closed = headroom_closed(t_best_fixed, t_informed, t_oracle)  # the informed oracle's own share
-    return {
-        "best_fixed_tok_s": tps["best_fixed"], "informed_tok_s": tps["informed"],
-        "clairvoyant_tok_s": tps["clairvoyant"],
-        "chance_tok_s": tps["clairvoyant"] - tps["informed"],
-        "removable_tok_s": tps["informed"] - tps["best_fixed"],
-        "chance_share": None if closed is None else 1.0 - closed,
-    }
-
-
-def _oracle_trace(run: np.ndarray, engine: TraceEngine, k_max: int) -> list[tuple[int, int, int, int]]:
-    """The oracle's rounds on one request: (position, K, drafted, accepted)."""
-    plan = oracle_plan(run, engine.round_times, k_max)
-    out, i = [], 0
-    for k in plan:
-        acc = min(int(run[i]), k)
-        out.append((i, k, k, acc))
-        i += acc + 1
-    return out
-
-
-def _plan_trace(run: np.ndarray, choice: np.ndarray) -> list[tuple[int, int, int, int]]:
-    """The informed oracle's rounds on one request under the replayed draws: (position, K, drafted, accepted)."""
-    out, i = [], 0
-    while i < len(run):
-        k = int(choice[i])
-        acc = min(int(run[i]), k)
-        out.append((i, k, k, acc))
-        i += acc + 1
-    return out

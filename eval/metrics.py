@@ -1,4 +1,5 @@
-"""Metrics of a workload run. Requests are served one at a time.
+"""The figures of a run, measured against the references of the same requests and draws. Requests are served one
+at a time.
 
 * ``throughput_tok_s`` = total produced tokens / total time.
 * ``speedup_vs_ar`` = T_AR / T with T_AR = N * t_AR; ``speedup_vs_k4`` and ``speedup_vs_best_fixed`` likewise
@@ -13,15 +14,53 @@
   luck of the draws: the informed oracle is optimal in expectation), ``headroom_closed_informed`` = (T_bestfixed -
   T) / (T_bestfixed - T_informed), and ``prediction_decision_tok_s`` = informed tok/s - tok/s, the part of the
   headroom a better prediction or decision could still remove (the rest, clairvoyant - informed, is chance).
+
+One function, :func:`figures`, computes them for every row that has them: a controller's, the informed oracle's,
+the clairvoyant oracle's (:func:`oracle_figures`: no rounds, so no round figures), a suite cell's policy and a
+training validation.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
+from specgym.eval.references import References
 from specgym.eval.runner import RunResult
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The figures of one run (see the module docstring); round figures are None for a run without rounds."""
+
+    controller: str
+    throughput_tok_s: float
+    speedup_vs_ar: float
+    speedup_vs_k4: float
+    speedup_vs_best_fixed: float
+    oracle_ratio: float
+    headroom_closed: float | None
+    informed_ratio: float
+    headroom_closed_informed: float | None
+    prediction_decision_tok_s: float
+    mean_accept_len: float | None
+    mean_k: float | None
+    draft_waste: float | None
+    tpot_ms_mean: float
+    tpot_ms_p99: float
+    total_time_ms: float
+    tokens: int
+    rounds: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON row of a report (round figures left out when the run has none)."""
+        out = asdict(self)
+        if self.rounds is None:
+            for key in ("mean_accept_len", "mean_k", "draft_waste", "rounds"):
+                del out[key]
+        return out
 
 
 def headroom_closed(t_best: float, t: float, t_ref: float) -> float | None:
@@ -31,35 +70,65 @@ def headroom_closed(t_best: float, t: float, t_ref: float) -> float | None:
     return (t_best - t) / gap if gap > 1e-9 * t_best else None
 
 
-def run_metrics(res: RunResult, t_ar: float, t_k4: float, t_best: float, t_oracle: float,
-                t_informed: float | None = None) -> dict[str, Any]:
-    """The section-6 figures of one controller's run (and the informed-oracle ones when ``t_informed`` is given)."""
-    tokens = float(res.tokens.sum())
-    total = float(res.time_ms.sum())
-    tpot = res.time_ms / res.tokens
-    drafted = float(res.drafted.sum())
-    out: dict[str, Any] = {
-        "controller": res.name,
-        "throughput_tok_s": tokens / total * 1000.0,
-        "speedup_vs_ar": tokens * t_ar / total,
-        "speedup_vs_k4": t_k4 / total,
-        "speedup_vs_best_fixed": t_best / total,
-        "oracle_ratio": t_oracle / total,
-        "headroom_closed": headroom_closed(t_best, total, t_oracle),
-        "mean_accept_len": tokens / float(res.rounds.sum()),
-        "mean_k": drafted / float(res.rounds.sum()),
-        "draft_waste": (drafted - float(res.accepted.sum())) / drafted if drafted > 0 else 0.0,
-        "tpot_ms_mean": float(tpot.mean()),
-        "tpot_ms_p99": float(np.percentile(tpot, 99)),
-        "total_time_ms": total,
-        "tokens": int(tokens),
-        "rounds": int(res.rounds.sum()),
+def _figures(name: str, tokens: np.ndarray, time_ms: np.ndarray, refs: References,
+             counts: tuple[float, float, float] | None) -> Figures:
+    n = float(tokens.sum())
+    total = float(time_ms.sum())
+    tpot = time_ms / tokens
+    t_best, t_informed = refs.t_best, refs.t_informed
+    round_figs: dict[str, Any] = {"mean_accept_len": None, "mean_k": None, "draft_waste": None, "rounds": None}
+    if counts is not None:
+        rounds, drafted, accepted = counts
+        round_figs = {"mean_accept_len": n / rounds, "mean_k": drafted / rounds,
+                      "draft_waste": (drafted - accepted) / drafted if drafted > 0 else 0.0, "rounds": int(rounds)}
+    return Figures(
+        controller=name,
+        throughput_tok_s=n / total * 1000.0,
+        speedup_vs_ar=n * refs.t_ar_ms / total,
+        speedup_vs_k4=refs.t_fixed(refs.k4) / total,
+        speedup_vs_best_fixed=t_best / total,
+        oracle_ratio=refs.t_oracle / total,
+        headroom_closed=headroom_closed(t_best, total, refs.t_oracle),
+        informed_ratio=t_informed / total,
+        headroom_closed_informed=headroom_closed(t_best, total, t_informed),
+        prediction_decision_tok_s=(n / t_informed - n / total) * 1000.0,
+        tpot_ms_mean=float(tpot.mean()),
+        tpot_ms_p99=float(np.percentile(tpot, 99)),
+        total_time_ms=total,
+        tokens=int(n),
+        **round_figs,
+    )
+
+
+def figures(run: RunResult, refs: References) -> Figures:
+    """The figures of a controller's (or the informed oracle's) run on the references' requests."""
+    return _figures(run.name, run.tokens, run.time_ms, refs,
+                    (float(run.rounds.sum()), float(run.drafted.sum()), float(run.accepted.sum())))
+
+
+def oracle_figures(refs: References) -> Figures:
+    """The clairvoyant oracle's figures (its time per request is all the references keep of it)."""
+    return _figures("oracle", refs.lengths, refs.oracle_ms, refs, None)
+
+
+def headroom_split(refs: References) -> dict[str, Any]:
+    """The headroom above the best fixed K, split at the informed oracle (throughputs in tok/s).
+
+    *chance* = clairvoyant - informed: what knowing the draws adds, which no controller that has to predict can
+    remove; *removable* = informed - best fixed K: what prediction + decision can gain. ``chance_share`` is the
+    chance part of the best-fixed-to-clairvoyant headroom in time (the unit of ``headroom_closed``).
+    """
+    tps = {name: refs.tokens / t * 1000.0 for name, t in (("best_fixed", refs.t_best),
+                                                          ("informed", refs.t_informed),
+                                                          ("clairvoyant", refs.t_oracle))}
+    closed = headroom_closed(refs.t_best, refs.t_informed, refs.t_oracle)  # the informed oracle's own share
+    return {
+        "best_fixed_tok_s": tps["best_fixed"], "informed_tok_s": tps["informed"],
+        "clairvoyant_tok_s": tps["clairvoyant"],
+        "chance_tok_s": tps["clairvoyant"] - tps["informed"],
+        "removable_tok_s": tps["informed"] - tps["best_fixed"],
+        "chance_share": None if closed is None else 1.0 - closed,
     }
-    if t_informed is not None:
-        out["informed_ratio"] = t_informed / total
-        out["headroom_closed_informed"] = headroom_closed(t_best, total, t_informed)
-        out["prediction_decision_tok_s"] = tokens / t_informed * 1000.0 - out["throughput_tok_s"]
-    return out
 
 
 def category_metrics(res: RunResult, categories: np.ndarray) -> dict[str, dict[str, float]]:

@@ -8,7 +8,7 @@ integration run too. Requests are served one at a time, in order, so controllers
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -41,6 +41,16 @@ class RunResult:
     drafted: np.ndarray
     accepted: np.ndarray
     traces: dict[int, list[tuple[int, int, int, int]]] = field(default_factory=dict)
+
+
+def concat_runs(name: str, parts: Sequence[RunResult]) -> RunResult:
+    """Runs over consecutive request sets (shards) as one, requests numbered in serving order."""
+    def cat(field: str) -> np.ndarray:
+        return np.concatenate([getattr(p, field) for p in parts])
+
+    tokens = cat("tokens")
+    return RunResult(name, np.arange(len(tokens)), tokens, cat("time_ms"), cat("rounds"), cat("drafted"),
+                     cat("accepted"))
 
 
 def run_fixed_vectorised(engine: TraceEngine, requests: np.ndarray, k: int, name: str | None = None) -> RunResult:

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 
-def geomean(values: Sequence[float]) -> float:
-    """The geometric mean of positive ratios (NaN for none): how speedups over cells or seeds are averaged."""
+def geomean(values: Sequence[float] | np.ndarray, axis: int | None = None) -> Any:
+    """The geometric mean of positive ratios (NaN for none): how speedups over cells, seeds or concurrencies are
+    averaged. With ``axis``, the means along that axis of an array."""
+    if axis is not None:
+        return np.exp(np.log(np.asarray(values, dtype=float)).mean(axis))
     return math.exp(sum(math.log(v) for v in values) / len(values)) if len(values) else math.nan
 
 

@@ -24,12 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from specgym.agents.registry import ALL_BASELINES, make_controller
+from specgym.agents.registry import ALL_BASELINES
 from specgym.envs.core.cost import load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.workloads.domains import Cell, cell_workload, suite_cells
-from specgym.eval.harness import INFORMED, EvalConfig, evaluate
-from specgym.eval.metrics import headroom_closed
+from specgym.eval.harness import Named, open_replay, resolve_controllers, run_controllers
+from specgym.eval.metrics import figures
+from specgym.eval.references import references
 from specgym.eval.stats import PairedBootstrap, geomean
 
 K_LEVEL = ("assc", "speclane", "speclane:ratio", "hf-heuristic", "ucb")
@@ -49,45 +50,44 @@ def run_suite(policies: Sequence[str], cells: Sequence[Cell] | None = None, k_ma
     """
     cells = list(cells) if cells is not None else suite_cells()
     baselines = baseline_specs(k_max)
-    for spec in policies:
-        make_controller(spec, k_max)  # fail fast
+    specs = [*baselines, *policies]
+    built: Named | None = resolve_controllers(",".join(specs), k_max)  # fail fast; serves the first cell
     rows = []
     for cell in cells:
         if progress is not None:
             progress(cell.name)
-        wl = cell_workload(cell.workload)
-        rep = evaluate(EvalConfig(workload=wl, controllers=",".join([*baselines, *policies]), split=cell.split,
-                                  k_max=k_max, profile=load_profile(cell.profile), bootstrap=0, per_request=True,
-                                  max_requests=max_requests))
-        times = rep["per_request_time_ms"]
-        tokens = float(rep["workload"]["tokens"])
-        total = {spec: float(np.sum(t)) for spec, t in times.items()}
+        replay = open_replay(cell_workload(cell.workload), cell.split, 0, k_max, load_profile(cell.profile),
+                             max_requests)
+        named, built = built or resolve_controllers(",".join(specs), k_max), None  # fresh controllers per cell
+        refs = references(replay.engine, replay.requests)
+        runs = run_controllers(replay, named, refs)
+        times = {spec: run.time_ms for (spec, _), run in zip(named, runs)}
+        total = {spec: float(t.sum()) for spec, t in times.items()}
         best = min(baselines, key=lambda s: total[s])
         best_k_level = min([s for s in baselines if s.startswith("fixed:") or s in K_LEVEL], key=lambda s: total[s])
-        boot = PairedBootstrap(len(times[best]), bootstrap, seed=0)
-        t_best_fixed = min(total[s] for s in baselines if s.startswith("fixed:") and s != "fixed:0")
-        t_oracle, t_informed = total["oracle"], total[INFORMED]
+        boot = PairedBootstrap(len(replay.requests), bootstrap, seed=0)
+        tok_s = {name: refs.tokens / t * 1000.0 for name, t in (("best", total[best]), ("marginal",
+                 total["marginal"]), ("oracle", refs.t_oracle), ("informed", refs.t_informed))}
         row: dict[str, Any] = {
             "cell": cell.name, "workload": cell.workload, "profile": cell.profile, "split": cell.split,
-            "synthetic": bool(rep["workload"]["synthetic"]), "requests": rep["workload"]["requests"],
-            "best_baseline": best, "best_baseline_tok_s": tokens / total[best] * 1000.0,
-            "best_k_level_baseline": best_k_level, "marginal_tok_s": tokens / total["marginal"] * 1000.0,
-            "oracle_tok_s": tokens / t_oracle * 1000.0, "informed_oracle_tok_s": tokens / t_informed * 1000.0,
+            "synthetic": bool(replay.workload.is_synthetic), "requests": int(len(replay.requests)),
+            "best_baseline": best, "best_baseline_tok_s": tok_s["best"],
+            "best_k_level_baseline": best_k_level, "marginal_tok_s": tok_s["marginal"],
+            "oracle_tok_s": tok_s["oracle"], "informed_oracle_tok_s": tok_s["informed"],
             "policies": {},
         }
-        for spec in policies:
-            t = total[spec]
+        for spec, run in ((s, r) for (s, _), r in zip(named, runs) if s in policies):
+            f = figures(run, refs)
+            t = f.total_time_ms
             row["policies"][spec] = {
-                "tok_s": tokens / t * 1000.0,
+                "tok_s": f.throughput_tok_s,
                 "vs_best_baseline": total[best] / t, "vs_best_baseline_ci95": boot.ratio_ci(times[best], times[spec]),
                 "vs_best_k_level": total[best_k_level] / t,
                 "vs_best_k_level_ci95": boot.ratio_ci(times[best_k_level], times[spec]),
                 "vs_marginal": total["marginal"] / t, "vs_marginal_ci95": boot.ratio_ci(times["marginal"],
                                                                                         times[spec]),
-                "oracle_ratio": t_oracle / t,
-                "headroom_closed": headroom_closed(t_best_fixed, t, t_oracle),
-                "informed_ratio": t_informed / t,
-                "headroom_closed_informed": headroom_closed(t_best_fixed, t, t_informed),
+                "oracle_ratio": f.oracle_ratio, "headroom_closed": f.headroom_closed,
+                "informed_ratio": f.informed_ratio, "headroom_closed_informed": f.headroom_closed_informed,
             }
         rows.append(row)
     summary = {}

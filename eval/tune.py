@@ -23,6 +23,7 @@ from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.batch_engine import BatchReplay
 from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
 from specgym.envs.workloads.trace_format import Workload
+from specgym.eval.stats import geomean
 
 
 def tokens_per_step(workload: Workload, requests: np.ndarray, profile: BatchCostProfile, k_max: int,
@@ -61,14 +62,14 @@ def tune_vllm(workload: Workload, profile: BatchCostProfile, max_batch: int = 51
     thr = bs[:, None] * e_k[None, :] / times * 1000.0  # tokens/s
     kstar = thr.argmax(1)
     table = merge_ranges(kstar)
-    static_k = int(np.argmax(np.exp(np.log(thr).mean(0))))  # best single K over every concurrency (geometric mean)
+    static_k = int(np.argmax(geomean(thr, axis=0)))  # best single K over every concurrency (geometric mean)
     best_thr = thr[np.arange(len(bs)), kstar]
     ranges = []
     for start, end, k in table:
         sl = slice(start - 1, end)
         ranges.append({"start_bs": start, "end_bs": end, "k": k,
-                       "speedup_vs_static": float(np.exp(np.log(best_thr[sl] / thr[sl, static_k]).mean())),
-                       "speedup_vs_no_spec": float(np.exp(np.log(best_thr[sl] / thr[sl, 0]).mean()))})
+                       "speedup_vs_static": geomean(best_thr[sl] / thr[sl, static_k]),
+                       "speedup_vs_no_spec": geomean(best_thr[sl] / thr[sl, 0])})
     checks = []
     for b in check_batches:
         if b > max_batch:

@@ -127,4 +127,4 @@ def test_training_with_a_predictor_exports_and_summarises_with_it(tmp_path):
     from specgym.training.validation import validate_policy
 
     midpair = cached_workload("midpair-greedy")
-    assert validate_policy(art, midpair)["throughput_tok_s"] == pytest.approx(summary["val"]["throughput_tok_s"])
+    assert validate_policy(art, midpair).throughput_tok_s == pytest.approx(summary["val"]["throughput_tok_s"])

@@ -16,7 +16,7 @@ from specgym.training.env_factory import run_predictor
 from specgym.training.export import run_artifact
 from specgym.training.run_folder import RunFiles, save_checkpoint, write_json
 from specgym.training.sb3_actor import actor_parameters
-from specgym.training.validation import describe
+from specgym.training.validation import ValidationResult, Validator
 
 
 class SpecDecMetricsCallback(BaseCallback):
@@ -81,6 +81,11 @@ class SpecDecMetricsCallback(BaseCallback):
         self._reset_sums()
 
 
+#: Validation figures logged as ``eval/<name>`` whenever measured (and ``eval/speedup_vs_<baseline>`` for each
+#: compared baseline).
+EVAL_SCALARS = ("speedup_vs_best_fixed", "oracle_ratio", "throughput_tok_s", "speedup_vs_ar", "mean_k")
+
+
 class ValidationCallback(BaseCallback):
     """Every ``eval_freq`` timesteps: validate the current policy, log ``eval/*``, keep the best model.
 
@@ -92,14 +97,14 @@ class ValidationCallback(BaseCallback):
     Args:
         run: The run folder.
         cfg: The run's configuration.
-        validator: ``validate(artifact, max_requests) -> figures``.
+        validator: ``validate(artifact, max_requests) -> ValidationResult``.
         key: The figure the best model is kept by.
         state: The run's state dict (``best``, ``val_history`` and ``last_eval_step`` are kept there).
         console: A rich console for the one-line report of each validation.
         at_start: Also validate before the first update (the behaviour-cloned policy).
     """
 
-    def __init__(self, run: RunFiles, cfg: RunConfig, validator: Any, key: str, state: dict[str, Any],
+    def __init__(self, run: RunFiles, cfg: RunConfig, validator: Validator, key: str, state: dict[str, Any],
                  console: Any, at_start: bool = False):
         super().__init__()
         self.run, self.cfg, self.validator, self.key, self.state, self.console = run, cfg, validator, key, state, \
@@ -119,28 +124,28 @@ class ValidationCallback(BaseCallback):
             self.evaluate_now()
         return True
 
-    def evaluate_now(self) -> dict[str, Any]:
+    def evaluate_now(self) -> ValidationResult:
         """Validate the current policy now (once per timestep count)."""
         self.last = self.num_timesteps
         vec = self.model.get_vec_normalize_env()
-        ppo = self.cfg.ppo
         art = run_artifact(self.model, vec, self.cfg, predictor=self._predictor)
         t0 = time.perf_counter()
-        res = self.validator(art, ppo.eval_max_requests)
-        for key in ("speedup_vs_best_fixed", "speedup_vs_marginal", "oracle_ratio", "throughput_tok_s",
-                    "speedup_vs_speclane", "speedup_vs_confidence", "mean_k"):
-            if key in res and res[key] == res[key]:
-                self.logger.record(f"eval/{key}", res[key])
-        res["timesteps"] = self.num_timesteps
-        keep = ("timesteps", "speedup_vs_best_fixed", self.key)
-        self.history.append({k: res[k] for k in dict.fromkeys(keep)})
+        res = self.validator(art, self.cfg.ppo.eval_max_requests)
+        logged = [*EVAL_SCALARS, *(f"speedup_vs_{name}" for name in res.vs)]
+        for key in dict.fromkeys(logged):
+            value = res.figure(key)
+            if value is not None and value == value:  # measured and not NaN
+                self.logger.record(f"eval/{key}", value)
+        kept = {"timesteps": self.num_timesteps, "speedup_vs_best_fixed": res.speedup_vs_best_fixed,
+                self.key: res.figure(self.key)}
+        self.history.append(kept)
         best = self.state.get("best")
-        if best is None or res[self.key] > best[self.key]:
+        if best is None or kept[self.key] > best[self.key]:
             save_checkpoint(self.model, vec, self.run.best_model, self.run.best_vecnorm)
-            self.state["best"] = {k: res[k] for k in dict.fromkeys(keep)}
+            self.state["best"] = dict(kept)
         self.state["last_eval_step"] = self.last
         write_json(self.run.state, self.state)  # the best model on disk and state.json always agree
-        self.console.print(f"  [{self.num_timesteps:>9,} steps] val: {describe(res)} "
+        self.console.print(f"  [{self.num_timesteps:>9,} steps] val: {res.describe()} "
                            f"({time.perf_counter() - t0:.1f} s)", highlight=False)
         return res
 

@@ -1,81 +1,160 @@
-"""Validation of an in-memory policy against the references (the best fixed K, SpecLane, confidence:0.4)."""
+"""Validation of an in-memory policy during and after training: one :class:`ValidationResult` for every mode.
+
+A validator runs the policy and its references on held-out requests with the harness's own steps
+(:func:`~specgym.eval.harness.open_replay`, :func:`~specgym.eval.references.references`,
+:func:`~specgym.eval.harness.run_controllers`) and the report's own figures (:func:`~specgym.eval.metrics.figures`),
+without the report around them (no bootstrap intervals, no traces): a validation costs the runs and nothing more.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
+import specgym.catalogue as catalogue
 from specgym.agents.artifact import PolicyArtifact
+from specgym.agents.batch_policy import BatchPolicyController
 from specgym.agents.policy_controller import PolicyController
-from specgym.eval.harness import EvalConfig, evaluate
+from specgym.agents.tree_policy import TreePolicyController
+from specgym.baselines.marginal import MarginalStop
+from specgym.envs.core.batch_cost import load_batch_profile
+from specgym.envs.core.controller import Controller
+from specgym.envs.core.cost import CostProfile
+from specgym.envs.core.tree import TreeController
+from specgym.envs.workloads.domains import TRAIN_RECORDED, ProfileRanges, synthetic_pool
+from specgym.envs.workloads.trace_format import Workload, cached_workload
+from specgym.eval.batch_eval import compare
+from specgym.eval.harness import open_replay, resolve_controllers, run_controllers
+from specgym.eval.metrics import Figures, figures
+from specgym.eval.references import references
 from specgym.eval.stats import geomean
 
-#: Validation figures a run reports besides the best fixed K: (key in the result, the baseline it compares with).
-COMPARED_BASELINES = (("speedup_vs_marginal", "marginal"), ("speedup_vs_speclane", "speclane"),
-                      ("speedup_vs_confidence", "confidence:0.4"), ("speedup_vs_goodput", "goodput"),
-                      ("speedup_vs_sequoia", "tree-sequoia"))
+#: The baselines a validation compares with: (short name in the figures, the baseline's spec).
+COMPARED_BASELINES = (("marginal", "marginal"), ("speclane", "speclane"), ("confidence", "confidence:0.4"),
+                      ("goodput", "goodput"), ("sequoia", "tree-sequoia"))
+_LABEL = dict(COMPARED_BASELINES)
+
+#: ``validate(artifact, max_requests) -> result``
+Validator = Callable[[PolicyArtifact, "int | None"], "ValidationResult"]
+
+
+@dataclass
+class ValidationResult:
+    """The validation figures of a policy: what a run logs (``eval/*``), keeps its best model by, and summarises.
+
+    Attributes:
+        speedup_vs_best_fixed: Against the best fixed K (batch: the best static K; domain-randomised: the geometric
+            mean over the validation cells).
+        split: What was validated on (``val``, ``val cells``).
+        requests: Requests served.
+        vs: ``{short name: speedup}`` against each compared baseline (:data:`COMPARED_BASELINES`).
+        throughput_tok_s: The policy's throughput (None for a mean over cells).
+        speedup_vs_ar: Against plain decoding (domain-randomised: the mean over cells).
+        oracle_ratio: T_oracle / T (None where no oracle ran).
+        mean_k: Mean drafted tokens per round.
+        mean_accept_len: Produced tokens per round.
+        draft_waste: Share of drafted tokens rejected.
+        best_fixed_k: The best fixed K of the split (single-workload validations).
+        best_fixed_tok_s: Its throughput.
+        oracle_tok_s: The clairvoyant oracle's throughput.
+        baseline_tok_s: ``{short name: throughput}`` of the compared baselines.
+        cells: Validation cells (domain-randomised runs).
+        replications: Mixed-concurrency replications (batch runs).
+    """
+
+    speedup_vs_best_fixed: float
+    split: str
+    requests: int
+    vs: dict[str, float] = field(default_factory=dict)
+    throughput_tok_s: float | None = None
+    speedup_vs_ar: float | None = None
+    oracle_ratio: float | None = None
+    mean_k: float | None = None
+    mean_accept_len: float | None = None
+    draft_waste: float | None = None
+    best_fixed_k: int | None = None
+    best_fixed_tok_s: float | None = None
+    oracle_tok_s: float | None = None
+    baseline_tok_s: dict[str, float] = field(default_factory=dict)
+    cells: int | None = None
+    replications: int | None = None
+
+    def figure(self, key: str) -> float | None:
+        """A figure by its flat name (``speedup_vs_marginal``, ``oracle_ratio``, ...); None if not measured."""
+        if key.startswith("speedup_vs_") and key[len("speedup_vs_"):] in self.vs:
+            return self.vs[key[len("speedup_vs_"):]]
+        value = getattr(self, key, None)
+        return value if isinstance(value, (int, float)) else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat JSON record (``summary.json``'s ``val``; ``speedup_vs_X`` / ``X_tok_s`` per baseline)."""
+        out = {k: v for k, v in asdict(self).items() if v is not None and k not in ("vs", "baseline_tok_s")}
+        out.update({f"speedup_vs_{k}": v for k, v in self.vs.items()})
+        out.update({f"{k}_tok_s": v for k, v in self.baseline_tok_s.items()})
+        return out
+
+    def describe(self) -> str:
+        """One line of the figures measured."""
+        parts = [] if self.throughput_tok_s is None else [f"{self.throughput_tok_s:.2f} tok/s"]
+        if self.best_fixed_k is not None:
+            parts.append(f"vs best fixed K={self.best_fixed_k} {self.speedup_vs_best_fixed:.3f}x")
+        elif self.replications is not None:
+            parts.append(f"vs best static K {self.speedup_vs_best_fixed:.3f}x ({self.replications} "
+                         "mixed-concurrency replications)")
+        else:
+            parts.append(f"vs best fixed K {self.speedup_vs_best_fixed:.3f}x (geo-mean of {self.cells} cells)")
+        parts += [f"vs {_LABEL[k]} {v:.3f}x" for k, v in self.vs.items()]
+        if self.oracle_ratio is not None:
+            parts.append(f"oracle ratio {self.oracle_ratio:.3f}")
+        return ", ".join(parts)
+
+
+def _single(policy: Controller | TreeController, k_max: int, baselines: Sequence[str], workload: Any, split: str,
+            max_requests: int | None, seed: int = 0, profile: str | CostProfile | None = None) -> ValidationResult:
+    """A validation on one workload's split: the policy against the best fixed K and ``baselines``."""
+    replay = open_replay(workload, split, seed, k_max, profile, max_requests)
+    named = resolve_controllers([",".join(baselines), policy], k_max)
+    refs = references(replay.engine, replay.requests)
+    figs = {label: figures(run, refs) for (label, _), run in zip(named, run_controllers(replay, named, refs))}
+    mine = figs.pop(policy.name)
+    others: dict[str, Figures] = figs
+    best = figures(refs.fixed[refs.best_k], refs)
+    short = {spec: name for name, spec in COMPARED_BASELINES}
+    return ValidationResult(
+        speedup_vs_best_fixed=mine.speedup_vs_best_fixed, split=split, requests=len(refs.requests),
+        vs={short[s]: mine.throughput_tok_s / f.throughput_tok_s for s, f in others.items()},
+        throughput_tok_s=mine.throughput_tok_s, speedup_vs_ar=mine.speedup_vs_ar, oracle_ratio=mine.oracle_ratio,
+        mean_k=mine.mean_k, mean_accept_len=mine.mean_accept_len, draft_waste=mine.draft_waste,
+        best_fixed_k=refs.best_k, best_fixed_tok_s=best.throughput_tok_s,
+        oracle_tok_s=refs.tokens / refs.t_oracle * 1000.0,
+        baseline_tok_s={short[s]: f.throughput_tok_s for s, f in others.items()})
 
 
 def validate_policy(artifact: PolicyArtifact, workload: Any, split: str = "val", max_requests: int | None = None,
-                    seed: int = 0) -> dict[str, Any]:
-    """Evaluate a policy with :func:`specgym.eval.harness.evaluate` against the references.
-
-    References: ``fixed:1..k_max`` (hence the best fixed K), ``speclane``, and in token mode ``confidence:0.4``.
-    Returns the policy's row figures plus ``speedup_vs_speclane`` / ``speedup_vs_confidence`` and the best fixed K.
-    """
-    k_max = artifact.k_max
-    refs = [f"fixed:{k}" for k in range(1, k_max + 1)] + ["speclane"]
-    if artifact.mode == "token":
-        refs.append("confidence:0.4")
-    policy = PolicyController(artifact, name="ppo (training)")
-    report = evaluate(EvalConfig(workload=workload, controllers=[",".join(refs), policy], split=split, seed=seed,
-                                 k_max=k_max, max_requests=max_requests))
-    out = _policy_figures(report, policy.name, split, {"speclane": "speclane", "confidence:0.4": "confidence"})
-    out["oracle_tok_s"] = report["oracle"]["throughput_tok_s"]
-    return out
-
-
-def _policy_figures(report: dict[str, Any], name: str, split: str, refs: dict[str, str]) -> dict[str, Any]:
-    """The policy row's figures, the best fixed K, and ``speedup_vs_X`` / ``X_tok_s`` for each reference spec
-    present (``refs``: spec -> short name)."""
-    rows = {r["spec"]: r for r in report["rows"]}
-    row = rows[name]
-    out = {k: row[k] for k in ("throughput_tok_s", "speedup_vs_ar", "speedup_vs_best_fixed", "oracle_ratio",
-                               "mean_k", "mean_accept_len", "draft_waste") if k in row}
-    out["best_fixed_k"] = report["reference"]["best_fixed_k"]
-    out["best_fixed_tok_s"] = rows[f"fixed:{out['best_fixed_k']}"]["throughput_tok_s"]
-    for spec, short in refs.items():
-        if spec in rows:
-            out[f"{short}_tok_s"] = rows[spec]["throughput_tok_s"]
-            out[f"speedup_vs_{short}"] = row["throughput_tok_s"] / out[f"{short}_tok_s"]
-    out["split"], out["requests"] = split, report["workload"]["requests"]
-    return out
+                    seed: int = 0) -> ValidationResult:
+    """A K- or token-mode policy against the best fixed K, ``speclane`` and, in token mode, ``confidence:0.4``."""
+    baselines = ["speclane", *(["confidence:0.4"] if artifact.mode == "token" else [])]
+    return _single(PolicyController(artifact, name="ppo (training)"), artifact.k_max, baselines, workload, split,
+                   max_requests, seed)
 
 
 def validate_tree_policy(artifact: PolicyArtifact, workload: Any, profile: str | None, split: str = "val",
-                         max_requests: int | None = None) -> dict[str, Any]:
-    """A tree-mode policy (through the tree runner) against ``fixed:1..k_max`` and ``tree-sequoia`` under the run's
+                         max_requests: int | None = None) -> ValidationResult:
+    """A tree-mode policy (through the tree runner) against the best fixed K and ``tree-sequoia`` under the run's
     profile."""
-    from specgym.agents.tree_policy import TreePolicyController
-
-    policy = TreePolicyController(artifact, name="tree-ppo (training)")
-    refs = [f"fixed:{k}" for k in range(1, artifact.k_max + 1)] + ["tree-sequoia"]
-    report = evaluate(EvalConfig(workload=workload, controllers=[",".join(refs), policy], split=split,
-                                 k_max=artifact.k_max, max_requests=max_requests, profile=profile))
-    return _policy_figures(report, policy.name, split, {"tree-sequoia": "sequoia"})
+    return _single(TreePolicyController(artifact, name="tree-ppo (training)"), artifact.k_max, ["tree-sequoia"],
+                   workload, split, max_requests, profile=profile)
 
 
-def generalist_cells(seed: int = 9000) -> list[tuple[str, Any, Any]]:
+def generalist_cells(seed: int = 9000) -> list[tuple[str, Workload, CostProfile]]:
     """Validation cells of domain-randomised runs: ``(label, workload, profile)``.
 
     Six synthetic workloads from a pool seed no training or suite workload uses, and the recorded training
     workloads' *val* splits (reduced to a val-only workload), each priced with two fixed randomised profiles.
     """
-    import numpy as np
-
-    from specgym.envs.workloads.domains import TRAIN_RECORDED, ProfileRanges, synthetic_pool
-    from specgym.envs.workloads.trace_format import cached_workload
-    import specgym.catalogue as catalogue
-
     workloads = synthetic_pool(n=6, requests=60, seed=seed)
     for name in TRAIN_RECORDED:
         if name in catalogue.names("workload"):
@@ -86,41 +165,32 @@ def generalist_cells(seed: int = 9000) -> list[tuple[str, Any, Any]]:
     return [(f"{wl.name}/p{i}", wl, prof) for wl in workloads for i, prof in enumerate(profiles)]
 
 
-def validate_generalist(artifact: PolicyArtifact, cells: list[tuple[str, Any, Any]],
-                        max_requests: int | None = None) -> dict[str, Any]:
+def validate_generalist(artifact: PolicyArtifact, cells: list[tuple[str, Workload, CostProfile]],
+                        max_requests: int | None = None) -> ValidationResult:
     """Mean figures of a policy over validation cells: against the best fixed K and against ``marginal``.
 
     ``speedup_vs_best_fixed`` and ``speedup_vs_marginal`` are geometric means over the cells of the ratios of
     throughput; the best model of a run is kept by ``speedup_vs_marginal``.
     """
-    from specgym.baselines.marginal import MarginalStop
-
-    ratios: dict[str, list[float]] = {"best_fixed": [], "marginal": [], "oracle": []}
-    tps = []
+    per_cell = []
     for _, wl, prof in cells:
         policy = PolicyController(artifact, name="ppo (training)")
-        rep = evaluate(EvalConfig(workload=wl, controllers=[policy, MarginalStop()], split="all",
-                                  k_max=artifact.k_max, profile=prof, max_requests=max_requests, bootstrap=0))
-        rows = {r["spec"]: r for r in rep["rows"]}
-        row = rows[policy.name]
-        ratios["best_fixed"].append(row["speedup_vs_best_fixed"])
-        ratios["marginal"].append(row["throughput_tok_s"] / rows["marginal"]["throughput_tok_s"])
-        ratios["oracle"].append(row["oracle_ratio"])
-        tps.append(row["speedup_vs_ar"])
-    mean = {k: geomean(v) for k, v in ratios.items()}
-    return {"speedup_vs_best_fixed": mean["best_fixed"], "speedup_vs_marginal": mean["marginal"],
-            "oracle_ratio": mean["oracle"], "throughput_tok_s": float("nan"), "speedup_vs_ar": sum(tps) / len(tps),
-            "cells": len(cells), "split": "val cells", "requests": sum(len(wl.split_indices("all")) for _, wl, _ in
-                                                                   cells)}
+        replay = open_replay(wl, "all", 0, artifact.k_max, prof, max_requests)
+        refs = references(replay.engine, replay.requests)
+        mine, marginal = (figures(r, refs) for r in run_controllers(
+            replay, [(policy.name, policy), ("marginal", MarginalStop())], refs))
+        per_cell.append((mine, mine.throughput_tok_s / marginal.throughput_tok_s))
+    return ValidationResult(
+        speedup_vs_best_fixed=geomean([f.speedup_vs_best_fixed for f, _ in per_cell]), split="val cells",
+        requests=sum(len(wl.split_indices("all")) for _, wl, _ in cells),
+        vs={"marginal": geomean([m for _, m in per_cell])},
+        speedup_vs_ar=float(np.mean([f.speedup_vs_ar for f, _ in per_cell])),
+        oracle_ratio=geomean([f.oracle_ratio for f, _ in per_cell]), cells=len(cells))
 
 
 def validate_batch(artifact: PolicyArtifact, workload: Any, profile_name: str, max_batch: int,
-                   replications: int = 4) -> dict[str, Any]:
+                   replications: int = 4) -> ValidationResult:
     """A batch policy against the goodput rule and the best static K on mixed-concurrency replications (val split)."""
-    from specgym.agents.batch_policy import BatchPolicyController
-    from specgym.envs.core.batch_cost import load_batch_profile
-    from specgym.eval.batch_eval import compare
-
     policy = BatchPolicyController(artifact, name="ppo (training)")
     specs: list[Any] = ["goodput", policy, *(f"static:{k}" for k in (0, 1, 2, 4))]
     res = compare(workload, load_batch_profile(profile_name), specs, replications=replications, requests=96,
@@ -128,13 +198,13 @@ def validate_batch(artifact: PolicyArtifact, workload: Any, profile_name: str, m
     rows = {r["controller"]: r for r in res["rows"]}
     best_static = max((r for n, r in rows.items() if n.startswith("static:")), key=lambda r: r["tok_s_mean"])
     p = rows[policy.name]
-    return {"speedup_vs_goodput": p["vs_reference"], "speedup_vs_best_fixed": p["tok_s_mean"] /
-            best_static["tok_s_mean"], "throughput_tok_s": p["tok_s_mean"], "oracle_ratio": float("nan"),
-            "replications": replications, "split": "val", "requests": 96 * replications}
+    return ValidationResult(speedup_vs_best_fixed=p["tok_s_mean"] / best_static["tok_s_mean"], split="val",
+                            requests=96 * replications, vs={"goodput": p["vs_reference"]},
+                            throughput_tok_s=p["tok_s_mean"], replications=replications)
 
 
-def make_validator(cfg: Any, workload: Any):
-    """``(validate(artifact, max_requests) -> figures, key)`` for a run: its workload's val split, or the
+def make_validator(cfg: Any, workload: Any) -> tuple[Validator, str]:
+    """``(validate(artifact, max_requests) -> result, key)`` for a run: its workload's val split, or the
     validation cells of a domain-randomised run; ``key`` is the figure the best model is kept by."""
     if cfg.mode == "batch":
         return (lambda art, max_requests=None: validate_batch(art, workload, cfg.ppo.batch_profile,
@@ -147,23 +217,3 @@ def make_validator(cfg: Any, workload: Any):
         return (lambda art, max_requests=None: validate_generalist(art, cells, max_requests)), "speedup_vs_marginal"
     return (lambda art, max_requests=None: validate_policy(art, workload, "val", max_requests)), \
         "speedup_vs_best_fixed"
-
-
-def describe(res: dict[str, Any]) -> str:
-    """One line of validation figures (whichever a validator returned)."""
-    parts = []
-    if res.get("throughput_tok_s") == res.get("throughput_tok_s"):  # not NaN
-        parts.append(f"{res['throughput_tok_s']:.2f} tok/s")
-    if "best_fixed_k" in res:
-        parts.append(f"vs best fixed K={res['best_fixed_k']} {res['speedup_vs_best_fixed']:.3f}x")
-    elif "replications" in res:
-        parts.append(f"vs best static K {res['speedup_vs_best_fixed']:.3f}x ({res['replications']} mixed-concurrency "
-                     "replications)")
-    else:
-        parts.append(f"vs best fixed K {res['speedup_vs_best_fixed']:.3f}x (geo-mean of {res['cells']} cells)")
-    for key, label in COMPARED_BASELINES:
-        if key in res:
-            parts.append(f"vs {label} {res[key]:.3f}x")
-    if res.get("oracle_ratio") == res.get("oracle_ratio"):
-        parts.append(f"oracle ratio {res['oracle_ratio']:.3f}")
-    return ", ".join(parts)

@@ -44,7 +44,6 @@ Specs = str | Sequence[str | Controller | TreeController | tuple[str, Controller
 Named = list[tuple[str, Controller | TreeController | None]]
 
 
-
 @dataclass
 class EvalConfig:
     """What to evaluate.

@@ -30,7 +30,7 @@ from specgym.envs.core.features import (
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.errors import SpecgymError
 from specgym.io import sha256_file
-from specgym.paths import POLICIES_DIR
+import specgym.catalogue as catalogue
 
 ARTIFACT_FORMAT = "specgym-policy"
 MODES = ("k", "token", "batch", "tree")
@@ -159,9 +159,10 @@ class PolicyArtifact:
 
 def list_policies(chain_only: bool = False) -> list[str]:
     """Names of the shipped policies (``chain_only``: without the tree-mode ones, which are ``tree-ppo:`` specs)."""
-    names = sorted(p.name for p in POLICIES_DIR.glob("*") if (p / META_FILE).is_file())
+    names = catalogue.names("policy")
     if chain_only:
-        names = [n for n in names if json.loads((POLICIES_DIR / n / META_FILE).read_text()).get("mode") != "tree"]
+        names = [n for n in names
+                 if json.loads((catalogue.resolve("policy", n) / META_FILE).read_text()).get("mode") != "tree"]
     return names
 
 

@@ -23,7 +23,6 @@ from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_pre
 from specgym.envs.core.rounds import DraftStep, RequestContext
 import specgym.catalogue as catalogue
 from specgym.errors import SpecgymError
-from specgym.paths import PREDICTORS_DIR
 
 
 def predictors_for(workload: Any) -> list[str]:
@@ -36,7 +35,7 @@ def predictors_for(workload: Any) -> list[str]:
     same_workload, same_pair = [], []
     for name in catalogue.names("predictor"):
         try:
-            meta = load_predictor(PREDICTORS_DIR / f"{name}.json").meta or {}
+            meta = load_predictor(catalogue.resolve("predictor", name)).meta or {}
         except SpecgymError:
             continue
         if workload.name in (meta.get("workloads") or [meta.get("workload")]):

@@ -45,6 +45,12 @@ def names(kind: str) -> list[str]:
     raise SpecgymError(f"unknown data kind {kind!r}; kinds: {', '.join(KINDS)}")
 
 
+def pair_models(name: str) -> tuple[Path, Path]:
+    """The draft and target model folders of a shipped model pair (a miss raises as :func:`resolve` does)."""
+    folder = resolve("pair", name)
+    return folder / "draft", folder / "target"
+
+
 def _shipped(kind: str) -> str:
     return ", ".join(names(kind)) or "none"
 

@@ -58,3 +58,11 @@ def test_unknown_kind():
         catalogue.names("model")
     with pytest.raises(SpecgymError, match="unknown data kind 'model'"):
         catalogue.resolve("model", Path("x"))
+
+
+def test_a_pair_names_its_two_models():
+    for name in catalogue.names("pair"):
+        draft, target = catalogue.pair_models(name)
+        assert (draft / "config.json").is_file() and (target / "config.json").is_file()
+    with pytest.raises(SpecgymError, match="no shipped model pair 'nope'"):
+        catalogue.pair_models("nope")

@@ -23,7 +23,8 @@ def batch_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     from specgym.envs.engines.batch_engine import BatchReplay
     from specgym.envs.workloads.synthetic import generate_workload
     from specgym.eval.tune import tune_vllm
-    from specgym.paths import PROFILES_DIR, default_pair_name
+    import specgym.catalogue as catalogue
+    from specgym.paths import default_pair_name
 
     prof = load_batch_profile("batch-a100-7b-roofline")
     wl = generate_workload("speclane-mix", 1000, seed=0)
@@ -43,8 +44,8 @@ def batch_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
                  versus(dt, TARGET_TUNE_S, higher_better=False)))
     print_table(console, "serving at concurrency", rows)
     figures["tune_table"] = res["table"]
-    measured = PROFILES_DIR / f"batch-cpu-{default_pair_name()}.json"
-    if measured.exists():
+    measured = f"batch-cpu-{default_pair_name()}"
+    if measured in catalogue.names("batch_profile"):
         figures.update(roofline_side_by_side(load_batch_profile(measured), console))
     return figures
 

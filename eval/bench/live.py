@@ -43,7 +43,8 @@ from typing import Any
 import numpy as np
 
 from specgym.errors import SpecgymError
-from specgym.paths import MODELS_DIR, default_pair_name
+import specgym.catalogue as catalogue
+from specgym.paths import default_pair_name
 
 #: Defaults sized for about +-2% intervals in ~15 minutes on a 2-core CI-class machine (see the README).
 DEFAULT_PER_CATEGORY = 10
@@ -65,7 +66,6 @@ def controller_specs(k_values=range(1, 7), pair: str | None = None, trees: bool 
     """Plain decoding, fixed K, every baseline, the pair's shipped acceptance predictor (``predicted:`` and
     ``planned:``), every shipped policy (and
     :data:`LIVE_TREES` with ``trees``)."""
-    import specgym.catalogue as catalogue
     from specgym.agents.registry import ALL_BASELINES
 
     predicted = [f"predicted:{pair}", f"planned:{pair}"] if pair in catalogue.names("predictor") else []
@@ -205,7 +205,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     transformers.utils.logging.disable_progress_bar()
     t_start = time.perf_counter()
     pair_name = pair_name or default_pair_name()
-    pair = load_pair(str(MODELS_DIR / pair_name / "draft"), str(MODELS_DIR / pair_name / "target"))
+    draft_dir, target_dir = catalogue.pair_models(pair_name)
+    pair = load_pair(str(draft_dir), str(target_dir))
     console.print(pair.kernel_summary(), highlight=False)
     k_max = DEFAULT_K_MAX
     wl = cached_workload(workload or f"{pair_name}-greedy")

@@ -112,12 +112,12 @@ def bench_recording(prompts: int, workers: int, max_new_tokens: str = "32") -> d
     from specgym.envs.engines.recorder import record_workload
     from specgym.envs.workloads.prompts import read_prompts
     from specgym.io import sha256_file
-    from specgym.paths import MODELS_DIR, default_pair_name, pair_profile
+    from specgym.paths import default_pair_name, pair_profile
 
     pair_name = default_pair_name()
     specs = read_prompts(catalogue.resolve("prompts", f"{pair_name}-prompts"))[:prompts]
     profile = load_profile(pair_profile(pair_name) or "speclane-table")
-    draft, target = MODELS_DIR / pair_name / "draft", MODELS_DIR / pair_name / "target"
+    draft, target = catalogue.pair_models(pair_name)
     common: dict[str, Any] = dict(max_new_tokens=max_new_tokens, temperature=0.0, profile=profile, name="scale-bench",
                                   seed=0, gen_k=3)
     with tempfile.TemporaryDirectory(prefix="specgym-scale-") as tmp:

@@ -16,7 +16,7 @@ from specgym.envs.core.cost import TREE_NODE_LIMIT
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.errors import SpecgymError
 from specgym.io import check_output
-from specgym.paths import MODELS_DIR, default_pair_name, pair_profile
+from specgym.paths import default_pair_name, pair_profile
 import specgym.catalogue as catalogue
 
 
@@ -64,7 +64,8 @@ def _pair_paths(args: argparse.Namespace) -> tuple[str, str, str]:
     """(draft, target, pair name); the shipped default pair when neither was given."""
     if args.draft is None:
         name = default_pair_name()
-        return str(MODELS_DIR / name / "draft"), str(MODELS_DIR / name / "target"), name
+        draft, target = catalogue.pair_models(name)
+        return str(draft), str(target), name
     return args.draft, args.target, Path(args.target).parent.name
 
 

@@ -141,12 +141,11 @@ def _list(args: argparse.Namespace) -> int:
         if p.description:
             print(f"  {'':<22} {p.description}")
     from specgym.envs.core.batch_cost import load_batch_profile
-    from specgym.paths import PROFILES_DIR
 
     print("shipped batched cost profiles (specgym tune):")
-    for path in sorted(PROFILES_DIR.glob("batch-*.json")):
-        bp = load_batch_profile(path)
-        print(f"  {path.stem:<22} {bp.source:<10} batch sizes {bp.batch_sizes[0]}..{bp.batch_sizes[-1]}, one step "
+    for name in catalogue.names("batch_profile"):
+        bp = load_batch_profile(name)
+        print(f"  {name:<22} {bp.source:<10} batch sizes {bp.batch_sizes[0]}..{bp.batch_sizes[-1]}, one step "
               f"{bp.verify(1, 1):.3f} ms at batch 1")
         if bp.description:
             print(f"  {'':<22} {bp.description}")

@@ -6,16 +6,20 @@ on the val split; SB3 adds its own ``train/*``, ``rollout/*`` and ``time/*``.
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from stable_baselines3.common.callbacks import BaseCallback
 
+from specgym.io import atomic_path, atomic_write_bytes
 from specgym.training.config import RunConfig
 from specgym.training.env_factory import run_predictor
 from specgym.training.export import run_artifact
 from specgym.training.run_folder import RunFiles, save_checkpoint, write_json
 from specgym.training.sb3_actor import actor_parameters
+from specgym.training.snapshot import save_snapshot
 from specgym.training.validation import ValidationResult, Validator
 
 
@@ -189,11 +193,6 @@ class CheckpointCallback(BaseCallback):
 
     def save(self) -> None:
         """Take a checkpoint now (call only between two rollouts)."""
-        import copy
-
-        from specgym.io import atomic_path, atomic_write_bytes
-        from specgym.training.snapshot import save_snapshot
-
         n = int(self.num_timesteps)
         self.state.update(status="running", timesteps_done=n, checkpoint_timesteps=n)
         vec = self.model.get_vec_normalize_env()
@@ -220,9 +219,6 @@ class ProgressCallback(BaseCallback):
         self.task: Any = None
 
     def _on_training_start(self) -> None:
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
-
         self.bar = Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                             console=self.console, transient=True)

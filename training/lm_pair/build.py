@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from specgym.errors import SpecgymError
-from specgym.training.lm_pair.corpus import build_corpus, heldout_prompts, log
+from specgym.training.lm_pair.corpus import build_corpus, log
 from specgym.training.lm_pair.export import export_pair
-from specgym.training.lm_pair.tokenizer import tokenize_corpus, train_tokenizer
+from specgym.training.lm_pair.tokenizer import heldout_prompts, tokenize_corpus, train_tokenizer
 from specgym.training.lm_pair.train import ModelSpec, train_model
 
 DEFAULT_WORK = Path("build") / "lm_pair"

@@ -92,7 +92,7 @@ def _in_child(target: Any, *args: Any) -> dict[str, Any]:
 
 
 def _dataset_ok(path: Path, n: int) -> bool:
-    from specgym.envs.workloads.dataset import open_dataset
+    from specgym.envs.workloads.trace_format import open_dataset
     from specgym.errors import SpecgymError
 
     try:

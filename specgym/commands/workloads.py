@@ -99,7 +99,7 @@ def _describe_source(src: dict) -> str:
 
 def _show(args: argparse.Namespace) -> int:
     if Path(args.workload).is_dir():  # a sharded workload: the record, never every shard at once
-        from specgym.envs.workloads.dataset import open_dataset
+        from specgym.envs.workloads.trace_format import open_dataset
 
         ds = open_dataset(args.workload)
         print(f"workload  {ds.label}\nsharded   {len(ds.shards)} shards, {ds.n_requests} requests, "

@@ -15,6 +15,7 @@ Shipped policies live in ``specgym.data``'s ``policies/NAME/`` folders and are n
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+import specgym.catalogue as catalogue
 from specgym.envs.core.batch import BATCH_FEATURE_NAMES
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor
 from specgym.envs.core.features import (
@@ -29,8 +31,7 @@ from specgym.envs.core.features import (
 )
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.errors import SpecgymError
-from specgym.io import sha256_file
-import specgym.catalogue as catalogue
+from specgym.io import atomic_dir, sha256_file
 
 ARTIFACT_FORMAT = "specgym-policy"
 MODES = ("k", "token", "batch", "tree")
@@ -190,8 +191,6 @@ _LATER_FIELDS = ("predictor",)
 
 def function_sha256(meta: dict[str, Any]) -> str:
     """SHA-256 of the canonical JSON of ``meta``'s :data:`FUNCTION_FIELDS`."""
-    import hashlib
-
     # a field absent from the document is left out (policies written before it existed keep their checksum)
     doc = {k: meta.get(k) for k in FUNCTION_FIELDS if k in meta or k not in _LATER_FIELDS}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
@@ -231,8 +230,6 @@ def artifact_meta(art: PolicyArtifact, weights_sha256: str) -> dict[str, Any]:
 
 def write_artifact(art: PolicyArtifact, out: str | Path, overwrite: bool = False) -> Path:
     """Write ``policy.npz`` and ``policy.json`` into the folder ``out`` atomically (all or nothing)."""
-    from specgym.io import atomic_dir
-
     art.validate()
     out = Path(out)
     with atomic_dir(out, overwrite=overwrite, owner="specgym export") as tmp:

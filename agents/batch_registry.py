@@ -6,6 +6,8 @@ a single-request controller per sequence (``per-seq:SPEC``) or an exported batch
 
 from __future__ import annotations
 
+from specgym.agents.batch_policy import BatchPolicyController
+from specgym.agents.registry import make_controller
 from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule, PerSequence, StaticK
 from specgym.envs.core.batch import BatchController
 from specgym.errors import SpecgymError
@@ -24,13 +26,9 @@ def make_batch_controller(spec: str, k_max: int = 8) -> BatchController:
     if name == "goodput" and not arg:
         return GoodputRule()
     if name == "per-seq" and arg:
-        from specgym.agents.registry import make_controller
-
         make_controller(arg, k_max)  # validate now
         return PerSequence(lambda: make_controller(arg, k_max), f"per-seq:{arg}")
     if name == "ppo" and arg:
-        from specgym.agents.batch_policy import BatchPolicyController
-
         return BatchPolicyController.from_spec(arg)
     raise SpecgymError(f"bad batch controller {spec!r}; valid: static:K, table:[[start,end,K],...]|FILE, goodput, "
                        f"per-seq:SPEC, ppo:NAME|DIR")

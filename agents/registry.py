@@ -18,6 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from specgym.agents.artifact import load_policy
+from specgym.agents.planned_stop import make_planned
+from specgym.agents.policy_controller import PolicyController
+from specgym.agents.predicted_marginal import make_predicted
 from specgym.baselines.assc import ASSC
 from specgym.baselines.confidence import ConfidenceStop
 from specgym.baselines.cumulative import CumulativeStop
@@ -27,6 +31,7 @@ from specgym.baselines.hf_heuristic import HFHeuristic
 from specgym.baselines.marginal import MarginalStop
 from specgym.baselines.speclane import SpecLane
 from specgym.baselines.ucb import UCBBandit
+import specgym.catalogue as catalogue
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.errors import SpecgymError
@@ -210,10 +215,6 @@ def _ppo(arg: str | None, k_max: int) -> Controller:
     """``ppo:NAME`` (a shipped policy) or ``ppo:DIR`` (an exported policy folder), named as the user typed it."""
     if not arg:
         raise SpecgymError("ppo needs a shipped policy name or an exported policy folder, e.g. ppo:runs/NAME/policy")
-    from specgym.agents.artifact import load_policy
-    from specgym.agents.policy_controller import PolicyController
-    import specgym.catalogue as catalogue
-
     ctrl = PolicyController(load_policy(catalogue.resolve("policy", arg)), name=f"ppo:{arg}")
     ctrl.check_engine_k_max(k_max)
     return ctrl
@@ -221,15 +222,11 @@ def _ppo(arg: str | None, k_max: int) -> Controller:
 
 def _predicted(arg: str | None, k_max: int) -> Controller:
     """``predicted:NAME`` (a shipped acceptance predictor) or ``predicted:FILE`` (a predictor JSON)."""
-    from specgym.agents.predicted_marginal import make_predicted
-
     return make_predicted(arg, k_max)
 
 
 def _planned(arg: str | None, k_max: int) -> Controller:
     """``planned:NAME|FILE``: optimal stopping on a predictor's probabilities (it needs a continuation model)."""
-    from specgym.agents.planned_stop import make_planned
-
     return make_planned(arg, k_max)
 
 

@@ -11,9 +11,15 @@ tree, approximate in replay), ``tree-chain:SPEC`` (any chain controller as width
 
 from __future__ import annotations
 
+from specgym.agents.artifact import load_policy
+from specgym.agents.registry import make_controller
+from specgym.agents.tree_policy import TreePolicyController
 from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_eagle import EagleTree
+from specgym.baselines.tree_predicted import PredictedTree
 from specgym.baselines.tree_static import SequoiaTree, StaticTree
+import specgym.catalogue as catalogue
+from specgym.envs.core.acceptance_predictor import load_predictor
 from specgym.envs.core.cost import TREE_NODE_LIMIT
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.tree import TreeController, TreeShape
@@ -51,23 +57,13 @@ def make_tree_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> TreeControlle
             raise SpecgymError(f"bad tree spec {spec!r}: BUDGET must be in 1..{TREE_NODE_LIMIT}")
         return SequoiaTree(budget, k_max)
     if name == "tree-chain" and arg:
-        from specgym.agents.registry import make_controller
-
         return ChainAsTree(make_controller(spec.strip().partition(":")[2], k_max))
     if name == "tree-predicted":
-        import specgym.catalogue as catalogue
-        from specgym.baselines.tree_predicted import PredictedTree
-        from specgym.envs.core.acceptance_predictor import load_predictor
-
         if not arg:
             raise SpecgymError(f"bad tree spec {spec!r}: tree-predicted needs a predictor, e.g. tree-predicted:midpair")
         raw = spec.strip().partition(":")[2]
         return PredictedTree(load_predictor(catalogue.resolve("predictor", raw)), f"tree-predicted:{raw}", k_max)
     if name == "tree-ppo" and arg:
-        from specgym.agents.artifact import load_policy
-        import specgym.catalogue as catalogue
-        from specgym.agents.tree_policy import TreePolicyController
-
         raw = spec.strip().partition(":")[2]
         return TreePolicyController(load_policy(catalogue.resolve("policy", raw), expect_mode="tree"),
                                     f"tree-ppo:{raw}")

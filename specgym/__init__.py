@@ -20,6 +20,9 @@ if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(_o
 
 from gymnasium.envs.registration import register, registry  # noqa: E402
 
+from specgym.agents.registry import make_controller as _make_controller  # noqa: E402
+import specgym.catalogue as _catalogue  # noqa: E402
+from specgym.deps import require as _require  # noqa: E402
 from specgym.envs.core import (  # noqa: E402
     DEFAULT_K_MAX, Controller, CostProfile, DraftStep, Request, RequestContext, RoundOutcome, drive, load_profile,
 )
@@ -45,11 +48,8 @@ def load_pair(name: str = "midpair", device: str = "cpu") -> tuple[Any, Any, Any
 
     Needs the ``hf`` extra. ``name``: ``midpair`` (where speculation pays on a CPU) or ``tinypair``.
     """
-    from specgym.deps import require
-    import specgym.catalogue as catalogue
-
-    folder = catalogue.resolve("pair", name)
-    require("hf", "specgym.load_pair")
+    folder = _catalogue.resolve("pair", name)
+    _require("hf", "specgym.load_pair")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(folder / "target")
@@ -60,9 +60,7 @@ def load_pair(name: str = "midpair", device: str = "cpu") -> tuple[Any, Any, Any
 
 def make_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> Controller:
     """The controller a spec string names (``fixed:4``, ``assc``, ``ppo:NAME``...); see ``specgym eval --help``."""
-    from specgym.agents.registry import make_controller as _make
-
-    return _make(spec, k_max)
+    return _make_controller(spec, k_max)
 
 
 __all__ = [

@@ -13,6 +13,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from specgym.commands.args import Parser
 from specgym.version import __version__
 from specgym.errors import SpecgymError
 
@@ -33,8 +34,6 @@ SUBCOMMAND_MODULES = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (all subcommands)."""
-    from specgym.commands.args import Parser
-
     parser = Parser(
         prog="specgym",
         description="Learn, compare and deploy speculation-length controllers for speculative decoding.",

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from rich.console import Console
+
 
 def make_console(stderr: bool = False, quiet: bool = False) -> Any:
     """A ``rich.console.Console``; when the stream is not a terminal, lines and tables get 200 columns."""
-    from rich.console import Console
-
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else 200
     return Console(stderr=stderr, quiet=quiet, width=width, soft_wrap=width is not None)

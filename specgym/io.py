@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import errno
 import fnmatch
+import hashlib
 import json
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -143,8 +145,6 @@ def write_marker(folder: Path, owner: str, files: Iterable[str] | None = None) -
 
 def remove_owned(folder: Path, option: str = "--out") -> None:
     """Delete a folder specgym owns entirely (checked again here); anything foreign is refused, nothing deleted."""
-    import shutil
-
     foreign = foreign_entry(folder)
     if foreign is not None:
         raise SpecgymError(f"{option} {folder}: --force replaces only what specgym wrote, and {foreign} is not")
@@ -239,8 +239,6 @@ def atomic_dir(path: str | Path, overwrite: bool = False, owner: str = "specgym"
     (:func:`check_output`); it is swapped out only after the new contents are complete, so a failure leaves the old
     folder untouched. A new ``path`` is created exclusively: a run that loses a race for it refuses.
     """
-    import shutil
-
     path = Path(path)
     check_output(path, overwrite, "dir")
     existing = os.lstat(path) if _kind_of(path) is not None else None  # the folder --force may replace
@@ -300,8 +298,6 @@ def read_text(path: str | Path, what: str = "file") -> str:
 
 def sha256_file(path: str | Path) -> str:
     """Hex SHA-256 of a file's bytes (read in 1 MiB chunks)."""
-    import hashlib
-
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

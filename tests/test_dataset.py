@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 
 from specgym.cli import main
-from specgym.envs.workloads.dataset import (RECORD, chunks, merge_workloads, open_dataset, split_workload,
-                                            write_dataset)
+from specgym.envs.workloads.dataset import chunks, merge_workloads, split_workload, write_dataset
 from specgym.envs.workloads.synthetic import generate_workload
-from specgym.envs.workloads.trace_format import load_workload, save_workload
+from specgym.envs.workloads.trace_format import RECORD, load_workload, open_dataset, save_workload
 from specgym.errors import SpecgymError
 from specgym.eval.harness import EvalConfig, evaluate
 from specgym.eval.streaming import evaluate_streaming

@@ -133,7 +133,7 @@ def test_cli_workers_writes_a_sharded_folder(cluster, reference, tmp_path, capsy
                  "--max-prompts", "4", "--max-new-tokens", "5", "--profile", "cpu-tinypair", "--workers", "2",
                  "--shard-requests", "2", "--quiet", "--no-fast-kernels", "--out", str(out)]) == 0
     assert "on 2 workers" in capsys.readouterr().out
-    from specgym.envs.workloads.dataset import open_dataset
+    from specgym.envs.workloads.trace_format import open_dataset
 
     ds = open_dataset(out)
     assert ds.n_requests == 4 and all(np.isfinite(w.p_accept).all() for w in ds.iter_shards())

@@ -1,9 +1,11 @@
 """The package's structure: one-way dependencies between layers, no import cycles, no library code importing the CLI,
-and every module importable on its own in a fresh interpreter."""
+every module importable on its own in a fresh interpreter, imports at the module top unless a function-level import
+saves start-up time (a heavy module), and a start-up that loads no heavy module."""
 
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +43,29 @@ FORBIDDEN = [
     ("specgym.eval", "specgym.envs.gym", "the harness drives engines, not envs (mixed_schedule: batch engine)"),
     ("specgym.envs.gym", "specgym.envs.engines.recorder", "the prompts file is envs.workloads.prompts"),
 ]
+
+
+#: Third-party modules that cost start-up time (0.2-3.4 s each to import): the only reason to import inside a function.
+HEAVY = ("torch", "transformers", "tokenizers", "stable_baselines3", "matplotlib", "ray", "pyarrow", "scipy")
+#: What ``import specgym``, ``specgym --help`` and ``specgym eval`` on replay never load.
+NEVER_AT_START = ("torch", "transformers", "stable_baselines3", "matplotlib", "ray")
+#: Function-level imports of light modules that stay: ``(importer, imported module) -> why``. Aim: none.
+LAZY_ALLOWED: dict[tuple[str, str], str] = {
+    # being refactored (issue 19 item 4)
+    ("specgym.training.callbacks", "copy"): "being refactored (issue 19 item 4)",
+    ("specgym.training.callbacks", "specgym.io"): "being refactored (issue 19 item 4)",
+    ("specgym.training.callbacks", "specgym.training.snapshot"): "being refactored (issue 19 item 4)",
+    ("specgym.training.callbacks", "rich.progress"): "being refactored (issue 19 item 4)",
+    ("specgym.training.validation", "numpy"): "being refactored (issue 19 item 4)",
+    ("specgym.training.validation", "specgym.agents.tree_policy"): "being refactored (issue 19 item 4)",
+    ("specgym.training.validation", "specgym.agents.batch_policy"): "being refactored (issue 19 item 4)",
+    ("specgym.training.validation", "specgym.baselines.marginal"): "being refactored (issue 19 item 4)",
+    ("specgym.training.validation", "specgym.catalogue"): "being refactored (issue 19 item 4)",
+    ("specgym.training.validation", "specgym.envs.core.batch_cost"): "being refactored (issue 19 item 4)",
+    ("specgym.training.validation", "specgym.envs.workloads.domains"): "being refactored (issue 19 item 4)",
+    ("specgym.training.validation", "specgym.envs.workloads.trace_format"): "being refactored (issue 19 item 4)",
+    ("specgym.training.validation", "specgym.eval.batch_eval"): "being refactored (issue 19 item 4)",
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -88,6 +113,91 @@ def _imports(path: Path, module: str, top_level_only: bool) -> set[str]:
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("specgym"))
     return found
+
+
+def _runs_at_import(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements a module runs when it is imported: its top level, including ``if``/``try`` blocks and
+    class bodies, but not function bodies and not ``if TYPE_CHECKING:`` blocks (which never run)."""
+    out: list[ast.Import | ast.ImportFrom] = []
+
+    def walk(stmts: list[ast.stmt]) -> None:
+        for s in stmts:
+            if isinstance(s, (ast.Import, ast.ImportFrom)):
+                out.append(s)
+            elif isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            elif isinstance(s, ast.If) and ast.unparse(s.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                walk(s.orelse)
+            else:  # if/try/with/for/match blocks and class bodies run at import
+                for child in ast.iter_child_nodes(s):
+                    if isinstance(child, ast.stmt):
+                        walk([child])
+                    elif isinstance(child, (ast.ExceptHandler, ast.match_case)):
+                        walk(child.body)
+
+    walk(tree.body)
+    return out
+
+
+def _function_level(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements inside a function or method (at any depth), in line order."""
+    out: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.update(n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    return sorted(out, key=lambda n: (n.lineno, n.col_offset))  # type: ignore[attr-defined]
+
+
+def _targets(node: ast.Import | ast.ImportFrom, modules: dict[str, Path]) -> list[str]:
+    """The modules an import statement loads: ``import a.b`` -> ``a.b``; ``from a import b`` -> ``a``, and ``a.b``
+    too where that is a package module."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if node.level or not node.module:
+        return []
+    return [node.module] + [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules]
+
+
+def _heavy_modules(modules: dict[str, Path]) -> set[str]:
+    """Package modules that import a :data:`HEAVY` module when imported: directly at their top level, or through the
+    top-level imports of other package modules (their parent packages included, the front door excepted: it is
+    loaded by every import of a package module anyway)."""
+    deps: dict[str, set[str]] = {}
+    heavy = set()
+    for mod, path in modules.items():
+        deps[mod] = set()
+        for node in _runs_at_import(ast.parse(path.read_text())):
+            for target in _targets(node, modules):
+                if target.split(".")[0] in HEAVY:
+                    heavy.add(mod)
+                parts = target.split(".")
+                deps[mod].update(p for p in (".".join(parts[:i]) for i in range(2, len(parts) + 1))
+                                 if p in modules and p != mod)
+    changed = True
+    while changed:
+        changed = False
+        for mod in modules:
+            if mod not in heavy and deps[mod] & heavy:
+                heavy.add(mod)
+                changed = True
+    return heavy
+
+
+def _lazy_imports(modules: dict[str, Path]) -> list[tuple[str, int, str]]:
+    """``(module, line, imported module)`` for every function-level import that buys no start-up time: its target
+    is neither :data:`HEAVY` nor a heavy package module (:func:`_heavy_modules`)."""
+    heavy = _heavy_modules(modules)
+    out = []
+    for mod, path in modules.items():
+        for node in _function_level(ast.parse(path.read_text())):
+            targets = _targets(node, modules)
+            if isinstance(node, ast.ImportFrom):
+                if any(t.split(".")[0] in HEAVY or t in heavy for t in targets):
+                    continue
+                out.append((mod, node.lineno, targets[0] if targets else f"{'.' * node.level}{node.module or ''}"))
+            else:  # ``import a, b``: each name on its own
+                out += [(mod, node.lineno, t) for t in targets if t.split(".")[0] not in HEAVY and t not in heavy]
+    return out
 
 
 def test_every_module_belongs_to_a_layer():
@@ -176,6 +286,121 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
     out = subprocess.run([sys.executable, "-c", code, *mods], capture_output=True, text=True, cwd="/",
                          timeout=900).stdout.strip()
     assert not out, out
+
+
+def test_function_level_imports_only_for_heavy_modules():
+    """An import inside a function is allowed only when it buys start-up time: a :data:`HEAVY` module, or a package
+    module that imports one at its top level (directly or through other package modules); everything else is
+    imported at the module top. A lazy import that dodges a cycle means a function or constant is in the wrong
+    module: move it instead (the allow list is for what cannot move yet, with the reason)."""
+    found = _lazy_imports(_modules())
+    bad = [f"{mod}:{line} imports {target}" for mod, line, target in found if (mod, target) not in LAZY_ALLOWED]
+    assert not bad, "function-level imports of light modules (move them to the module top):\n" + "\n".join(bad)
+    stale = sorted(set(LAZY_ALLOWED) - {(mod, target) for mod, _, target in found})
+    assert not stale, f"LAZY_ALLOWED entries no module needs any more (remove them): {stale}"
+
+
+def test_the_lazy_import_check_catches_a_light_import(tmp_path):
+    """The check flags a function-level ``import json`` and a lazy import of a light package module; it accepts
+    ``import torch``, a heavy package module (directly or by transitivity) and ``TYPE_CHECKING`` blocks."""
+    files = {
+        "specgym.probe_heavy": "import torch\n",
+        "specgym.probe_via": "from specgym.probe_heavy import x\n",
+        "specgym.probe_typing": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n",
+        "specgym.probe": ("from typing import TYPE_CHECKING\n"
+                          "if TYPE_CHECKING:\n    import numpy\n"
+                          "def f():\n    import json\n"
+                          "def g():\n    import torch.nn as nn\n    from transformers import AutoTokenizer\n"
+                          "class C:\n    def m(self):\n        from specgym.probe_via import x\n"
+                          "def h():\n    from specgym.probe_typing import y\n"
+                          "    from specgym.io import read_text\n"
+                          "def outer():\n    def inner():\n        import os, scipy\n"),
+    }
+    modules = dict(_modules())
+    for mod, text in files.items():
+        path = tmp_path / f"{mod}.py"
+        path.write_text(text)
+        modules[mod] = path
+    heavy = _heavy_modules(modules)
+    assert {"specgym.probe_heavy", "specgym.probe_via"} <= heavy
+    assert "specgym.probe_typing" not in heavy and "specgym.probe" not in heavy
+    assert {"specgym.agents.hf_generate", "specgym.eval.plots", "specgym.training.callbacks"} <= heavy
+    assert "specgym.envs.workloads.trace_format" not in heavy  # pyarrow is imported inside its functions
+    found = [(line, target) for mod, line, target in _lazy_imports(modules) if mod == "specgym.probe"]
+    assert found == [(5, "json"), (13, "specgym.probe_typing"), (14, "specgym.io"), (17, "os")]
+
+
+_STARTUP_PROBE = """
+import contextlib, importlib, io, json, sys
+
+def heavy():
+    return sorted(m for m in sys.modules if m.split(".")[0] in {heavy!r})
+
+seen = {{}}
+import specgym
+seen["import specgym"] = heavy()
+import specgym.cli
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    rc = specgym.cli.main(["--help"])
+assert rc == 0 and "COMMAND" in out.getvalue(), (rc, out.getvalue())
+seen["specgym --help"] = heavy()
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+seen["every light command module"] = heavy()
+print(json.dumps(seen))
+"""
+
+
+def test_startup_loads_no_heavy_module(tmp_path):
+    """``import specgym``, ``specgym --help`` (every subcommand's parser) and importing every light command module
+    (``specgym/commands/``, those not heavy by their top-level imports) load no :data:`HEAVY` module."""
+    modules = _modules()
+    heavy = _heavy_modules(modules)
+    light_commands = sorted(m for m in modules if m.startswith("specgym.commands.") and m not in heavy)
+    assert "specgym.commands.eval" in light_commands and "specgym.commands.train" in light_commands
+    r = subprocess.run([sys.executable, "-c", _STARTUP_PROBE.format(heavy=set(HEAVY)), *light_commands],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout)
+    assert list(seen) == ["import specgym", "specgym --help", "every light command module"]
+    assert all(v == [] for v in seen.values()), seen
+
+
+_EVAL_PROBE = """
+import contextlib, io, json, sys
+from specgym.cli import main
+
+with contextlib.redirect_stdout(io.StringIO()):
+    rc = main(["eval", "--workload", "midpair-greedy", "--controllers",
+               "all,ppo:midpair-k,ppo:midpair-token,predicted:midpair,planned:midpair", "--max-requests", "5",
+               "--bootstrap", "0", "--no-plots", "--out", sys.argv[1]])
+print(json.dumps({{"rc": rc, "loaded": sorted(m for m in sys.modules if m.split(".")[0] in {heavy!r})}}))
+"""
+
+
+def _eval_on_replay(tmp_path: Path) -> list[str]:
+    """The :data:`HEAVY` modules ``specgym eval`` loads on replay (every baseline, shipped PPO and predictor
+    controllers, ``--no-plots``)."""
+    r = subprocess.run([sys.executable, "-c", _EVAL_PROBE.format(heavy=set(HEAVY)), str(tmp_path / "report")],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["rc"] == 0 and (tmp_path / "report" / "report.md").is_file()
+    return out["loaded"]
+
+
+def test_eval_on_replay_loads_no_model_library(tmp_path):
+    """``specgym eval`` on replay (PPO policies and predictors included) runs without torch, transformers,
+    stable-baselines3 or Ray (pyarrow reads the workload)."""
+    loaded = _eval_on_replay(tmp_path)
+    assert not [m for m in loaded if m.split(".")[0] in set(NEVER_AT_START) - {"matplotlib"}], loaded
+
+
+@pytest.mark.xfail(strict=True, reason="eval/report.py (being refactored, issue 19 item 4) imports eval.plots in "
+                                       "write_report before it checks plots=False")
+def test_eval_without_plots_loads_no_matplotlib(tmp_path):
+    """``specgym eval --no-plots`` needs no matplotlib."""
+    assert not [m for m in _eval_on_replay(tmp_path) if m.split(".")[0] == "matplotlib"]
 
 
 def test_ppo_spec_resolves_in_a_fresh_interpreter(tmp_path):

@@ -30,11 +30,14 @@ from typing import Any
 
 import numpy as np
 
+from specgym.agents.registry import make_controller
 from specgym.envs.core.controller import Controller
 from specgym.agents.token_protocol import TokenProtocol
 from specgym.envs.core.features import FeatureTracker
 from specgym.envs.core.request import drive
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
+from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.workloads.domains import DomainDistribution
 from specgym.errors import SpecgymError
 from specgym.training.sb3_actor import actor_logits, actor_parameters
 
@@ -99,10 +102,6 @@ def demonstrations(spec: str, workload: Any, mode: str, k_min: int, k_max: int, 
     domain_episodes`` episodes are drawn from it as the training env draws them (a workload, a profile, a request
     of its ``split``), so the clone sees the same mix of domains PPO will.
     """
-    from specgym.agents.registry import make_controller
-    from specgym.envs.engines.trace_engine import TraceEngine
-    from specgym.envs.workloads.domains import DomainDistribution
-
     inner = make_controller(spec, k_max)
     if mode == "token" and not inner.token_level:
         raise SpecgymError(f"bc_init: {spec!r} is not a token-level controller (token mode needs one)")

@@ -17,6 +17,9 @@ from typing import Any
 
 import yaml
 
+from specgym.agents.registry import make_controller
+import specgym.catalogue as catalogue
+from specgym.envs.core.cost import load_profile
 from specgym.envs.core.rounds import K_MAX_LIMIT
 from specgym.errors import SpecgymError
 from specgym.paths import TRAINING_CONFIGS_DIR
@@ -145,18 +148,12 @@ class PPOConfig:
         if self.max_batch < 1 or self.batch_requests < 1:
             raise bad("max_batch", "and batch_requests must be >= 1")
         if self.profile is not None:
-            from specgym.envs.core.cost import load_profile
-
             load_profile(self.profile)  # a bad name fails here, before any work
         if self.domains not in (None, "generalist"):
             raise bad("domains", "must be null or 'generalist'")
         if self.predictor is not None:
-            import specgym.catalogue as catalogue
-
             catalogue.resolve("predictor", self.predictor)  # a bad name fails here, before any work
         if self.bc_init is not None:
-            from specgym.agents.registry import make_controller
-
             make_controller(self.bc_init, self.k_max)  # a bad spec fails here, before any work
 
     def to_dict(self) -> dict[str, Any]:

@@ -8,8 +8,17 @@ from typing import Any
 
 import gymnasium as gym
 
+import specgym.catalogue as catalogue
+from specgym.envs.core.acceptance_predictor import load_predictor
+from specgym.envs.gym.batch_env import SpecDecodeBatchEnv
+from specgym.envs.gym.spec_env import SpecDecodeEnv, SpecDecodeTokenEnv
+from specgym.envs.gym.tree_env import SpecDecodeTreeEnv
+from specgym.envs.gym.wrappers import SB3ActionWrapper
+from specgym.envs.workloads.domains import DomainDistribution
+from specgym.errors import SpecgymError
 from specgym.training.config import RunConfig
 from specgym.training.rewards import TokenShaping, TokenValueReward
+from specgym.training.run_folder import load_vecnormalize
 
 
 def run_predictor(run: RunConfig) -> Any:
@@ -17,10 +26,6 @@ def run_predictor(run: RunConfig) -> Any:
     very one the run started with (its checksum is in the run config), else a one-line error."""
     if run.ppo.predictor is None:
         return None
-    import specgym.catalogue as catalogue
-    from specgym.envs.core.acceptance_predictor import load_predictor
-    from specgym.errors import SpecgymError
-
     path = catalogue.resolve("predictor", run.ppo.predictor)
     pred = load_predictor(path)
     sha = pred.to_dict()["sha256"]
@@ -35,8 +40,6 @@ def env_config(run: RunConfig, workload: Any, split: str) -> dict[str, Any]:
 
     ``workload`` is a :class:`Workload` or, for domain-randomised runs, a :class:`DomainDistribution`.
     """
-    from specgym.envs.workloads.domains import DomainDistribution
-
     cfg: dict[str, Any] = {"split": split, "k_max": run.ppo.k_max, "k_min": run.ppo.k_min,
                            "outcome_seed": run.ppo.outcome_seed, "profile": run.ppo.profile}
     if run.ppo.predictor is not None:
@@ -48,18 +51,11 @@ def env_config(run: RunConfig, workload: Any, split: str) -> dict[str, Any]:
 
 def make_env_fn(run: RunConfig, workload: Any, split: str = "train") -> Callable[[], gym.Env]:
     """A zero-argument env factory: the mode's env (+ ``SB3ActionWrapper`` in K mode) + the reward wrappers."""
-    from specgym.envs.gym.spec_env import SpecDecodeEnv, SpecDecodeTokenEnv
-    from specgym.envs.gym.wrappers import SB3ActionWrapper
-
     if run.mode == "batch":
-        from specgym.envs.gym.batch_env import SpecDecodeBatchEnv
-
         bcfg = {"workload": workload, "batch_profile": run.ppo.batch_profile, "split": split,
                 "requests": run.ppo.batch_requests, "max_batch": run.ppo.max_batch, "k_max": run.ppo.k_max}
         return lambda: SpecDecodeBatchEnv(bcfg)
     if run.mode == "tree":  # specgym/SpecDecodeTree-v0: its default shape menu (the exported action mapping)
-        from specgym.envs.gym.tree_env import SpecDecodeTreeEnv
-
         tcfg = env_config(run, workload, split)
         tv = float(run.token_value_resolved)
         return lambda: TokenValueReward(SpecDecodeTreeEnv(tcfg), tv)
@@ -84,8 +80,6 @@ def make_training_env(run: RunConfig, workload: Any, seed: int, stats: Path | No
     """``make_vec_env`` (DummyVecEnv, Monitor) wrapped in ``VecNormalize`` (loaded from ``stats`` on resume)."""
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
-
-    from specgym.training.run_folder import load_vecnormalize
 
     venv = make_vec_env(make_env_fn(run, workload), n_envs=run.ppo.n_envs, seed=seed)
     if stats is not None:

@@ -16,9 +16,11 @@ from typing import Any
 import numpy as np
 
 from specgym.agents.artifact import PolicyArtifact, mode_feature_names, mode_feature_version, write_artifact
+from specgym.envs.gym.tree_env import DEFAULT_SHAPES
 from specgym.errors import SpecgymError
+from specgym.io import check_output
 from specgym.training.config import RunConfig
-from specgym.training.env_factory import run_predictor
+from specgym.training.env_factory import SpacesOnlyEnv, run_predictor
 from specgym.training.run_folder import RunFiles, load_vecnormalize, read_summary
 from specgym.training.sb3_actor import actor_layers
 
@@ -49,8 +51,6 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
         clip_obs, eps = float(vecnorm.clip_obs), float(vecnorm.epsilon)
     shapes: list[list[int]] = []
     if mode == "tree":  # the tree env's default menu (what `specgym train --mode tree` trains on)
-        from specgym.envs.gym.tree_env import DEFAULT_SHAPES
-
         shapes = [list(s) for s in DEFAULT_SHAPES]
     art = PolicyArtifact(mode=mode, k_min=k_min, k_max=k_max, weights=weights, biases=biases, activation=activation,
                          obs_mean=mean, obs_var=var, clip_obs=clip_obs, epsilon=eps,
@@ -93,8 +93,6 @@ def load_run_model(run: RunFiles, which: str = "best") -> tuple[Any, Any, str, R
     vecnorm = None
     if stats_path.is_file() or cfg.ppo.normalize.norm_obs:
         # statistics only: VecNormalize.load needs a venv with the right spaces, which the model carries
-        from specgym.training.env_factory import SpacesOnlyEnv
-
         vecnorm = load_vecnormalize(stats_path, DummyVecEnv([lambda: SpacesOnlyEnv(model)]))
     return model, vecnorm, picked, cfg
 
@@ -110,8 +108,6 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = 
             ran) or ``final`` (the last saved model).
         overwrite: Replace an existing artifact folder.
     """
-    from specgym.io import check_output
-
     run = RunFiles(Path(run_dir))
     out = check_output(out or run.root / "policy", overwrite)  # before the model loads
     model, vecnorm, picked, cfg = load_run_model(run, which)

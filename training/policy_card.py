@@ -19,7 +19,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from specgym.envs.workloads.domains import generalist_domains
 from specgym.errors import SpecgymError
+from specgym.io import atomic_dir, atomic_write_text, check_output
 
 
 def _seed_rows(runs: list[dict[str, Any]], shipped: str, second: str) -> list[str]:
@@ -36,8 +40,6 @@ def _seed_rows(runs: list[dict[str, Any]], shipped: str, second: str) -> list[st
 
 def _run_record(run: Path) -> dict[str, Any]:
     """Config, state and summary of a run folder."""
-    import yaml
-
     if not (run / "state.json").is_file():
         raise SpecgymError(f"{run}: not a training run (no state.json)")
     state = json.loads((run / "state.json").read_text())
@@ -205,8 +207,6 @@ def best_run(runs: list[Path]) -> Path:
 
 def ship_policy(run: Path, policy_dir: Path, force: bool = False) -> None:
     """Copy ``run/policy`` (an exported artifact) to ``policy_dir``."""
-    from specgym.io import atomic_dir, check_output
-
     src = run / "policy"
     if not (src / "policy.json").is_file():
         raise SpecgymError(f"{src}: no exported policy (run specgym export {run} first)")
@@ -219,14 +219,10 @@ def ship_policy(run: Path, policy_dir: Path, force: bool = False) -> None:
 def write_policy_card(policy_dir: Path, runs: list[Path], shipped: Path, suite: Path | None = None,
                       suite_specs: list[str] | None = None, reproduce: str = "make policies") -> Path:
     """Write ``policy_dir/README.md`` from the run folders (and a suite report); returns its path."""
-    from specgym.io import atomic_write_text
-
     meta = json.loads((policy_dir / "policy.json").read_text())
     records = [_run_record(r) for r in runs]
     dist = None
     if records[0]["config"].get("domains"):
-        from specgym.envs.workloads.domains import generalist_domains
-
         dist = generalist_domains().describe()
     rep = json.loads(suite.read_text()) if suite else None
     text = card_markdown(policy_dir.name, meta, records, shipped.name, rep, suite_specs, dist, reproduce)

@@ -26,18 +26,26 @@ Choices (documented here because they shape results):
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import specgym.catalogue as catalogue
 from specgym.console import make_console
+from specgym.envs.workloads.domains import TRAIN_RECORDED, generalist_domains
+from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text, check_output, make_owned_dir, remove_owned, sha256_file
+from specgym.paths import WORKLOADS_DIR
+from specgym.training.bc_init import clone_into, demonstrations
 from specgym.training.config import PPOConfig, RunConfig, resolve_config
 from specgym.training.env_factory import make_training_env, run_predictor
 from specgym.training.rewards import auto_token_value
 from specgym.training.run_folder import RUN_FILES, RunFiles, read_state, save_checkpoint, write_json
+from specgym.training.snapshot import load_snapshot
+from specgym.training.summary import summarize
 from specgym.training.validation import make_validator
 
 
@@ -86,10 +94,6 @@ class TrainRequest:
 
 def workload_identity(name_or_path: str) -> tuple[Any, dict[str, Any]]:
     """The loaded workload and what identifies it in a run config (a shipped workload is stored by name)."""
-    from specgym.envs.workloads.trace_format import cached_workload
-    import specgym.catalogue as catalogue
-    from specgym.paths import WORKLOADS_DIR
-
     path = catalogue.resolve("workload", name_or_path)
     wl = cached_workload(path)
     shipped = path.resolve().parent == WORKLOADS_DIR.resolve()
@@ -99,11 +103,6 @@ def workload_identity(name_or_path: str) -> tuple[Any, dict[str, Any]]:
 
 def domain_identity() -> tuple[Any, dict[str, Any]]:
     """The generalist training distribution and what identifies it (its recorded workloads' hashes)."""
-    import hashlib
-
-    from specgym.envs.workloads.domains import TRAIN_RECORDED, generalist_domains
-    import specgym.catalogue as catalogue
-
     h = hashlib.sha256()
     for name in TRAIN_RECORDED:
         if name in catalogue.names("workload"):
@@ -183,8 +182,6 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
     seed = int(cfg.seed)
     resumed_at: int | None = None
     if req.resume and run.resume.is_file():
-        from specgym.training.snapshot import load_snapshot
-
         venv = make_training_env(cfg, wl, seed)
         model, snap = load_snapshot(run.resume, venv, wl, run.tb)
         resumed_at = int(model.num_timesteps)
@@ -201,8 +198,6 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
         venv = make_training_env(cfg, wl, seed)
         model = build_model(ppo, venv, seed, run.tb)
         if ppo.bc_init:
-            from specgym.training.bc_init import clone_into, demonstrations
-
             t_bc = time.perf_counter()
             obs, labels = demonstrations(ppo.bc_init, wl, cfg.mode, ppo.k_min, ppo.k_max, passes=ppo.bc_passes,
                                          seed=seed, predictor=run_predictor(cfg))
@@ -256,6 +251,4 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
     model.logger.dump(done)
     state["status"] = "complete"
     write_json(run.state, state)
-    from specgym.training.summary import summarize
-
     return summarize(run, cfg, validator, key, state, console)

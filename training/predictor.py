@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from specgym.agents.predicted_marginal import PredictedMarginal
 from specgym.envs.core.acceptance_predictor import (
     MODEL_KINDS,
     AcceptancePredictor,
@@ -28,8 +29,11 @@ from specgym.envs.core.acceptance_predictor import (
     design_matrix,
 )
 from specgym.envs.core.stopping_plan import ContinuationModel, fit_continuation
+from specgym.envs.engines.recorder import is_looped
+from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.workloads.trace_format import Workload
 from specgym.errors import SpecgymError
+from specgym.eval.runner import run_controller
 
 
 @dataclass
@@ -75,8 +79,6 @@ def request_loops(wl: Workload, r: int) -> bool:
     """True when request ``r``'s completion ends in a repetition loop — the recorder's definition
     (:func:`~specgym.envs.engines.recorder.is_looped`: the last 64 tokens periodic with period <= 32) on the recorded
     token ids; without token ids, when the lookup agrees with the draft at more than half of its positions."""
-    from specgym.envs.engines.recorder import is_looped
-
     sl = slice(int(wl.offsets[r]), int(wl.offsets[r + 1]))
     if wl.token_id is not None:
         return is_looped(wl.token_id[sl].tolist())
@@ -228,10 +230,6 @@ def tune_threshold(wl: Workload, pred: AcceptancePredictor, split: str = "val",
                    grid: tuple[float, ...] = THRESHOLDS, seed: int = 0) -> tuple[float, dict[float, float]]:
     """The decision threshold of the ``predicted:`` controller that decodes ``split`` fastest in replay (the
     workload's own profile, common random numbers); returns it and the tokens/s of every grid point."""
-    from specgym.agents.predicted_marginal import PredictedMarginal
-    from specgym.envs.engines.trace_engine import TraceEngine
-    from specgym.eval.runner import run_controller
-
     engine = TraceEngine(wl, wl.profile, seed=seed)
     requests = wl.split_indices(split)
     tokens = float(wl.lengths[requests].sum())

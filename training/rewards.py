@@ -18,7 +18,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from specgym.envs.core.economics import RoundCosts
 from specgym.envs.core.features import feature_names
+from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
 
 
 class TokenValueReward(gym.Wrapper):
@@ -106,8 +108,6 @@ _MEAN_ACCEPT: dict[int, float] = {}
 def episode_token_value(workload: Any, profile: Any, k_max: int) -> float:
     """``1 / speedup`` of the model-optimal fixed K for a workload's mean acceptance under ``profile``: the time a
     token costs at a good rate, computed in microseconds (domain randomisation re-prices every episode)."""
-    from specgym.envs.core.economics import RoundCosts
-
     alpha = _MEAN_ACCEPT.get(id(workload))
     if alpha is None:
         alpha = _MEAN_ACCEPT[id(workload)] = float(np.mean(workload.p_accept))
@@ -117,8 +117,6 @@ def episode_token_value(workload: Any, profile: Any, k_max: int) -> float:
 
 def auto_token_value(workload: Any, k_max: int, split: str = "train") -> tuple[float, int]:
     """``1 / speedup`` of the best fixed K on ``split`` (and that K): the time a token costs at a good rate."""
-    from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
-
     engine = TraceEngine(workload, k_max=k_max, seed=0)
     req = workload.split_indices(split)
     best_k, best_t = 1, math.inf

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.workloads.domains import DomainDistribution
 from specgym.errors import SpecgymError
 from specgym.io import atomic_path
 
@@ -38,8 +40,6 @@ def shared_objects(workload: Any) -> list[Any]:
 
     The same list is rebuilt from the run's config on resume, so index ``i`` names the same object both times.
     """
-    from specgym.envs.workloads.domains import DomainDistribution
-
     if isinstance(workload, DomainDistribution):
         return [workload, *workload.workloads]
     return [workload]
@@ -54,8 +54,6 @@ class _Pickler(pickle.Pickler):
         return self._ids.get(id(obj))
 
     def reducer_override(self, obj: Any) -> Any:
-        from specgym.envs.engines.trace_engine import TraceEngine
-
         if type(obj) is TraceEngine:  # rebuilt from its arguments: its outcome caches are a function of them
             return TraceEngine, (obj.workload, obj.profile, obj.k_max, obj.seed)
         return NotImplemented

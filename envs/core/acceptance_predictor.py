@@ -43,6 +43,7 @@ import numpy as np
 from specgym.envs.core.rounds import DraftStep
 from specgym.envs.core.stopping_plan import ContinuationModel
 from specgym.errors import SpecgymError
+from specgym.io import atomic_write_text
 
 PREDICTOR_VERSION = 1
 SIGNAL_GROUPS = ("conf", "shape", "position", "lookup", "hidden")
@@ -316,8 +317,6 @@ def _digest(body: dict[str, Any]) -> str:
 
 def save_predictor(pred: AcceptancePredictor, path: str | Path, overwrite: bool = False) -> Path:
     """Write ``pred`` as JSON atomically."""
-    from specgym.io import atomic_write_text
-
     return atomic_write_text(Path(path), json.dumps(pred.to_dict(), indent=1) + "\n", overwrite=overwrite)
 
 

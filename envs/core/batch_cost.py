@@ -26,7 +26,7 @@ import numpy as np
 import specgym.catalogue as catalogue
 from specgym.envs.core.cost import CostProfile
 from specgym.errors import SpecgymError
-from specgym.io import read_text
+from specgym.io import atomic_write_text, read_text
 
 BATCH_SOURCES = ("measured", "roofline", "published", "synthetic")
 
@@ -180,8 +180,6 @@ def load_batch_profile(name_or_path: str | Path) -> BatchCostProfile:
 
 def save_batch_profile(profile: BatchCostProfile, path: str | Path, overwrite: bool = False) -> Path:
     """Write a batched profile as JSON atomically."""
-    from specgym.io import atomic_write_text
-
     return atomic_write_text(Path(path), json.dumps(profile.to_dict(), indent=1) + "\n", overwrite=overwrite)
 
 

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from specgym.errors import SpecgymError
-from specgym.io import read_text
+from specgym.io import atomic_write_text, read_text
 import specgym.catalogue as catalogue
 
 PROFILE_SOURCES = ("measured", "published", "synthetic")
@@ -215,6 +215,4 @@ def load_profile(name_or_path: str | Path) -> CostProfile:
 
 def save_profile(profile: CostProfile, path: str | Path, overwrite: bool = False) -> Path:
     """Write a profile as JSON atomically."""
-    from specgym.io import atomic_write_text
-
     return atomic_write_text(Path(path), json.dumps(profile.to_dict(), indent=2) + "\n", overwrite=overwrite)

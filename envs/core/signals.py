@@ -20,9 +20,13 @@ per round costs one small object.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from dataclasses import dataclass
 
 import numpy as np
+
+from specgym.errors import SpecgymError
 
 #: Draft probabilities kept per position.
 TOPK = 8
@@ -109,8 +113,6 @@ def sketch_projection(hidden_size: int, dim: int, seed: int = 0) -> np.ndarray:
 
 def projection_to_meta(projection: np.ndarray, seed: int) -> dict:
     """JSON metadata of a sketch projection: its shape, seed and exact float32 values (base64, little endian)."""
-    import base64
-
     p = np.ascontiguousarray(projection, dtype="<f4")
     return {"hidden_size": int(p.shape[0]), "dim": int(p.shape[1]), "seed": int(seed),
             "projection_f32_b64": base64.b64encode(p.tobytes()).decode("ascii")}
@@ -118,11 +120,6 @@ def projection_to_meta(projection: np.ndarray, seed: int) -> dict:
 
 def projection_from_meta(meta: dict, where: str) -> np.ndarray:
     """The projection stored by :func:`projection_to_meta`; a defect raises one line naming ``where``."""
-    import base64
-    import binascii
-
-    from specgym.errors import SpecgymError
-
     try:
         h, d = int(meta["hidden_size"]), int(meta["dim"])
         raw = base64.b64decode(meta["projection_f32_b64"], validate=True)

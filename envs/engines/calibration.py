@@ -20,6 +20,7 @@ request's time is a sum of rounds, so the mean is what predicts it; the trim dro
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import time
 from typing import Any
 from collections.abc import Sequence
 
@@ -134,8 +135,6 @@ def calibrate(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: Seq
               repeats: int = 1, name: str = "fitted", hardware: dict[str, Any] | None = None,
               temperature: float = 0.0) -> CalibrationFit:
     """Measure rounds on ``prompts`` at ``temperature`` (see :func:`measure_rounds`) and fit a profile to them."""
-    import time
-
     if not prompts:
         raise SpecgymError("calibration needs at least one prompt")
     t0 = time.perf_counter()

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from specgym.envs.core.cost import CostProfile
+from specgym.envs.engines.live_engine import load_pair
 from specgym.envs.workloads.prompts import PromptSpec
 from specgym.envs.engines.recorder import (
     assemble_recording, parse_length, record_workload, save_recording,
@@ -95,8 +96,6 @@ class ShardRecorder:
 
     def __init__(self, load_kwargs: dict[str, Any], threads: int = 1):
         import torch
-
-        from specgym.envs.engines.live_engine import load_pair
 
         if not str(load_kwargs.get("device") or "").startswith("cuda"):
             torch.set_num_threads(int(threads))

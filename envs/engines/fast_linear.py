@@ -31,6 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specgym.envs.engines.lean_forward import lean_runner
+
 KERNELS = ("gemm", "gemm_t", "packed")
 #: Row counts measured at load: one token (plain decoding, drafting) and verification widths up to 17 tokens. A call
 #: with ``r`` rows uses the plan of the largest measured row count ``<= r``.
@@ -276,8 +278,6 @@ def select_kernels(model: Any, forward: Callable[[list[int], Any], Any], new_cac
 def engine_forward(model: Any) -> tuple[Callable[[list[int], Any], Any], Callable[[], Any]]:
     """``(forward, new_cache)`` of the path the live engine runs for ``model`` (the lean forward for GPT-2)."""
     import torch
-
-    from specgym.envs.engines.lean_forward import lean_runner
 
     runner = lean_runner(model)
     if runner is not None:

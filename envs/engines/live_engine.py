@@ -62,6 +62,8 @@ from specgym.envs.core.request import KeepDrafting, Request, drive
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome, check_k_max
 from specgym.envs.core.signals import TOPK, DraftSignals, SignalColumns
 from specgym.envs.engines.draft_stats import draft_stats, top_probs
+from specgym.envs.engines.fast_linear import engine_forward, pack_linears, select_kernels
+from specgym.envs.engines.lean_forward import lean_runner
 from specgym.errors import SpecgymError
 
 
@@ -248,8 +250,6 @@ def load_pair(draft: str, target: str, device: str = "cpu", dtype: str = "float3
     packed = 0
     kernels: dict[str, Any] = {}
     if fast_kernels:
-        from specgym.envs.engines.fast_linear import engine_forward, pack_linears, select_kernels
-
         for role, model in (("draft", d), ("target", t)):
             n = pack_linears(model)
             packed += n
@@ -326,8 +326,6 @@ class LiveEngine:
                  profile: CostProfile | None = None, eos_token_id: int | None = None, lean: bool = True,
                  signals: bool = True, sketch: np.ndarray | None = None):
         import torch
-
-        from specgym.envs.engines.lean_forward import lean_runner
 
         self.k_max = check_k_max(k_max)
         self.draft = draft

@@ -22,6 +22,7 @@ with ``source="measured"`` and a hardware description (which records the clock).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import statistics
@@ -29,9 +30,11 @@ import time
 from typing import Any
 
 from specgym.envs.core.batch_cost import BatchCostProfile
-from specgym.envs.core.cost import CostProfile
+from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile
+from specgym.envs.core.tree import TreeShape
 from specgym.envs.engines.draft_stats import draft_stats
 from specgym.envs.engines.live_engine import LiveEngine, LivePair
+from specgym.envs.engines.live_tree import ancestor_matrix, tree_mask, tree_parents
 from specgym.errors import SpecgymError
 from specgym.paths import portable_name
 
@@ -95,9 +98,6 @@ def tree_verify_call(engine: LiveEngine, cache: Any, n: int, gen: Any) -> Any:
     cache cropped back. Without the lean forward: a causal ``n``-token forward."""
     import torch
 
-    from specgym.envs.core.tree import TreeShape
-    from specgym.envs.engines.live_tree import ancestor_matrix, tree_mask, tree_parents
-
     runner = engine._lean.get(id(engine.target))
     x = torch.randint(2, engine.vocab, (n,), generator=gen).tolist()
     counts = [min(2, max(0, n - 1 - 2 * v)) for v in range(n)]
@@ -120,8 +120,6 @@ def tree_verify_call(engine: LiveEngine, cache: Any, n: int, gen: Any) -> Any:
 def extend_tree_verify(profile: CostProfile, measured: CostProfile) -> CostProfile:
     """``profile`` with ``verify_ms`` continued to ``measured``'s length by ``measured``'s increments beyond
     ``profile``'s last entry: a profile fitted to chain rounds gains the micro-benchmarked tree verify costs."""
-    import dataclasses
-
     m = len(profile.verify_ms)
     if len(measured.verify_ms) <= m:
         return profile
@@ -140,8 +138,6 @@ def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats:
     ``tree_nodes > k_max`` also measures tree verification up to that many draft nodes (``verify_ms`` then has
     ``tree_nodes + 1`` entries)."""
     import torch
-
-    from specgym.envs.core.cost import TREE_NODE_LIMIT
 
     if clock not in ("wall", "cpu"):
         raise SpecgymError(f"clock must be 'wall' or 'cpu', got {clock!r}")

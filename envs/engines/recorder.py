@@ -44,6 +44,7 @@ from specgym.envs.core.lookup import LOOKUP_MAX_N, lookup_columns
 from specgym.envs.core.signals import TOPK, projection_to_meta, sketch_projection
 from specgym.envs.engines.draft_stats import draft_stats, token_rank, top_probs
 from specgym.envs.engines.live_engine import LiveEngine, LivePair
+from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS, chunks, write_dataset
 from specgym.envs.workloads.prompts import PromptSpec
 from specgym.envs.workloads.trace_format import Workload, save_workload, workload_from_requests
 from specgym.errors import SpecgymError
@@ -391,6 +392,4 @@ def save_recording(wl: Workload, out: Path, overwrite: bool, shard_requests: int
     if out.suffix == ".parquet":
         save_workload(wl, out, overwrite=overwrite)
         return
-    from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS, chunks, write_dataset
-
     write_dataset(chunks(wl, shard_requests or DEFAULT_SHARD_REQUESTS), out, overwrite=overwrite)

@@ -21,8 +21,10 @@ from gymnasium import spaces
 
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.features import FeatureTracker, feature_bounds
+from specgym.envs.engines.live_engine import LiveEngine, load_pair
 from specgym.envs.gym.shell import EnvShell
 from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.workloads.prompts import read_prompts
 from specgym.errors import SpecgymError
 from specgym.paths import MODELS_DIR, PROFILES_DIR, default_pair_name, pair_profile
 
@@ -67,8 +69,6 @@ class SpecDecodeLiveEnv(EnvShell):
     def __init__(self, config: dict[str, Any] | None = None, render_mode: str | None = None, **overrides: Any):
         self._merge_config(config, overrides, render_mode)
         cfg = self.config
-        from specgym.envs.engines.live_engine import LiveEngine, load_pair
-
         prof = cfg["profile"]
         self.profile = prof if isinstance(prof, CostProfile) else load_profile(prof)
         timing = cfg["timing"]
@@ -87,8 +87,6 @@ class SpecDecodeLiveEnv(EnvShell):
         self.action_space = spaces.Discrete(self.k_max - self.k_min + 1, start=self.k_min)
         prompts = cfg["prompts"]
         if isinstance(prompts, str):
-            from specgym.envs.workloads.prompts import read_prompts
-
             prompts = [p.text for p in read_prompts(prompts)]
         if not prompts:
             raise SpecgymError("live env: no prompts")

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+import specgym.catalogue as catalogue
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.features import FeatureTracker, TokenDecisionState, feature_bounds, feature_table
@@ -26,7 +27,7 @@ from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RoundOutcome, che
 from specgym.envs.engines.trace_engine import ReplayRequest, TraceEngine
 from specgym.envs.gym.config import check_reset_options, int_key, source_key, update_config
 from specgym.envs.gym.shell import EnvShell
-from specgym.envs.workloads.domains import DomainDistribution
+from specgym.envs.workloads.domains import DomainDistribution, generalist_domains
 from specgym.envs.workloads.trace_format import SPLITS, Workload, cached_workload
 from specgym.errors import SpecgymError
 from specgym.paths import default_workload_name
@@ -89,8 +90,6 @@ class _ReplayEnvBase(EnvShell):
         if cfg["split"] not in (*SPLITS, "all"):
             raise SpecgymError(f"env config split: expected one of {[*SPLITS, 'all']}, got {cfg['split']!r}")
         if cfg["domains"] == "generalist":  # the shipped training distribution, by name
-            from specgym.envs.workloads.domains import generalist_domains
-
             cfg["domains"] = generalist_domains()
         source_key(cfg, "workload", (Workload,))
         source_key(cfg, "profile", (CostProfile,), allow_none=True)
@@ -115,8 +114,6 @@ class _ReplayEnvBase(EnvShell):
         if spec is None or isinstance(spec, AcceptancePredictor):
             pred = spec
         elif isinstance(spec, str):
-            import specgym.catalogue as catalogue
-
             pred = load_predictor(catalogue.resolve("predictor", spec))
         else:
             raise SpecgymError(f"env config predictor: expected None, a predictor name or path, or an "

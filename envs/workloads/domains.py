@@ -22,11 +22,12 @@ from typing import Any
 
 import numpy as np
 
+import specgym.catalogue as catalogue
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.workloads.synthetic import (
     CategorySpec, RegimeSpec, SyntheticSpec, generate_workload,
 )
-from specgym.envs.workloads.trace_format import Workload
+from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.errors import SpecgymError
 
 
@@ -149,9 +150,6 @@ def generalist_domains(seed: int = 1000, recorded_weight: float = 6.0) -> Domain
     Recorded workloads listed in :data:`TRAIN_RECORDED` that are not shipped (yet) are skipped. Each recorded
     workload is drawn ``recorded_weight`` times as often as one synthetic pool workload.
     """
-    from specgym.envs.workloads.trace_format import cached_workload
-    import specgym.catalogue as catalogue
-
     pool = synthetic_pool(seed=seed)
     shipped = set(catalogue.names("workload"))
     recorded = [cached_workload(n) for n in TRAIN_RECORDED if n in shipped]
@@ -175,8 +173,6 @@ def suite_cells() -> list[Cell]:
     """The generalisation suite: held-out recorded workloads (all requests), the recorded train workloads' test
     splits, and synthetic presets regenerated with an unseen seed (all requests), each priced with every profile of
     :data:`SUITE_PROFILES` (shipped ones only)."""
-    import specgym.catalogue as catalogue
-
     shipped = set(catalogue.names("workload"))
     profiles = [p for p in SUITE_PROFILES if p in set(catalogue.names("profile"))]
     workloads = [(n, "all") for n in HELD_OUT_RECORDED if n in shipped]
@@ -187,8 +183,6 @@ def suite_cells() -> list[Cell]:
 
 def cell_workload(name: str, requests: int = 600) -> Workload:
     """The workload of a suite cell: a shipped name, or ``PRESET@SEED`` (a synthetic preset generated afresh)."""
-    from specgym.envs.workloads.trace_format import cached_workload
-
     if "@" in name:
         preset, seed = name.split("@")
         return generate_workload(preset, requests, seed=int(seed), name=name)

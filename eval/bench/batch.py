@@ -7,8 +7,15 @@ import time
 from typing import Any
 
 import numpy as np
+from rich.table import Table
 
+import specgym.catalogue as catalogue
+from specgym.envs.core.batch_cost import Roofline, load_batch_profile
+from specgym.envs.engines.batch_engine import BatchReplay
+from specgym.envs.workloads.synthetic import generate_workload
 from specgym.eval.bench.common import print_table, versus
+from specgym.eval.tune import tune_vllm
+from specgym.paths import default_pair_name
 
 TARGET_SEQ_STEPS = 1_000_000
 TARGET_TUNE_S = 30.0
@@ -19,13 +26,6 @@ CPU_ROOFLINE = {"bytes_per_param": 4.0, "bandwidth_gb_s": 20.0, "peak_tflops": 0
 
 def batch_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     """Sequence-steps per second of the batched replay, the tuner's time, measured-vs-roofline (if measured)."""
-    from specgym.envs.core.batch_cost import load_batch_profile
-    from specgym.envs.engines.batch_engine import BatchReplay
-    from specgym.envs.workloads.synthetic import generate_workload
-    from specgym.eval.tune import tune_vllm
-    import specgym.catalogue as catalogue
-    from specgym.paths import default_pair_name
-
     prof = load_batch_profile("batch-a100-7b-roofline")
     wl = generate_workload("speclane-mix", 1000, seed=0)
     rows, figures = [], {}
@@ -52,10 +52,6 @@ def batch_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
 
 def roofline_side_by_side(measured: Any, console: Any) -> dict[str, Any]:
     """The measured profile's step times next to the roofline model's prediction for this CPU."""
-    from rich.table import Table
-
-    from specgym.envs.core.batch_cost import Roofline
-
     hw = measured.hardware
     params = hw.get("target_params"), hw.get("draft_params")
     if not all(params):

@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rich.table import Table
+
 TARGETS = {
     "env_steps_per_s": 50_000,
     "vector_rounds_per_s": 5_000_000,
@@ -32,8 +34,6 @@ def timeit(fn: Callable[[], int], min_time: float = 0.5) -> float:
 
 def print_table(console: Any, title: str, rows: list[tuple[str, str, str]]) -> None:
     """A ``figure / measured / target`` table."""
-    from rich.table import Table
-
     table = Table(title=title, show_header=True, header_style="bold")
     for col in ("figure", "measured", "target"):
         table.add_column(col)

@@ -5,16 +5,20 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from specgym.agents.registry import ALL_BASELINES, make_controller
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RoundOutcome
+from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.workloads.synthetic import generate_workload
+from specgym.envs.workloads.trace_format import cached_workload
 from specgym.eval.bench.common import TARGETS, print_table
+from specgym.eval.harness import EvalConfig, evaluate
 
 
 def recorded_outcomes(workload: str, n: int = 20_000) -> tuple[Any, list[RoundOutcome]]:
     """A request context and ``n`` round outcomes replayed with varying K (realistic controller input)."""
-    from specgym.envs.workloads.trace_format import cached_workload
-    from specgym.envs.engines.trace_engine import TraceEngine
-
     engine = TraceEngine(cached_workload(workload), k_max=DEFAULT_K_MAX, seed=0)
     outcomes: list[RoundOutcome] = []
     r = 0
@@ -56,8 +60,6 @@ def decision_overhead_us(controller: Controller, ctx, outcomes: list[RoundOutcom
 
 def controllers_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     """Per-decision overhead of every baseline against its target."""
-    from specgym.agents.registry import ALL_BASELINES, make_controller
-
     ctx, outcomes = recorded_outcomes(workload)
     rows, figures = [], {}
     for spec in ("fixed:4",) + ALL_BASELINES:
@@ -76,11 +78,6 @@ def controllers_section(args: Any, workload: str, console: Any) -> dict[str, Any
 
 def eval_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     """All baselines plus the oracle on N requests of synthetic speclane-mix, wall-clock seconds."""
-    from specgym.envs.workloads.synthetic import generate_workload
-    from specgym.eval.harness import EvalConfig, evaluate
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     n = getattr(args, "eval_requests", 10_000)
     wl = generate_workload("speclane-mix", n, seed=0)
     with Progress(TextColumn("eval section: {task.description:<20}"), BarColumn(), MofNCompleteColumn(),

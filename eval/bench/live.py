@@ -41,9 +41,26 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+from rich.table import Table
 
-from specgym.errors import SpecgymError
+from specgym.agents.artifact import list_policies
+from specgym.agents.registry import ALL_BASELINES, expand_specs, make_controller
+from specgym.agents.tree_registry import is_tree_spec, make_tree_controller
+from specgym.baselines.tree_chain import ChainAsTree
+from specgym.baselines.tree_static import StaticTree
 import specgym.catalogue as catalogue
+from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile
+from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
+from specgym.envs.engines.live_engine import LiveEngine, load_pair
+from specgym.envs.engines.profiler import extend_tree_verify, hardware_description, interleaved_ms, measure_profile
+from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload
+from specgym.envs.workloads.trace_format import cached_workload
+from specgym.errors import SpecgymError
+from specgym.eval.runner import run_controller
+from specgym.eval.stats import PairedBootstrap
+from specgym.eval.tree_runner import check_live_tree, run_live_tree, run_tree_controller
 from specgym.paths import default_pair_name
 
 #: Defaults sized for about +-2% intervals in ~15 minutes on a 2-core CI-class machine (see the README).
@@ -53,8 +70,6 @@ DEFAULT_CALIBRATION_PROMPTS = 3  # per category, from the train split
 
 
 def _policies() -> list[str]:
-    from specgym.agents.artifact import list_policies
-
     return [f"ppo:{p}" for p in list_policies(chain_only=True)]
 
 
@@ -66,8 +81,6 @@ def controller_specs(k_values=range(1, 7), pair: str | None = None, trees: bool 
     """Plain decoding, fixed K, every baseline, the pair's shipped acceptance predictor (``predicted:`` and
     ``planned:``), every shipped policy (and
     :data:`LIVE_TREES` with ``trees``)."""
-    from specgym.agents.registry import ALL_BASELINES
-
     predicted = [f"predicted:{pair}", f"planned:{pair}"] if pair in catalogue.names("predictor") else []
     return ["fixed:0", *(f"fixed:{k}" for k in k_values), *ALL_BASELINES, *predicted, *_policies(),
             *(LIVE_TREES if trees else ())]
@@ -75,15 +88,10 @@ def controller_specs(k_values=range(1, 7), pair: str | None = None, trees: bool 
 
 def check_live_specs(specs: str) -> list[str]:
     """Validate a comma-separated ``--live-controllers`` list (chain and tree specs); returns the specs."""
-    from specgym.agents.registry import expand_specs
-    from specgym.agents.tree_registry import is_tree_spec, make_tree_controller
-
     items = [x.strip() for x in specs.split(",") if x.strip()]
     chain = [x for x in items if not is_tree_spec(x)]
     if chain:
         expand_specs(",".join(chain))
-    from specgym.eval.tree_runner import check_live_tree
-
     for x in items:
         if is_tree_spec(x):
             check_live_tree(make_tree_controller(x))
@@ -136,8 +144,6 @@ def engine_forward_ms(engine: Any, model: Any, rows: tuple[int, ...] = (1, 2), c
     back after each call, so every call sees the same context)."""
     import torch
 
-    from specgym.envs.engines.profiler import interleaved_ms
-
     with torch.inference_mode():
         cache = engine.new_cache(model)
         engine.forward(model, [(5 * t) % (engine.vocab - 1) + 1 for t in range(context)], cache)
@@ -182,24 +188,6 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     """
     import torch
     import transformers
-    from rich.table import Table
-
-    from specgym.agents.registry import make_controller
-    from specgym.baselines.tree_chain import ChainAsTree
-    from specgym.baselines.tree_static import StaticTree
-    from specgym.agents.tree_registry import is_tree_spec, make_tree_controller
-    from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile
-    from specgym.envs.core.rounds import DEFAULT_K_MAX
-    from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
-    from specgym.envs.engines.live_engine import LiveEngine, load_pair
-    from specgym.envs.engines.profiler import extend_tree_verify, hardware_description, measure_profile
-    from specgym.envs.engines.trace_engine import TraceEngine
-    from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload
-    from specgym.envs.workloads.trace_format import cached_workload
-    from specgym.eval.runner import run_controller
-    from specgym.eval.stats import PairedBootstrap
-    from specgym.eval.tree_runner import run_live_tree, run_tree_controller
-
     torch.set_num_threads(threads)
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+
 from specgym.agents.artifact import PolicyArtifact, load_policy, random_artifact
 from specgym.agents.policy_controller import PolicyController
 from specgym.envs.core.rounds import DEFAULT_K_MAX
@@ -22,8 +24,6 @@ from specgym.paths import TRAINING_CONFIGS_DIR
 def _default_arch(mode: str) -> tuple[tuple[int, ...], str]:
     """``net_arch`` and activation of the shipped config's default entry (fallback 64x64 tanh)."""
     try:
-        import yaml
-
         path = TRAINING_CONFIGS_DIR / f"{mode}.yaml"
         cfg = yaml.safe_load(path.read_text())["default"]
         return tuple(int(h) for h in cfg["net_arch"]), str(cfg.get("activation", "tanh"))

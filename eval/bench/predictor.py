@@ -10,6 +10,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from specgym.agents.predicted_marginal import PredictedMarginal
+from specgym.baselines.marginal import MarginalStop
+import specgym.catalogue as catalogue
+from specgym.envs.core.acceptance_predictor import load_predictor
+from specgym.envs.core.rounds import DraftStep
+from specgym.envs.core.signals import DraftSignals
+from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.workloads.trace_format import cached_workload
 from specgym.eval.bench.common import print_table
 
 TARGET_US = 20.0
@@ -27,15 +35,6 @@ def _per_call_us(fn, items: list, repeats: int = 3) -> float:
 
 def predictor_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     """Microseconds per draft token of each shipped predictor (and of its controller's token check)."""
-    from specgym.agents.predicted_marginal import PredictedMarginal
-    import specgym.catalogue as catalogue
-    from specgym.baselines.marginal import MarginalStop
-    from specgym.envs.core.acceptance_predictor import load_predictor
-    from specgym.envs.core.rounds import DraftStep
-    from specgym.envs.core.signals import DraftSignals
-    from specgym.envs.engines.trace_engine import TraceEngine
-    from specgym.envs.workloads.trace_format import cached_workload
-
     wl = cached_workload(workload)
     cols = wl.signal_columns()
     names = catalogue.names("predictor")

@@ -5,17 +5,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
+import specgym.catalogue as catalogue
 from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
+from specgym.envs.workloads.trace_format import cached_workload, load_workload
 from specgym.eval.bench.common import TARGETS, print_table, timeit, versus
 
 
 def bench_load(workload: str) -> dict[str, Any]:
     """Cold load + validation time of a workload file."""
-    from specgym.envs.workloads.trace_format import load_workload
-    import specgym.catalogue as catalogue
-
     path = catalogue.resolve("workload", workload)
     times = []
     for _ in range(3):
@@ -28,8 +29,6 @@ def bench_load(workload: str) -> dict[str, Any]:
 
 def bench_env(workload: str, steps: int = 100_000) -> dict[str, Any]:
     """Steps/s of ``gymnasium.make`` environments under random actions (resets included)."""
-    import gymnasium as gym
-
     out = {}
     for key, env_id in (("k", "specgym/SpecDecode-v1"), ("token", "specgym/SpecDecodeToken-v1")):
         env = gym.make(env_id, workload=workload)
@@ -49,9 +48,6 @@ def bench_env(workload: str, steps: int = 100_000) -> dict[str, Any]:
 
 def bench_vector(workload: str) -> dict[str, Any]:
     """Rounds/s of the vectorised replay (all requests at once, fixed K=4, one process)."""
-    from specgym.envs.workloads.trace_format import cached_workload
-    from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
-
     engine = TraceEngine(cached_workload(workload), k_max=DEFAULT_K_MAX, seed=0)
     engine.all_runs()
 

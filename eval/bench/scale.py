@@ -25,7 +25,20 @@ from typing import Any
 
 import numpy as np
 
+import specgym.catalogue as catalogue
+from specgym.envs.core.cost import load_profile
+from specgym.envs.engines.distributed import record_distributed
+from specgym.envs.engines.live_engine import load_pair
+from specgym.envs.engines.recorder import record_workload
+from specgym.envs.workloads.dataset import write_dataset
+from specgym.envs.workloads.prompts import read_prompts
+from specgym.envs.workloads.synthetic import generate_workload
+from specgym.envs.workloads.trace_format import open_dataset
+from specgym.errors import SpecgymError
 from specgym.eval.bench.common import print_table
+from specgym.eval.streaming import DEFAULT_CONTROLLERS, evaluate_streaming
+from specgym.io import sha256_file
+from specgym.paths import default_pair_name, pair_profile
 
 PRESET = "speclane-mix"
 RSS_TARGET_GB = 3.0
@@ -40,9 +53,6 @@ def generate_sharded(out: Path, n_requests: int, shard_requests: int, seed: int 
     """A synthetic sharded workload of ``n_requests`` (labelled synthetic), one shard in memory at a time: shard ``i``
     is :func:`~specgym.envs.workloads.synthetic.generate_workload` with seed ``seed + i``, its requests renamed by
     their index in the whole workload; the metadata names the scheme."""
-    from specgym.envs.workloads.dataset import write_dataset
-    from specgym.envs.workloads.synthetic import generate_workload
-
     name = f"{PRESET}-{n_requests}"
 
     def shards():
@@ -65,8 +75,6 @@ def _child_generate(out: str, n: int, shard: int, queue: Any) -> None:
 
 
 def _child_eval(path: str, queue: Any) -> None:
-    from specgym.eval.streaming import DEFAULT_CONTROLLERS, evaluate_streaming
-
     t0 = time.perf_counter()
     rep = evaluate_streaming(path, DEFAULT_CONTROLLERS, split="all")
     queue.put({"wall_s": time.perf_counter() - t0, "peak_rss_gb": _peak_rss_gb(), "requests": rep["requests"],
@@ -84,17 +92,12 @@ def _in_child(target: Any, *args: Any) -> dict[str, Any]:
     proc.start()
     proc.join()
     if proc.exitcode != 0:
-        from specgym.errors import SpecgymError
-
         raise SpecgymError(f"scale bench: the {target.__name__.strip('_')} child process failed "
                            f"(exit {proc.exitcode})")
     return queue.get()
 
 
 def _dataset_ok(path: Path, n: int) -> bool:
-    from specgym.envs.workloads.dataset import open_dataset
-    from specgym.errors import SpecgymError
-
     try:
         return path.is_dir() and open_dataset(path).n_requests == n
     except SpecgymError:
@@ -104,15 +107,6 @@ def _dataset_ok(path: Path, n: int) -> bool:
 def bench_recording(prompts: int, workers: int, max_new_tokens: str = "32") -> dict[str, Any]:
     """Recording throughput (trace positions/s) of the default pair, one process vs ``workers`` Ray actors."""
     import torch
-
-    from specgym.envs.core.cost import load_profile
-    from specgym.envs.engines.distributed import record_distributed
-    from specgym.envs.engines.live_engine import load_pair
-    import specgym.catalogue as catalogue
-    from specgym.envs.engines.recorder import record_workload
-    from specgym.envs.workloads.prompts import read_prompts
-    from specgym.io import sha256_file
-    from specgym.paths import default_pair_name, pair_profile
 
     pair_name = default_pair_name()
     specs = read_prompts(catalogue.resolve("prompts", f"{pair_name}-prompts"))[:prompts]

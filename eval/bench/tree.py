@@ -9,18 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
+from specgym.envs.core.cost import load_profile
+from specgym.envs.workloads.trace_format import cached_workload, workload_from_requests
 from specgym.eval.bench.common import print_table, timeit, versus
+from specgym.eval.harness import tree_replayable
 
 TREE_ENV_TARGET = 20_000
 
 
 def rank_workload(n_requests: int = 200, seed: int = 0) -> Any:
     """A synthetic greedy workload with geometric ranks (P(rank 0) = 0.6) and Dirichlet top-8 rows."""
-    from specgym.envs.core.cost import load_profile
-    from specgym.envs.workloads.trace_format import workload_from_requests
-
     rng = np.random.default_rng(seed)
     reqs = []
     for r in range(n_requests):
@@ -36,11 +37,6 @@ def rank_workload(n_requests: int = 200, seed: int = 0) -> Any:
 
 def bench_tree_env(workload: str, steps: int = 100_000) -> dict[str, Any]:
     """Steps/s of the tree env through ``gymnasium.make`` under random menu actions (resets included)."""
-    import gymnasium as gym
-
-    from specgym.envs.workloads.trace_format import cached_workload
-    from specgym.eval.harness import tree_replayable
-
     wl = cached_workload(workload)
     if not tree_replayable(wl):
         wl = rank_workload()

@@ -8,16 +8,20 @@ import os
 from pathlib import Path
 from typing import Any
 
+import specgym.catalogue as catalogue
 from specgym.commands.args import positive_int
+from specgym.console import make_console
+from specgym.envs.core.cost import load_profile
 from specgym.errors import SpecgymError
+from specgym.eval.bench import DEFAULT_SECTIONS, SECTIONS, section
+from specgym.eval.bench.live import DEFAULT_PER_CATEGORY, DEFAULT_REPEATS, check_live_specs
+from specgym.eval.bench.machine import machine_calibration, machine_line
+from specgym.io import atomic_write_text, check_output
 from specgym.paths import default_workload_name
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``bench``."""
-    from specgym.eval.bench import DEFAULT_SECTIONS, SECTIONS
-    from specgym.eval.bench.live import DEFAULT_PER_CATEGORY, DEFAULT_REPEATS
-
     p = sub.add_parser("bench", help="speed benchmarks (env, replay, controllers, evaluation, live engine)")
     p.add_argument("--workload", default=None, help="workload name or path (default: the default workload)")
     p.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
@@ -55,11 +59,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from specgym.console import make_console
-    import specgym.catalogue as catalogue
-    from specgym.eval.bench import SECTIONS, section
-    from specgym.eval.bench.machine import machine_calibration, machine_line
-
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = [s for s in sections if s not in SECTIONS]
     if unknown or not sections:
@@ -68,16 +67,10 @@ def _run(args: argparse.Namespace) -> int:
     workload = args.workload or default_workload_name()
     catalogue.resolve("workload", workload)
     if args.json:  # the figures file is rewritten on every run; still never a folder, device or link
-        from specgym.io import check_output
-
         check_output(args.json, True, "file", "--json")
     if args.live_profile is not None:
-        from specgym.envs.core.cost import load_profile
-
         load_profile(args.live_profile)  # a bad name fails before anything runs
     if args.live_controllers:
-        from specgym.eval.bench.live import check_live_specs
-
         check_live_specs(args.live_controllers)
     machine = machine_calibration()
     figures: dict[str, Any] = {"workload": workload, "cpu_count": os.cpu_count(), "machine": machine}
@@ -86,7 +79,5 @@ def _run(args: argparse.Namespace) -> int:
     for name in sections:
         figures.update(section(name)(args, workload, console))
     if args.json:
-        from specgym.io import atomic_write_text
-
         atomic_write_text(args.json, json.dumps(figures, indent=2, default=float) + "\n", overwrite=True)
     return 0

@@ -19,8 +19,16 @@ import argparse
 import time
 from pathlib import Path
 
+from specgym.agents.artifact import load_policy
 from specgym.commands.args import nonneg_int, positive_int
+from specgym.commands.eval import eval_to_folder
+from specgym.console import make_console
+from specgym.deps import require
+from specgym.envs.workloads.trace_format import cached_workload
 from specgym.io import check_output, make_owned_dir, remove_owned
+from specgym.paths import default_workload_name
+from specgym.training.export import export_run
+from specgym.training.ppo import TrainRequest, train
 
 DEFAULT_STEPS = {"k": 300_000, "token": 800_000}  # ~2-3 min in all on 2 busy cores
 
@@ -41,17 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from specgym.agents.artifact import load_policy
-    from specgym.commands.eval import eval_to_folder
-    from specgym.console import make_console
-    from specgym.deps import require
-    from specgym.envs.workloads.trace_format import cached_workload
-    from specgym.paths import default_workload_name
-
     require("train", "specgym demo")
-    from specgym.training.export import export_run
-    from specgym.training.ppo import TrainRequest, train
-
     console = make_console(stderr=True)
     t_start = time.perf_counter()
     workload = args.workload or default_workload_name()

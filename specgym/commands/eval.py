@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
+import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from specgym.agents.artifact import list_policies
+from specgym.agents.registry import valid_specs_line
+import specgym.catalogue as catalogue
 from specgym.commands.args import bootstrap_type, k_max_type, nonneg_int, positive_int
+from specgym.console import make_console
+from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.workloads.trace_format import cached_workload
+from specgym.errors import SpecgymError
+from specgym.eval.harness import EvalConfig, evaluate, resolve_controllers
+from specgym.eval.report import markdown_table, write_report
+from specgym.eval.streaming import DEFAULT_CONTROLLERS, evaluate_streaming
+from specgym.eval.suite import markdown, run_suite
+from specgym.io import atomic_dir, check_output
 from specgym.paths import default_workload_name
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``eval``."""
-    from specgym.agents.registry import valid_specs_line
-    from specgym.envs.core.rounds import DEFAULT_K_MAX
-
     p = sub.add_parser("eval", help="evaluate controllers against each other and the oracle")
     p.add_argument("--workload", default=None, help="workload name or .parquet path (default: the default workload)")
     p.add_argument("--controllers", default="all",
@@ -49,14 +62,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run_suite_command(args: argparse.Namespace) -> int:
     """``specgym eval --suite generalization``: policies on held-out cells (see :mod:`specgym.eval.suite`)."""
-    import json
-
-    from specgym.agents.artifact import list_policies
-    from specgym.console import make_console
-    from specgym.errors import SpecgymError
-    from specgym.eval.suite import markdown, run_suite
-    from specgym.io import atomic_dir, check_output
-
     for opt in ("workload", "profile"):
         if getattr(args, opt, None) is not None:
             raise SpecgymError(f"--suite {args.suite} runs its own held-out workload x profile cells: drop "
@@ -101,15 +106,6 @@ def eval_to_folder(workload: str, controllers: str, out: Path | None, *, split: 
         out: The report folder (None: ``out/eval-WORKLOAD``); an existing one is replaced only with ``force``.
         k_max: Largest draft cap (None: the default).
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from specgym.console import make_console
-    from specgym.envs.core.rounds import DEFAULT_K_MAX
-    from specgym.envs.workloads.trace_format import cached_workload
-    from specgym.eval.harness import EvalConfig, evaluate, resolve_controllers
-    from specgym.eval.report import markdown_table, write_report
-    from specgym.io import check_output
-
     k_max = DEFAULT_K_MAX if k_max is None else k_max
     out = check_output(out or Path("out") / f"eval-{Path(workload).stem}", force)
     wl = cached_workload(workload)  # bad input fails here, before the progress bar starts
@@ -136,13 +132,6 @@ def eval_to_folder(workload: str, controllers: str, out: Path | None, *, split: 
 
 def run_stream_command(args: argparse.Namespace) -> int:
     """``specgym eval --stream``: shard-by-shard evaluation (:mod:`specgym.eval.streaming`)."""
-    import json
-
-    import specgym.catalogue as catalogue
-    from specgym.errors import SpecgymError
-    from specgym.eval.streaming import DEFAULT_CONTROLLERS, evaluate_streaming
-    from specgym.io import atomic_dir, check_output
-
     if args.max_requests is not None:
         raise SpecgymError("--max-requests: not with --stream (split the workload instead)")
     workload = args.workload or default_workload_name()
@@ -155,8 +144,6 @@ def run_stream_command(args: argparse.Namespace) -> int:
     with atomic_dir(out, overwrite=args.force, owner="specgym eval --stream") as tmp:
         (tmp / "stream.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
         np_path = tmp / "per_request_time_ms.npz"
-        import numpy as np
-
         np.savez_compressed(np_path, **{k.replace(":", "_"): v for k, v in per_request.items()})
     meta = report["workload"]
     print(f"{meta['label']} — split {meta['split']}, {report['requests']} requests in {meta['shards']} shard(s), "

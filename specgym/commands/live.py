@@ -11,11 +11,23 @@ import argparse
 import json
 from pathlib import Path
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from specgym.agents.registry import make_controller
 from specgym.commands.args import k_max_type, nonneg_int, positive_int, temperature_type
-from specgym.envs.core.cost import TREE_NODE_LIMIT
+from specgym.envs.core.batch_cost import save_batch_profile
+from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile, save_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.engines.calibration import calibrate
+from specgym.envs.engines.distributed import record_distributed, require_ray
+from specgym.envs.engines.live_engine import LiveEngine, dtype_name, load_pair
+from specgym.envs.engines.profiler import (
+    extend_tree_verify, hardware_description, measure_batch_profile, measure_profile,
+)
+from specgym.envs.engines.recorder import PARTIAL_SUFFIX, parse_length, parse_splits, record_workload
+from specgym.envs.workloads.prompts import read_prompts
 from specgym.errors import SpecgymError
-from specgym.io import check_output
+from specgym.io import check_output, read_text
 from specgym.paths import default_pair_name, pair_profile
 import specgym.catalogue as catalogue
 
@@ -49,8 +61,6 @@ def _pair_args(p: argparse.ArgumentParser) -> None:
 
 def _check_pair_args(args: argparse.Namespace) -> None:
     """Everything about the pair options that can be checked before loading a model."""
-    from specgym.envs.engines.live_engine import dtype_name
-
     for opt in ("dtype", "draft_dtype", "target_dtype"):
         if getattr(args, opt) is not None:
             dtype_name(getattr(args, opt), f"--{opt.replace('_', '-')}")
@@ -70,8 +80,6 @@ def _pair_paths(args: argparse.Namespace) -> tuple[str, str, str]:
 
 
 def _load_pair(args: argparse.Namespace):
-    from specgym.envs.engines.live_engine import load_pair
-
     draft, target, _ = _pair_paths(args)
     return load_pair(draft, target, device=args.device, dtype=args.dtype, draft_dtype=args.draft_dtype,
                      target_dtype=args.target_dtype, fast_kernels=not args.no_fast_kernels)
@@ -79,8 +87,6 @@ def _load_pair(args: argparse.Namespace):
 
 def _profile_or_none(args: argparse.Namespace):
     """``--profile``, else the pair's shipped measured profile, else None (controllers get a placeholder)."""
-    from specgym.envs.core.cost import load_profile
-
     if args.profile:
         return load_profile(args.profile)
     shipped = pair_profile(_pair_paths(args)[2])
@@ -90,8 +96,6 @@ def _profile_or_none(args: argparse.Namespace):
 # ----------------------------------------------------------------------------------------------------- generate
 def cmd_generate(args: argparse.Namespace) -> int:
     """Decode one prompt with speculative decoding; print text, K per round, acceptance and speedup."""
-    from specgym.agents.registry import make_controller
-
     _check_pair_args(args)
     if args.k is not None and args.controller is not None:
         raise SpecgymError(f"--k {args.k} means --controller fixed:{args.k}: give one of them, not both")
@@ -101,8 +105,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     controller = make_controller(spec, args.k_max)  # a bad spec or policy fails before any model loads
     profile = _profile_or_none(args)
     _setup(args)
-    from specgym.envs.engines.live_engine import LiveEngine
-
     pair = _load_pair(args)
     engine = LiveEngine.from_pair(pair, k_max=args.k_max, profile=profile, timing=args.clock)
     ids = pair.tokenizer(args.prompt, add_special_tokens=False)["input_ids"]
@@ -147,13 +149,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------------------- record
 def cmd_record(args: argparse.Namespace) -> int:
     """Record a workload trace from a real pair."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from specgym.envs.core.cost import load_profile, save_profile
-    from specgym.envs.engines.profiler import measure_profile
-    from specgym.envs.engines.recorder import parse_length, parse_splits, record_workload
-    from specgym.envs.workloads.prompts import read_prompts
-
     # every argument is checked before a model loads
     _check_pair_args(args)
     parse_length(args.max_new_tokens)
@@ -169,9 +164,6 @@ def cmd_record(args: argparse.Namespace) -> int:
         return _record_distributed(args, prompts, out, splits)
     if args.profile_out:  # --force covers --out only: an existing --profile-out is never replaced
         check_output(args.profile_out, False, "file", "--profile-out")
-    from specgym.envs.engines.recorder import PARTIAL_SUFFIX
-    from specgym.io import read_text
-
     partial = check_output(out.with_name(out.name + PARTIAL_SUFFIX), True, "file", "--out's partial recording")
     if partial.exists():  # an interrupted recording is resumed from it: it must be one (UTF-8 JSON Lines)
         read_text(partial, "partial recording (JSON Lines)")
@@ -201,11 +193,6 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 def _record_distributed(args: argparse.Namespace, prompts: list, out: Path, splits: tuple[float, float, float]) -> int:
     """``record --workers N``: the recording on N Ray actors (:mod:`specgym.envs.engines.distributed`)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from specgym.envs.core.cost import load_profile
-    from specgym.envs.engines.distributed import record_distributed, require_ray
-
     require_ray()  # one line naming the extra, before anything else
     if not args.profile:
         raise SpecgymError("--workers needs --profile (the workers do not measure one; run specgym profile first)")
@@ -237,9 +224,6 @@ def _record_distributed(args: argparse.Namespace, prompts: list, out: Path, spli
 # ------------------------------------------------------------------------------------------------------ profile
 def cmd_profile(args: argparse.Namespace) -> int:
     """Measure and save a cost profile."""
-    from specgym.envs.core.cost import save_profile
-    from specgym.envs.engines.profiler import extend_tree_verify, measure_profile
-
     _check_pair_args(args)
     if args.tree_nodes > TREE_NODE_LIMIT:
         raise SpecgymError(f"--tree-nodes {args.tree_nodes}: at most {TREE_NODE_LIMIT} (the largest tree priced)")
@@ -255,9 +239,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
     _setup(args)
     pair = _load_pair(args)
     if sizes is not None:
-        from specgym.envs.core.batch_cost import save_batch_profile
-        from specgym.envs.engines.profiler import measure_batch_profile
-
         bprof = measure_batch_profile(pair, sizes, k_max=args.k_max, context=args.context, repeats=args.repeats,
                                       warmup=args.warmup, name=args.name or out.stem, clock=args.clock)
         save_batch_profile(bprof, out, overwrite=args.force)
@@ -281,15 +262,9 @@ def _fit_rounds(args: argparse.Namespace, pair, out: Path, micro):
     """``profile --method rounds``: the cost model fitted to engine rounds; the micro-benchmarks as cross-check."""
     import torch
 
-    from specgym.envs.engines.calibration import calibrate
-    from specgym.envs.engines.live_engine import LiveEngine
-    from specgym.envs.engines.profiler import hardware_description
-
     n = args.calibration_prompts
     engine = LiveEngine.from_pair(pair, k_max=args.k_max, timing=args.clock)
     if args.prompts:
-        from specgym.envs.workloads.prompts import read_prompts
-
         texts = [p.text for p in read_prompts(args.prompts)][:n]
         prompts = [pair.tokenizer(t, add_special_tokens=False)["input_ids"] or [0] for t in texts]
     else:

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from specgym.deps import require
-from specgym.training.lm_pair.build import DEFAULT_WORK, STAGES
+from specgym.training.lm_pair.build import DEFAULT_WORK, STAGES, run
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -70,6 +70,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     require("hf", "train-lm-pair")
-    from specgym.training.lm_pair.build import run
-
     return run(args)

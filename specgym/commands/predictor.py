@@ -15,9 +15,17 @@ import dataclasses
 import json
 from pathlib import Path
 
+from specgym.agents.registry import expand_specs, make_controller
+import specgym.catalogue as catalogue
 from specgym.commands.args import nonneg_int
+from specgym.envs.core.acceptance_predictor import MODEL_KINDS, check_groups, load_predictor, save_predictor
+from specgym.envs.core.cost import load_profile
+from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
+from specgym.io import atomic_write_text, check_output
 from specgym.paths import default_workload_name
+from specgym.training.predictor import predictor_metrics, select_predictor, workload_dataset
+from specgym.training.predictor_report import predictor_report, report_markdown
 
 DEFAULT_GROUPS = "conf,shape,position,lookup"
 
@@ -57,18 +65,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _workload(name: str | None):
-    from specgym.envs.workloads.trace_format import cached_workload
-    import specgym.catalogue as catalogue
-
     return cached_workload(catalogue.resolve("workload", name or default_workload_name()))
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Fit, choose and save a predictor."""
-    from specgym.envs.core.acceptance_predictor import MODEL_KINDS, check_groups, save_predictor
-    from specgym.io import check_output
-    from specgym.training.predictor import predictor_metrics, select_predictor, workload_dataset
-
     check_output(args.out, args.force, "file")
     groups = check_groups([g.strip() for g in args.groups.split(",") if g.strip()], "--groups")
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
@@ -109,13 +110,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Measure a predictor (prediction, speed, ablation, loop split)."""
-    import specgym.catalogue as catalogue
-    from specgym.agents.registry import expand_specs, make_controller
-    from specgym.envs.core.acceptance_predictor import load_predictor
-    from specgym.envs.core.cost import load_profile
-    from specgym.io import atomic_write_text, check_output
-    from specgym.training.predictor_report import predictor_report, report_markdown
-
     for path, option in ((args.json, "--json"), (args.md, "--md")):
         if path is not None:
             check_output(path, args.force, "file", option)

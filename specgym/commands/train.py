@@ -9,6 +9,10 @@ from pathlib import Path
 from specgym.commands.args import k_max_type, nonneg_int, positive_int
 from specgym.deps import require
 from specgym.errors import SpecgymError
+from specgym.paths import default_workload_name
+from specgym.training.config import parse_overrides
+from specgym.training.export import export_run
+from specgym.training.ppo import TrainRequest, train
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -50,8 +54,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _overrides(args: argparse.Namespace) -> dict:
-    from specgym.training.config import parse_overrides
-
     over = parse_overrides(args.hyperparams)
     if args.domains is not None:
         over["domains"] = args.domains
@@ -64,9 +66,6 @@ def _overrides(args: argparse.Namespace) -> dict:
 
 def _train(args: argparse.Namespace) -> int:
     require("train", "training")
-    from specgym.paths import default_workload_name
-    from specgym.training.ppo import TrainRequest, train
-
     if args.resume and args.out is None:
         raise SpecgymError("--resume needs --out RUN_FOLDER")
     if args.domains is not None and args.workload is not None:
@@ -84,8 +83,6 @@ def _train(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     require("train", "training")
-    from specgym.training.export import export_run
-
     out = export_run(args.run, args.out, which=args.which, overwrite=args.force)
     spec = "tree-ppo" if json.loads((Path(out) / "policy.json").read_text()).get("mode") == "tree" else "ppo"
     print(f"exported policy: {out}/policy.json + policy.npz (use it as {spec}:{out})")

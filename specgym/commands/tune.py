@@ -9,9 +9,14 @@ import json
 import sys
 from pathlib import Path
 
+from specgym.agents.batch_registry import make_batch_controller
 from specgym.commands.args import float_range, int_range, k_max_type, nonneg_int, positive_int
+from specgym.envs.core.batch_cost import Roofline, load_batch_profile, roofline_profile, save_batch_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
-from specgym.io import check_output
+from specgym.envs.workloads.trace_format import cached_workload
+from specgym.eval.batch_eval import compare
+from specgym.eval.tune import describe, tune_vllm
+from specgym.io import atomic_write_text, check_output
 from specgym.paths import default_workload_name
 
 
@@ -74,16 +79,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _write(path: Path | None, data: dict, force: bool) -> None:
     if path is not None:
-        from specgym.io import atomic_write_text
-
         atomic_write_text(path, json.dumps(data, indent=1, default=float) + "\n", overwrite=force)
 
 
 def _vllm(args: argparse.Namespace) -> int:
-    from specgym.envs.core.batch_cost import load_batch_profile
-    from specgym.envs.workloads.trace_format import cached_workload
-    from specgym.eval.tune import describe, tune_vllm
-
     if args.out is not None:
         check_output(args.out, args.force, "file")
     profile = load_batch_profile(args.profile)
@@ -99,8 +98,6 @@ def _vllm(args: argparse.Namespace) -> int:
 
 
 def _roofline(args: argparse.Namespace) -> int:
-    from specgym.envs.core.batch_cost import Roofline, roofline_profile, save_batch_profile
-
     check_output(args.out, args.force, "file")
     model = Roofline(args.target_params, args.draft_params, args.bytes_per_param, args.bandwidth_gb_s,
                      args.peak_tflops, args.efficiency, args.fixed_ms, args.overhead_ms)
@@ -113,11 +110,6 @@ def _roofline(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from specgym.agents.batch_registry import make_batch_controller
-    from specgym.envs.core.batch_cost import load_batch_profile
-    from specgym.envs.workloads.trace_format import cached_workload
-    from specgym.eval.batch_eval import compare
-
     if args.out is not None:
         check_output(args.out, args.force, "file")
     specs = [s.strip() for s in args.controllers.split(",") if s.strip()]

@@ -10,10 +10,12 @@ import numpy as np
 
 from specgym.commands.args import MAX_SYNTHETIC_REQUESTS, int_range, nonneg_int
 import specgym.catalogue as catalogue
+from specgym.envs.core.batch_cost import load_batch_profile
 from specgym.envs.core.cost import load_profile
-from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS
+from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS, merge_workloads, split_workload
 from specgym.envs.workloads.synthetic import PRESETS, generate_workload
-from specgym.envs.workloads.trace_format import SPLITS, Workload, load_workload, save_workload
+from specgym.envs.workloads.trace_format import SPLITS, Workload, load_workload, open_dataset, save_workload
+from specgym.io import check_output
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -56,8 +58,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _make(args: argparse.Namespace) -> int:
-    from specgym.io import check_output
-
     check_output(args.out, args.force, "file")
     profile = load_profile(args.profile) if args.profile else None
     wl = generate_workload(args.preset, args.requests, seed=args.seed, name=args.name, profile=profile)
@@ -99,8 +99,6 @@ def _describe_source(src: dict) -> str:
 
 def _show(args: argparse.Namespace) -> int:
     if Path(args.workload).is_dir():  # a sharded workload: the record, never every shard at once
-        from specgym.envs.workloads.dataset import open_dataset
-
         ds = open_dataset(args.workload)
         print(f"workload  {ds.label}\nsharded   {len(ds.shards)} shards, {ds.n_requests} requests, "
               f"{ds.n_positions} tokens (a full summary: specgym workloads merge ... --out F.parquet, then show F)")
@@ -110,16 +108,12 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from specgym.envs.workloads.dataset import merge_workloads
-
     merged = merge_workloads(args.sources, args.out, overwrite=args.force)
     print(f"wrote {args.out}: {merged.n_requests} requests, {merged.n_positions} tokens ({merged.label})")
     return 0
 
 
 def _split(args: argparse.Namespace) -> int:
-    from specgym.envs.workloads.dataset import split_workload
-
     ds = split_workload(args.source, args.out, args.shard_requests, overwrite=args.force)
     print(f"wrote {args.out}: {len(ds.shards)} shards, {ds.n_requests} requests, {ds.n_positions} tokens "
           f"({ds.label})")
@@ -140,8 +134,6 @@ def _list(args: argparse.Namespace) -> int:
               f"{p.cost_ratio:.3f}")
         if p.description:
             print(f"  {'':<22} {p.description}")
-    from specgym.envs.core.batch_cost import load_batch_profile
-
     print("shipped batched cost profiles (specgym tune):")
     for name in catalogue.names("batch_profile"):
         bp = load_batch_profile(name)

@@ -23,9 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from specgym.errors import SpecgymError
-from specgym.training.lm_pair.corpus import build_corpus, heldout_prompts, log
+from specgym.io import atomic_write_text
+from specgym.training.lm_pair.card import write_model_card
+from specgym.training.lm_pair.corpus import build_corpus, log
 from specgym.training.lm_pair.export import export_pair
-from specgym.training.lm_pair.tokenizer import tokenize_corpus, train_tokenizer
+from specgym.training.lm_pair.grow import grow_gpt2
+from specgym.training.lm_pair.tokenizer import heldout_prompts, tokenize_corpus, train_tokenizer
 from specgym.training.lm_pair.train import ModelSpec, train_model
 
 DEFAULT_WORK = Path("build") / "lm_pair"
@@ -57,8 +60,6 @@ def grow_stage(src: Path, work: Path, role: str, width: int, layers: int | None,
     """Grow the model in ``src`` into ``<work>/<role>_init`` (function-preserving up to ``noise``)."""
     import torch
     from transformers import GPT2LMHeadModel
-
-    from specgym.training.lm_pair.grow import grow_gpt2
 
     model = GPT2LMHeadModel.from_pretrained(str(src), dtype=torch.float32)
     grown = grow_gpt2(model, width, layers, noise=noise)
@@ -116,16 +117,12 @@ def run(args: Any) -> int:
         export_pair(work, args.name, target_role=args.target_role, draft_role=args.draft_role,
                     models_dir=args.models_dir)
     if "prompts" in stages:
-        from specgym.io import atomic_write_text
-
         prompts = heldout_prompts(work, args.prompts_per_category, seed=args.prompts_seed,
                                   id_prefix=args.prompts_id_prefix)
         out = args.prompts_out or work / "prompts.jsonl"
         atomic_write_text(Path(out), "".join(json.dumps(p) + "\n" for p in prompts), overwrite=True)
         log.info("wrote %d held-out prompts to %s", len(prompts), out)
     if "card" in stages:
-        from specgym.training.lm_pair.card import write_model_card
-
         workloads = [Path(w) for w in args.card_workloads.split(",") if w.strip()]
         card = write_model_card(args.models_dir / args.name, work, profile=args.card_profile, workloads=workloads,
                                 figures=args.card_figures, notes=args.card_notes)

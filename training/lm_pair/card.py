@@ -14,11 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from specgym.envs.workloads.trace_format import load_workload
+from specgym.io import atomic_write_text
+
 
 def workload_summary(path: Path) -> dict[str, Any]:
     """Mean acceptance and greedy-loop share per category of a recorded workload."""
-    from specgym.envs.workloads.trace_format import load_workload
-
     wl = load_workload(path)
     out: dict[str, Any] = {"name": wl.name, "requests": wl.n_requests, "positions": wl.n_positions,
                            "temperature": float(wl.temperature[0]), "by_category": {}}
@@ -45,8 +46,6 @@ def write_model_card(pair_dir: Path, work: Path, profile: Path | None = None, wo
         figures: Live benchmark figures (JSON written by ``specgym bench --sections live``).
         notes: Markdown with what is particular to this pair (inserted after the models table).
     """
-    from specgym.io import atomic_write_text
-
     name = pair_dir.name
     corpus = json.loads((work / "corpus_stats.json").read_text())
     tokens = json.loads((work / "token_stats.json").read_text())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+import shutil
 
 from specgym.training.lm_pair.corpus import log
 from specgym.training.lm_pair.tokenizer import load_tokenizer
@@ -16,8 +17,6 @@ def export_pair(work: Path, name: str, target_role: str = "target", draft_role: 
     Weights are stored in fp16 to keep the repository small (and sharded into files of at most ``max_shard``); the
     config says float32 so that ``from_pretrained(path)`` casts them back: fp16 matmuls are slow on a CPU.
     """
-    import shutil
-
     import torch
     from transformers import GPT2LMHeadModel
 

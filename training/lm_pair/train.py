@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from specgym.envs.engines.live_engine import native_bf16_cpu
 from specgym.training.lm_pair.corpus import CATEGORIES, log
 from specgym.training.lm_pair.tokenizer import load_tokenizer
 
@@ -85,8 +87,6 @@ def _save_ckpt(model, opt, state: dict, path: Path) -> None:
     if path.exists():
         old = path.with_name(path.name + ".old")
         if old.exists():
-            import shutil
-
             shutil.rmtree(old)
         path.rename(old)
     tmp.rename(path)
@@ -115,8 +115,6 @@ def train_model(work: Path, role: str, spec: ModelSpec, budget_s: float, batch: 
     """
     import torch
     from transformers import GPT2LMHeadModel
-
-    from specgym.envs.engines.live_engine import native_bf16_cpu
 
     if precision not in ("auto", "fp32", "bf16"):
         raise ValueError(f"precision must be auto, fp32 or bf16, got {precision!r}")

@@ -131,12 +131,12 @@ def markdown_report(report: dict[str, Any]) -> str:
 
 
 def write_report(report: dict[str, Any], out: Path, overwrite: bool = False, plots: bool = True) -> Path:
-    """Write ``report.json``, ``report.md`` and the plots into ``out`` (all or nothing)."""
-    from specgym.eval.plots import write_plots
-
+    """Write ``report.json``, ``report.md`` and the plots into ``out`` (all or nothing; no plots, no matplotlib)."""
     with atomic_dir(out, overwrite=overwrite) as tmp:
         (tmp / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
         (tmp / "report.md").write_text(markdown_report(report))
         if plots:
+            from specgym.eval.plots import write_plots  # matplotlib: only when plotting
+
             write_plots(report, tmp)
     return out

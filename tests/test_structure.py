@@ -50,22 +50,7 @@ HEAVY = ("torch", "transformers", "tokenizers", "stable_baselines3", "matplotlib
 #: What ``import specgym``, ``specgym --help`` and ``specgym eval`` on replay never load.
 NEVER_AT_START = ("torch", "transformers", "stable_baselines3", "matplotlib", "ray")
 #: Function-level imports of light modules that stay: ``(importer, imported module) -> why``. Aim: none.
-LAZY_ALLOWED: dict[tuple[str, str], str] = {
-    # being refactored (issue 19 item 4)
-    ("specgym.training.callbacks", "copy"): "being refactored (issue 19 item 4)",
-    ("specgym.training.callbacks", "specgym.io"): "being refactored (issue 19 item 4)",
-    ("specgym.training.callbacks", "specgym.training.snapshot"): "being refactored (issue 19 item 4)",
-    ("specgym.training.callbacks", "rich.progress"): "being refactored (issue 19 item 4)",
-    ("specgym.training.validation", "numpy"): "being refactored (issue 19 item 4)",
-    ("specgym.training.validation", "specgym.agents.tree_policy"): "being refactored (issue 19 item 4)",
-    ("specgym.training.validation", "specgym.agents.batch_policy"): "being refactored (issue 19 item 4)",
-    ("specgym.training.validation", "specgym.baselines.marginal"): "being refactored (issue 19 item 4)",
-    ("specgym.training.validation", "specgym.catalogue"): "being refactored (issue 19 item 4)",
-    ("specgym.training.validation", "specgym.envs.core.batch_cost"): "being refactored (issue 19 item 4)",
-    ("specgym.training.validation", "specgym.envs.workloads.domains"): "being refactored (issue 19 item 4)",
-    ("specgym.training.validation", "specgym.envs.workloads.trace_format"): "being refactored (issue 19 item 4)",
-    ("specgym.training.validation", "specgym.eval.batch_eval"): "being refactored (issue 19 item 4)",
-}
+LAZY_ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _modules() -> dict[str, Path]:
@@ -396,8 +381,6 @@ def test_eval_on_replay_loads_no_model_library(tmp_path):
     assert not [m for m in loaded if m.split(".")[0] in set(NEVER_AT_START) - {"matplotlib"}], loaded
 
 
-@pytest.mark.xfail(strict=True, reason="eval/report.py (being refactored, issue 19 item 4) imports eval.plots in "
-                                       "write_report before it checks plots=False")
 def test_eval_without_plots_loads_no_matplotlib(tmp_path):
     """``specgym eval --no-plots`` needs no matplotlib."""
     assert not [m for m in _eval_on_replay(tmp_path) if m.split(".")[0] == "matplotlib"]

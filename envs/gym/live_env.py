@@ -14,22 +14,19 @@ happen on construction.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.features import FeatureTracker, feature_bounds
-from specgym.envs.engines.live_engine import LiveEngine, load_pair
+from specgym.envs.engines.live_engine import LiveEngine, LiveRequest, load_pair
 from specgym.envs.gym.shell import EnvShell
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.workloads.prompts import read_prompts
 from specgym.errors import SpecgymError
 from specgym.paths import MODELS_DIR, PROFILES_DIR, default_pair_name, pair_profile
-
-if TYPE_CHECKING:
-    from specgym.envs.engines.live_engine import LiveRequest
 
 ENV_ID = "specgym/SpecDecodeLive-v1"
 

@@ -1,7 +1,7 @@
 """Deployable agents: the exported-policy controller (numpy only) and the transformers ``generate()`` integration.
 
 Nothing here imports torch or stable-baselines3 at import time. Exported policies are named in controller specs as
-``ppo:NAME_OR_DIR`` (resolved by :func:`specgym.agents.registry.make_controller`, the registry of every spec).
+``ppo:NAME_OR_DIR`` (:mod:`specgym.agents.specs`, the one table of every controller spec).
 """
 
 from __future__ import annotations

@@ -24,36 +24,14 @@ from typing import Any
 import numpy as np
 
 import specgym.catalogue as catalogue
-from specgym.envs.core.batch import BATCH_FEATURE_NAMES
+from specgym.agents.modes import MODES, PolicyMode, get_mode
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor
-from specgym.envs.core.features import (
-    FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS, feature_names,
-)
+from specgym.envs.core.features import FEATURE_VERSION
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.errors import SpecgymError
 from specgym.io import atomic_dir, sha256_file
 
 ARTIFACT_FORMAT = "specgym-policy"
-MODES = ("k", "token", "batch", "tree")
-BATCH_FEATURE_VERSION = 1
-
-
-def mode_feature_names(mode: str, version: int | None = None) -> list[str]:
-    """The features a policy of ``mode`` observes at feature ``version`` (default: the current one; batch mode:
-    :data:`BATCH_FEATURE_NAMES`; tree mode: the K-mode features, as ``specgym/SpecDecodeTree-v0`` observes them)."""
-    if mode == "batch":
-        return list(BATCH_FEATURE_NAMES)
-    return feature_names("k" if mode == "tree" else mode, FEATURE_VERSION if version is None else version)
-
-
-def mode_feature_version(mode: str) -> int:
-    """The feature version a policy of ``mode`` is trained with now."""
-    return BATCH_FEATURE_VERSION if mode == "batch" else FEATURE_VERSION
-
-
-def mode_feature_versions(mode: str) -> tuple[int, ...]:
-    """The feature versions a policy of ``mode`` may have been trained with and still run."""
-    return (BATCH_FEATURE_VERSION,) if mode == "batch" else SUPPORTED_FEATURE_VERSIONS
 ARTIFACT_VERSION = 1
 WEIGHTS_FILE = "policy.npz"
 META_FILE = "policy.json"
@@ -98,35 +76,34 @@ class PolicyArtifact:
     shapes: list[list[int]] = field(default_factory=list)
 
     @property
+    def row(self) -> PolicyMode:
+        """The mode's row of :data:`~specgym.agents.modes.MODES` (kind, features, actions, controller...)."""
+        return get_mode(self.mode)
+
+    @property
     def n_actions(self) -> int:
         """Size of the action layer."""
         return int(self.weights[-1].shape[0])
 
     def action_mapping(self) -> dict[str, Any]:
         """How an action index maps to a decision (recorded in ``policy.json``)."""
-        if self.mode == "k":
-            return {"type": "draft_cap", "values": list(range(self.k_min, self.k_min + self.n_actions))}
-        if self.mode == "tree":
-            return {"type": "tree_widths", "values": [[int(w) for w in s] for s in self.shapes]}
-        return {"type": "stop_or_continue", "values": ["stop", "continue"]}
+        return get_mode(self.mode).action_mapping(self.k_min, self.n_actions, self.shapes)
 
     def validate(self) -> None:
         """Check internal consistency (shapes, mode, features); raise :class:`SpecgymError` naming the problem."""
-        if self.mode not in MODES:
-            raise SpecgymError(f"policy mode must be one of {MODES}, got {self.mode!r}")
+        mode = get_mode(self.mode)
         if self.activation not in ACTIVATIONS:
             raise SpecgymError(f"policy activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-        versions = mode_feature_versions(self.mode)
         version = self.feature_version
-        if version not in versions:
+        if version not in mode.feature_versions:
             raise SpecgymError(f"policy was trained with feature version {version}, this specgym computes "
-                               f"version(s) {', '.join(map(str, versions))}: retrain and re-export it")
-        expected = mode_feature_names(self.mode, version)
+                               f"version(s) {', '.join(map(str, mode.feature_versions))}: retrain and re-export it")
+        expected = mode.features(version)
         if list(self.features) != expected:
             raise SpecgymError(f"policy feature list does not match specgym's {self.mode}-mode features "
                                f"(version {version}): retrain and re-export it")
         if self.predictor is not None:
-            if self.mode != "token" or version < 4:
+            if not mode.token_level or version < 4:
                 raise SpecgymError(f"policy carries an acceptance predictor, which only token-mode policies of "
                                    f"feature version >= 4 read (this one: {self.mode} mode, version {version})")
             AcceptancePredictor.from_dict(self.predictor, where="policy field 'predictor'")
@@ -139,12 +116,11 @@ class PolicyArtifact:
             if not (np.all(np.isfinite(w)) and np.all(np.isfinite(b))):
                 raise SpecgymError(f"policy layer {i} holds non-finite weights")
             dim = w.shape[0]
-        want = 2 if self.mode == "token" else self.k_max - self.k_min + 1  # k and batch: one action per K
-        if self.mode == "tree":
-            want = len(self.shapes)
-            if not want or any(len(s) > self.k_max or any(int(w) < 1 for w in s) for s in self.shapes):
-                raise SpecgymError(f"tree policy action menu must list width tuples of depth <= k_max "
-                                   f"{self.k_max}, widths >= 1")
+        want = mode.n_actions(self.k_min, self.k_max, self.shapes)
+        if mode.action == "tree_widths" and (not want or any(len(s) > self.k_max or any(int(w) < 1 for w in s)
+                                                             for s in self.shapes)):
+            raise SpecgymError(f"tree policy action menu must list width tuples of depth <= k_max "
+                               f"{self.k_max}, widths >= 1")
         if self.n_actions != want:
             raise SpecgymError(f"policy has {self.n_actions} actions, {self.mode} mode with k in "
                                f"[{self.k_min}, {self.k_max}] needs {want}")
@@ -158,12 +134,22 @@ class PolicyArtifact:
                 raise SpecgymError("policy observation statistics are invalid")
 
 
-def list_policies(chain_only: bool = False) -> list[str]:
-    """Names of the shipped policies (``chain_only``: without the tree-mode ones, which are ``tree-ppo:`` specs)."""
+def policy_mode(folder: str | Path) -> str | None:
+    """The mode an exported policy folder's ``policy.json`` names (None if unreadable)."""
+    try:
+        mode = json.loads((Path(folder) / META_FILE).read_text()).get("mode")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return mode if isinstance(mode, str) else None
+
+
+def list_policies(kind: str | None = None) -> list[str]:
+    """Names of the shipped policies (``kind``: only those whose controllers are of that decision kind, e.g.
+    ``chain`` for ``ppo:`` policies of K and token mode)."""
     names = catalogue.names("policy")
-    if chain_only:
-        names = [n for n in names
-                 if json.loads((catalogue.resolve("policy", n) / META_FILE).read_text()).get("mode") != "tree"]
+    if kind is not None:
+        names = [n for n in names if (m := MODES.get(policy_mode(catalogue.resolve("policy", n)) or ""))
+                 and m.kind == kind]
     return names
 
 
@@ -290,7 +276,8 @@ def load_policy(path: str | Path, expect_mode: str | None = None) -> PolicyArtif
             feature_version=int(meta["feature_version"]), features=list(meta["features"]),
             predictor=meta.get("predictor"),
             meta={k: v for k, v in meta.items() if k not in known},
-            shapes=[[int(w) for w in s] for s in meta["action_mapping"]["values"]] if meta["mode"] == "tree" else [],
+            shapes=[[int(w) for w in s] for s in meta["action_mapping"]["values"]]
+            if meta["action_mapping"].get("type") == "tree_widths" else [],
         )
     except (KeyError, TypeError, ValueError, OSError) as exc:
         raise SpecgymError(f"{folder}: malformed policy artifact ({type(exc).__name__}: {exc})") from None
@@ -307,12 +294,14 @@ def random_artifact(mode: str, k_max: int = DEFAULT_K_MAX, k_min: int = 0, net_a
                     activation: str = "tanh", seed: int = 0) -> PolicyArtifact:
     """A randomly initialised policy of the given architecture (for timing benchmarks and tests, never results)."""
     rng = np.random.default_rng(seed)
-    n_in = len(mode_feature_names(mode))
-    n_out = 2 if mode == "token" else k_max - k_min + 1
+    row = get_mode(mode)
+    names = row.features(row.feature_version)
+    n_in = len(names)
+    n_out = row.n_actions(k_min, k_max)
     dims = [n_in, *net_arch, n_out]
     weights = [rng.normal(0, 1 / np.sqrt(a), (b, a)).astype(np.float32) for a, b in zip(dims[:-1], dims[1:])]
     biases = [np.zeros(b, np.float32) for b in dims[1:]]
     return PolicyArtifact(mode=mode, k_min=k_min, k_max=k_max, weights=weights, biases=biases, activation=activation,
-                          obs_mean=np.full(n_in, 0.5), obs_var=np.full(n_in, 0.1), features=mode_feature_names(mode),
-                          feature_version=mode_feature_version(mode),
+                          obs_mean=np.full(n_in, 0.5), obs_var=np.full(n_in, 0.1), features=names,
+                          feature_version=row.feature_version,
                           meta={"training": {"note": "randomly initialised, untrained (benchmark only)"}})

@@ -6,12 +6,15 @@ trains it with, and picks the argmax of its actor's logits as the step's K.
 
 from __future__ import annotations
 
-from specgym.agents.artifact import PolicyArtifact, load_policy
+from typing import TYPE_CHECKING
+
 from specgym.agents.policy_controller import PolicyNetwork
-import specgym.catalogue as catalogue
 from specgym.envs.core.batch import BatchController, BatchFeatureTracker, BatchState, BatchStep
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.errors import SpecgymError
+
+if TYPE_CHECKING:  # the artifact's module imports the mode table, which imports this one
+    from specgym.agents.artifact import PolicyArtifact
 
 
 class BatchPolicyController(BatchController):
@@ -24,17 +27,12 @@ class BatchPolicyController(BatchController):
 
     def __init__(self, artifact: PolicyArtifact, name: str | None = None):
         artifact.validate()
-        if artifact.mode != "batch":
+        if artifact.row.kind != "batch":
             raise SpecgymError(f"policy mode is {artifact.mode!r}: serving steps need a batch-mode policy")
         self.artifact = artifact
         self.name = name or "ppo-batch"
         self.network = PolicyNetwork(artifact)
         self.tracker = BatchFeatureTracker(artifact.k_max)
-
-    @classmethod
-    def from_spec(cls, name_or_dir: str) -> BatchPolicyController:
-        """``ppo:NAME`` (shipped) or ``ppo:DIR``."""
-        return cls(load_policy(catalogue.resolve("policy", name_or_dir)), name=f"ppo:{name_or_dir}")
 
     def reset(self, profile: BatchCostProfile, k_max: int) -> None:
         if k_max < self.artifact.k_max:

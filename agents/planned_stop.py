@@ -61,14 +61,9 @@ class PlannedStop(PredictedMarginal):
 
     def keep_drafting(self, step: DraftStep) -> bool:
         """Draft on iff the planned gain of continuing after this token is positive."""
-        p = self.predictor.predict_step(step, self._temperature)
+        p = self._fold(step)
         if p is None:
-            self.fallbacks += 1
-            self.decisions.add(step)
             return self.decisions.marginal_ratio() > self.threshold
-        self.predicted += 1
-        self._signals = True
-        self.decisions.add(step, accept=p)
         assert self._plan is not None
         return self._plan.keep_drafting(step.index, self.decisions.prefix_prob, p)
 

@@ -1,7 +1,7 @@
 """The deployed PPO policy: a numpy-only :class:`Controller` over an exported artifact (:mod:`specgym.agents.artifact`).
 
 The controller computes its observation with :class:`~specgym.envs.core.features.FeatureTracker` and (token mode)
-the token-mode protocol (:mod:`specgym.agents.token_protocol`), the code the training environments use, normalises
+the token-mode protocol (:mod:`specgym.envs.core.token_protocol`), the code the training environments use, normalises
 it exactly as SB3's ``VecNormalize`` does (``clip((obs - mean) / sqrt(var + eps), -clip_obs, clip_obs)``) and takes
 the argmax of the actor's logits (``model.predict(deterministic=True)``). Nothing here imports torch or
 stable-baselines3.
@@ -22,15 +22,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from typing import TYPE_CHECKING
+
 from specgym.envs.core.controller import Controller
-from specgym.agents.artifact import PolicyArtifact
-from specgym.agents.token_protocol import TokenProtocol
+from specgym.envs.core.token_protocol import TokenProtocol
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor
 from specgym.envs.core.features import (
     FEATURE_VERSION, FeatureTracker,
 )
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
 from specgym.errors import SpecgymError
+
+if TYPE_CHECKING:  # the artifact's module imports the mode table, which imports this one
+    from specgym.agents.artifact import PolicyArtifact
 
 class PolicyNetwork:
     """The exported actor in numpy: VecNormalize's observation transform, the MLP, the argmax.
@@ -90,14 +94,13 @@ class PolicyController(Controller):
 
     def __init__(self, artifact: PolicyArtifact, name: str | None = None):
         artifact.validate()
-        if artifact.mode == "tree":
-            raise SpecgymError("a tree-mode policy chooses draft trees: use it as tree-ppo:NAME (a tree controller)")
-        if artifact.mode == "batch":
-            raise SpecgymError("a batch-mode policy chooses K for serving steps: use it as a batch controller "
-                               "(specgym tune compare --controllers ppo:NAME)")
+        row = artifact.row
+        if row.kind != "chain":
+            raise SpecgymError(f"a {artifact.mode}-mode policy is a {row.kind} controller: name it "
+                               f"{row.spec_prefix}:PATH" + (" in specgym tune compare" if row.kind == "batch" else ""))
         self.artifact = artifact
         self.mode = artifact.mode
-        self.token_level = artifact.mode == "token"
+        self.token_level = row.token_level
         self.name = name or f"ppo-{artifact.mode}"
         self.k_min, self.k_max = artifact.k_min, artifact.k_max
         self.network = PolicyNetwork(artifact)
@@ -129,13 +132,13 @@ class PolicyController(Controller):
 
     def propose(self) -> int:
         """K mode: the policy's draft cap. Token mode: the ``j = 0`` decision (0 = plain step, else k_max)."""
-        if self.mode == "k":
+        if not self.token_level:
             return self.k_min + self.act(self.tracker.observation())
         return self.protocol.cap(self.act(self.protocol.open_round()) != 0)
 
     def keep_drafting(self, step: DraftStep) -> bool:
         """Token mode: continue after draft token ``step.index``? (K mode: always.)"""
-        if self.mode == "k":
+        if not self.token_level:
             return True
         return self.act(self.protocol.draft(step)) == 1
 

@@ -16,41 +16,11 @@ Predictors: a shipped name (``data/predictors/NAME.json``, e.g. the pair's) or a
 
 from __future__ import annotations
 
-from typing import Any
-
 from specgym.baselines.marginal import MarginalStop
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor
-from specgym.envs.core.rounds import DraftStep, RequestContext
+from specgym.envs.core.rounds import DraftStep
 import specgym.catalogue as catalogue
 from specgym.errors import SpecgymError
-
-
-def predictors_for(workload: Any) -> list[str]:
-    """Shipped predictors for ``workload``: those trained on it (by name), else those trained on the same pair
-    (matched on the target model both name); none for a workload without v2 signals, where the controller would only
-    repeat ``marginal``."""
-    if workload.signal_columns() is None or not isinstance(workload.source, dict):
-        return []
-    target = workload.source.get("target_model")
-    same_workload, same_pair = [], []
-    for name in catalogue.names("predictor"):
-        try:
-            meta = load_predictor(catalogue.resolve("predictor", name)).meta or {}
-        except SpecgymError:
-            continue
-        if workload.name in (meta.get("workloads") or [meta.get("workload")]):
-            same_workload.append(name)
-        elif target is not None and meta.get("pair_target") == target:
-            same_pair.append(name)
-    return same_workload or same_pair
-
-
-def planned_ready(name: str) -> bool:
-    """The shipped predictor ``name`` carries the continuation models ``planned:`` needs."""
-    try:
-        return bool(load_predictor(catalogue.resolve("predictor", name)).continuation)
-    except SpecgymError:
-        return False
 
 
 class PredictedMarginal(MarginalStop):
@@ -70,16 +40,11 @@ class PredictedMarginal(MarginalStop):
         super().__init__(1.0)
         self.predicted_threshold = predictor.threshold if threshold is None else float(threshold)
         self.predictor = predictor
+        self.protocol.predictor = predictor
         self.name = name or f"predicted:{predictor.name}"
-        self._temperature = 0.0
         self.predicted = 0  # draft tokens priced by the predictor (the rest fell back to calibrated confidence)
         self.fallbacks = 0
         self._signals = False  # the engine's steps carry the predictor's signals
-
-    def reset(self, ctx: RequestContext) -> None:
-        """New request (see :meth:`MarginalStop.reset`)."""
-        super().reset(ctx)
-        self._temperature = float(ctx.temperature)
 
     def propose(self) -> int:
         """0 (plain step) if even the first draft token does not pay, else the cap (see :class:`MarginalStop`)."""
@@ -89,14 +54,18 @@ class PredictedMarginal(MarginalStop):
 
     def keep_drafting(self, step: DraftStep) -> bool:
         """Draft on iff one more token raises the round's expected rate, with the predicted acceptance."""
-        p = self.predictor.predict_step(step, self._temperature)
+        p = self._fold(step)
+        return self.decisions.marginal_ratio() > (self.threshold if p is None else self.predicted_threshold)
+
+    def _fold(self, step: DraftStep) -> float | None:
+        """Fold the draft token in through the token protocol; count whether the predictor priced it."""
+        p = self.protocol.fold(step)
         if p is None:
             self.fallbacks += 1
         else:
             self.predicted += 1
             self._signals = True
-        self.decisions.add(step, accept=p)
-        return self.decisions.marginal_ratio() > (self.threshold if p is None else self.predicted_threshold)
+        return p
 
 
 def make_predicted(arg: str | None, k_max: int) -> PredictedMarginal:

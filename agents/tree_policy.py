@@ -12,14 +12,16 @@ action type of the static tree baselines, so a live tree engine drives it throug
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specgym.agents.artifact import PolicyArtifact
 from specgym.agents.policy_controller import PolicyNetwork
 from specgym.envs.core.features import FeatureTracker
 from specgym.envs.core.rounds import RequestContext, RoundOutcome
 from specgym.envs.core.tree import TreeController, TreeRoundOutcome, TreeShape
 from specgym.errors import SpecgymError
+
+if TYPE_CHECKING:  # the artifact's module imports the mode table, which imports this one
+    from specgym.agents.artifact import PolicyArtifact
 
 
 class TreePolicyController(TreeController):
@@ -30,11 +32,9 @@ class TreePolicyController(TreeController):
         name: Display name (starts with ``tree``).
     """
 
-    plays_rounds = True
-
     def __init__(self, artifact: PolicyArtifact, name: str = "tree-ppo"):
         artifact.validate()
-        if artifact.mode != "tree":
+        if artifact.row.kind != "tree":
             raise SpecgymError(f"tree-ppo needs a tree-mode policy, got mode {artifact.mode!r}")
         self.artifact = artifact
         self.name = name
@@ -63,8 +63,16 @@ class TreePolicyController(TreeController):
         """Fold a verified tree round, given as the chain round along its true path, into the features."""
         self.tracker.update(rnd)
 
-    def play_round(self, req: Any) -> TreeRoundOutcome:
+    def play(self, req: Any) -> TreeRoundOutcome:
         """One replayed round (:class:`TreeReplayRequest`): propose, play, observe the true-path round."""
         o = req.play(self.propose_tree())
         self.observe_round(req.as_round(o))
+        return o
+
+    def play_live(self, req: Any) -> TreeRoundOutcome:
+        """One live round: propose, play, observe the round as the chain round along the draft's rank-0 spine (what
+        a live chain round reports: the draft's own top-1 tokens, their confidence and entropy)."""
+        o = req.play_tree(self.propose_tree(), stats=True)
+        self.observe_round(RoundOutcome(o.position, o.depth, o.depth, o.accepted, o.produced, o.time_ms,
+                                        req.spine_conf, req.spine_entropy, done=o.done))
         return o

@@ -21,9 +21,12 @@ The arithmetic is :mod:`specgym.envs.core.economics`, through the same :class:`F
 
 from __future__ import annotations
 
+from typing import Any
+
 from specgym.envs.core.controller import Controller
-from specgym.envs.core.features import FeatureTracker, TokenDecisionState
+from specgym.envs.core.features import FeatureTracker
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
+from specgym.envs.core.token_protocol import TokenProtocol
 
 
 class MarginalStop(Controller):
@@ -38,17 +41,22 @@ class MarginalStop(Controller):
     def __init__(self, threshold: float = 1.0) -> None:
         self.threshold = float(threshold)
         self.name = "marginal" if self.threshold == 1.0 else f"marginal:{self.threshold:g}"
-        self.tracker = FeatureTracker(8)
-        self.decisions = TokenDecisionState(self.tracker)
+        self.predictor: Any = None  # the acceptance predictor of the protocol's draft tokens (subclasses)
+        self._use(FeatureTracker(8))
         self._cap = 8
+
+    def _use(self, tracker: FeatureTracker) -> None:
+        self.tracker = tracker
+        self.protocol = TokenProtocol(tracker, tracker.k_max, self.predictor)
+        self.decisions = self.protocol.decisions
 
     def reset(self, ctx: RequestContext) -> None:
         """New request: fresh calibration and acceptance estimate, the request's costs."""
         self.ctx = ctx
         if ctx.k_max != self.tracker.k_max:
-            self.tracker = FeatureTracker(ctx.k_max)
-            self.decisions = TokenDecisionState(self.tracker)
+            self._use(FeatureTracker(ctx.k_max))
         self.tracker.reset(ctx)
+        self.protocol.temperature = float(ctx.temperature)
         self._cap = ctx.k_max
 
     def propose(self) -> int:

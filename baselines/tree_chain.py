@@ -9,11 +9,14 @@ trace the results equal the chain replay's, round for round (tested for every ba
 
 from __future__ import annotations
 
+from typing import Any
+
 from specgym.envs.core.controller import Controller
-from specgym.envs.core.rounds import DraftStep, RequestContext
+from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
 from specgym.envs.core.signals import DraftSignals
 from specgym.envs.core.tree import TreeController, TreeRoundOutcome, TreeShape
 from specgym.envs.engines.tree_engine import TreeReplayRequest
+from specgym.errors import SpecgymError
 
 
 class ChainAsTree(TreeController):
@@ -43,7 +46,21 @@ class ChainAsTree(TreeController):
         """The chain of the inner controller's K (no token-level stop)."""
         return self._chain(min(self.inner.propose(), self.ctx.k_max))
 
-    def play_round(self, req: TreeReplayRequest) -> TreeRoundOutcome:
+    def check_live(self) -> None:
+        """A token-level inner controller stops drafting token by token: the chain engine runs it live."""
+        if self.inner.token_level:
+            raise SpecgymError(f"{self.name}: a token-level chain controller stops drafting token by token; run it "
+                               f"live as {self.inner.name} (the chain engine)")
+
+    def play_live(self, req: Any) -> TreeRoundOutcome:
+        """One live round: the inner controller's K as the width-1 tree; it observes the chain round."""
+        cap = max(min(self.inner.propose(), req.context.k_max, req.length - req.position - 1), 0)
+        o = req.play_tree(self._chain(cap), stats=True)
+        self.inner.observe(RoundOutcome(o.position, cap, o.depth, o.accepted, o.produced, o.time_ms,
+                                        req.spine_conf, req.spine_entropy, done=o.done))
+        return o
+
+    def play(self, req: TreeReplayRequest) -> TreeRoundOutcome:
         """One round: K, the token-level stops (if any), the width-1 tree, and the inner controller observes."""
         inner = self.inner
         i = req.position

@@ -16,10 +16,12 @@ Results of this rule are labelled approximate wherever shown.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from specgym.envs.core.signals import TOPK
-from specgym.envs.core.tree import TreeController, TreeShape
+from specgym.envs.core.tree import TreeController, TreeRoundOutcome, TreeShape
 from specgym.errors import SpecgymError
 
 
@@ -63,7 +65,6 @@ class EagleTree(TreeController):
     """
 
     approximate = True
-    dynamic = True
 
     def __init__(self, depth: int = 5, beam: int = 4, budget: int = 16):
         if not (1 <= beam <= TOPK and depth >= 1 and budget >= 1):
@@ -78,3 +79,16 @@ class EagleTree(TreeController):
     def tree_for(self, topk: np.ndarray) -> TreeShape:
         """The round's tree from the draft's top-8 rows of its ``depth`` positions."""
         return eagle_tree(topk, self.beam, self.budget)
+
+    def play(self, req: Any) -> TreeRoundOutcome:
+        """One replayed round: the tree from the trace's top-8 rows of the next ``depth`` positions (zeros past the
+        request's end or without the column), played as modelled (approximate)."""
+        o = req.play(self.tree_for(req.draft_topk(self.depth)), draft_depth=self.depth, approximate=True)
+        self.observe(o)
+        return o
+
+    def play_live(self, req: Any) -> TreeRoundOutcome:
+        """One live round: the tree from the draft's real frontier probabilities (exact)."""
+        o = req.play_eagle(self.depth, self.beam, self.budget)
+        self.observe(o)
+        return o

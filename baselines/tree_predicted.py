@@ -206,8 +206,6 @@ class PredictedTree(TreeController):
         k_max: Deepest spine.
     """
 
-    plays_rounds = True
-
     def __init__(self, predictor: AcceptancePredictor, name: str, k_max: int = DEFAULT_K_MAX):
         self.predictor = predictor
         self.name = name
@@ -229,10 +227,16 @@ class PredictedTree(TreeController):
         self.tracker.reset(ctx)
 
     def propose_tree(self) -> TreeShape:
-        """Not used: the tree grows with the round's draft signals (see :meth:`play_round`)."""
-        raise SpecgymError("tree-predicted grows its tree depth by depth: drive it with play_round")
+        """Not used: the tree grows with the round's draft signals (see :meth:`play`)."""
+        raise SpecgymError("tree-predicted grows its tree depth by depth: drive it with play(req)")
 
-    def play_round(self, req: Any) -> TreeRoundOutcome:
+    def check_live(self) -> None:
+        """It grows its tree from the trace's per-position signals: replay only."""
+        raise SpecgymError(f"{self.name}: grows its tree from the trace's per-position signals, so it runs in replay "
+                           "only; live tree controllers: tree-static, tree-sequoia, tree-eagle, tree-chain:SPEC, "
+                           "tree-ppo")
+
+    def play(self, req: Any) -> TreeRoundOutcome:
         """One replayed round: the spine's signals from the trace (correct prefix), the exact walk."""
         if self.tables is None or self._accept is None or req.engine.workload is not self._workload:
             raise SpecgymError("tree-predicted: call prepare(workload, profile) on the replayed workload first")

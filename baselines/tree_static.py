@@ -120,6 +120,10 @@ class StaticTree(TreeController):
         """The fixed tree."""
         return self.tree
 
+    def static_shape(self) -> TreeShape:
+        """The fixed tree (the replay serves every request at once)."""
+        return self.tree
+
 
 class SequoiaTree(StaticTree):
     """The static tree of Sequoia's program, fitted on the workload's train split in :meth:`prepare`.

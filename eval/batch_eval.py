@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from specgym.agents.batch_registry import make_batch_controller
+from specgym.agents.specs import Resolved, resolve
 from specgym.envs.core.batch import BatchController
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
@@ -22,13 +22,13 @@ from specgym.envs.workloads.trace_format import Workload
 from specgym.eval.stats import PairedBootstrap
 
 
-def compare(workload: Workload, profile: BatchCostProfile, specs: Sequence[str | BatchController],
+def compare(workload: Workload, profile: BatchCostProfile, specs: Sequence[str | BatchController | Resolved],
             replications: int = 10,
             requests: int = 256, max_batch: int = 256, split: str = "test", k_max: int = DEFAULT_K_MAX,
             seed: int = 0, reference: str | None = None) -> dict[str, Any]:
     """Throughput of every controller in every replication, and paired ratios against ``reference``."""
     pool = workload.split_indices(split)
-    named = [(s, make_batch_controller(s, k_max)) if isinstance(s, str) else (s.name, s) for s in specs]
+    named = [(r.spec, r.controller) for r in resolve(specs, k_max, kinds=("batch",))]
     names = [n for n, _ in named]
     reference = reference or names[0]
     thr: dict[str, list[float]] = {n: [] for n in names}

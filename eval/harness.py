@@ -19,17 +19,13 @@ from typing import Any
 import numpy as np
 
 import specgym.catalogue as catalogue
-from specgym.agents.predicted_marginal import planned_ready, predictors_for
-from specgym.agents.registry import expand_specs, make_controller
-from specgym.agents.tree_registry import TREE_ALL, TREE_ORACLE, is_tree_spec, make_tree_controller
-from specgym.baselines.fixed import FixedK
-from specgym.baselines.tree_static import StaticTree
+from specgym.agents.specs import EVAL_KINDS, Resolution, Resolved, resolve
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.tree import TreeController
 from specgym.envs.engines.trace_engine import TraceEngine
-from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload
+from specgym.envs.engines.tree_engine import TreeEngine
 from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.errors import SpecgymError
 from specgym.eval.metrics import category_metrics, figures, headroom_split, oracle_figures
@@ -40,8 +36,8 @@ from specgym.eval.tree_runner import run_tree_controller, run_tree_oracle
 from specgym.io import sha256_file
 from specgym.version import __version__
 
-Specs = str | Sequence[str | Controller | TreeController | tuple[str, Controller | TreeController | None]]
-Named = list[tuple[str, Controller | TreeController | None]]
+Specs = (str | Resolution
+         | Sequence[str | Controller | TreeController | Resolved | tuple[str, Controller | TreeController | None]])
 
 
 @dataclass
@@ -72,48 +68,11 @@ class EvalConfig:
     per_request: bool = False
 
 
-def tree_replayable(workload: Workload | None) -> bool:
-    """True when ``workload`` can be tree-replayed (greedy, with ranks): ``all`` then brings the tree rows."""
-    if workload is None:
-        return False
-    try:
-        check_tree_workload(workload)
-    except SpecgymError:
-        return False
-    return True
-
-
-def _tree_specs(item: str, workload: Workload | None) -> tuple[str, list[str]]:
-    """Split a comma-separated spec list into the chain part and the tree specs (``all`` adds :data:`TREE_ALL`
-    and ``tree-predicted`` over the pair's shipped predictors when the workload carries ranks)."""
-    parts = [p.strip() for p in item.split(",") if p.strip()]
-    trees = [p for p in parts if is_tree_spec(p)]
-    if any(p.lower() == "all" for p in parts) and tree_replayable(workload):
-        extra = [f"tree-predicted:{name}" for name in predictors_for(workload)]
-        trees += [t for t in (*TREE_ALL, *extra) if t not in trees]
-    return ",".join(p for p in parts if not is_tree_spec(p)), trees
-
-
-def resolve_controllers(specs: Specs, k_max: int, workload: Workload | None = None) -> Named:
-    """``(label, controller)`` pairs; specs are validated (and built) before any replay starts. With ``workload``,
-    ``all`` also brings the shipped acceptance predictors of its pair (:func:`predictors_for`) and, when the trace
-    carries ranks (greedy), the tree baselines (names starting with ``tree``; ``tree-oracle`` pairs with ``None``:
-    it is a plan, not a controller)."""
-    extra = tuple(f"{kind}:{name}" for name in predictors_for(workload) for kind in ("predicted", "planned")
-                  if kind == "predicted" or planned_ready(name)) if workload is not None else ()
-    items = [specs] if isinstance(specs, str) else list(specs)
-    out: Named = []
-    for item in items:
-        if isinstance(item, (Controller, TreeController)):
-            out.append((item.name, item))
-        elif isinstance(item, tuple):  # an already resolved (label, controller) pair
-            out.append(item)
-        else:
-            chain, trees = _tree_specs(item, workload)
-            if chain or not trees:
-                out += [(s, make_controller(s, k_max)) for s in expand_specs(chain, k_max, extra)]
-            out += [(t, None if t == TREE_ORACLE else make_tree_controller(t, k_max)) for t in trees]
-    return out
+def resolve_controllers(specs: Specs, k_max: int, workload: Workload | None = None) -> Resolution:
+    """Every controller an evaluation runs, each built once (:func:`specgym.agents.specs.resolve`, chain and tree
+    kinds); with ``workload``, ``all`` means what it means for that workload (its predictors, its tree rows, and a
+    note for each row left out)."""
+    return resolve(specs, k_max, workload, EVAL_KINDS)
 
 
 def _traced_requests(wl: Workload, requests: np.ndarray) -> dict[str, int]:
@@ -166,17 +125,20 @@ def open_replay(workload: str | Path | Workload, split: str = "test", seed: int 
     return Replay(wl, prof, TraceEngine(wl, prof, k_max, seed=seed), requests, wl_path, wl_hash)
 
 
-def run_controllers(replay: Replay, named: Named, refs: References, trace: Sequence[int] = (),
+def run_controllers(replay: Replay, named: Specs, refs: References,
+                    trace: Sequence[int] = (),
                     progress: Callable[[str, int], Callable[[], None]] | None = None) -> list[RunResult]:
-    """Serve the replay's requests with every controller, in order (one :class:`RunResult` each).
+    """Serve the replay's requests with every controller, in order (one :class:`RunResult` each), each by the
+    runner of its kind.
 
-    A plain :class:`~specgym.baselines.fixed.FixedK` row is its reference run (the same requests and draws); tree
-    controllers run on a tree replay engine built on first use (it refuses v1 and sampled traces with one line);
-    ``None`` is the clairvoyant tree oracle.
+    Chain controllers run on the replay engine (a plain ``fixed:K`` is its reference run: the same requests and
+    draws); tree controllers on a tree replay engine built on first use (it refuses v1 and sampled traces with one
+    line), after their ``prepare`` on the workload; the tree oracle row is its plan.
 
     Args:
         replay: The requests and engine.
-        named: ``(label, controller)`` pairs from :func:`resolve_controllers`.
+        named: The resolved controllers (:func:`resolve_controllers`; specs, controllers or ``(label,
+            controller)`` pairs are resolved here).
         refs: The references of the same requests.
         trace: Requests whose round-by-round choices are kept (chain controllers but fixed K).
         progress: ``progress(label, n_requests)`` returns a per-request callback (progress bars).
@@ -184,21 +146,22 @@ def run_controllers(replay: Replay, named: Named, refs: References, trace: Seque
     requests = replay.requests
     results: list[RunResult] = []
     tree_engine: TreeEngine | None = None
-    for spec, ctrl in named:
-        tick = progress(spec, len(requests)) if progress else None
-        if type(ctrl) is FixedK:
-            results.append(refs.fixed_run(ctrl.k, ctrl.name))
-        elif isinstance(ctrl, Controller):
-            results.append(run_controller(replay.engine, requests, ctrl, trace=trace, on_request=tick))
+    for row in resolve_controllers(named, replay.engine.k_max, replay.workload):
+        tick = progress(row.spec, len(requests)) if progress else None
+        if row.kind == "chain":
+            results.append(run_controller(replay.engine, requests, row.controller, trace=trace, on_request=tick,
+                                          fixed=refs))
             continue
+        if row.kind != "tree":
+            raise SpecgymError(f"{row.spec}: a {row.kind} controller; the replay harness runs chain and tree "
+                               f"controllers")
+        if tree_engine is None:
+            tree_engine = TreeEngine(replay.workload, replay.profile, replay.engine.k_max)
+        if row.controller is None:  # a plan row: the clairvoyant tree oracle
+            results.append(run_tree_oracle(tree_engine, requests, row.spec))
         else:
-            if tree_engine is None:
-                tree_engine = TreeEngine(replay.workload, replay.profile, replay.engine.k_max)
-            if ctrl is None:
-                results.append(run_tree_oracle(tree_engine, requests, spec))
-            else:
-                ctrl.prepare(replay.workload, replay.profile)
-                results.append(run_tree_controller(tree_engine, requests, ctrl))
+            row.controller.prepare(replay.workload, replay.profile)
+            results.append(run_tree_controller(tree_engine, requests, row.controller))
         if tick is not None:
             for _ in requests:
                 tick()
@@ -220,14 +183,15 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
     return assemble_report(cfg, replay, named, results, refs, traced)
 
 
-def _best_static_tree(named: Named, results: list[RunResult]) -> RunResult | None:
+def _best_static_tree(named: Resolution, results: list[RunResult]) -> RunResult | None:
     """The fastest exact static tree of the evaluation (Sequoia's included), if any ran."""
-    static = [r for r, (_, c) in zip(results, named) if isinstance(c, StaticTree)]
+    static = [r for r, row in zip(results, named) if row.kind == "tree" and row.controller is not None
+              and row.controller.static_shape() is not None]
     return min(static, key=lambda r: float(r.time_ms.sum())) if static else None
 
 
-def assemble_report(cfg: EvalConfig, replay: Replay, named: Named, results: list[RunResult], refs: References,
-                    traced: dict[str, int]) -> dict[str, Any]:
+def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results: list[RunResult],
+                    refs: References, traced: dict[str, int]) -> dict[str, Any]:
     """The JSON-ready report of an evaluation: rows by throughput, the oracles, the headroom split, K traces."""
     wl, requests = replay.workload, replay.requests
     categories = wl.category[requests]
@@ -237,15 +201,16 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Named, results: list
     if best_static is not None:  # every row's paired ratio to the fastest static tree
         ratio_refs["speedup_vs_best_static_tree"] = best_static.time_ms
     rows = []
-    for r, (spec, ctrl) in zip(results, named):
+    for r, resolved in zip(results, named):
         row = figures(r, refs).to_dict()
         if best_static is not None:
             row["speedup_vs_best_static_tree"] = float(best_static.time_ms.sum() / r.time_ms.sum())
-        row["spec"] = spec
-        row["token_level"] = bool(getattr(ctrl, "token_level", False))
-        if not isinstance(ctrl, Controller):
+        row["spec"] = resolved.spec
+        row["token_level"] = resolved.token_level
+        row["kind"], row["family"] = resolved.kind, resolved.family
+        if resolved.kind == "tree":
             row["tree"] = True
-            row["approximate"] = bool(getattr(ctrl, "approximate", False))
+            row["approximate"] = bool(getattr(resolved.controller, "approximate", False))
         row["categories"] = category_metrics(r, categories)
         row["ci95"] = {key: boot.ratio_ci(ref, r.time_ms) for key, ref in ratio_refs.items()}
         rows.append(row)
@@ -275,7 +240,8 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Named, results: list
         "profile": replay.profile.to_dict(),
         "seed": cfg.seed,
         "k_max": cfg.k_max,
-        "controllers": [label for label, _ in named],
+        "controllers": [row.spec for row in named],
+        "left_out": list(getattr(named, "notes", [])),
         "best_static_tree": best_static.name if best_static is not None else None,
         "max_requests": cfg.max_requests,
         "reference": {"t_ar_ms": refs.t_ar_ms, "best_fixed_k": refs.best_k,
@@ -288,7 +254,7 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Named, results: list
         "bootstrap": {"resamples": cfg.bootstrap, "level": 0.95, "seed": 0, "unit": "request"},
     }
     if cfg.per_request:
-        times = {spec: res.time_ms for (spec, _), res in zip(named, results)}
+        times = {row.spec: res.time_ms for row, res in zip(named, results)}
         times.update({f"fixed:{k}": f.time_ms for k, f in refs.fixed.items()})
         times["oracle"] = refs.oracle_ms
         times[INFORMED] = refs.informed.time_ms

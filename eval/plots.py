@@ -24,8 +24,10 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 PLOT_FILES = ("throughput.png", "k_over_time.png", "acceptance_by_category.png")
-KINDS = {"fixed": ("tab:gray", "fixed K"), "rule": ("tab:blue", "adaptive rule"),
-         "learned": ("tab:red", "learned policy")}
+#: Colour and legend label per controller family (the spec table's ``family`` of each row).
+FAMILIES = {"fixed": ("tab:gray", "fixed K or tree shape"), "rule": ("tab:blue", "adaptive rule"),
+            "predictor": ("tab:purple", "rule on a learned acceptance predictor"),
+            "learned": ("tab:red", "learned policy"), "oracle": ("black", "clairvoyant plan")}
 CATEGORY_STYLE = [("tab:blue", "o"), ("tab:orange", "s"), ("tab:green", "^"), ("tab:purple", "D"),
                   ("tab:brown", "v"), ("tab:pink", "P")]
 
@@ -35,11 +37,10 @@ def _title(report: dict[str, Any], what: str) -> str:
     return f"{what} — {wl['label']}, {wl['split']} split, profile {report['profile']['name']}"
 
 
-def _kind(row: dict[str, Any]) -> str:
-    spec = row["spec"]
-    if spec.startswith("fixed:"):
-        return "fixed"
-    return "learned" if spec.startswith("ppo") else "rule"
+def _family(row: dict[str, Any]) -> str:
+    """A row's family, as the spec table gave it (``rule`` for a controller of your own)."""
+    family = row.get("family", "rule")
+    return family if family in FAMILIES else "rule"
 
 
 def plot_throughput(report: dict[str, Any]) -> Figure:
@@ -50,8 +51,8 @@ def plot_throughput(report: dict[str, Any]) -> Figure:
     height = 0.32 * len(rows) + 2.6
     fig, ax = plt.subplots(figsize=(8.5, height))
     y = np.arange(len(rows))
-    for kind, (color, label) in KINDS.items():
-        idx = [i for i, r in enumerate(rows) if _kind(r) == kind]
+    for family, (color, label) in FAMILIES.items():
+        idx = [i for i, r in enumerate(rows) if _family(r) == family]
         if not idx:
             continue
         vals = np.array([rows[i]["throughput_tok_s"] for i in idx])
@@ -83,6 +84,7 @@ def plot_throughput(report: dict[str, Any]) -> Figure:
 def plot_k_over_time(report: dict[str, Any]) -> Figure:
     """Small multiples: the draft length each adaptive controller chose along one request per category."""
     traces = report["traces"]
+    family = {r["spec"]: _family(r) for r in report["rows"]}
     cats = list(traces)
     names = list(dict.fromkeys(n for t in traces.values() for n, r in t["controllers"].items() if r))
     n_rows, n_cols = max(len(names), 1), max(len(cats), 1)
@@ -101,7 +103,7 @@ def plot_k_over_time(report: dict[str, Any]) -> Figure:
             rounds = t["controllers"].get(name)
             if rounds:
                 a = np.array(rounds)
-                color = KINDS["learned" if name.startswith("ppo") else "rule"][0]
+                color = FAMILIES[family.get(name, "rule")][0]
                 ax.step(a[:, 0], a[:, 2], where="post", lw=0.9, color=color)
             ax.set_ylim(-0.3, k_max + 0.5)
             ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))  # K is a whole number: no 2.5 ticks

@@ -104,6 +104,12 @@ def tree_section(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def left_out_section(report: dict[str, Any]) -> str:
+    """The rows ``all`` left out for this workload, and why (a controller that needs a signal the trace lacks is
+    never run on a stand-in)."""
+    return "\n".join(["**Left out of `all`:**", *(f"- {note}" for note in report["left_out"])])
+
+
 def markdown_report(report: dict[str, Any]) -> str:
     """The whole ``report.md``."""
     wl, prof, ref = report["workload"], report["profile"], report["reference"]
@@ -123,6 +129,7 @@ def markdown_report(report: dict[str, Any]) -> str:
         "",
         markdown_table(report),
         "",
+        *([left_out_section(report), ""] if report.get("left_out") else []),
         *([tree_section(report), ""] if report.get("best_static_tree") else []),
         *([headroom_section(report), ""] if "headroom" in report else []),
         "Plots: `throughput.png`, `k_over_time.png`, `acceptance_by_category.png`.",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -81,26 +82,40 @@ def run_plan_vectorised(engine: TraceEngine, requests: np.ndarray, choice: np.nd
                      v.accepted_total.copy())
 
 
+class FixedRuns(Protocol):
+    """Fixed-K runs already made on the same requests and draws (:class:`~specgym.eval.references.References`)."""
+
+    def fixed_run(self, k: int, name: str) -> RunResult: ...
+
+
 def run_controller(
     engine: TraceEngine,
     requests: np.ndarray,
     controller: Controller,
     trace: Iterable[int] = (),
     on_request: Callable[[], None] | None = None,
+    fixed: FixedRuns | None = None,
 ) -> RunResult:
     """Serve ``requests`` one at a time with ``controller`` (each through :func:`~specgym.envs.core.request.drive`).
+
+    A plain :class:`FixedK` (not a subclass) is the one controller with a shortcut, taken here only: it *is* the
+    fixed-K run of ``fixed`` when given (the evaluation's references: same requests, same draws; no per-round
+    trace, its choice is K every round), else the vectorised replay when nothing is traced.
 
     Args:
         engine: Replay engine (workload, profile, seed).
         requests: Workload request indices, served in this order.
-        controller: Any :class:`Controller`; a :class:`FixedK` without tracing takes the vectorised path.
+        controller: Any :class:`Controller`.
         trace: Request indices whose round-by-round choices are kept (for plots).
         on_request: Called after each request (progress bars).
+        fixed: The fixed-K runs of these requests, if already made.
     """
     requests = np.asarray(requests, dtype=np.int64)
     trace = set(int(t) for t in trace)
-    if isinstance(controller, FixedK) and not trace:
-        result = run_fixed_vectorised(engine, requests, min(controller.k, engine.k_max), controller.name)
+    if type(controller) is FixedK and (fixed is not None or not trace):
+        k = min(controller.k, engine.k_max)
+        result = fixed.fixed_run(k, controller.name) if fixed is not None else \
+            run_fixed_vectorised(engine, requests, k, controller.name)
         if on_request is not None:
             for _ in requests:
                 on_request()

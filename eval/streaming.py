@@ -11,16 +11,14 @@ columns. The rows carry the harness's figures (:func:`specgym.eval.metrics.figur
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from specgym.baselines.fixed import FixedK
-from specgym.agents.registry import expand_specs, make_controller
-from specgym.agents.tree_registry import is_tree_spec
-from specgym.envs.core.controller import Controller
+from specgym.agents.specs import EVAL_KINDS, Resolution, lookup, parse, resolve
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.trace_engine import TraceEngine
@@ -31,18 +29,16 @@ from specgym.eval.metrics import figures, oracle_figures
 from specgym.eval.references import INFORMED, References, references
 from specgym.eval.runner import RunResult, concat_runs, run_controller
 
-DEFAULT_CONTROLLERS = "marginal," + ",".join(f"fixed:{k}" for k in range(1, 9))
-
-
-def evaluate_streaming(workload: str | Path, controllers: str = DEFAULT_CONTROLLERS, split: str = "all", seed: int = 0,
+def evaluate_streaming(workload: str | Path, controllers: str = "all", split: str = "all", seed: int = 0,
                        k_max: int = DEFAULT_K_MAX, profile: str | CostProfile | None = None,
                        on_shard: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Evaluate ``controllers`` on a workload (dataset folder or single file) one shard at a time.
 
     Args:
         workload: A dataset folder (:mod:`specgym.envs.workloads.dataset`) or a single-file workload.
-        controllers: Comma-separated chain controller specs (as ``specgym eval``; tree controllers need the whole
-            workload and are refused).
+        controllers: Comma-separated chain controller specs (as ``specgym eval``; ``all`` means what it means
+            for the workload, judged on its first shard; tree controllers need the whole workload and are
+            refused).
         split: ``train``/``val``/``test`` or ``all``.
         seed: Seed of the common random numbers.
         k_max: Largest draft cap.
@@ -55,18 +51,19 @@ def evaluate_streaming(workload: str | Path, controllers: str = DEFAULT_CONTROLL
     """
     if split not in (*SPLITS, "all"):
         raise SpecgymError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)} or all")
-    trees = [s.strip() for s in controllers.split(",") if is_tree_spec(s.strip())]
+    trees = [s for s in parse(controllers) if s.lower() != "all" and lookup(s, EVAL_KINDS, k_max)[2].kind != "chain"]
     if trees:
         raise SpecgymError(f"--stream: tree controllers ({', '.join(trees)}) need the whole workload; evaluate them "
                            f"without --stream")
-    specs = expand_specs(controllers, k_max)
-    named: list[tuple[str, Controller]] = [(s, make_controller(s, k_max)) for s in specs]
+    shard_iter = iter_workload_shards(workload)
+    first = next(shard_iter, None)
+    named: Resolution = resolve(controllers, k_max, first, kinds=("chain",))
     prof = profile if isinstance(profile, CostProfile) else load_profile(profile) if profile else None
     parts: list[References] = []
-    runs: dict[str, list[RunResult]] = {s: [] for s, _ in named}
+    runs: dict[str, list[RunResult]] = {row.spec: [] for row in named}
     name = label = None
     shards = done = 0
-    for i, wl in enumerate(iter_workload_shards(workload)):
+    for i, wl in enumerate(itertools.chain([first] if first is not None else [], shard_iter)):
         shards += 1
         name, label = name or wl.name, label or wl.label
         engine = TraceEngine(wl, prof or wl.profile, k_max, seed=seed)
@@ -74,21 +71,21 @@ def evaluate_streaming(workload: str | Path, controllers: str = DEFAULT_CONTROLL
         if len(req):
             refs = references(engine, req)
             parts.append(refs)
-            for spec, ctrl in named:
-                if type(ctrl) is not FixedK:  # fixed K: the references are the same run
-                    runs[spec].append(run_controller(engine, req, ctrl))
+            for row in named:
+                runs[row.spec].append(run_controller(engine, req, row.controller, fixed=refs))
             done += len(req)
         if on_shard is not None:
             on_shard(i, done)
     if done == 0:
         raise SpecgymError(f"workload {name!r} has no requests in split {split!r}")
     refs = References.concat(parts)
-    results = [refs.fixed_run(c.k, s) if type(c) is FixedK else concat_runs(s, runs[s]) for s, c in named]
-    rows = [dict(figures(r, refs).to_dict(), spec=spec) for r, (spec, _) in zip(results, named)]
+    results = [concat_runs(row.spec, runs[row.spec]) for row in named]
+    rows = [dict(figures(r, refs).to_dict(), spec=row.spec, kind=row.kind, family=row.family)
+            for r, row in zip(results, named)]
     rows.sort(key=lambda row: -row["throughput_tok_s"])
     informed_row = dict(figures(refs.informed, refs).to_dict(), spec=INFORMED,
                         expected_time_ms=refs.informed_expected_ms)
-    per_request = {s: r.time_ms for (s, _), r in zip(named, results)}
+    per_request = {row.spec: r.time_ms for row, r in zip(named, results)}
     per_request.update({f"fixed:{k}": r.time_ms for k, r in refs.fixed.items()})
     per_request["oracle"] = refs.oracle_ms
     per_request[INFORMED] = refs.informed.time_ms
@@ -101,5 +98,6 @@ def evaluate_streaming(workload: str | Path, controllers: str = DEFAULT_CONTROLL
         "oracle": oracle_figures(refs).to_dict(),
         "informed_oracle": informed_row,
         "rows": rows,
+        "left_out": named.notes,
         "per_request_time_ms": per_request,
     }

@@ -24,21 +24,20 @@ from typing import Any
 
 import numpy as np
 
-from specgym.agents.registry import ALL_BASELINES
+from specgym.agents.specs import Resolution, Traits, all_specs
 from specgym.envs.core.cost import load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.workloads.domains import Cell, cell_workload, suite_cells
-from specgym.eval.harness import Named, open_replay, resolve_controllers, run_controllers
+from specgym.eval.harness import open_replay, resolve_controllers, run_controllers
 from specgym.eval.metrics import figures
 from specgym.eval.references import references
 from specgym.eval.stats import PairedBootstrap, geomean
 
-K_LEVEL = ("assc", "speclane", "speclane:ratio", "hf-heuristic", "ucb")
-
-
 def baseline_specs(k_max: int = DEFAULT_K_MAX) -> list[str]:
-    """Every baseline of the suite: the literature's, ``marginal``, ``speclane:ratio`` and fixed K = 0..k_max."""
-    return list(dict.fromkeys([*ALL_BASELINES, "speclane:ratio", *(f"fixed:{k}" for k in range(k_max + 1))]))
+    """Every baseline of the suite: the chain ``all`` of a workload-independent cell (the literature's rules,
+    ``marginal``, fixed K), plus ``speclane:ratio`` and plain decoding (``fixed:0``)."""
+    chain, _ = all_specs(Traits.anything(), k_max, ("chain",))
+    return list(dict.fromkeys([*chain, "speclane:ratio", *(f"fixed:{k}" for k in range(k_max + 1))]))
 
 
 def run_suite(policies: Sequence[str], cells: Sequence[Cell] | None = None, k_max: int = DEFAULT_K_MAX,
@@ -51,7 +50,7 @@ def run_suite(policies: Sequence[str], cells: Sequence[Cell] | None = None, k_ma
     cells = list(cells) if cells is not None else suite_cells()
     baselines = baseline_specs(k_max)
     specs = [*baselines, *policies]
-    built: Named | None = resolve_controllers(",".join(specs), k_max)  # fail fast; serves the first cell
+    built: Resolution | None = resolve_controllers(",".join(specs), k_max)  # fail fast; serves the first cell
     rows = []
     for cell in cells:
         if progress is not None:
@@ -61,10 +60,11 @@ def run_suite(policies: Sequence[str], cells: Sequence[Cell] | None = None, k_ma
         named, built = built or resolve_controllers(",".join(specs), k_max), None  # fresh controllers per cell
         refs = references(replay.engine, replay.requests)
         runs = run_controllers(replay, named, refs)
-        times = {spec: run.time_ms for (spec, _), run in zip(named, runs)}
+        times = {row.spec: run.time_ms for row, run in zip(named, runs)}
         total = {spec: float(t.sum()) for spec, t in times.items()}
         best = min(baselines, key=lambda s: total[s])
-        best_k_level = min([s for s in baselines if s.startswith("fixed:") or s in K_LEVEL], key=lambda s: total[s])
+        k_level = {row.spec for row in named if row.entry.level == "k" and row.family in ("fixed", "rule")}
+        best_k_level = min([s for s in baselines if s in k_level], key=lambda s: total[s])
         boot = PairedBootstrap(len(replay.requests), bootstrap, seed=0)
         tok_s = {name: refs.tokens / t * 1000.0 for name, t in (("best", total[best]), ("marginal",
                  total["marginal"]), ("oracle", refs.t_oracle), ("informed", refs.t_informed))}
@@ -76,7 +76,7 @@ def run_suite(policies: Sequence[str], cells: Sequence[Cell] | None = None, k_ma
             "oracle_tok_s": tok_s["oracle"], "informed_oracle_tok_s": tok_s["informed"],
             "policies": {},
         }
-        for spec, run in ((s, r) for (s, _), r in zip(named, runs) if s in policies):
+        for spec, run in ((row.spec, r) for row, r in zip(named, runs) if row.spec in policies):
             f = figures(run, refs)
             t = f.total_time_ms
             row["policies"][spec] = {

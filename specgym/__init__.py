@@ -20,7 +20,7 @@ if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(_o
 
 from gymnasium.envs.registration import register, registry  # noqa: E402
 
-from specgym.agents.registry import make_controller as _make_controller  # noqa: E402
+from specgym.agents.specs import make as _make_spec  # noqa: E402
 import specgym.catalogue as _catalogue  # noqa: E402
 from specgym.deps import require as _require  # noqa: E402
 from specgym.envs.core import (  # noqa: E402
@@ -59,8 +59,9 @@ def load_pair(name: str = "midpair", device: str = "cpu") -> tuple[Any, Any, Any
 
 
 def make_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> Controller:
-    """The controller a spec string names (``fixed:4``, ``assc``, ``ppo:NAME``...); see ``specgym eval --help``."""
-    return _make_controller(spec, k_max)
+    """The chain controller a spec string names (``fixed:4``, ``assc``, ``ppo:NAME``...); see ``specgym eval
+    --help`` and :mod:`specgym.agents.specs` (the table of every spec)."""
+    return _make_spec(spec, k_max)
 
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Rule-by-rule tests of the baseline controllers and the spec registry."""
+"""Rule-by-rule tests of the baseline controllers (the spec table itself: tests/test_specs.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from specgym.agents import registry
-from specgym.agents.registry import expand_specs, make_controller, register_prefix
+from specgym import make_controller
+from specgym.agents.specs import expand
 from specgym.baselines import (
     ASSC,
     ConfidenceStop,
@@ -423,7 +423,7 @@ def test_ucb_bandit_converges_and_skips_clipped_rounds():
 
 def test_all_controllers_stay_in_range_with_small_k_max():
     rng = np.random.default_rng(3)
-    for spec in expand_specs("all", 3):
+    for spec in expand("all", 3, kinds=("chain",))[0]:
         c = make_controller(spec, 3)
         for _ in range(3):
             c.reset(ctx(k_max=3))
@@ -472,44 +472,6 @@ def test_fixed_beyond_k_max_is_an_error():
     assert make_controller("fixed:16", k_max=16).propose  # fine at k_max 16
     with pytest.raises(SpecgymError):
         make_controller("fixed:9", k_max=8)
-
-
-def test_expand_specs():
-    specs = expand_specs("all", 8)
-    n = len(registry.ALL_BASELINES)
-    assert "marginal" in registry.ALL_BASELINES and "ucb" in registry.ALL_BASELINES
-    assert specs[:n] == list(registry.ALL_BASELINES)
-    assert specs[n:] == [f"fixed:{k}" for k in range(1, 9)]
-    assert expand_specs("all", 4)[-1] == "fixed:4"
-    assert expand_specs("fixed:4, assc,fixed:4,ucb") == ["fixed:4", "assc", "ucb"]
-    assert expand_specs("assc,all")[0] == "assc" and len(expand_specs("assc,all")) == n + 8
-    for bad in ("fixed:x", "nope", "fixed:99", "assc,,nope", ""):
-        with pytest.raises(SpecgymError):
-            expand_specs(bad, 8)
-
-
-def test_register_prefix_hook():
-    made = []
-
-    def factory(arg, k_max):
-        if not arg:
-            raise SpecgymError("ppo needs a DIR")
-        made.append(arg)
-        return FixedK(min(2, k_max))
-
-    register_prefix("testppo", factory, "testppo:DIR")
-    try:
-        assert expand_specs("testppo:runs/a,fixed:1") == ["testppo:runs/a", "fixed:1"]
-        assert made == []  # expanding does not build registered controllers
-        assert isinstance(make_controller("testppo:runs/a"), FixedK) and made == ["runs/a"]
-        with pytest.raises(SpecgymError, match="testppo:DIR"):
-            make_controller("testppo")
-        with pytest.raises(SpecgymError):
-            register_prefix("testppo", factory)
-        with pytest.raises(SpecgymError):
-            register_prefix("bad:name", factory)
-    finally:
-        registry._REGISTRY.pop("testppo", None)
 
 
 # ------------------------------------------------------------------------------------ statistical sanity (replay)

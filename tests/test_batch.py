@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from specgym.agents.batch_registry import make_batch_controller
+from specgym.agents.specs import make
 from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule
 from specgym.envs.core.batch_cost import BatchCostProfile, Roofline, load_batch_profile, roofline_profile
 from specgym.envs.engines.batch_engine import BatchReplay
@@ -60,12 +60,12 @@ def test_batch_controllers(mix_workload, tmp_path):
     assert g.propose(st(1)) >= 3 and g.propose(st(512)) == 0  # speculate when memory-bound, not when compute-bound
     for spec in ("static:2", "goodput", "per-seq:assc", "table:[[1,512,2]]"):
         sim = BatchReplay(mix_workload, A100, 16, requests=np.arange(48), seed=0)
-        sim.run(make_batch_controller(spec))
+        sim.run(make(spec, kinds=("batch",)))
         assert sim.done and sim.tokens == mix_workload.lengths[:48].sum(), spec
     with pytest.raises(SpecgymError, match="token-level"):
-        BatchReplay(mix_workload, A100, 4, requests=np.arange(8)).run(make_batch_controller("per-seq:confidence"))
+        BatchReplay(mix_workload, A100, 4, requests=np.arange(8)).run(make("per-seq:confidence", kinds=("batch",)))
     with pytest.raises(SpecgymError, match="static needs"):
-        make_batch_controller("static:99")
+        make("static:99", kinds=("batch",))
 
 
 def test_vllm_table_beats_every_static_k_at_every_concurrency(mix_workload, capsys):

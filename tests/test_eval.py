@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from specgym.agents.registry import expand_specs, make_controller
+from specgym import make_controller
+from specgym.agents.specs import Traits, all_specs
 from specgym.cli import main
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.errors import SpecgymError
@@ -35,7 +36,7 @@ def test_report_golden_structure(small_report):
     rep = json.loads((small_report / "report.json").read_text())
     assert rep["workload"]["synthetic"] and rep["workload"]["sha256"] and rep["seed"] == 3
     specs = [r["spec"] for r in rep["rows"]]
-    assert set(specs) == set(expand_specs("all", rep["k_max"]))  # every baseline the registry names, whatever they are
+    assert set(specs) == set(all_specs(Traits.anything(), rep["k_max"], ("chain",))[0])  # every baseline in the table
     assert {"marginal", "fixed:1", f"fixed:{rep['k_max']}"} <= set(specs)
     tput = [r["throughput_tok_s"] for r in rep["rows"]]
     assert tput == sorted(tput, reverse=True)
@@ -141,7 +142,7 @@ def test_plots_stay_readable_with_every_controller(mix_workload):
     (ax,) = fig.axes
     legend = fig.legends[0].get_window_extent()
     assert not ax.get_window_extent().overlaps(legend)  # below the axes, never over bars
-    assert {t.get_text() for t in fig.legends[0].get_texts()} >= {"fixed K", "adaptive rule"}
+    assert {t.get_text() for t in fig.legends[0].get_texts()} >= {"fixed K or tree shape", "adaptive rule"}
     plt.close(fig)
     fig = plot_acceptance(rep)
     cats = list(rep["workload"]["mean_p_accept_by_category"])

@@ -134,7 +134,7 @@ import sys
 for name in ("torch", "stable_baselines3", "tensorboard"):
     sys.modules[name] = None  # any import of these now fails
 import specgym.agents
-from specgym.agents.registry import make_controller
+from specgym import make_controller
 from specgym.eval.harness import EvalConfig, evaluate
 ctrl = make_controller("ppo:{art_dir}", 8)
 rep = evaluate(EvalConfig(workload="assc-regimes", controllers="fixed:4,ppo:{art_dir}", max_requests=3))
@@ -191,7 +191,7 @@ def test_tampered_or_mismatched_artifacts_are_refused(exported, tmp_path):
     # not an artifact at all / wrong k_max for the evaluation
     with pytest.raises(SpecgymError, match="not an exported policy"):
         load_policy(tmp_path)
-    from specgym.agents.registry import make_controller
+    from specgym import make_controller
 
     with pytest.raises(SpecgymError, match="k_max"):  # one rule: an engine cap below the policy's own
         make_controller(f"ppo:{art_dir}", 4)

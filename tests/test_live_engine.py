@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from specgym.envs.core.controller import Controller  # noqa: E402
-from specgym.agents.registry import make_controller  # noqa: E402
+from specgym import make_controller  # noqa: E402
 from specgym.envs.core.cost import CostProfile  # noqa: E402
 from specgym.envs.engines.live_engine import LiveEngine, check_same_tokenizer, load_pair  # noqa: E402
 from specgym.envs.core.rounds import DraftStep  # noqa: E402

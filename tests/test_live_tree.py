@@ -12,8 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from specgym.agents.registry import make_controller  # noqa: E402
-from specgym.agents.tree_registry import make_tree_controller  # noqa: E402
+from specgym import make_controller  # noqa: E402
+from specgym.agents.specs import make  # noqa: E402
 from specgym.envs.core.cost import CostProfile  # noqa: E402
 from specgym.envs.core.tree import TreeShape  # noqa: E402
 from specgym.envs.engines.live_engine import LiveEngine, load_pair  # noqa: E402
@@ -118,7 +118,7 @@ def test_ancestor_mask():
                                   "tree-chain:speclane", "tree-eagle", "tree-eagle:4:2:6", "tree-eagle:6:8:40"])
 def test_tree_controllers_live_equal_plain(toy, spec):
     tok, eng = toy
-    ctrl = make_tree_controller(spec, 8)
+    ctrl = make(spec, 8, kinds=("tree",))
     for p in PROMPTS:
         ids = tok(p)["input_ids"]
         res = run_live_tree(eng, ids, ctrl, 40)
@@ -131,7 +131,7 @@ def test_tree_chain_live_matches_the_chain_controller(toy):
     engine (the controller observes the same outcomes)."""
     tok, eng = toy
     ids = tok(PROMPTS[1])["input_ids"]
-    tree = run_live_tree(eng, ids, make_tree_controller("tree-chain:assc", 8), 50)
+    tree = run_live_tree(eng, ids, make("tree-chain:assc", 8, kinds=("tree",)), 50)
     chain = eng.run_request(ids, make_controller("assc", 8), 50)
     assert [(r.position, r.depth, r.accepted) for r in tree.rounds] == \
         [(r.position, r.drafted, r.accepted) for r in chain.rounds]
@@ -142,10 +142,10 @@ def test_eagle_live_rounds(toy):
     beams verify at most ``budget`` nodes, charge ``depth`` draft forwards, and accept more per round here."""
     tok, eng = toy
     ids = tok(PROMPTS[0])["input_ids"]
-    one = run_live_tree(eng, ids, make_tree_controller("tree-eagle:4:1:4", 8), 40)
+    one = run_live_tree(eng, ids, make("tree-eagle:4:1:4", 8, kinds=("tree",)), 40)
     chain = eng.run_request(ids, 4, 40)
     assert [(r.position, r.accepted) for r in one.rounds] == [(r.position, r.accepted) for r in chain.rounds]
-    wide = run_live_tree(eng, ids, make_tree_controller("tree-eagle:4:4:16", 8), 40)
+    wide = run_live_tree(eng, ids, make("tree-eagle:4:4:16", 8, kinds=("tree",)), 40)
     assert all(r.nodes <= 16 and r.depth <= 4 for r in wide.rounds)
     full = [r for r in wide.rounds if r.position + 5 <= 40]
     assert all(r.time_ms == pytest.approx(4 * PROFILE.draft_ms + PROFILE.verify_nodes(r.nodes + 1)) for r in full)
@@ -157,7 +157,7 @@ def test_sequoia_live(toy):
     from specgym.eval.bench.tree import rank_workload
 
     tok, eng = toy
-    ctrl = make_tree_controller("tree-sequoia:24", 8)
+    ctrl = make("tree-sequoia:24", 8, kinds=("tree",))
     ctrl.prepare(rank_workload(40), PROFILE)
     assert ctrl.tree.nodes > 1
     ids = tok(PROMPTS[2])["input_ids"]
@@ -171,9 +171,9 @@ def test_live_tree_errors(toy):
 
     if any(PREDICTORS_DIR.glob("midpair*")):  # tree-predicted grows its tree from trace signals: replay only
         with pytest.raises(SpecgymError, match="replay only"):
-            run_live_tree(eng, ids, make_tree_controller("tree-predicted:midpair", 8), 10)
+            run_live_tree(eng, ids, make("tree-predicted:midpair", 8, kinds=("tree",)), 10)
     with pytest.raises(SpecgymError, match="token-level"):
-        run_live_tree(eng, ids, make_tree_controller("tree-chain:confidence", 8), 10)
+        run_live_tree(eng, ids, make("tree-chain:confidence", 8, kinds=("tree",)), 10)
     with pytest.raises(SpecgymError, match="lean forward"):
         LiveTreeRequest(LiveEngine(eng.draft, eng.target, k_max=8, timing=PROFILE, lean=False), ids, 10)
     with pytest.raises(SpecgymError, match="above the engine's k_max"):
@@ -181,7 +181,7 @@ def test_live_tree_errors(toy):
     from specgym.agents.hf_generate import generate_with_controller
 
     with pytest.raises(SpecgymError, match="chains only"):
-        generate_with_controller(eng.target, eng.draft, torch.tensor([ids]), make_tree_controller("tree-sequoia"))
+        generate_with_controller(eng.target, eng.draft, torch.tensor([ids]), make("tree-sequoia", 8, kinds=("tree",)))
 
 
 def _shipped(name: str):
@@ -319,7 +319,7 @@ def test_tree_ppo_live_equals_plain(name):
     pair = load_pair(str(MODELS_DIR / name / "draft"), str(MODELS_DIR / name / "target"))
     eng = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE)
     ids = pair.tokenizer("def parse(self, text):\n", add_special_tokens=False)["input_ids"]
-    ctrl = make_tree_controller("tree-ppo:midpair-tree", 8)
+    ctrl = make("tree-ppo:midpair-tree", 8, kinds=("tree",))
     res = run_live_tree(eng, ids, ctrl, 48)
     assert res.tokens == eng.run_plain(ids, 48).tokens
     assert len({r.nodes for r in res.rounds}) >= 1 and res.accepted > 0

@@ -15,7 +15,7 @@ import pytest
 
 from specgym.agents.predicted_marginal import PredictedMarginal
 from specgym.baselines.marginal import MarginalStop
-from specgym.agents.registry import make_controller
+from specgym import make_controller
 from specgym.envs.core.acceptance_predictor import (
     AcceptancePredictor,
     check_groups,

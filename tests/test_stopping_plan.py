@@ -16,7 +16,7 @@ import pytest
 
 from specgym.agents.planned_stop import PlannedStop
 from specgym.baselines.marginal import MarginalStop
-from specgym.agents.registry import make_controller
+from specgym import make_controller
 from specgym.envs.core.acceptance_predictor import load_predictor, save_predictor
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.economics import RoundCosts

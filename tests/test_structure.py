@@ -387,13 +387,13 @@ def test_eval_without_plots_loads_no_matplotlib(tmp_path):
 
 
 def test_ppo_spec_resolves_in_a_fresh_interpreter(tmp_path):
-    """``make_controller('ppo:DIR')`` works in a fresh interpreter that imported only the registry."""
+    """``make('ppo:DIR')`` works in a fresh interpreter that imported only the spec table."""
     from specgym.agents.artifact import random_artifact, write_artifact
 
     write_artifact(random_artifact("k"), tmp_path / "pol")
-    code = (f"from specgym.agents.registry import make_controller\n"
-            f"c = make_controller('ppo:{tmp_path / 'pol'}', 8)\n"
-            f"d = make_controller('{tmp_path / 'pol'}', 8)\n"
+    code = (f"from specgym.agents.specs import make\n"
+            f"c = make('ppo:{tmp_path / 'pol'}', 8)\n"
+            f"d = make('{tmp_path / 'pol'}', 8)\n"
             f"print(c.name, d.name)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr

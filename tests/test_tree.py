@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from specgym.agents.registry import ALL_BASELINES, make_controller
+from specgym import make_controller
+from specgym.agents.specs import Traits, all_specs
 from specgym.baselines.tree_eagle import eagle_tree
-from specgym.agents.tree_registry import make_tree_controller
+from specgym.agents.specs import make
 from specgym.baselines.tree_oracle import tree_oracle_request
 from specgym.baselines.tree_static import expected_accepted, sequoia_tree, sequoia_values
 from specgym.envs.core.cost import CostProfile
@@ -224,14 +225,15 @@ def test_tree_specs_on_sampled_traces_are_refused_and_left_out_of_all():
         evaluate(EvalConfig(sampled, "fixed:2,tree-sequoia", split="all", bootstrap=0))
 
 
-@pytest.mark.parametrize("spec", [*ALL_BASELINES, *(f"fixed:{k}" for k in range(9))])
+@pytest.mark.parametrize("spec", [*(s for s in all_specs(Traits.anything(), 8, ("chain",))[0]
+                                    if not s.startswith("fixed:")), *(f"fixed:{k}" for k in range(9))])
 def test_every_chain_controller_is_the_width_one_case(spec):
     """Through the tree engine as width-1 trees (``tree-chain:SPEC``), every chain baseline gives the chain
     replay's results exactly: same tokens, rounds, drafted and accepted counts and times."""
     wl = _workload(seed=5)
     req = np.arange(wl.n_requests)
     chain = run_controller(TraceEngine(wl, PROFILE, 8, seed=0), req, make_controller(spec), trace=[0])
-    tree = run_tree_controller(TreeEngine(wl, PROFILE), req, make_tree_controller(f"tree-chain:{spec}"))
+    tree = run_tree_controller(TreeEngine(wl, PROFILE), req, make(f"tree-chain:{spec}", 8, kinds=("tree",)))
     for col in ("tokens", "rounds", "drafted", "accepted"):
         np.testing.assert_array_equal(getattr(tree, col), getattr(chain, col))
     np.testing.assert_allclose(tree.time_ms, chain.time_ms, rtol=0, atol=1e-9)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specgym.baselines.tree_predicted import SpineRound, spine_tree
-from specgym.agents.tree_registry import make_tree_controller
+from specgym.agents.specs import make
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.errors import SpecgymError
 
@@ -64,9 +64,9 @@ def test_every_node_raises_the_expected_rate():
 
 def test_spec_needs_a_predictor():
     with pytest.raises(SpecgymError, match="needs a predictor"):
-        make_tree_controller("tree-predicted")
+        make("tree-predicted", 8, kinds=("tree",))
     with pytest.raises(SpecgymError, match="unknown acceptance predictor"):
-        make_tree_controller("tree-predicted:nope")
+        make("tree-predicted:nope", 8, kinds=("tree",))
 
 
 def test_replay_beats_sequoia_on_the_midpair():

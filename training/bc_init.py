@@ -2,7 +2,7 @@
 
 ``bc_init: confidence:0.4`` (or ``specgym train --init-from SPEC``) does, before PPO starts:
 
-1. **Demonstrations.** The baseline (any controller spec of :mod:`specgym.agents.registry` of the run's level:
+1. **Demonstrations.** The baseline (any chain controller spec of :mod:`specgym.agents.specs` of the run's level:
    token-level specs for token mode, any spec for K mode) is replayed on the *train* split with
    :func:`~specgym.envs.core.request.drive`. At every decision the training env would ask for,
    :class:`RecordingController` renders the observation exactly as the deployed
@@ -30,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from specgym.agents.registry import make_controller
+from specgym.agents.modes import get_mode
+from specgym.agents.specs import make as make_controller
 from specgym.envs.core.controller import Controller
-from specgym.agents.token_protocol import TokenProtocol
+from specgym.envs.core.token_protocol import TokenProtocol
 from specgym.envs.core.features import FeatureTracker
 from specgym.envs.core.request import drive
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
@@ -47,6 +48,7 @@ class RecordingController(Controller):
 
     def __init__(self, inner: Controller, mode: str, k_min: int, k_max: int, predictor: Any = None):
         self.inner, self.mode, self.k_min, self.k_max = inner, mode, k_min, k_max
+        self.per_token = get_mode(mode).token_level  # the decisions are per draft token (else one K per round)
         self.predictor = predictor  # the observations' acceptance predictor (token mode), as the training env's
         self.name, self.token_level = f"record({inner.name})", inner.token_level
         self.tracker = FeatureTracker(k_max)
@@ -69,7 +71,7 @@ class RecordingController(Controller):
     def propose(self) -> int:
         self._round_start = len(self.labels)
         k = int(self.inner.propose())
-        if self.mode == "k":
+        if not self.per_token:
             a = min(max(k, self.k_min), self.k_max) - self.k_min
             self._add(self.tracker.observation(), a)
             return a + self.k_min
@@ -79,7 +81,7 @@ class RecordingController(Controller):
         return self.protocol.cap(k > 0)
 
     def keep_drafting(self, step: DraftStep) -> bool:
-        if self.mode == "k":
+        if not self.per_token:
             return True
         obs = self.protocol.draft(step)
         keep = step.index < self._k and bool(self.inner.keep_drafting(step))
@@ -103,7 +105,7 @@ def demonstrations(spec: str, workload: Any, mode: str, k_min: int, k_max: int, 
     of its ``split``), so the clone sees the same mix of domains PPO will.
     """
     inner = make_controller(spec, k_max)
-    if mode == "token" and not inner.token_level:
+    if get_mode(mode).token_level and not inner.token_level:
         raise SpecgymError(f"bc_init: {spec!r} is not a token-level controller (token mode needs one)")
     rec = RecordingController(inner, mode, k_min, k_max, predictor)
     if isinstance(workload, DomainDistribution):

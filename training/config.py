@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from specgym.agents.registry import make_controller
+from specgym.agents.specs import make as make_controller
 import specgym.catalogue as catalogue
 from specgym.envs.core.cost import load_profile
 from specgym.envs.core.rounds import K_MAX_LIMIT

@@ -10,9 +10,7 @@ import gymnasium as gym
 
 import specgym.catalogue as catalogue
 from specgym.envs.core.acceptance_predictor import load_predictor
-from specgym.envs.gym.batch_env import SpecDecodeBatchEnv
-from specgym.envs.gym.spec_env import SpecDecodeEnv, SpecDecodeTokenEnv
-from specgym.envs.gym.tree_env import SpecDecodeTreeEnv
+from specgym.agents.modes import get_mode
 from specgym.envs.gym.wrappers import SB3ActionWrapper
 from specgym.envs.workloads.domains import DomainDistribution
 from specgym.errors import SpecgymError
@@ -50,26 +48,24 @@ def env_config(run: RunConfig, workload: Any, split: str) -> dict[str, Any]:
 
 
 def make_env_fn(run: RunConfig, workload: Any, split: str = "train") -> Callable[[], gym.Env]:
-    """A zero-argument env factory: the mode's env (+ ``SB3ActionWrapper`` in K mode) + the reward wrappers."""
-    if run.mode == "batch":
+    """A zero-argument env factory: the mode's env (its Gymnasium id, :attr:`PolicyMode.env_id`), then
+    ``SB3ActionWrapper`` where actions are draft caps, the token-value reward and (token-level modes) shaping. The
+    batch env is rewarded in tokens per step time by itself (no reward wrapper)."""
+    row = get_mode(run.mode)
+    if row.kind == "batch":
         bcfg = {"workload": workload, "batch_profile": run.ppo.batch_profile, "split": split,
                 "requests": run.ppo.batch_requests, "max_batch": run.ppo.max_batch, "k_max": run.ppo.k_max}
-        return lambda: SpecDecodeBatchEnv(bcfg)
-    if run.mode == "tree":  # specgym/SpecDecodeTree-v0: its default shape menu (the exported action mapping)
-        tcfg = env_config(run, workload, split)
-        tv = float(run.token_value_resolved)
-        return lambda: TokenValueReward(SpecDecodeTreeEnv(tcfg), tv)
-    cls = SpecDecodeEnv if run.mode == "k" else SpecDecodeTokenEnv
+        return lambda: gym.make(row.env_id, disable_env_checker=True, config=bcfg).unwrapped
     cfg = env_config(run, workload, split)
     token_value = None if cfg.get("domains") is not None else float(run.token_value_resolved)
-    shaping = list(run.ppo.shaping)
+    shaping = list(run.ppo.shaping) if row.token_level else []
 
     def make() -> gym.Env:
-        env: gym.Env = cls(cfg)
-        if run.mode == "k":
+        env: gym.Env = gym.make(row.env_id, disable_env_checker=True, config=cfg).unwrapped
+        if row.k_actions:
             env = SB3ActionWrapper(env)
         env = TokenValueReward(env, token_value)
-        if shaping and run.mode == "token":
+        if shaping:
             env = TokenShaping(env, shaping, run.ppo.gamma)
         return env
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from specgym.agents.artifact import PolicyArtifact, mode_feature_names, mode_feature_version, write_artifact
+from specgym.agents.artifact import PolicyArtifact, write_artifact
+from specgym.agents.modes import get_mode
 from specgym.envs.gym.tree_env import DEFAULT_SHAPES
 from specgym.errors import SpecgymError
 from specgym.io import check_output
@@ -32,7 +33,7 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
     Args:
         model: ``stable_baselines3.PPO`` with an ``MlpPolicy``.
         vecnorm: The ``VecNormalize`` the model was trained under (None if observations were not normalised).
-        mode: ``k`` or ``token``.
+        mode: A policy mode (:data:`~specgym.agents.modes.MODES`).
         k_min, k_max: The K range of the env (action ``a`` in K mode means ``K = k_min + a``).
         meta: Training record stored in ``policy.json``.
         predictor: The acceptance predictor the observations were computed with (embedded in the artifact).
@@ -49,12 +50,12 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
         mean = np.asarray(vecnorm.obs_rms.mean, np.float64).copy()
         var = np.asarray(vecnorm.obs_rms.var, np.float64).copy()
         clip_obs, eps = float(vecnorm.clip_obs), float(vecnorm.epsilon)
-    shapes: list[list[int]] = []
-    if mode == "tree":  # the tree env's default menu (what `specgym train --mode tree` trains on)
-        shapes = [list(s) for s in DEFAULT_SHAPES]
+    row = get_mode(mode)
+    # a tree menu: the tree env's default one (what `specgym train --mode tree` trains on)
+    shapes = [list(s) for s in DEFAULT_SHAPES] if row.action == "tree_widths" else []
     art = PolicyArtifact(mode=mode, k_min=k_min, k_max=k_max, weights=weights, biases=biases, activation=activation,
                          obs_mean=mean, obs_var=var, clip_obs=clip_obs, epsilon=eps,
-                         feature_version=mode_feature_version(mode), features=mode_feature_names(mode),
+                         feature_version=row.feature_version, features=row.features(row.feature_version),
                          predictor=None if predictor is None else predictor.to_dict(), meta=dict(meta or {}),
                          shapes=shapes)
     art.validate()

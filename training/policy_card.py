@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from specgym.agents.modes import get_mode
 from specgym.envs.workloads.domains import generalist_domains
 from specgym.errors import SpecgymError
 from specgym.io import atomic_dir, atomic_write_text, check_output
@@ -75,13 +76,12 @@ def card_markdown(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], s
     tr = meta.get("training", {})
     cfg = tr.get("config", {})
     mode = meta.get("mode") or runs[0]["config"].get("mode")
-    if mode == "tree":
+    row = get_mode(mode)
+    if row.kind == "tree":
         return _tree_card(name, meta, runs, shipped, reproduce)
     L = [f"# specgym policy `{name}`", "",
          f"A PPO policy (stable-baselines3, exported to numpy: `policy.npz` + `policy.json`, no pickle) in **{mode} "
-         f"mode**: " + ("it decides after each draft token whether to keep drafting (and at the start of a round "
-                        "whether to draft at all)." if mode == "token" else "it chooses the draft cap K of each "
-                                                                             "round.")
+         f"mode**: {row.decides}"
          + " It reads the cost profile and the request's verified history through the shared feature code "
            f"(feature version {meta.get('feature_version')}), so it needs no tuning per deployment."
          + (f" Its acceptance estimate of each draft token is the acceptance predictor `{meta['predictor']['name']}`'s "

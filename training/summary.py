@@ -6,6 +6,7 @@ from typing import Any
 
 from specgym.io import atomic_write_text
 from specgym.training.config import RunConfig
+from specgym.agents.modes import get_mode
 from specgym.training.export import load_run_model, run_artifact
 from specgym.training.run_folder import RunFiles, write_json
 from specgym.training.validation import COMPARED_BASELINES, ValidationResult, Validator
@@ -37,7 +38,7 @@ def summarize(run: RunFiles, cfg: RunConfig, validator: Validator, key: str, sta
     where = f"on val ({val.cells} cells, geometric mean)" if val.cells is not None else "on val"
     if val.replications is not None:
         where = f"on val ({val.replications} mixed-concurrency replications)"
-    what = "the best static K" if cfg.mode == "batch" else "the best fixed K"
+    what = get_mode(cfg.mode).reference
     if sp >= 1.0:
         verdict.append(f"the policy beats {what} {where}: {sp:.3f}x")
     else:

@@ -16,9 +16,7 @@ import numpy as np
 
 import specgym.catalogue as catalogue
 from specgym.agents.artifact import PolicyArtifact
-from specgym.agents.batch_policy import BatchPolicyController
-from specgym.agents.policy_controller import PolicyController
-from specgym.agents.tree_policy import TreePolicyController
+from specgym.agents.modes import get_mode
 from specgym.baselines.marginal import MarginalStop
 from specgym.envs.core.batch_cost import load_batch_profile
 from specgym.envs.core.controller import Controller
@@ -118,7 +116,7 @@ def _single(policy: Controller | TreeController, k_max: int, baselines: Sequence
     replay = open_replay(workload, split, seed, k_max, profile, max_requests)
     named = resolve_controllers([",".join(baselines), policy], k_max)
     refs = references(replay.engine, replay.requests)
-    figs = {label: figures(run, refs) for (label, _), run in zip(named, run_controllers(replay, named, refs))}
+    figs = {row.spec: figures(run, refs) for row, run in zip(named, run_controllers(replay, named, refs))}
     mine = figs.pop(policy.name)
     others: dict[str, Figures] = figs
     best = figures(refs.fixed[refs.best_k], refs)
@@ -134,19 +132,13 @@ def _single(policy: Controller | TreeController, k_max: int, baselines: Sequence
 
 
 def validate_policy(artifact: PolicyArtifact, workload: Any, split: str = "val", max_requests: int | None = None,
-                    seed: int = 0) -> ValidationResult:
-    """A K- or token-mode policy against the best fixed K, ``speclane`` and, in token mode, ``confidence:0.4``."""
-    baselines = ["speclane", *(["confidence:0.4"] if artifact.mode == "token" else [])]
-    return _single(PolicyController(artifact, name="ppo (training)"), artifact.k_max, baselines, workload, split,
-                   max_requests, seed)
-
-
-def validate_tree_policy(artifact: PolicyArtifact, workload: Any, profile: str | None, split: str = "val",
-                         max_requests: int | None = None) -> ValidationResult:
-    """A tree-mode policy (through the tree runner) against the best fixed K and ``tree-sequoia`` under the run's
-    profile."""
-    return _single(TreePolicyController(artifact, name="tree-ppo (training)"), artifact.k_max, ["tree-sequoia"],
-                   workload, split, max_requests, profile=profile)
+                    seed: int = 0, profile: str | CostProfile | None = None) -> ValidationResult:
+    """A K-, token- or tree-mode policy against the best fixed K and its mode's compared baselines
+    (:attr:`~specgym.agents.modes.PolicyMode.compared`: ``speclane``; ``confidence:0.4`` too in token mode;
+    ``tree-sequoia`` in tree mode), under ``profile`` (the run's; default the workload's own)."""
+    row = artifact.row
+    policy = row.controller(artifact, f"{row.spec_prefix} (training)", artifact.k_max)
+    return _single(policy, artifact.k_max, row.compared, workload, split, max_requests, seed, profile)
 
 
 def generalist_cells(seed: int = 9000) -> list[tuple[str, Workload, CostProfile]]:
@@ -174,7 +166,7 @@ def validate_generalist(artifact: PolicyArtifact, cells: list[tuple[str, Workloa
     """
     per_cell = []
     for _, wl, prof in cells:
-        policy = PolicyController(artifact, name="ppo (training)")
+        policy = artifact.row.controller(artifact, "ppo (training)", artifact.k_max)
         replay = open_replay(wl, "all", 0, artifact.k_max, prof, max_requests)
         refs = references(replay.engine, replay.requests)
         mine, marginal = (figures(r, refs) for r in run_controllers(
@@ -191,7 +183,7 @@ def validate_generalist(artifact: PolicyArtifact, cells: list[tuple[str, Workloa
 def validate_batch(artifact: PolicyArtifact, workload: Any, profile_name: str, max_batch: int,
                    replications: int = 4) -> ValidationResult:
     """A batch policy against the goodput rule and the best static K on mixed-concurrency replications (val split)."""
-    policy = BatchPolicyController(artifact, name="ppo (training)")
+    policy = artifact.row.controller(artifact, "ppo (training)", artifact.k_max)
     specs: list[Any] = ["goodput", policy, *(f"static:{k}" for k in (0, 1, 2, 4))]
     res = compare(workload, load_batch_profile(profile_name), specs, replications=replications, requests=96,
                   max_batch=max_batch, split="val", k_max=artifact.k_max, seed=12345)
@@ -204,16 +196,15 @@ def validate_batch(artifact: PolicyArtifact, workload: Any, profile_name: str, m
 
 
 def make_validator(cfg: Any, workload: Any) -> tuple[Validator, str]:
-    """``(validate(artifact, max_requests) -> result, key)`` for a run: its workload's val split, or the
-    validation cells of a domain-randomised run; ``key`` is the figure the best model is kept by."""
-    if cfg.mode == "batch":
+    """``(validate(artifact, max_requests) -> result, key)`` for a run: its workload's val split under the run's
+    profile (batch mode: mixed-concurrency replications), or the validation cells of a domain-randomised run;
+    ``key`` is the figure the best model is kept by (the mode's, or ``speedup_vs_marginal`` over cells)."""
+    row = get_mode(cfg.mode)
+    if row.kind == "batch":
         return (lambda art, max_requests=None: validate_batch(art, workload, cfg.ppo.batch_profile,
-                                                              cfg.ppo.max_batch)), "speedup_vs_goodput"
-    if cfg.mode == "tree":
-        return (lambda art, max_requests=None: validate_tree_policy(art, workload, cfg.ppo.profile, "val",
-                                                                    max_requests)), "speedup_vs_best_fixed"
+                                                              cfg.ppo.max_batch)), row.best_key
     if getattr(cfg.ppo, "domains", None):
         cells = generalist_cells()
         return (lambda art, max_requests=None: validate_generalist(art, cells, max_requests)), "speedup_vs_marginal"
-    return (lambda art, max_requests=None: validate_policy(art, workload, "val", max_requests)), \
-        "speedup_vs_best_fixed"
+    return (lambda art, max_requests=None: validate_policy(art, workload, "val", max_requests,
+                                                           profile=cfg.ppo.profile)), row.best_key

@@ -320,13 +320,25 @@ def save_predictor(pred: AcceptancePredictor, path: str | Path, overwrite: bool 
     return atomic_write_text(Path(path), json.dumps(pred.to_dict(), indent=1) + "\n", overwrite=overwrite)
 
 
+_LOADED: dict[tuple[str, int, int], AcceptancePredictor] = {}
+
+
 def load_predictor(path: str | Path) -> AcceptancePredictor:
-    """Read a predictor JSON file (pickle-free); defects raise one line naming the file."""
+    """Read a predictor JSON file (pickle-free); defects raise one line naming the file.
+
+    A file is read once per process (keyed by its resolved path, modification time and size): every controller,
+    env and catalogue look-up of one evaluation shares the same predictor object, which nothing mutates.
+    """
     p = Path(path)
     if not p.is_file():
         raise SpecgymError(f"{p}: acceptance predictor file not found")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SpecgymError(f"{p}: not valid JSON ({exc})") from None
-    return AcceptancePredictor.from_dict(data, where=str(p))
+    st = p.stat()
+    key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    pred = _LOADED.get(key)
+    if pred is None:
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise SpecgymError(f"{p}: not valid JSON ({exc})") from None
+        pred = _LOADED[key] = AcceptancePredictor.from_dict(data, where=str(p))
+    return pred

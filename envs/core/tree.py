@@ -23,6 +23,8 @@ width-1 tree ``(1,) * K``: same acceptance, same time.
 
 from __future__ import annotations
 
+from typing import Any
+
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -162,9 +164,11 @@ class TreeController(ABC):
     """Chooses the draft tree of each round (the tree counterpart of :class:`~specgym.envs.core.controller.Controller`).
 
     Lifecycle: ``prepare(workload, profile)`` once before serving (rules fitted on the train split do it here),
-    then per request ``reset(ctx)`` and per round ``propose_tree()`` -> the engine plays it -> ``observe(outcome)``.
-    A controller that needs the round's draft probabilities to build its tree (EAGLE-2) sets ``dynamic`` and
-    implements :meth:`play` instead.
+    then per request ``reset(ctx)`` and per round :meth:`play` (replay) or :meth:`play_live` (the live tree
+    engine): by default ``propose_tree()`` -> the engine plays it -> ``observe(outcome)``. A controller whose tree
+    depends on the round itself (EAGLE-2's draft probabilities, a spine grown token by token, a chain controller's
+    token-level stops) overrides them: the controller says how it plays, the runner only loops. One that plays
+    the same tree every round says so with :meth:`static_shape` (the replay then serves all requests at once).
 
     Attributes:
         name: Display name; tree controllers' names start with ``tree``.
@@ -174,6 +178,25 @@ class TreeController(ABC):
     name: str = "tree"
     approximate: bool = False
     ctx: RequestContext
+
+    def static_shape(self) -> TreeShape | None:
+        """The one tree played every round, or ``None`` for a controller whose trees vary."""
+        return None
+
+    def check_live(self) -> None:  # noqa: B027  (optional hook)
+        """Raise one line unless the live tree engine can drive this controller (default: it can)."""
+
+    def play(self, req: Any) -> TreeRoundOutcome:
+        """One replayed round of ``req`` (a tree replay request): propose, play, observe."""
+        o = req.play(self.propose_tree())
+        self.observe(o)
+        return o
+
+    def play_live(self, req: Any) -> TreeRoundOutcome:
+        """One live round of ``req`` (a live tree request): propose, play, observe."""
+        o = req.play_tree(self.propose_tree())
+        self.observe(o)
+        return o
 
     def prepare(self, workload: object, profile: object) -> None:  # noqa: B027  (optional hook)
         """Fit anything that needs the workload's train split (default: nothing)."""

@@ -161,17 +161,22 @@ class ReplayRequest(Request):
         """Play one round with draft cap ``k``; ``keep_drafting`` (token-level) may stop after token j < K."""
         if self.done:
             raise SpecgymError("request already finished; start a new one")
-        i = self.position
         cap = self.clip(int(k))
         drafted = cap
         if keep_drafting is not None and cap > 1:
-            conf, ent, signals = self._conf, self._ent, self.signals
+            step = self.draft_step
             for j in range(1, cap):
-                p = i + j - 1
-                if not keep_drafting(DraftStep(j, cap, p, float(conf[p]), float(ent[p]), signals(i, j))):
+                if not keep_drafting(step(j, cap)):
                     drafted = j
                     break
         return self.verify(cap, drafted)
+
+    def draft_step(self, j: int, cap: int) -> DraftStep:
+        """The ``j``-th draft token of a round from the current position with cap ``cap``, as a token-level decider
+        sees it before deciding to continue (features and signals of the round's tokens ``1..j``)."""
+        i = self.position
+        p = i + j - 1
+        return DraftStep(j, cap, p, float(self._conf[p]), float(self._ent[p]), self.signals(i, j))
 
     def draft_features(self, position: int) -> tuple[float, float]:
         """(draft_conf, draft_entropy) of the token the draft proposes for ``position``."""

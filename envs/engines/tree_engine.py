@@ -24,6 +24,7 @@ import numpy as np
 
 from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile
 from specgym.envs.core.rounds import DEFAULT_K_MAX, RequestContext, RoundOutcome
+from specgym.envs.core.signals import TOPK
 from specgym.envs.core.tree import TreeRoundOutcome, TreeShape
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.workloads.trace_format import Workload
@@ -168,6 +169,17 @@ class TreeReplayRequest:
         """The target's ranks at the next ``n`` positions (what a clairvoyant controller knows)."""
         b = self._base + self.position
         return self._ranks[b : b + n]
+
+    def draft_topk(self, n: int) -> np.ndarray:
+        """The draft's top-8 probabilities at the next ``n`` positions, ``(n, 8)`` (zero rows past the request's end
+        or where the trace has no ``draft_topk``)."""
+        rows = np.zeros((n, TOPK), np.float32)
+        topk = self.engine.workload.draft_topk
+        if topk is not None:
+            b = self._base + self.position
+            got = topk[b : b + min(n, self.length - self.position)]
+            rows[: len(got)] = got
+        return rows
 
     def play(self, tree: TreeShape, draft_depth: int | None = None, approximate: bool = False) -> TreeRoundOutcome:
         """Play one round with ``tree`` (clipped to the request's end).

@@ -22,8 +22,9 @@ from gymnasium import spaces
 import specgym.catalogue as catalogue
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor
 from specgym.envs.core.cost import CostProfile, load_profile
-from specgym.envs.core.features import FeatureTracker, TokenDecisionState, feature_bounds, feature_table
-from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RoundOutcome, check_k_max
+from specgym.envs.core.features import FeatureTracker, feature_bounds, feature_table
+from specgym.envs.core.rounds import DEFAULT_K_MAX, RoundOutcome, check_k_max
+from specgym.envs.core.token_protocol import TokenProtocol
 from specgym.envs.engines.trace_engine import ReplayRequest, TraceEngine
 from specgym.envs.gym.config import check_reset_options, int_key, source_key, update_config
 from specgym.envs.gym.shell import EnvShell
@@ -311,12 +312,14 @@ class SpecDecodeTokenEnv(_ReplayEnvBase):
     def _build(self) -> None:
         super()._build()
         self.action_space = spaces.Discrete(2)
-        self.decisions = TokenDecisionState(self.tracker)
+        self.protocol = TokenProtocol(self.tracker, self.k_max, self.predictor)
+        self.decisions = self.protocol.decisions
         self._done_at_reset = False
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Start a new request; returns ``(observation, info)`` at the first decision."""
         self._start(seed, options)
+        self.protocol.temperature = float(self.req.context.temperature) if self.req is not None else 0.0
         self._auto_reward = 0.0
         self._begin_round()
         assert self.req is not None
@@ -346,14 +349,7 @@ class SpecDecodeTokenEnv(_ReplayEnvBase):
         dec = self.decisions
         if self._check_action(action) == 1:
             j = dec.drafted + 1
-            pos = self.req.position + j - 1
-            conf, ent = self.req.draft_features(pos)
-            pred = self.predictor
-            if pred is None:
-                dec.add(DraftStep(j, self._cap, pos, conf, ent))
-            else:
-                draft = DraftStep(j, self._cap, pos, conf, ent, self.req.signals(self.req.position, j))
-                dec.add(draft, accept=pred.predict_step(draft, self.req.context.temperature))
+            self.protocol.fold(self.req.draft_step(j, self._cap))
             if j < self._cap:
                 info = self._base_info()
                 info["verified"] = False

@@ -44,8 +44,7 @@ import numpy as np
 from rich.table import Table
 
 from specgym.agents.artifact import list_policies
-from specgym.agents.registry import ALL_BASELINES, expand_specs, make_controller
-from specgym.agents.tree_registry import is_tree_spec, make_tree_controller
+from specgym.agents.specs import EVAL_KINDS, Traits, all_specs, build, expand, kind_of, make, usage_line
 from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_static import StaticTree
 import specgym.catalogue as catalogue
@@ -60,7 +59,7 @@ from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
 from specgym.eval.runner import run_controller
 from specgym.eval.stats import PairedBootstrap
-from specgym.eval.tree_runner import check_live_tree, run_live_tree, run_tree_controller
+from specgym.eval.tree_runner import run_live_tree, run_tree_controller
 from specgym.paths import default_pair_name
 
 #: Defaults sized for about +-2% intervals in ~15 minutes on a 2-core CI-class machine (see the README).
@@ -70,31 +69,31 @@ DEFAULT_CALIBRATION_PROMPTS = 3  # per category, from the train split
 
 
 def _policies() -> list[str]:
-    return [f"ppo:{p}" for p in list_policies(chain_only=True)]
+    return [f"ppo:{p}" for p in list_policies(kind="chain")]
 
 
-#: Tree controllers the default live bench adds on a greedy workload with ranks.
-LIVE_TREES = ("tree-sequoia", "tree-static:2-2-1", "tree-static:3-2-1", "tree-eagle")
-
-
-def controller_specs(k_values=range(1, 7), pair: str | None = None, trees: bool = False) -> list[str]:
-    """Plain decoding, fixed K, every baseline, the pair's shipped acceptance predictor (``predicted:`` and
-    ``planned:``), every shipped policy (and
-    :data:`LIVE_TREES` with ``trees``)."""
-    predicted = [f"predicted:{pair}", f"planned:{pair}"] if pair in catalogue.names("predictor") else []
-    return ["fixed:0", *(f"fixed:{k}" for k in k_values), *ALL_BASELINES, *predicted, *_policies(),
-            *(LIVE_TREES if trees else ())]
+def controller_specs(traits: Traits, k_fixed: int = 6) -> list[str]:
+    """What the default live bench runs: plain decoding, fixed K = 1..``k_fixed``, the live-capable rows of
+    ``all`` for the workload (every baseline, its pair's predictor rows, the tree rows on a greedy trace with ranks)
+    and every shipped chain policy."""
+    chain, _ = all_specs(traits, DEFAULT_K_MAX, ("chain",), live=True)
+    trees, _ = all_specs(traits, DEFAULT_K_MAX, ("tree",), live=True)
+    fixed = [f"fixed:{k}" for k in range(1, k_fixed + 1)]
+    return ["fixed:0", *fixed, *(s for s in chain if kind_of(s) == "chain" and not s.startswith("fixed:")),
+            *_policies(), *trees]
 
 
 def check_live_specs(specs: str) -> list[str]:
-    """Validate a comma-separated ``--live-controllers`` list (chain and tree specs); returns the specs."""
-    items = [x.strip() for x in specs.split(",") if x.strip()]
-    chain = [x for x in items if not is_tree_spec(x)]
-    if chain:
-        expand_specs(",".join(chain))
+    """Validate a comma-separated ``--live-controllers`` list (chain and tree specs): each must name a row a live
+    engine can run, and build; returns the specs."""
+    items, _ = expand(specs, DEFAULT_K_MAX, Traits.anything(), EVAL_KINDS, live=True)
     for x in items:
-        if is_tree_spec(x):
-            check_live_tree(make_tree_controller(x))
+        row = build(x)
+        if row.kind == "tree" and row.controller is not None:
+            row.controller.check_live()  # a controller's own reason first
+        if not row.entry.live:
+            raise SpecgymError(f"{x}: replay only ({row.entry.usage}); the live bench runs: "
+                               f"{usage_line(EVAL_KINDS, live=True).removeprefix('valid: ')}")
     return items
 
 
@@ -211,8 +210,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     prompts, lengths = encode(requests)
     greedy = bool(np.all(wl.temperature[requests] == 0))
     if specs is None:
-        specs = controller_specs(pair=pair_name, trees=greedy and wl.target_rank is not None)
-    tree_specs = [s for s in specs if is_tree_spec(s)]
+        specs = controller_specs(Traits.of(wl))
+    tree_specs = [s for s in specs if kind_of(s) == "tree"]
     if tree_specs:
         check_tree_workload(wl)  # greedy, with ranks: the tree rows' prediction is the tree replay
     probe = LiveEngine.from_pair(pair, k_max=k_max, timing="wall")
@@ -247,11 +246,10 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
 
     def _make(spec: str) -> Any:
         """A chain controller, or a tree controller prepared on the workload's train split under ``prof``."""
-        if not is_tree_spec(spec):
-            return make_controller(spec, k_max)
-        ctrl = make_tree_controller(spec, k_max)
-        ctrl.prepare(wl, prof)
-        return ctrl
+        row = build(spec, k_max)
+        if row.kind == "tree":
+            row.controller.prepare(wl, prof)
+        return row.controller
     eng.run_request(prompts[0], None, 16)  # warm-up both models
     eng.run_request(prompts[0], 3, 16)
     n_p = len(prompts)
@@ -272,7 +270,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                 order.insert(0, specs.index("fixed:0"))
             for s in order:
                 rid, cat = str(wl.request_id[requests[p]]), str(wl.category[requests[p]])
-                if is_tree_spec(specs[s]):
+                if specs[s] in tree_specs:
                     res: Any = run_live_tree(eng, ids, controllers[s], n, request_id=rid, category=cat)
                 else:
                     res = eng.run_request(ids, controllers[s] if specs[s] != "fixed:0" else None, n,
@@ -317,16 +315,16 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     def predicted_ms(spec: str) -> tuple[float, float, float]:
         """Replay time of ``spec`` on the measured requests, decisions under ``prof``, priced by ``prof``, by
         ``pricing`` (the same rounds: controllers decide as they did live) and by the micro-benchmarks."""
-        if is_tree_spec(spec):
+        if spec in tree_specs:
             ctrl = _make(spec)
             if isinstance(ctrl, ChainAsTree):  # the width-1 tree is the chain round: predicted as the chain
                 return predicted_ms(spec.partition(":")[2])
             up, pr, mi = (float(run_tree_controller(tree_replays[p.name], requests, ctrl).time_ms.sum())
                           for p in (prof, pricing, micro))
             return up, pr, mi
-        res = run_controller(replay, requests, make_controller(spec, k_max), trace=requests.tolist())
+        res = run_controller(replay, requests, make(spec, k_max), trace=requests.tolist())
         repriced = sum(pricing.round_time(d) for rounds in res.traces.values() for _, _, d, _ in rounds)
-        micro_ms = float(run_controller(replay_micro, requests, make_controller(spec, k_max)).time_ms.sum())
+        micro_ms = float(run_controller(replay_micro, requests, make(spec, k_max)).time_ms.sum())
         return float(res.time_ms.sum()), float(repriced), micro_ms
     rows: list[LiveRow] = []
     for i, spec in enumerate(specs):
@@ -346,10 +344,10 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     micro_errors = [abs((r.micro_measured_over_predicted or 1.0) - 1.0) for r in rows]
     upfront_errors = [abs((r.upfront_measured_over_predicted or 1.0) - 1.0) for r in rows]
     best = max(rows, key=lambda r: r.tok_s)
-    chain_rows = [r for r in rows if not is_tree_spec(r.controller)]
+    chain_rows = [r for r in rows if r.controller not in tree_specs]
     best_chain = max(chain_rows, key=lambda r: r.tok_s)
     tree_vs_chain: dict[str, Any] | None = None
-    trees = [r for r in rows if is_tree_spec(r.controller) and not r.controller.startswith("tree-chain:")]
+    trees = [r for r in rows if r.controller in tree_specs and not isinstance(_make(r.controller), ChainAsTree)]
     shapes = {s: f"{c.tree.name} ({c.tree.nodes} nodes, depth {c.tree.depth})" for s in tree_specs
               if isinstance(c := _make(s), StaticTree)}
     approx = [s for s in tree_specs if _make(s).approximate]
@@ -362,7 +360,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                          "ci": ci, "verdict": verdict(ci, ratio)}
     hf = None
     if hf_generate:  # transformers' assisted generation drafts chains: the best chain controller
-        hf = _hf_generate(pair, prompts[:6], lengths[:6], make_controller(best_chain.controller, k_max), prof)
+        hf = _hf_generate(pair, prompts[:6], lengths[:6], make(best_chain.controller, k_max), prof)
     result = {
         "pair": pair_name, "dtypes": pair.dtypes, "packed_linears": pair.packed,
         "kernels": {role: plan.to_dict() for role, plan in pair.kernels.items()},

@@ -15,7 +15,7 @@ import numpy as np
 from specgym.envs.core.cost import load_profile
 from specgym.envs.workloads.trace_format import cached_workload, workload_from_requests
 from specgym.eval.bench.common import print_table, timeit, versus
-from specgym.eval.harness import tree_replayable
+from specgym.agents.traits import Traits
 
 TREE_ENV_TARGET = 20_000
 
@@ -38,7 +38,7 @@ def rank_workload(n_requests: int = 200, seed: int = 0) -> Any:
 def bench_tree_env(workload: str, steps: int = 100_000) -> dict[str, Any]:
     """Steps/s of the tree env through ``gymnasium.make`` under random menu actions (resets included)."""
     wl = cached_workload(workload)
-    if not tree_replayable(wl):
+    if not Traits.of(wl).tree:
         wl = rank_workload()
     env = gym.make("specgym/SpecDecodeTree-v0", workload=wl, split="all")
     env.reset(seed=0)

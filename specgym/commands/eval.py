@@ -10,7 +10,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from specgym.agents.artifact import list_policies
-from specgym.agents.registry import valid_specs_line
+from specgym.agents.specs import EVAL_KINDS, usage_line
 import specgym.catalogue as catalogue
 from specgym.commands.args import bootstrap_type, k_max_type, nonneg_int, positive_int
 from specgym.console import make_console
@@ -19,7 +19,7 @@ from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
 from specgym.eval.harness import EvalConfig, evaluate, resolve_controllers
 from specgym.eval.report import markdown_table, write_report
-from specgym.eval.streaming import DEFAULT_CONTROLLERS, evaluate_streaming
+from specgym.eval.streaming import evaluate_streaming
 from specgym.eval.suite import markdown, run_suite
 from specgym.io import atomic_dir, check_output
 from specgym.paths import default_workload_name
@@ -30,8 +30,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate controllers against each other and the oracle")
     p.add_argument("--workload", default=None, help="workload name or .parquet path (default: the default workload)")
     p.add_argument("--controllers", default="all",
-                   help=f"comma-separated controller specs; {valid_specs_line()} (every baseline + fixed:1..k_max). "
-                        "Default: %(default)s")
+                   help=f"comma-separated controller specs (chain and tree); {usage_line(EVAL_KINDS)} (every "
+                        "baseline + fixed:1..k_max, plus the workload's acceptance-predictor and tree rows where it "
+                        "carries their signals; the report lists what it left out and why). Default: %(default)s")
     p.add_argument("--split", default="test", choices=("train", "val", "test", "all"),
                    help="which requests (default %(default)s)")
     p.add_argument("--seed", type=nonneg_int, default=0,
@@ -68,7 +69,7 @@ def run_suite_command(args: argparse.Namespace) -> int:
                                f"--{opt} {getattr(args, opt)}")
     out = check_output(args.out or Path("out") / f"suite-{args.suite}", args.force)
     if args.controllers == "all":
-        policies = [f"ppo:{name}" for name in list_policies(chain_only=True)]
+        policies = [f"ppo:{name}" for name in list_policies(kind="chain")]
         if not policies:
             raise SpecgymError("no shipped policy to evaluate: pass --controllers ppo:DIR[,ppo:DIR...]")
     else:
@@ -126,7 +127,9 @@ def eval_to_folder(workload: str, controllers: str, out: Path | None, *, split: 
     print(f"{meta['label']} — split {meta['split']}, {meta['requests']} requests, profile {report['profile']['name']}, "
           f"seed {report['seed']}")
     print(markdown_table(report))
-    print(f"\nreport: {out}/report.md  (json: report.json, plots: *.png)")
+    for note in report.get("left_out", []):
+        print(f"left out of all: {note}")
+    print(f"\nreport: {out}/report.md  (json: report.json{', plots: *.png' if plots else ''})")
     return 0
 
 
@@ -137,8 +140,7 @@ def run_stream_command(args: argparse.Namespace) -> int:
     workload = args.workload or default_workload_name()
     path = catalogue.resolve("workload", workload)
     out = check_output(args.out or Path("out") / f"eval-{Path(workload).stem}", args.force)
-    controllers = DEFAULT_CONTROLLERS if args.controllers == "all" else args.controllers
-    report = evaluate_streaming(path, controllers, split=args.split, seed=args.seed, k_max=args.k_max,
+    report = evaluate_streaming(path, args.controllers, split=args.split, seed=args.seed, k_max=args.k_max,
                                 profile=args.profile)
     per_request = report.pop("per_request_time_ms")
     with atomic_dir(out, overwrite=args.force, owner="specgym eval --stream") as tmp:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from specgym.agents.registry import make_controller
+from specgym.agents.specs import make as make_controller
 from specgym.commands.args import k_max_type, nonneg_int, positive_int, temperature_type
 from specgym.envs.core.batch_cost import save_batch_profile
 from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile, save_profile

@@ -15,7 +15,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from specgym.agents.registry import expand_specs, make_controller
+from specgym.agents.specs import resolve
 import specgym.catalogue as catalogue
 from specgym.commands.args import nonneg_int
 from specgym.envs.core.acceptance_predictor import MODEL_KINDS, check_groups, load_predictor, save_predictor
@@ -115,7 +115,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             check_output(path, args.force, "file", option)
     pred = load_predictor(catalogue.resolve("predictor", args.predictor))
     wl = _workload(args.workload)
-    extra = tuple((s, make_controller(s)) for s in expand_specs(args.controllers)) if args.controllers else ()
+    extra = tuple((r.spec, r.controller) for r in resolve(args.controllers, kinds=("chain",))) if args.controllers \
+        else ()
     report = predictor_report(wl, pred, args.split, load_profile(args.profile) if args.profile else None,
                               ablation=not args.no_ablation, bootstrap=args.bootstrap, extra_controllers=extra)
     md = report_markdown(report)

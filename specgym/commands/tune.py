@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from specgym.agents.batch_registry import make_batch_controller
+from specgym.agents.specs import resolve, usage_line
 from specgym.commands.args import float_range, int_range, k_max_type, nonneg_int, positive_int
 from specgym.envs.core.batch_cost import Roofline, load_batch_profile, roofline_profile, save_batch_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
@@ -66,8 +66,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--workload", default=None, help="workload name or path (default: the default workload)")
     c.add_argument("--profile", required=True, help="batched cost profile: name or JSON path")
     c.add_argument("--controllers", default="goodput,static:2",
-                   help="comma-separated: static:K, table:FILE|JSON, goodput, per-seq:SPEC, ppo:NAME (the first is "
-                        "the reference of the ratios; default %(default)s)")
+                   help=f"comma-separated batch controller specs; {usage_line(('batch',))} (the first is the "
+                        "reference of the ratios; default %(default)s)")
     c.add_argument("--replications", type=positive_int, default=10, help="schedules x request sets (default 10)")
     c.add_argument("--requests", type=positive_int, default=256, help="requests per replication (default 256)")
     c.add_argument("--max-batch", type=int_range(1, 4096), default=256, help="largest concurrency (default 256)")
@@ -112,9 +112,7 @@ def _roofline(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_output(args.out, args.force, "file")
-    specs = [s.strip() for s in args.controllers.split(",") if s.strip()]
-    for s in specs:
-        make_batch_controller(s)
+    specs = resolve(args.controllers, kinds=("batch",)).rows  # a bad spec fails before any work
     profile = load_batch_profile(args.profile)
     wl = cached_workload(args.workload or default_workload_name())
     res = compare(wl, profile, specs, args.replications, args.requests, args.max_batch, args.split)

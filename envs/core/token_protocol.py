@@ -1,12 +1,13 @@
-"""The token-mode decision protocol: how a token-level policy's decisions map onto a round, as the token env asks
-them (``specgym/SpecDecodeToken-v1``).
+"""The token-mode decision protocol: how per-token decisions map onto a round, the one implementation every
+token-level decider plays.
 
 A round opens with the ``j = 0`` decision: stop is ``K = 0`` (a plain autoregressive step), continue is
-``K = k_max`` (the engine clips it). Each draft token then adds one decision, continue or verify, whose observation
-carries the token's features and, with an acceptance predictor, its predicted acceptance. The exported policy
-(:class:`~specgym.agents.policy_controller.PolicyController`) and behaviour cloning's demonstrations
-(:mod:`specgym.training.bc_init`) both play it through this class, so a clone is trained on the observations the
-policy will see.
+``K = k_max`` (the engine clips it). Each draft token then adds one decision, continue or verify, taken after the
+token is folded into the round's :class:`~specgym.envs.core.features.TokenDecisionState`: its acceptance estimate
+is the acceptance predictor's probability where a predictor is given and the step carries its signals, else the
+calibrated draft confidence. The token env (``specgym/SpecDecodeToken-v1``), the exported token policy, behaviour
+cloning's demonstrations and the predictor controllers (``predicted:``, ``planned:``) all fold draft tokens
+through this class, so each sees the very estimates the others do.
 """
 
 from __future__ import annotations
@@ -44,8 +45,15 @@ class TokenProtocol:
         """The round's draft cap for the ``j = 0`` decision: ``k_max`` to draft, 0 for a plain step."""
         return self.k_max if keep else 0
 
+    def fold(self, step: DraftStep) -> float | None:
+        """Fold a draft token in; returns the predictor's acceptance probability of it, or ``None`` where the
+        token's estimate is the calibrated confidence (no predictor, or the step lacks its signals)."""
+        pred = self.predictor
+        p = None if pred is None else pred.predict_step(step, self.temperature)
+        self.decisions.add(step, accept=p)
+        return p
+
     def draft(self, step: DraftStep) -> np.ndarray:
         """Fold a draft token in; the observation of the decision after it."""
-        pred = self.predictor
-        self.decisions.add(step, accept=None if pred is None else pred.predict_step(step, self.temperature))
+        self.fold(step)
         return self.decisions.observation()

@@ -1,0 +1,127 @@
+"""The policy modes: one row per kind of learned decision, with everything that differs between them.
+
+A mode (``k``, ``token``, ``tree``, ``batch``) is what ``specgym train --mode`` trains and what an exported policy's
+``policy.json`` names. Its :class:`PolicyMode` row holds both faces of it:
+
+* **deployment**: the decision kind (the runner that plays it, :mod:`specgym.agents.specs`), the spec prefix that
+  names its exported policies, the features it observes at each feature version, the action mapping and action
+  count, and the controller class that runs an artifact;
+* **training**: the Gymnasium env id it trains on (Gymnasium's own registry resolves it, as for every env), the
+  RL-Zoo-style config file of its hyperparameters, whether K-mode's ``SB3ActionWrapper`` and token shaping apply,
+  the baselines its validation compares against and the figure the best model is kept by, and the words its
+  summary and policy card use.
+
+Every ``mode ==`` question of the artifact, the export, the env factory, validation, behaviour cloning, the summary
+and the policy card is a look-up here. A new mode is one row (and its env, controller and features).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from specgym.agents.batch_policy import BatchPolicyController
+from specgym.agents.policy_controller import PolicyController
+from specgym.agents.tree_policy import TreePolicyController
+from specgym.envs.core.batch import BATCH_FEATURE_NAMES
+from specgym.envs.core.features import FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS, feature_names
+from specgym.errors import SpecgymError
+
+#: Feature version of batch-mode policies (their features are :data:`BATCH_FEATURE_NAMES`).
+BATCH_FEATURE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PolicyMode:
+    """One mode of learned decision.
+
+    Attributes:
+        name: ``k``, ``token``, ``tree`` or ``batch``.
+        kind: The decision kind of its controllers (``chain``, ``tree``, ``batch``).
+        spec_prefix: The spec prefix of its exported policies (``ppo``, ``tree-ppo``).
+        features: ``features(version)`` -> the ordered feature names a policy of this mode observes.
+        feature_version: The feature version policies are trained with now.
+        feature_versions: Feature versions an exported policy may carry and still run.
+        action: The action mapping type recorded in ``policy.json``.
+        controller: ``controller(artifact, name, k_max)`` -> the controller that runs an artifact.
+        env_id: The Gymnasium id it trains on.
+        config: Its hyperparameter file in ``training/configs/``.
+        token_level: Its decisions are per draft token (the policy stops drafting; token shaping applies).
+        k_actions: Its action index is a draft cap ``k_min + a`` (SB3 needs ``SB3ActionWrapper``'s ``start=0``).
+        compared: The baselines training validation compares it with.
+        best_key: The validation figure its best model is kept by.
+        reference: How its summary names the fixed reference (``the best fixed K``).
+        decides: What the policy card says it decides.
+    """
+
+    name: str
+    kind: str
+    spec_prefix: str
+    features: Callable[[int], list[str]]
+    feature_version: int
+    feature_versions: tuple[int, ...]
+    action: str
+    controller: Callable[[Any, str, int], Any]
+    env_id: str
+    config: str
+    token_level: bool = False
+    k_actions: bool = False
+    compared: tuple[str, ...] = ()
+    best_key: str = "speedup_vs_best_fixed"
+    reference: str = "the best fixed K"
+    decides: str = ""
+
+    def n_actions(self, k_min: int, k_max: int, shapes: list[list[int]] | None = None) -> int:
+        """Size of the action layer of a policy of this mode."""
+        if self.action == "stop_or_continue":
+            return 2
+        if self.action == "tree_widths":
+            return len(shapes or [])
+        return k_max - k_min + 1
+
+    def action_mapping(self, k_min: int, n_actions: int, shapes: list[list[int]] | None = None) -> dict[str, Any]:
+        """How an action index maps to a decision (recorded in ``policy.json``)."""
+        if self.action == "stop_or_continue":
+            return {"type": self.action, "values": ["stop", "continue"]}
+        if self.action == "tree_widths":
+            return {"type": self.action, "values": [[int(w) for w in s] for s in shapes or []]}
+        return {"type": self.action, "values": list(range(k_min, k_min + n_actions))}
+
+
+def _chain_features(mode: str) -> Callable[[int], list[str]]:
+    return lambda version: feature_names(mode, version)
+
+
+def _chain(artifact: Any, name: str, k_max: int) -> PolicyController:
+    ctrl = PolicyController(artifact, name)
+    ctrl.check_engine_k_max(k_max)
+    return ctrl
+
+
+MODES: dict[str, PolicyMode] = {m.name: m for m in (
+    PolicyMode("k", "chain", "ppo", _chain_features("k"), FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS, "draft_cap",
+               _chain, "specgym/SpecDecode-v1", "k.yaml", k_actions=True, compared=("speclane",),
+               decides="it chooses the draft cap K of each round."),
+    PolicyMode("token", "chain", "ppo", _chain_features("token"), FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS,
+               "stop_or_continue", _chain, "specgym/SpecDecodeToken-v1", "token.yaml", token_level=True,
+               compared=("speclane", "confidence:0.4"),
+               decides="it decides after each draft token whether to keep drafting (and at the start of a round "
+                       "whether to draft at all)."),
+    PolicyMode("tree", "tree", "tree-ppo", _chain_features("k"), FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS,
+               "tree_widths", lambda art, name, k_max: TreePolicyController(art, name), "specgym/SpecDecodeTree-v0",
+               "tree.yaml", compared=("tree-sequoia",),
+               decides="it chooses the draft tree of each round from its menu of static shapes (per-depth widths)."),
+    PolicyMode("batch", "batch", "ppo", lambda version: list(BATCH_FEATURE_NAMES), BATCH_FEATURE_VERSION,
+               (BATCH_FEATURE_VERSION,), "draft_cap", lambda art, name, k_max: BatchPolicyController(art, name),
+               "specgym/SpecDecodeBatch-v0", "batch.yaml", compared=("goodput",), best_key="speedup_vs_goodput",
+               reference="the best static K", decides="it chooses the draft length of each serving step."),
+)}
+
+
+def get_mode(name: str) -> PolicyMode:
+    """The row of mode ``name``; an unknown one is a one-line error listing the modes."""
+    mode = MODES.get(name)
+    if mode is None:
+        raise SpecgymError(f"policy mode must be one of {tuple(MODES)}, got {name!r}")
+    return mode

@@ -29,8 +29,8 @@ from typing import Any
 
 from specgym.agents.artifact import load_policy, policy_mode
 from specgym.agents.modes import MODES
-from specgym.agents.planned_stop import make_planned
-from specgym.agents.predicted_marginal import make_predicted
+from specgym.baselines.planned_stop import make_planned
+from specgym.baselines.predicted_marginal import make_predicted
 from specgym.agents.traits import Traits
 from specgym.baselines.assc import ASSC
 from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule, PerSequence, StaticK

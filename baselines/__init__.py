@@ -1,6 +1,6 @@
 """Baseline speculation-length controllers and the clairvoyant and informed oracles.
 
-The spec registry (strings -> controllers, learned ones included) is :mod:`specgym.agents.registry`.
+The spec table (strings -> controllers, learned ones included) is :mod:`specgym.agents.specs`.
 """
 
 from specgym.baselines.assc import ASSC

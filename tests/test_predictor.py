@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from specgym.agents.predicted_marginal import PredictedMarginal
+from specgym.baselines.predicted_marginal import PredictedMarginal
 from specgym.baselines.marginal import MarginalStop
 from specgym import make_controller
 from specgym.envs.core.acceptance_predictor import (

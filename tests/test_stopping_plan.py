@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from specgym.agents.planned_stop import PlannedStop
+from specgym.baselines.planned_stop import PlannedStop
 from specgym.baselines.marginal import MarginalStop
 from specgym import make_controller
 from specgym.envs.core.acceptance_predictor import load_predictor, save_predictor

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from specgym.agents.predicted_marginal import PredictedMarginal
+from specgym.baselines.predicted_marginal import PredictedMarginal
 from specgym.envs.core.acceptance_predictor import (
     MODEL_KINDS,
     AcceptancePredictor,

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from specgym.agents.planned_stop import PlannedStop
-from specgym.agents.predicted_marginal import PredictedMarginal
+from specgym.baselines.planned_stop import PlannedStop
+from specgym.baselines.predicted_marginal import PredictedMarginal
 from specgym.baselines.marginal import MarginalStop
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor
 from specgym.envs.core.cost import CostProfile

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from specgym.agents.predicted_marginal import PredictedMarginal
+from specgym.baselines.predicted_marginal import PredictedMarginal
 from specgym.baselines.marginal import MarginalStop
 import specgym.catalogue as catalogue
 from specgym.envs.core.acceptance_predictor import load_predictor

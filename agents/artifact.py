@@ -16,6 +16,7 @@ Shipped policies live in ``specgym.data``'s ``policies/NAME/`` folders and are n
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,11 +26,12 @@ import numpy as np
 
 import specgym.catalogue as catalogue
 from specgym.agents.modes import MODES, PolicyMode, get_mode
+from specgym.agents.policy_controller import GUARD_MARGIN, TEACHERS
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor
 from specgym.envs.core.features import FEATURE_VERSION
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.errors import SpecgymError
-from specgym.io import atomic_dir, sha256_file
+from specgym.io import atomic_dir, atomic_write_bytes, atomic_write_text, sha256_file
 
 ARTIFACT_FORMAT = "specgym-policy"
 ARTIFACT_VERSION = 1
@@ -57,6 +59,12 @@ class PolicyArtifact:
             document, embedded so the deployed policy sees the very predictor it was trained with), or ``None``.
         meta: Free-form training record (workload, timesteps, metrics...).
         shapes: Tree mode: the action menu, per-depth widths of each action (``[]`` = plain decoding).
+        obs_low, obs_high: The range of every observation feature the policy saw in training (raw values, before
+            normalisation), or ``None`` for a policy exported without one. Outside it (by more than
+            :data:`~specgym.agents.policy_controller.GUARD_MARGIN` of the feature's bound), a chain policy hands its
+            decisions to ``teacher``.
+        teacher: The rule that decides where the policy is outside its range (``marginal``; ``planned:`` on the
+            embedded predictor for a predictor-reading policy), or ``None`` (no guard).
     """
 
     mode: str
@@ -74,6 +82,9 @@ class PolicyArtifact:
     predictor: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     shapes: list[list[int]] = field(default_factory=list)
+    obs_low: np.ndarray | None = None
+    obs_high: np.ndarray | None = None
+    teacher: str | None = None
 
     @property
     def row(self) -> PolicyMode:
@@ -132,6 +143,16 @@ class PolicyArtifact:
                 raise SpecgymError("policy observation statistics do not match the feature count")
             if np.any(self.obs_var < 0) or not np.all(np.isfinite(self.obs_mean)):
                 raise SpecgymError("policy observation statistics are invalid")
+        if (self.obs_low is None) != (self.obs_high is None) or (self.teacher is None) != (self.obs_low is None):
+            raise SpecgymError("policy guard: obs_low, obs_high and teacher come together")
+        if self.obs_low is not None and self.obs_high is not None:
+            n = len(expected)
+            if self.obs_low.shape != (n,) or self.obs_high.shape != (n,) or not (self.obs_low <= self.obs_high).all():
+                raise SpecgymError("policy guard: the training range does not match the feature count")
+            if self.teacher not in TEACHERS:
+                raise SpecgymError(f"policy guard: teacher must be one of {TEACHERS}, got {self.teacher!r}")
+            if self.teacher == "planned" and self.predictor is None:
+                raise SpecgymError("policy guard: teacher 'planned' needs the embedded acceptance predictor")
 
 
 def policy_mode(folder: str | Path) -> str | None:
@@ -162,6 +183,9 @@ def artifact_arrays(art: PolicyArtifact) -> dict[str, np.ndarray]:
     if art.obs_mean is not None:
         arrays["obs_mean"] = np.asarray(art.obs_mean, np.float64)
         arrays["obs_var"] = np.asarray(art.obs_var, np.float64)
+    if art.obs_low is not None and art.obs_high is not None:
+        arrays["obs_low"] = np.asarray(art.obs_low, np.float64)
+        arrays["obs_high"] = np.asarray(art.obs_high, np.float64)
     return arrays
 
 
@@ -169,10 +193,11 @@ def artifact_arrays(art: PolicyArtifact) -> dict[str, np.ndarray]:
 #: covers): ``function_sha256`` is the SHA-256 of them, so editing any (the activation, the normalisation, the
 #: feature version, the action mapping...) is refused on load, like a modified weights file.
 FUNCTION_FIELDS = ("format", "format_version", "mode", "feature_version", "features", "obs_dim", "k_min", "k_max",
-                   "action_mapping", "network", "obs_normalization", "weights_file", "weights_sha256", "predictor")
+                   "action_mapping", "network", "obs_normalization", "weights_file", "weights_sha256", "predictor",
+                   "guard")
 
 
-_LATER_FIELDS = ("predictor",)
+_LATER_FIELDS = ("predictor", "guard")
 
 
 def function_sha256(meta: dict[str, Any]) -> str:
@@ -211,6 +236,10 @@ def artifact_meta(art: PolicyArtifact, weights_sha256: str) -> dict[str, Any]:
     }
     if art.predictor is not None:
         meta["predictor"] = art.predictor
+    if art.teacher is not None:
+        meta["guard"] = {"teacher": art.teacher, "margin": GUARD_MARGIN, "arrays": ["obs_low", "obs_high"],
+                         "rule": "outside [obs_low - margin * bound, obs_high + margin * bound] in any feature, the "
+                                 "teacher decides"}
     return {**meta, "function_sha256": function_sha256(meta), **art.meta}
 
 
@@ -225,6 +254,23 @@ def write_artifact(art: PolicyArtifact, out: str | Path, overwrite: bool = False
         meta = artifact_meta(art, sha256_file(npz))
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1) + "\n")
     return out
+
+
+def rewrite_artifact(art: PolicyArtifact, folder: str | Path) -> Path:
+    """Write ``art`` over the ``policy.npz`` + ``policy.json`` of an existing policy folder, keeping its other files
+    (a shipped policy's card). Each file is replaced atomically, the weights first: an interruption between the two
+    leaves a folder whose checksum no longer matches, which :func:`load_policy` refuses, never a silent mix."""
+    art.validate()
+    folder = Path(folder)
+    if not (folder / META_FILE).is_file():
+        raise SpecgymError(f"{folder}: not an exported policy folder (no {META_FILE})")
+    buf = io.BytesIO()
+    np.savez(buf, **artifact_arrays(art))  # type: ignore[arg-type]
+    data = buf.getvalue()
+    atomic_write_bytes(folder / WEIGHTS_FILE, data, overwrite=True)
+    meta = artifact_meta(art, hashlib.sha256(data).hexdigest())
+    atomic_write_text(folder / META_FILE, json.dumps(meta, indent=1) + "\n", overwrite=True)
+    return folder
 
 
 def load_policy(path: str | Path, expect_mode: str | None = None) -> PolicyArtifact:
@@ -266,7 +312,7 @@ def load_policy(path: str | Path, expect_mode: str | None = None) -> PolicyArtif
         norm = meta["obs_normalization"]
         known = {"format", "format_version", "mode", "feature_version", "features", "obs_dim", "k_min", "k_max",
                  "action_mapping", "network", "obs_normalization", "weights_file", "weights_sha256",
-                 "function_sha256", "predictor"}
+                 "function_sha256", "predictor", "guard"}
         art = PolicyArtifact(
             mode=meta["mode"], k_min=int(meta["k_min"]), k_max=int(meta["k_max"]), weights=weights, biases=biases,
             activation=meta["network"]["activation"],
@@ -278,6 +324,9 @@ def load_policy(path: str | Path, expect_mode: str | None = None) -> PolicyArtif
             meta={k: v for k, v in meta.items() if k not in known},
             shapes=[[int(w) for w in s] for s in meta["action_mapping"]["values"]]
             if meta["action_mapping"].get("type") == "tree_widths" else [],
+            obs_low=arrays.get("obs_low") if meta.get("guard") else None,
+            obs_high=arrays.get("obs_high") if meta.get("guard") else None,
+            teacher=(meta.get("guard") or {}).get("teacher"),
         )
     except (KeyError, TypeError, ValueError, OSError) as exc:
         raise SpecgymError(f"{folder}: malformed policy artifact ({type(exc).__name__}: {exc})") from None

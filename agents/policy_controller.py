@@ -15,26 +15,43 @@ Modes:
 
 A policy trained with ``k_max`` runs on any engine whose cap is at least that (its features are scaled by its own
 ``k_max``; it never proposes more); :meth:`PolicyController.check_engine_k_max` is the one check.
+
+**The guard: never below its teacher.** A policy exported with the range of every feature it saw in training
+(``obs_low``/``obs_high`` and its ``teacher`` under the artifact's checksum) knows where it has no experience: a
+decision whose observation leaves that range in any feature (by more than
+:data:`GUARD_MARGIN` of the feature's bound) is the teacher's (``marginal``, or ``planned:``
+on the embedded predictor for a predictor-reading policy), and so is the rest of that round. The teacher runs in
+lockstep (it sees every round and every draft token), so it can take over at any decision with its state warm; a
+K-mode policy with a guard therefore takes its per-token calls too (it drafts to its own K unless the teacher
+leads). The controller says so once on stderr and counts the decisions handed over (:meth:`guard_stats`; the
+evaluation report marks the row).
 """
 
 from __future__ import annotations
 
 
-import numpy as np
+import sys
+from typing import TYPE_CHECKING, Any
 
-from typing import TYPE_CHECKING
+import numpy as np
 
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.token_protocol import TokenProtocol
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor
-from specgym.envs.core.features import (
-    FEATURE_VERSION, FeatureTracker,
-)
+from specgym.baselines.marginal import MarginalStop
+from specgym.baselines.planned_stop import PlannedStop
+from specgym.envs.core.features import FEATURE_VERSION, FeatureTracker, feature_bounds
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
 from specgym.errors import SpecgymError
 
 if TYPE_CHECKING:  # the artifact's module imports the mode table, which imports this one
     from specgym.agents.artifact import PolicyArtifact
+
+#: The rules a guarded policy hands its decisions to outside its training range.
+TEACHERS = ("marginal", "planned")
+#: How far outside its training range a feature may go before the guard hands over: this share of the feature's
+#: bound range (:func:`~specgym.envs.core.features.feature_bounds`).
+GUARD_MARGIN = 0.02
 
 class PolicyNetwork:
     """The exported actor in numpy: VecNormalize's observation transform, the MLP, the argmax.
@@ -111,6 +128,17 @@ class PolicyController(Controller):
         self.protocol = TokenProtocol(self.tracker, self.k_max, self.predictor,
                                       artifact.feature_version if self.token_level else FEATURE_VERSION)
         self.decisions = self.protocol.decisions
+        self.per_token = row.token_level  # the policy's own decisions are per draft token
+        self.teacher: Controller | None = None
+        if artifact.teacher is not None and artifact.obs_low is not None and artifact.obs_high is not None:
+            self.teacher = MarginalStop() if artifact.teacher == "marginal" else PlannedStop(self.predictor)
+            low, high = feature_bounds(row.name if row.token_level else "k", artifact.feature_version)
+            tol = GUARD_MARGIN * (high.astype(np.float64) - low)
+            self._lo, self._hi = artifact.obs_low - tol, artifact.obs_high + tol
+            self.token_level = True  # the teacher stops token by token
+        self._led = False  # the current round is the teacher's
+        self.decisions_made = self.decisions_handed = 0
+        self._first_out: tuple[str, float, float, float] | None = None
 
     def act(self, obs: np.ndarray) -> int:
         """The policy's deterministic action index for one raw observation (a method, so subclasses can wrap it)."""
@@ -129,19 +157,66 @@ class PolicyController(Controller):
         self.ctx = ctx
         self.protocol.temperature = float(ctx.temperature)
         self.tracker.reset(ctx)
+        if self.teacher is not None:
+            self.teacher.reset(ctx)
 
     def propose(self) -> int:
-        """K mode: the policy's draft cap. Token mode: the ``j = 0`` decision (0 = plain step, else k_max)."""
-        if not self.token_level:
-            return self.k_min + self.act(self.tracker.observation())
-        return self.protocol.cap(self.act(self.protocol.open_round()) != 0)
+        """K mode: the policy's draft cap. Token mode: the ``j = 0`` decision (0 = plain step, else k_max). Outside
+        the training range: the teacher's."""
+        teacher_k = self.teacher.propose() if self.teacher is not None else 0
+        obs = self.protocol.open_round() if self.per_token else self.tracker.observation()
+        self._led = self._outside(obs)
+        if self._led:
+            return teacher_k
+        if not self.per_token:
+            return self.k_min + self.act(obs)
+        return self.protocol.cap(self.act(obs) != 0)
 
     def keep_drafting(self, step: DraftStep) -> bool:
-        """Token mode: continue after draft token ``step.index``? (K mode: always.)"""
-        if not self.token_level:
+        """Token mode: continue after draft token ``step.index``? (K mode: always.) In a round the teacher leads,
+        or once a token's observation leaves the training range: the teacher's answer."""
+        teacher_keep = self.teacher.keep_drafting(step) if self.teacher is not None else True
+        if self._led:
+            return teacher_keep
+        if not self.per_token:
             return True
-        return self.act(self.protocol.draft(step)) == 1
+        obs = self.protocol.draft(step)
+        self._led = self._outside(obs)
+        return teacher_keep if self._led else self.act(obs) == 1
 
     def observe(self, outcome: RoundOutcome) -> None:
-        """Fold the verified round into the features."""
+        """Fold the verified round into the features (the teacher's too)."""
         self.tracker.update(outcome)
+        if self.teacher is not None:
+            self.teacher.observe(outcome)
+
+    # --- the guard -------------------------------------------------------------------------------------------
+    def _outside(self, obs: np.ndarray) -> bool:
+        """Count a decision; True (and said once on stderr) when ``obs`` leaves the training range."""
+        self.decisions_made += 1
+        if self.teacher is None:
+            return False
+        out = (obs < self._lo) | (obs > self._hi)
+        if not out.any():
+            return False
+        self.decisions_handed += 1
+        if self._first_out is None:
+            i = int(np.flatnonzero(out)[0])
+            name = self.artifact.features[i]
+            lo, hi = float(self.artifact.obs_low[i]), float(self.artifact.obs_high[i])  # type: ignore[index]
+            self._first_out = (name, float(obs[i]), lo, hi)
+            print(f"{self.name}: feature {name} = {float(obs[i]):.4g} is outside its training range [{lo:.4g}, "
+                  f"{hi:.4g}]; such decisions are its teacher {self.artifact.teacher!r}'s", file=sys.stderr)
+        return True
+
+    def guard_stats(self) -> dict[str, Any] | None:
+        """The guard's record (None without one): its teacher, decisions taken and handed over, the first
+        feature found outside its range."""
+        if self.teacher is None:
+            return None
+        first = self._first_out
+        return {"teacher": self.artifact.teacher, "decisions": self.decisions_made,
+                "handed": self.decisions_handed,
+                "share": self.decisions_handed / self.decisions_made if self.decisions_made else 0.0,
+                "first_outside": None if first is None else {"feature": first[0], "value": first[1],
+                                                             "low": first[2], "high": first[3]}}

@@ -208,6 +208,9 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results:
         row["spec"] = resolved.spec
         row["token_level"] = resolved.token_level
         row["kind"], row["family"] = resolved.kind, resolved.family
+        guard = getattr(resolved.controller, "guard_stats", None)
+        if callable(guard) and (stats := guard()) is not None:
+            row["guard"] = stats  # a learned policy's decisions handed to its teacher outside its training range
         if resolved.kind == "tree":
             row["tree"] = True
             row["approximate"] = bool(getattr(resolved.controller, "approximate", False))

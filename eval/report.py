@@ -62,6 +62,8 @@ def markdown_table(report: dict[str, Any]) -> str:
         informed = dict(report["informed_oracle"], controller=INFORMED_LABEL)
         lines.append("| " + " | ".join(_cell(informed, k, f) for k, _, f in COLUMNS) + " |")
     for row in report["rows"]:
+        if (row.get("guard") or {}).get("handed"):  # ran outside its training range: see guard_section
+            row = dict(row, controller=f"{row['controller']} †")
         lines.append("| " + " | ".join(_cell(row, k, f) for k, _, f in COLUMNS) + " |")
     return "\n".join(lines)
 
@@ -110,6 +112,20 @@ def left_out_section(report: dict[str, Any]) -> str:
     return "\n".join(["**Left out of `all`:**", *(f"- {note}" for note in report["left_out"])])
 
 
+def guard_section(report: dict[str, Any]) -> str:
+    """The learned policies that ran outside the range of observations they saw in training, and how often their
+    teacher decided instead."""
+    lines = ["**† Outside their training range** (the teacher decided those rounds):"]
+    for row in report["rows"]:
+        g = row.get("guard") or {}
+        if g.get("handed"):
+            first = g.get("first_outside") or {}
+            lines.append(f"- {row['controller']}: {g['share']:.1%} of its decisions handed to `{g['teacher']}` (first: "
+                         f"{first.get('feature')} = {first.get('value', float('nan')):.4g}, trained "
+                         f"[{first.get('low', float('nan')):.4g}, {first.get('high', float('nan')):.4g}])")
+    return "\n".join(lines)
+
+
 def markdown_report(report: dict[str, Any]) -> str:
     """The whole ``report.md``."""
     wl, prof, ref = report["workload"], report["profile"], report["reference"]
@@ -130,6 +146,7 @@ def markdown_report(report: dict[str, Any]) -> str:
         markdown_table(report),
         "",
         *([left_out_section(report), ""] if report.get("left_out") else []),
+        *([guard_section(report), ""] if any((r.get("guard") or {}).get("handed") for r in report["rows"]) else []),
         *([tree_section(report), ""] if report.get("best_static_tree") else []),
         *([headroom_section(report), ""] if "headroom" in report else []),
         "Plots: `throughput.png`, `k_over_time.png`, `acceptance_by_category.png`.",

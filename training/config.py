@@ -83,6 +83,7 @@ class PPOConfig:
     max_batch: int = 256
     batch_requests: int = 96
     profile: str | None = None
+    profile_jitter: float | None = None
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -151,6 +152,11 @@ class PPOConfig:
             load_profile(self.profile)  # a bad name fails here, before any work
         if self.domains not in (None, "generalist"):
             raise bad("domains", "must be null or 'generalist'")
+        if self.profile_jitter is not None and not (1.0 <= self.profile_jitter <= 10.0):
+            raise bad("profile_jitter", "must be null or a spread in [1, 10] (each cost factor within [1/spread, "
+                                        "spread])")
+        if self.profile_jitter is not None and self.domains is not None:
+            raise bad("profile_jitter", "and domains exclude each other (the generalist randomises profiles itself)")
         if self.predictor is not None:
             catalogue.resolve("predictor", self.predictor)  # a bad name fails here, before any work
         if self.bc_init is not None:

@@ -12,7 +12,8 @@ import specgym.catalogue as catalogue
 from specgym.envs.core.acceptance_predictor import load_predictor
 from specgym.agents.modes import get_mode
 from specgym.envs.gym.wrappers import SB3ActionWrapper
-from specgym.envs.workloads.domains import DomainDistribution
+from specgym.envs.core.cost import load_profile
+from specgym.envs.workloads.domains import DomainDistribution, ProfileJitter
 from specgym.errors import SpecgymError
 from specgym.training.config import RunConfig
 from specgym.training.rewards import TokenShaping, TokenValueReward
@@ -31,6 +32,18 @@ def run_predictor(run: RunConfig) -> Any:
         raise SpecgymError(f"{path}: acceptance predictor changed since the run started (sha256 {sha[:12]}, the run "
                            f"used {run.predictor_sha256[:12]}): restore that file or train a new run")
     return pred
+
+
+def training_distribution(run: RunConfig, workload: Any) -> Any:
+    """What a run's episodes are drawn from: ``workload``, or with ``profile_jitter`` the workload under profiles
+    jittered around its own (or the run's ``profile``), a quarter of the episodes at that profile itself
+    (:class:`~specgym.envs.workloads.domains.ProfileJitter`); behaviour cloning draws its demonstrations from the
+    same distribution."""
+    if run.ppo.profile_jitter is None or isinstance(workload, DomainDistribution):
+        return workload
+    base = load_profile(run.ppo.profile) if run.ppo.profile is not None else workload.profile
+    return DomainDistribution([workload], profiles=ProfileJitter(base, float(run.ppo.profile_jitter)),
+                              own_profile_share=0.25)
 
 
 def env_config(run: RunConfig, workload: Any, split: str) -> dict[str, Any]:
@@ -56,7 +69,7 @@ def make_env_fn(run: RunConfig, workload: Any, split: str = "train") -> Callable
         bcfg = {"workload": workload, "batch_profile": run.ppo.batch_profile, "split": split,
                 "requests": run.ppo.batch_requests, "max_batch": run.ppo.max_batch, "k_max": run.ppo.k_max}
         return lambda: gym.make(row.env_id, disable_env_checker=True, config=bcfg).unwrapped
-    cfg = env_config(run, workload, split)
+    cfg = env_config(run, training_distribution(run, workload) if split == "train" else workload, split)
     token_value = None if cfg.get("domains") is not None else float(run.token_value_resolved)
     shaping = list(run.ppo.shaping) if row.token_level else []
 
@@ -75,7 +88,8 @@ def make_env_fn(run: RunConfig, workload: Any, split: str = "train") -> Callable
 def make_training_env(run: RunConfig, workload: Any, seed: int, stats: Path | None = None) -> Any:
     """``make_vec_env`` (DummyVecEnv, Monitor) wrapped in ``VecNormalize`` (loaded from ``stats`` on resume)."""
     from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import VecNormalize
+
+    from specgym.training.range_vecnormalize import RangeVecNormalize
 
     venv = make_vec_env(make_env_fn(run, workload), n_envs=run.ppo.n_envs, seed=seed)
     if stats is not None:
@@ -83,8 +97,8 @@ def make_training_env(run: RunConfig, workload: Any, seed: int, stats: Path | No
         vec.training = True
         return vec
     norm = run.ppo.normalize
-    return VecNormalize(venv, norm_obs=norm.norm_obs, norm_reward=norm.norm_reward, clip_obs=norm.clip_obs,
-                        clip_reward=norm.clip_reward, gamma=run.ppo.gamma)
+    return RangeVecNormalize(venv, norm_obs=norm.norm_obs, norm_reward=norm.norm_reward, clip_obs=norm.clip_obs,
+                             clip_reward=norm.clip_reward, gamma=run.ppo.gamma)
 
 
 class SpacesOnlyEnv(gym.Env):

@@ -22,6 +22,7 @@ from specgym.errors import SpecgymError
 from specgym.io import check_output
 from specgym.training.config import RunConfig
 from specgym.training.env_factory import SpacesOnlyEnv, run_predictor
+from specgym.training.feature_ranges import vecnorm_range
 from specgym.training.run_folder import RunFiles, load_vecnormalize, read_summary
 from specgym.training.sb3_actor import actor_layers
 
@@ -53,11 +54,15 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
     row = get_mode(mode)
     # a tree menu: the tree env's default one (what `specgym train --mode tree` trains on)
     shapes = [list(s) for s in DEFAULT_SHAPES] if row.action == "tree_widths" else []
+    # the guard of a chain policy: the range it saw in training and the rule that decides outside it
+    seen = vecnorm_range(vecnorm) if row.kind == "chain" else None
+    teacher = None if seen is None else "planned" if predictor is not None and predictor.continuation else "marginal"
     art = PolicyArtifact(mode=mode, k_min=k_min, k_max=k_max, weights=weights, biases=biases, activation=activation,
                          obs_mean=mean, obs_var=var, clip_obs=clip_obs, epsilon=eps,
                          feature_version=row.feature_version, features=row.features(row.feature_version),
                          predictor=None if predictor is None else predictor.to_dict(), meta=dict(meta or {}),
-                         shapes=shapes)
+                         shapes=shapes, obs_low=None if seen is None else seen[0],
+                         obs_high=None if seen is None else seen[1], teacher=teacher)
     art.validate()
     return art
 

@@ -41,7 +41,7 @@ from specgym.io import atomic_write_text, check_output, make_owned_dir, remove_o
 from specgym.paths import WORKLOADS_DIR
 from specgym.training.bc_init import clone_into, demonstrations
 from specgym.training.config import PPOConfig, RunConfig, resolve_config
-from specgym.training.env_factory import make_training_env, run_predictor
+from specgym.training.env_factory import make_training_env, run_predictor, training_distribution
 from specgym.training.rewards import auto_token_value
 from specgym.training.run_folder import RUN_FILES, RunFiles, read_state, save_checkpoint, write_json
 from specgym.training.snapshot import load_snapshot
@@ -199,8 +199,8 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
         model = build_model(ppo, venv, seed, run.tb)
         if ppo.bc_init:
             t_bc = time.perf_counter()
-            obs, labels = demonstrations(ppo.bc_init, wl, cfg.mode, ppo.k_min, ppo.k_max, passes=ppo.bc_passes,
-                                         seed=seed, predictor=run_predictor(cfg))
+            obs, labels = demonstrations(ppo.bc_init, training_distribution(cfg, wl), cfg.mode, ppo.k_min, ppo.k_max,
+                                         passes=ppo.bc_passes, seed=seed, predictor=run_predictor(cfg))
             bc = clone_into(model, venv, obs, labels, epochs=ppo.bc_epochs, seed=seed)
             bc["seconds"] = round(time.perf_counter() - t_bc, 1)
             state["bc_init"] = {"spec": ppo.bc_init, **bc}

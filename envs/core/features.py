@@ -135,9 +135,9 @@ def feature_names(mode: str, version: int = FEATURE_VERSION) -> list[str]:
     return [f.name for f in _features(mode, version)]
 
 
-def feature_bounds(mode: str) -> tuple[np.ndarray, np.ndarray]:
-    """(low, high) float32 bounds of a mode's observation vector."""
-    feats = _features(mode)
+def feature_bounds(mode: str, version: int = FEATURE_VERSION) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) float32 bounds of a mode's observation vector (at a feature version)."""
+    feats = _features(mode, version)
     return (np.array([f.low for f in feats], np.float32), np.array([f.high for f in feats], np.float32))
 
 

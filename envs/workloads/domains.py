@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,34 @@ class ProfileRanges:
                                                            f"overhead {o:.3f} t_AR")
 
 
+@dataclass(frozen=True)
+class ProfileJitter:
+    """Cost profiles around one profile: its draft cost, verify slope and round overhead each scaled by a factor
+    drawn log-uniformly in ``[1 / spread, spread]`` (``t_AR`` and every other term kept). What a specialist policy
+    trains on so that a machine of the same kind with other costs is inside its experience (PPO config key
+    ``profile_jitter``).
+
+    Attributes:
+        base: The profile jittered (the workload's own, or the run's ``profile``).
+        spread: The largest factor (``>= 1``; 1 = the base profile only).
+    """
+
+    base: CostProfile
+    spread: float = 2.5
+
+    def sample(self, rng: np.random.Generator) -> CostProfile:
+        """One jittered profile (source ``synthetic``)."""
+        w = math.log(self.spread)
+        f_draft, f_slope, f_over = (math.exp(rng.uniform(-w, w)) for _ in range(3))
+        b = self.base
+        v = np.asarray(b.verify_ms, dtype=np.float64)
+        verify = tuple(float(x) for x in v[0] + f_slope * (v - v[0]))
+        return replace(b, name=f"{b.name}~jitter", draft_ms=b.draft_ms * f_draft, verify_ms=verify,
+                       round_overhead_ms=b.round_overhead_ms * f_over, source="synthetic",
+                       description=f"{b.name} jittered: draft x{f_draft:.2f}, verify slope x{f_slope:.2f}, "
+                                   f"overhead x{f_over:.2f}")
+
+
 class DomainDistribution:
     """Workloads (with sampling weights) x randomised cost profiles.
 
@@ -65,7 +93,7 @@ class DomainDistribution:
     """
 
     def __init__(self, workloads: Sequence[Workload], weights: Sequence[float] | None = None,
-                 profiles: ProfileRanges | None = None, own_profile_share: float = 0.1):
+                 profiles: ProfileRanges | ProfileJitter | None = None, own_profile_share: float = 0.1):
         if not workloads:
             raise SpecgymError("a domain distribution needs at least one workload")
         self.workloads = list(workloads)
@@ -86,11 +114,13 @@ class DomainDistribution:
     def describe(self) -> dict:
         """JSON-ready description (run configs, policy cards)."""
         r = self.profiles
+        profiles: dict[str, Any] = (
+            {"jitter_of": r.base.name, "spread": r.spread} if isinstance(r, ProfileJitter) else
+            {"cost_ratio": list(r.cost_ratio), "verify_slope_per_token": list(r.verify_slope),
+             "overhead_share_of_t_ar": list(r.overhead)})
         return {"workloads": [{"name": wl.name, "synthetic": wl.is_synthetic, "requests": wl.n_requests,
                                "weight": round(float(p), 4)} for wl, p in zip(self.workloads, self.p)],
-                "profiles": {"cost_ratio": list(r.cost_ratio), "verify_slope_per_token": list(r.verify_slope),
-                             "overhead_share_of_t_ar": list(r.overhead)},
-                "own_profile_share": self.own_profile_share}
+                "profiles": profiles, "own_profile_share": self.own_profile_share}
 
 
 def synthetic_pool(n: int = 36, requests: int = 120, seed: int = 1000) -> list[Workload]:

@@ -131,7 +131,8 @@ class PolicyController(Controller):
         self.per_token = row.token_level  # the policy's own decisions are per draft token
         self.teacher: Controller | None = None
         if artifact.teacher is not None and artifact.obs_low is not None and artifact.obs_high is not None:
-            self.teacher = MarginalStop() if artifact.teacher == "marginal" else PlannedStop(self.predictor)
+            pred = self.predictor
+            self.teacher = PlannedStop(pred) if artifact.teacher == "planned" and pred is not None else MarginalStop()
             low, high = feature_bounds(row.name if row.token_level else "k", artifact.feature_version)
             tol = GUARD_MARGIN * (high.astype(np.float64) - low)
             self._lo, self._hi = artifact.obs_low - tol, artifact.obs_high + tol

@@ -61,7 +61,7 @@ class PlannedStop(PredictedMarginal):
 
     def keep_drafting(self, step: DraftStep) -> bool:
         """Draft on iff the planned gain of continuing after this token is positive."""
-        p = self.predictor.predict_step(step, self._temperature)
+        p = self.predict(step)
         if p is None:
             self.fallbacks += 1
             self.decisions.add(step)

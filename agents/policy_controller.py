@@ -19,6 +19,8 @@ A policy trained with ``k_max`` runs on any engine whose cap is at least that (i
 
 from __future__ import annotations
 
+from typing import Any
+
 
 import numpy as np
 
@@ -108,6 +110,14 @@ class PolicyController(Controller):
         self.protocol = TokenProtocol(self.tracker, self.k_max, self.predictor,
                                       artifact.feature_version if self.token_level else FEATURE_VERSION)
         self.decisions = self.protocol.decisions
+
+    def bind_signals(self, src: Any) -> str | None:
+        """A token-mode policy reading an acceptance predictor: predict with the model of its chain that ``src``
+        (a :class:`~specgym.envs.core.acceptance_predictor.SignalSource`) feeds; another pair's is refused."""
+        if self.predictor is None:
+            return None
+        self.protocol.predictor, note = self.predictor.for_source(src)
+        return note
 
     def act(self, obs: np.ndarray) -> int:
         """The policy's deterministic action index for one raw observation (a method, so subclasses can wrap it)."""

@@ -9,6 +9,9 @@ decision before the first token, the online calibration it falls back on — is 
 
 Where a draft step lacks a signal the predictor reads (a trace without v2 columns, an engine without lookups) the
 step falls back to calibrated confidence, so on such input this controller decides exactly as ``marginal``.
+Before a workload or an engine is served, :meth:`PredictedMarginal.bind_signals` checks that it can feed the
+predictor (:meth:`~specgym.envs.core.acceptance_predictor.AcceptancePredictor.for_source`): another pair's is
+refused; a missing signal group or another hidden sketch makes the predictor's fallback predict, with one note.
 
 Predictors: a shipped name (``data/predictors/NAME.json``, e.g. the pair's) or a path to a predictor JSON file
 (``specgym predictor train``).
@@ -19,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from specgym.baselines.marginal import MarginalStop
-from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor
+from specgym.envs.core.acceptance_predictor import AcceptancePredictor, SignalSource, load_predictor
 from specgym.envs.core.rounds import DraftStep, RequestContext
 import specgym.catalogue as catalogue
 from specgym.errors import SpecgymError
@@ -70,11 +73,22 @@ class PredictedMarginal(MarginalStop):
         super().__init__(1.0)
         self.predicted_threshold = predictor.threshold if threshold is None else float(threshold)
         self.predictor = predictor
+        self.active: AcceptancePredictor | None = predictor  # the model of its chain the source can feed
         self.name = name or f"predicted:{predictor.name}"
         self._temperature = 0.0
         self.predicted = 0  # draft tokens priced by the predictor (the rest fell back to calibrated confidence)
         self.fallbacks = 0
         self._signals = False  # the engine's steps carry the predictor's signals
+
+    def bind_signals(self, src: SignalSource) -> str | None:
+        """Predict with the model of the predictor's chain that ``src`` feeds from now on; returns the note of a
+        fallback (another pair is refused: :meth:`AcceptancePredictor.for_source`)."""
+        self.active, note = self.predictor.for_source(src)
+        return note
+
+    def predict(self, step: DraftStep) -> float | None:
+        """The acceptance probability of ``step``'s draft token, or None (no signals: calibrated confidence)."""
+        return None if self.active is None else self.active.predict_step(step, self._temperature)
 
     def reset(self, ctx: RequestContext) -> None:
         """New request (see :meth:`MarginalStop.reset`)."""
@@ -89,7 +103,7 @@ class PredictedMarginal(MarginalStop):
 
     def keep_drafting(self, step: DraftStep) -> bool:
         """Draft on iff one more token raises the round's expected rate, with the predicted acceptance."""
-        p = self.predictor.predict_step(step, self._temperature)
+        p = self.predict(step)
         if p is None:
             self.fallbacks += 1
         else:

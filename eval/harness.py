@@ -34,7 +34,7 @@ from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.errors import SpecgymError
 from specgym.eval.metrics import category_metrics, figures, headroom_split, oracle_figures
 from specgym.eval.references import INFORMED, References, references
-from specgym.eval.runner import RunResult, run_controller
+from specgym.eval.runner import RunResult, grouped_notes, run_controller
 from specgym.eval.stats import PairedBootstrap
 from specgym.eval.tree_runner import run_tree_controller, run_tree_oracle
 from specgym.io import sha256_file
@@ -197,8 +197,14 @@ def run_controllers(replay: Replay, named: Named, refs: References, trace: Seque
             if ctrl is None:
                 results.append(run_tree_oracle(tree_engine, requests, spec))
             else:
-                ctrl.prepare(replay.workload, replay.profile)
+                try:
+                    ctrl.prepare(replay.workload, replay.profile)
+                except SpecgymError as exc:  # name the row: a tree controller prepares on the train split
+                    why = " (it fits itself on the train split before it runs)" if "'train'" in str(exc) else ""
+                    raise SpecgymError(f"{spec}: {exc}{why}") from None
                 results.append(run_tree_controller(tree_engine, requests, ctrl))
+                note = getattr(ctrl, "signal_note", None)
+                results[-1].notes = [note] if note else []
         if tick is not None:
             for _ in requests:
                 tick()
@@ -286,6 +292,7 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Named, results: list
         "rows": rows,
         "traces": traces,
         "bootstrap": {"resamples": cfg.bootstrap, "level": 0.95, "seed": 0, "unit": "request"},
+        "notes": grouped_notes(results),
     }
     if cfg.per_request:
         times = {spec: res.time_ms for (spec, _), res in zip(named, results)}

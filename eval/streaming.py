@@ -29,7 +29,7 @@ from specgym.envs.workloads.trace_format import SPLITS
 from specgym.errors import SpecgymError
 from specgym.eval.metrics import figures, oracle_figures
 from specgym.eval.references import INFORMED, References, references
-from specgym.eval.runner import RunResult, concat_runs, run_controller
+from specgym.eval.runner import RunResult, concat_runs, grouped_notes, run_controller
 
 DEFAULT_CONTROLLERS = "marginal," + ",".join(f"fixed:{k}" for k in range(1, 9))
 
@@ -84,6 +84,7 @@ def evaluate_streaming(workload: str | Path, controllers: str = DEFAULT_CONTROLL
         raise SpecgymError(f"workload {name!r} has no requests in split {split!r}")
     refs = References.concat(parts)
     results = [refs.fixed_run(c.k, s) if type(c) is FixedK else concat_runs(s, runs[s]) for s, c in named]
+    notes = grouped_notes(r for parts_ in runs.values() for r in parts_)
     rows = [dict(figures(r, refs).to_dict(), spec=spec) for r, (spec, _) in zip(results, named)]
     rows.sort(key=lambda row: -row["throughput_tok_s"])
     informed_row = dict(figures(refs.informed, refs).to_dict(), spec=INFORMED,
@@ -101,5 +102,6 @@ def evaluate_streaming(workload: str | Path, controllers: str = DEFAULT_CONTROLL
         "oracle": oracle_figures(refs).to_dict(),
         "informed_oracle": informed_row,
         "rows": rows,
+        "notes": notes,
         "per_request_time_ms": per_request,
     }

@@ -34,6 +34,7 @@ from typing import Any
 
 import specgym.catalogue as catalogue
 from specgym.console import make_console
+from specgym.envs.core.acceptance_predictor import SignalSource
 from specgym.envs.workloads.domains import TRAIN_RECORDED, generalist_domains
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
@@ -134,6 +135,11 @@ def _new_run(req: TrainRequest, run: RunFiles) -> tuple[RunConfig, Any, dict[str
                     token_value_note=note, **ident)
     pred = run_predictor(cfg)
     if pred is not None:
+        if cfg.mode != "token":
+            raise SpecgymError(f"--hyperparams predictor={ppo.predictor}: only --mode token reads an acceptance "
+                               f"predictor (this run is --mode {cfg.mode})")
+        for w in getattr(wl, "workloads", None) or [wl]:  # the policy learns from its outputs: no fallback
+            pred.for_source(SignalSource.of_workload(w), strict=True)
         cfg.predictor_sha256 = pred.to_dict()["sha256"]
     if run.root.exists():
         remove_owned(run.root)

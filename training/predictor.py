@@ -23,6 +23,7 @@ import numpy as np
 
 from specgym.agents.predicted_marginal import PredictedMarginal
 from specgym.envs.core.acceptance_predictor import (
+    GROUP_SIGNALS,
     MODEL_KINDS,
     AcceptancePredictor,
     check_groups,
@@ -63,9 +64,7 @@ def workload_dataset(wl: Workload, split: str, groups: tuple[str, ...], max_rows
     x = design_matrix(groups, wl.draft_conf[rows], wl.draft_entropy[rows], pos, temp, col("draft_topk"),
                       col("lookup_len"), col("lookup_agree"), col("hidden_sketch"))
     if x is None:
-        missing = [g for g in groups if g in ("shape", "lookup", "hidden")]
-        raise SpecgymError(f"workload {wl.name!r} lacks the signals of group(s) {missing}: record it with trace "
-                           f"format v2 (specgym record), or train on --groups conf,position")
+        raise SpecgymError(missing_signals(wl, groups))
     loops = np.concatenate([np.full(wl.offsets[r + 1] - wl.offsets[r], request_loops(wl, int(r))) for r in reqs]) \
         if len(reqs) else np.zeros(0, bool)
     y = wl.p_accept[rows].astype(np.float64)
@@ -73,6 +72,22 @@ def workload_dataset(wl: Workload, split: str, groups: tuple[str, ...], max_rows
         keep = np.sort(np.random.default_rng(seed).choice(len(y), max_rows, replace=False))
         x, y, loops = x[keep], y[keep], loops[keep]
     return Dataset(x, y, loops)
+
+
+def missing_signals(wl: Workload, groups: tuple[str, ...]) -> str:
+    """The one-line message for a workload that lacks a column ``groups`` read: which columns, and the fix (a v2
+    trace that only lacks the hidden sketch needs ``--hidden-sketch``, not another format)."""
+    present = set(wl.signal_names)
+    lacking = {g: [c for c in GROUP_SIGNALS[g] if c not in present] for g in groups}
+    lacking = {g: cols for g, cols in lacking.items() if cols}
+    have = [g for g in groups if g not in lacking]
+    what = ", ".join(f"{g} ({', '.join(cols)})" for g, cols in lacking.items())
+    if set(lacking) == {"hidden"} and present:
+        fix = "record it with --hidden-sketch D (specgym record), or drop the hidden group"
+    else:
+        fix = "record it with specgym record (trace format v2 signals)"
+    return (f"workload {wl.name!r} lacks the signals of group(s) {what}: {fix}, or use --groups "
+            f"{','.join(have) or 'conf,position'}")
 
 
 def request_loops(wl: Workload, r: int) -> bool:

@@ -121,12 +121,14 @@ def eval_to_folder(workload: str, controllers: str, out: Path | None, *, split: 
             return lambda: bar.advance(task)
 
         report = evaluate(cfg, progress)
+    for note in report.get("notes", []):
+        console.print(f"note: {note}", style="yellow", highlight=False, markup=False)
     write_report(report, out, overwrite=force, plots=plots)
     meta = report["workload"]
     print(f"{meta['label']} — split {meta['split']}, {meta['requests']} requests, profile {report['profile']['name']}, "
           f"seed {report['seed']}")
     print(markdown_table(report))
-    print(f"\nreport: {out}/report.md  (json: report.json, plots: *.png)")
+    print(f"\nreport: {out}/report.md  (json: report.json{', plots: *.png' if plots else ''})")
     return 0
 
 
@@ -141,6 +143,8 @@ def run_stream_command(args: argparse.Namespace) -> int:
     report = evaluate_streaming(path, controllers, split=args.split, seed=args.seed, k_max=args.k_max,
                                 profile=args.profile)
     per_request = report.pop("per_request_time_ms")
+    for note in report.get("notes", []):
+        make_console(stderr=True).print(f"note: {note}", style="yellow", highlight=False, markup=False)
     with atomic_dir(out, overwrite=args.force, owner="specgym eval --stream") as tmp:
         (tmp / "stream.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
         np_path = tmp / "per_request_time_ms.npz"

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from specgym.agents.registry import make_controller
 from specgym.commands.args import k_max_type, nonneg_int, positive_int, temperature_type
+from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals
 from specgym.envs.core.batch_cost import save_batch_profile
 from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile, save_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
@@ -28,7 +30,7 @@ from specgym.envs.engines.recorder import PARTIAL_SUFFIX, parse_length, parse_sp
 from specgym.envs.workloads.prompts import read_prompts
 from specgym.errors import SpecgymError
 from specgym.io import check_output, read_text
-from specgym.paths import default_pair_name, pair_profile
+from specgym.paths import default_pair_name, pair_profile, portable_name
 import specgym.catalogue as catalogue
 
 
@@ -107,6 +109,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     _setup(args)
     pair = _load_pair(args)
     engine = LiveEngine.from_pair(pair, k_max=args.k_max, profile=profile, timing=args.clock)
+    source = SignalSource.of_engine(f"the live engine on {_pair_paths(args)[2]}", portable_name(pair.draft_name),
+                                    portable_name(pair.target_name), engine.signals, engine.sketch)
+    for note in bind_signals([(spec, controller)], source):  # another pair's predictor: refused here
+        print(f"specgym generate: note: {note}", file=sys.stderr)
     ids = pair.tokenizer(args.prompt, add_special_tokens=False)["input_ids"]
     if not ids:
         raise SpecgymError("--prompt encodes to zero tokens")

@@ -26,8 +26,11 @@ from specgym.envs.engines.live_engine import LiveEngine, dtype_name, load_pair
 from specgym.envs.engines.profiler import (
     extend_tree_verify, hardware_description, measure_batch_profile, measure_profile,
 )
-from specgym.envs.engines.recorder import PARTIAL_SUFFIX, parse_length, parse_splits, record_workload
+from specgym.envs.engines.recorder import (
+    PARTIAL_SUFFIX, check_sketch_dim, parse_length, parse_splits, record_workload,
+)
 from specgym.envs.workloads.prompts import read_prompts
+from specgym.envs.workloads.trace_format import SPLITS
 from specgym.errors import SpecgymError
 from specgym.io import check_output, read_text
 from specgym.paths import default_pair_name, pair_profile, portable_name
@@ -79,6 +82,17 @@ def _pair_paths(args: argparse.Namespace) -> tuple[str, str, str]:
         draft, target = catalogue.pair_models(name)
         return str(draft), str(target), name
     return args.draft, args.target, Path(args.target).parent.name
+
+
+def draft_hidden_size(draft: str) -> int | None:
+    """The draft's hidden size from its local ``config.json`` (no weights load), or None where there is none to
+    read (the recorder checks again once the model is loaded)."""
+    try:
+        cfg = json.loads((Path(draft) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    sizes = [cfg.get(k) for k in ("hidden_size", "n_embd", "d_model") if isinstance(cfg, dict)]
+    return next((int(v) for v in sizes if isinstance(v, int) and not isinstance(v, bool)), None)
 
 
 def _load_pair(args: argparse.Namespace):
@@ -158,7 +172,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     # every argument is checked before a model loads
     _check_pair_args(args)
     parse_length(args.max_new_tokens)
-    splits = parse_splits(args.splits)
+    splits = None if args.splits is None else parse_splits(args.splits)  # given: honoured exactly
     if args.gen_k > args.k_max:
         raise SpecgymError(f"--gen-k {args.gen_k} is above --k-max {args.k_max}")
     args.prompts = str(catalogue.resolve("prompts", args.prompts))  # the shipped prompts by name, from any folder
@@ -166,6 +180,9 @@ def cmd_record(args: argparse.Namespace) -> int:
     if args.max_prompts is not None:
         prompts = prompts[: args.max_prompts]
     out = check_output(args.out, args.force, "file" if Path(args.out).suffix == ".parquet" else "dir")
+    hidden = draft_hidden_size(_pair_paths(args)[0]) if args.hidden_sketch else None
+    if hidden is not None:  # bounded by the draft's hidden size, read from its config before anything loads
+        check_sketch_dim(args.hidden_sketch, hidden)
     if args.workers is not None:
         return _record_distributed(args, prompts, out, splits)
     if args.profile_out:  # --force covers --out only: an existing --profile-out is never replaced
@@ -192,6 +209,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     print(f"wrote {out}: {wl.n_requests} requests, {wl.n_positions} positions "
           f"({stats['resumed']} resumed); mean p_accept {stats['mean_p_accept']:.3f}; "
           f"greedy loop share {stats['loop_share']:.2f}")
+    print(split_line(wl, args.splits))
     print(f"trace extraction {stats['trace_positions_per_s']:.0f} positions/s (teacher-forced forwards); "
           f"end to end incl. generation {stats['end_to_end_positions_per_s']:.0f} positions/s")
     return 0
@@ -224,7 +242,18 @@ def _record_distributed(args: argparse.Namespace, prompts: list, out: Path, spli
           f"({stats['shards_resumed']} resumed, {stats['retries']} retried) on {args.workers} workers; "
           f"mean p_accept {stats['mean_p_accept']:.3f}; greedy loop share {stats['loop_share']:.2f}")
     print(f"recording {stats['record_s']:.1f} s after {stats['startup_s']:.1f} s of cluster start and pair loading")
+    print(split_line(wl, args.splits))
     return 0
+
+
+def split_line(wl, splits: str | None) -> str:
+    """What the recording's splits hold, empty ones named (``--splits`` is honoured exactly, never adjusted)."""
+    counts = {s: int((wl.split == s).sum()) for s in SPLITS}
+    empty = [s for s, n in counts.items() if n == 0]
+    rule = f"--splits {splits}" if splits else "the default 0.8,0.1,0.1, at least one val and one test request"
+    return (f"splits: {', '.join(f'{s} {n}' for s, n in counts.items())} ({rule}"
+            + (f"; {' and '.join(empty)} empty: commands on {'that split' if len(empty) == 1 else 'those splits'} "
+               f"will refuse it" if empty else "") + ")")
 
 
 # ------------------------------------------------------------------------------------------------------ profile
@@ -330,8 +359,10 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--k-max", type=k_max_type, default=DEFAULT_K_MAX, help="engine cap (default %(default)s)")
     p.add_argument("--gen-k", type=positive_int, default=4,
                    help="fixed K used to generate completions: exact, so it changes speed only (default %(default)s)")
-    p.add_argument("--splits", default="0.8,0.1,0.1",
-                   help="train,val,test fractions of the requests (default %(default)s)")
+    p.add_argument("--splits", default=None,
+                   help="train,val,test fractions of the requests, honoured exactly (largest-remainder rounding; a "
+                        "fraction of 0 is an empty split); default 0.8,0.1,0.1 with at least one val and one test "
+                        "request from 3 requests on")
     p.add_argument("--seed", type=nonneg_int, default=0, help="lengths, sampling and split seed (default %(default)s)")
     p.add_argument("--force", action="store_true", help="overwrite --out")
     p.add_argument("--restart", action="store_true", help="discard an interrupted recording instead of resuming")

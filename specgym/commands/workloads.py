@@ -4,6 +4,7 @@ workloads."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -38,10 +39,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sh.add_argument("workload", help="shipped workload name or path to a .parquet file")
     sh.set_defaults(func=_show)
 
-    mg = wsub.add_parser("merge", help="concatenate workloads (files or sharded folders) with the same metadata")
+    mg = wsub.add_parser("merge", help="concatenate workloads (files or sharded folders) of one recording setup: "
+                                       "one pair, temperature, dtype and signal set (names and summaries may differ)")
     mg.add_argument("sources", nargs="+", help="workload files or sharded workload folders, in order")
     mg.add_argument("--out", required=True, type=Path,
                     help="a .parquet file (one file), or a folder (a sharded workload of the sources' shards)")
+    mg.add_argument("--name", default=None,
+                    help="the merged workload's name where the sources' names differ (default: --out's stem)")
     mg.add_argument("--force", action="store_true", help="overwrite an existing output")
     mg.set_defaults(func=_merge)
 
@@ -108,7 +112,10 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    merged = merge_workloads(args.sources, args.out, overwrite=args.force)
+    notes: list[str] = []
+    merged = merge_workloads(args.sources, args.out, overwrite=args.force, name=args.name, notes=notes)
+    for note in notes:
+        print(f"specgym workloads merge: note: {note}", file=sys.stderr)
     print(f"wrote {args.out}: {merged.n_requests} requests, {merged.n_positions} tokens ({merged.label})")
     return 0
 

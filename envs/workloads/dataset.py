@@ -99,10 +99,56 @@ def _slice(wl: Workload, lo: int, hi: int) -> Workload:
     )
 
 
+PARQUET_MAGIC = b"PAR1"
+
+
+def check_shard_files(ds: ShardedWorkload) -> None:
+    """Check every shard's file at open, without reading its columns: present, a whole Parquet file (the magic at
+    both ends and a footer that fits: a truncated copy loses its footer) whose row count is the record's. Reading
+    is still lazy: the columns of a shard are validated when it is read (:meth:`ShardedWorkload.shard`).
+
+    Raises:
+        SpecgymError: The first defective shard, named, with what is wrong.
+    """
+    _, pq = _arrow()
+    for info in ds.shards:
+        path = ds.path / info.file
+        try:
+            size = path.stat().st_size
+            with open(path, "rb") as f:
+                head = f.read(4)
+                f.seek(max(size - 8, 0))
+                tail = f.read(8)
+        except FileNotFoundError:
+            raise SpecgymError(f"{path}: shard listed in {ds.path / RECORD} is missing") from None
+        except OSError as exc:
+            raise SpecgymError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        footer = int.from_bytes(tail[:4], "little") if len(tail) == 8 else -1
+        if size < 12 or head != PARQUET_MAGIC or tail[4:] != PARQUET_MAGIC or not 0 < footer <= size - 12:
+            raise SpecgymError(f"{path}: truncated or damaged ({size:,} bytes, no whole Parquet footer); restore it "
+                               f"from the recording")
+        try:
+            rows = pq.read_metadata(path).num_rows
+        except Exception as exc:  # pyarrow raises several types for a damaged footer
+            raise SpecgymError(f"{path}: damaged Parquet footer ({type(exc).__name__})") from None
+        if rows != info.requests:
+            raise SpecgymError(f"{path}: holds {rows} requests, {ds.path / RECORD} lists {info.requests}")
+
+
+def _arrow() -> Any:
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    return pyarrow, pq
+
+
 def iter_workload_shards(path: str | Path) -> Iterator[Workload]:
-    """The shards of a dataset folder, or a single-file workload as one shard (one code path for both)."""
+    """The shards of a dataset folder (every shard file checked at open: :func:`check_shard_files`), or a
+    single-file workload as one shard (one code path for both)."""
     if is_dataset(path):
-        yield from open_dataset(path).iter_shards()
+        ds = open_dataset(path)
+        check_shard_files(ds)
+        yield from ds.iter_shards()
     else:
         yield load_workload(path)
 

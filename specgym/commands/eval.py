@@ -7,13 +7,16 @@ import json
 from pathlib import Path
 
 import numpy as np
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+)
 
 from specgym.agents.artifact import list_policies
 from specgym.agents.registry import valid_specs_line
 import specgym.catalogue as catalogue
 from specgym.commands.args import bootstrap_type, k_max_type, nonneg_int, positive_int
-from specgym.console import make_console
+from specgym.console import make_console, make_progress
+from specgym.envs.workloads.domains import suite_cells
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
@@ -73,10 +76,20 @@ def run_suite_command(args: argparse.Namespace) -> int:
             raise SpecgymError("no shipped policy to evaluate: pass --controllers ppo:DIR[,ppo:DIR...]")
     else:
         policies = [s.strip() for s in args.controllers.split(",") if s.strip()]
-    console = make_console(stderr=True)
-    with console.status("suite") as status:
-        report = run_suite(policies, k_max=args.k_max, bootstrap=args.bootstrap,
-                           progress=lambda name: status.update(f"suite cell {name}"), max_requests=args.max_requests)
+    cells = suite_cells()
+    with make_progress() as bar:  # per held-out cell: the estimate comes from the cells done so far
+        task = bar.add_task("suite", total=len(cells))
+        started: list[str] = []
+
+        def on_cell(name: str) -> None:
+            if started:
+                bar.advance(task)
+            started.append(name)
+            bar.update(task, description=f"suite cell {len(started)}/{len(cells)} {name}")
+
+        report = run_suite(policies, cells=cells, k_max=args.k_max, bootstrap=args.bootstrap, progress=on_cell,
+                           max_requests=args.max_requests)
+        bar.update(task, completed=len(cells))
     with atomic_dir(out, overwrite=args.force, owner="specgym eval --suite") as tmp:
         (tmp / "suite.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
         (tmp / "suite.md").write_text(markdown(report))
@@ -114,7 +127,7 @@ def eval_to_folder(workload: str, controllers: str, out: Path | None, *, split: 
                      max_requests=max_requests, bootstrap=bootstrap)
     console = make_console(stderr=True)
     with Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
+                  TextColumn("left"), TimeRemainingColumn(), console=console, transient=True) as bar:
 
         def progress(name: str, n: int):
             task = bar.add_task(name, total=n)

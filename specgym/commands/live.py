@@ -15,7 +15,9 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from specgym.agents.registry import make_controller
+from specgym.agents.tree_registry import is_tree_spec, make_tree_controller
 from specgym.commands.args import k_max_type, nonneg_int, positive_int, temperature_type
+from specgym.console import make_progress
 from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals
 from specgym.envs.core.batch_cost import save_batch_profile
 from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile, save_profile
@@ -30,7 +32,9 @@ from specgym.envs.engines.recorder import (
     PARTIAL_SUFFIX, check_sketch_dim, parse_length, parse_splits, record_workload,
 )
 from specgym.envs.workloads.prompts import read_prompts
-from specgym.envs.workloads.trace_format import SPLITS
+from specgym.envs.core.tree import TreeController
+from specgym.envs.workloads.trace_format import SPLITS, cached_workload
+from specgym.eval.tree_runner import check_live_tree, run_live_tree
 from specgym.errors import SpecgymError
 from specgym.io import check_output, read_text
 from specgym.paths import default_pair_name, pair_profile, portable_name
@@ -118,6 +122,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.k is not None and args.k > args.k_max:
         raise SpecgymError(f"--k {args.k} is above --k-max {args.k_max}")
     spec = f"fixed:{args.k}" if args.k is not None else args.controller or "fixed:4"
+    if is_tree_spec(spec):
+        return _generate_tree(args, spec)
     controller = make_controller(spec, args.k_max)  # a bad spec or policy fails before any model loads
     profile = _profile_or_none(args)
     _setup(args)
@@ -166,6 +172,50 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate_tree(args: argparse.Namespace, spec: str) -> int:
+    """``generate --controller tree-...``: live tree verification (greedy) of one prompt, against plain decoding."""
+    ctrl = make_tree_controller(spec, args.k_max)
+    check_live_tree(ctrl)  # replay-only tree controllers fail here, before any model loads
+    if args.temperature != 0:
+        raise SpecgymError(f"--controller {spec}: live tree verification is greedy (--temperature 0)")
+    profile = _profile_or_none(args)
+    if type(ctrl).prepare is not TreeController.prepare:  # fitted on a trace of the pair (ranks, greedy)
+        name = f"{_pair_paths(args)[2]}-greedy"
+        if name not in catalogue.names("workload") or profile is None:
+            raise SpecgymError(f"--controller {spec}: fits itself on a greedy trace of the pair with ranks and its "
+                               f"cost profile, and none is shipped for this pair (live: tree-static:W1-W2-..., "
+                               f"tree-eagle, tree-chain:SPEC)")
+        ctrl.prepare(cached_workload(name), profile)
+    _setup(args)
+    pair = _load_pair(args)
+    engine = LiveEngine.from_pair(pair, k_max=args.k_max, profile=profile, timing=args.clock)
+    ids = pair.tokenizer(args.prompt, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise SpecgymError("--prompt encodes to zero tokens")
+    engine.check_request(len(ids), args.max_new_tokens)
+    run_live_tree(engine, ids, ctrl, min(8, args.max_new_tokens))  # warm-up both paths
+    engine.run_plain(ids, min(8, args.max_new_tokens), 0.0, args.seed)
+    res = run_live_tree(engine, ids, ctrl, args.max_new_tokens, stop_at_eos=args.stop_at_eos)
+    plain = engine.run_plain(ids, len(res.tokens), 0.0, args.seed)
+    text = pair.tokenizer.decode(res.tokens)
+    speedup = plain.time_ms / res.time_ms if res.time_ms > 0 else float("nan")
+    if args.json:
+        print(json.dumps({"text": text, "nodes_per_round": [r.nodes for r in res.rounds],
+                          "accepted": res.accepted, "tokens": len(res.tokens), "spec_ms": res.time_ms,
+                          "plain_ms": plain.time_ms, "speedup": speedup, "controller": spec,
+                          "greedy_identical": plain.tokens == res.tokens}))
+        return 0
+    print(args.prompt + text)
+    print("-" * 60)
+    print(f"controller {spec} (tree); draft nodes per round: {' '.join(str(r.nodes) for r in res.rounds)}")
+    print(f"rounds {len(res.rounds)}, nodes {res.drafted}, accepted {res.accepted}, mean tokens/round "
+          f"{len(res.tokens) / max(len(res.rounds), 1):.2f}")
+    print(f"tree {1000 * len(res.tokens) / res.time_ms:.1f} tok/s vs plain {plain.tokens_per_s:.1f} tok/s -> speedup "
+          f"{speedup:.2f}x (measured, {args.clock} clock, same pair, {len(res.tokens)} tokens)")
+    print(f"greedy output identical to plain decoding: {plain.tokens == res.tokens}")
+    return 0
+
+
 # ------------------------------------------------------------------------------------------------------- record
 def cmd_record(args: argparse.Namespace) -> int:
     """Record a workload trace from a real pair."""
@@ -194,7 +244,11 @@ def cmd_record(args: argparse.Namespace) -> int:
     _setup(args)
     pair = _load_pair(args)
     if profile is None:
-        profile = measure_profile(pair, k_max=args.k_max, name=f"{out.stem}-measured", clock="cpu")
+        with make_progress(disable=args.quiet) as bar:  # no --profile: this machine's, measured first
+            task = bar.add_task("measuring a cost profile", total=1.0)
+            profile = measure_profile(pair, k_max=args.k_max, name=f"{out.stem}-measured", clock="cpu",
+                                      progress=lambda f: bar.update(task, completed=f))
+            bar.update(task, completed=1.0)
     with Progress(TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   transient=False, disable=args.quiet) as bar:
         task = bar.add_task("record", total=len(prompts))
@@ -274,17 +328,31 @@ def cmd_profile(args: argparse.Namespace) -> int:
     _setup(args)
     pair = _load_pair(args)
     if sizes is not None:
-        bprof = measure_batch_profile(pair, sizes, k_max=args.k_max, context=args.context, repeats=args.repeats,
-                                      warmup=args.warmup, name=args.name or out.stem, clock=args.clock)
+        with make_progress() as bar:
+            task = bar.add_task("batched profile", total=1.0)
+            bprof = measure_batch_profile(pair, sizes, k_max=args.k_max, context=args.context, repeats=args.repeats,
+                                          warmup=args.warmup, name=args.name or out.stem, clock=args.clock,
+                                          progress=lambda f: bar.update(task, completed=f))
+            bar.update(task, completed=1.0)
         save_batch_profile(bprof, out, overwrite=args.force)
         print(f"wrote {out}: batched profile at batch sizes {','.join(map(str, sizes))}; one step "
               f"{bprof.verify(1, 1):.3f} ms at batch 1, {bprof.verify(sizes[-1], 1):.3f} ms at batch {sizes[-1]}")
         return 0
     print(pair.kernel_summary())
     tree_nodes = args.tree_nodes if args.tree_nodes > args.k_max else 0
-    micro = measure_profile(pair, k_max=args.k_max, context=args.context, repeats=args.repeats, warmup=args.warmup,
-                            name=args.name or out.stem, clock=args.clock, tree_nodes=tree_nodes)
-    prof = micro if args.method == "micro" else extend_tree_verify(_fit_rounds(args, pair, out, micro), micro)
+    with make_progress() as bar:
+        task = bar.add_task("micro-benchmarks", total=1.0)
+        micro = measure_profile(pair, k_max=args.k_max, context=args.context, repeats=args.repeats,
+                                warmup=args.warmup, name=args.name or out.stem, clock=args.clock, tree_nodes=tree_nodes,
+                                progress=lambda f: bar.update(task, completed=f))
+        bar.update(task, completed=1.0)
+        if args.method == "micro":
+            prof = micro
+        else:
+            task = bar.add_task(f"engine rounds, K = 0..{args.k_max}", total=1.0)
+            fit = _fit_rounds(args, pair, out, micro, lambda f: bar.update(task, completed=f))
+            bar.update(task, completed=1.0)
+            prof = extend_tree_verify(fit, micro)
     save_profile(prof, out, overwrite=args.force)
     tree = (f", verify of a {tree_nodes}-node tree {prof.verify_nodes(tree_nodes + 1):.3f} ms" if tree_nodes else "")
     print(f"wrote {out} ({args.method}): draft {prof.draft_ms:.3f} ms, t_AR {prof.t_ar_ms:.3f} ms (cost ratio "
@@ -293,7 +361,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fit_rounds(args: argparse.Namespace, pair, out: Path, micro):
+def _fit_rounds(args: argparse.Namespace, pair, out: Path, micro, progress=None):
     """``profile --method rounds``: the cost model fitted to engine rounds; the micro-benchmarks as cross-check."""
     import torch
 
@@ -310,7 +378,7 @@ def _fit_rounds(args: argparse.Namespace, pair, out: Path, micro):
         raise SpecgymError(f"--calibration-tokens: prompts leave only {tokens} tokens of the models' context")
     fit = calibrate(engine, prompts, [tokens] * len(prompts), args.k_max, name=args.name or out.stem,
                     hardware={**hardware_description(str(engine.device), pair.dtypes), "clock": args.clock,
-                              "packed_linears": pair.packed})
+                              "packed_linears": pair.packed}, progress=progress)
     print(fit.summary())
     print(f"cross-check, micro-benchmarks: t_AR {micro.t_ar_ms:.3f} ms (fit {fit.round_ms[0]:.3f}), round(1) "
           f"{micro.round_time(1):.3f} ms (fit {fit.round_ms[1]:.3f}), round({args.k_max}) "
@@ -324,7 +392,8 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
     _pair_args(p)
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--controller", default=None,
-                   help="controller spec (fixed:K, assc, speclane, ppo:NAME, ...) or policy folder "
+                   help="controller spec (fixed:K, assc, speclane, ppo:NAME, ...), a policy folder, or a live tree "
+                        "(greedy: tree-static:W1-W2-..., tree-sequoia, tree-eagle, tree-chain:SPEC, tree-ppo:NAME) "
                         "(default fixed:4)")
     p.add_argument("--k", type=nonneg_int, default=None, help="shortcut for --controller fixed:K")
     p.add_argument("--k-max", type=k_max_type, default=DEFAULT_K_MAX, help="largest draft cap (default %(default)s)")

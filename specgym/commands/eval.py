@@ -18,7 +18,7 @@ from specgym.commands.args import bootstrap_type, k_max_type, nonneg_int, positi
 from specgym.console import make_console, make_progress
 from specgym.envs.workloads.domains import suite_cells
 from specgym.envs.core.rounds import DEFAULT_K_MAX
-from specgym.envs.workloads.trace_format import cached_workload
+from specgym.envs.workloads.trace_format import cached_workload, open_dataset
 from specgym.errors import SpecgymError
 from specgym.eval.harness import EvalConfig, evaluate, resolve_controllers
 from specgym.eval.report import markdown_table, write_report
@@ -153,8 +153,11 @@ def run_stream_command(args: argparse.Namespace) -> int:
     path = catalogue.resolve("workload", workload)
     out = check_output(args.out or Path("out") / f"eval-{Path(workload).stem}", args.force)
     controllers = DEFAULT_CONTROLLERS if args.controllers == "all" else args.controllers
-    report = evaluate_streaming(path, controllers, split=args.split, seed=args.seed, k_max=args.k_max,
-                                profile=args.profile)
+    shards = len(open_dataset(path).shards) if path.is_dir() else 1
+    with make_progress(transient=True) as bar:  # per shard: the estimate comes from the shards done so far
+        task = bar.add_task("streaming shards", total=shards)
+        report = evaluate_streaming(path, controllers, split=args.split, seed=args.seed, k_max=args.k_max,
+                                    profile=args.profile, on_shard=lambda i, n: bar.update(task, completed=i + 1))
     per_request = report.pop("per_request_time_ms")
     for note in report.get("notes", []):
         make_console(stderr=True).print(f"note: {note}", style="yellow", highlight=False, markup=False)

@@ -19,6 +19,7 @@ from pathlib import Path
 from specgym.agents.registry import expand_specs, make_controller
 import specgym.catalogue as catalogue
 from specgym.commands.args import bootstrap_type, int_range
+from specgym.console import make_progress
 from specgym.envs.core.acceptance_predictor import (
     MODEL_KINDS, SignalSource, check_groups, load_predictor, save_predictor,
 )
@@ -107,7 +108,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                                    f"({getattr(src, field)} vs {getattr(sources[0], field)}): one predictor is "
                                    f"trained on one pair's traces")
     name = args.name or args.out.stem
-    pred, candidates = select_predictor(wls, groups, name, kinds, max_rows=args.max_rows or None)
+    with make_progress(transient=True) as bar:  # fits, decision thresholds, continuation models
+        task = bar.add_task("fitting the predictor", total=None)
+        pred, candidates = select_predictor(wls, groups, name, kinds, max_rows=args.max_rows or None,
+                                            progress=lambda i, n: bar.update(task, completed=i, total=n))
     chosen = candidates[pred.kind]
     if not chosen["positions"] or not chosen["auc"] > 0.5:
         raise SpecgymError(f"{args.out}: not written: the {pred.kind} predictor's validation AUC is "

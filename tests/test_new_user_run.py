@@ -123,7 +123,8 @@ def test_profile_reports_progress():
     from specgym.envs.engines.live_engine import load_pair
     from specgym.envs.engines.profiler import measure_profile
 
-    pair = load_pair(str(MODELS_DIR / "tinypair" / "draft"), str(MODELS_DIR / "tinypair" / "target"))
+    pair = load_pair(str(MODELS_DIR / "tinypair" / "draft"), str(MODELS_DIR / "tinypair" / "target"),
+                     fast_kernels=False)
     seen: list[float] = []
     measure_profile(pair, k_max=2, context=16, repeats=3, warmup=1, progress=seen.append)
     assert seen and seen == sorted(seen) and 0.0 <= seen[0] and seen[-1] < 1.0

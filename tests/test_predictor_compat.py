@@ -147,3 +147,21 @@ def test_predictor_eval_notes_the_fallback(tmp_path, capsys, midpair):
     captured = capsys.readouterr()
     assert "note: predicted:midpair: predictor 'midpair'" in captured.err
     assert "## Notes" in captured.out
+
+
+def test_transformers_generate_checks_the_predictor_too():
+    torch = pytest.importorskip("torch")
+    from specgym.agents.hf_generate import generate_with_controller
+    from specgym.envs.engines.live_engine import load_pair
+    from specgym.paths import MODELS_DIR
+
+    for pair, expect in (("tinypair", "refused"), ("midpair", "fallback")):
+        lp = load_pair(str(MODELS_DIR / pair / "draft"), str(MODELS_DIR / pair / "target"), fast_kernels=False)
+        ids = torch.tensor([lp.tokenizer("def f(x):", add_special_tokens=False)["input_ids"]])
+        kw = dict(max_new_tokens=6, do_sample=False, attention_mask=torch.ones_like(ids))
+        if expect == "refused":
+            with pytest.raises(SpecgymError, match="another model's"):
+                generate_with_controller(lp.target, lp.draft, ids, make_controller("predicted:midpair"), **kw)
+        else:  # no hidden sketch in transformers' loop: the fallback predicts, said once
+            with pytest.warns(UserWarning, match="lacks the signal.s. hidden_sketch"):
+                generate_with_controller(lp.target, lp.draft, ids, make_controller("predicted:midpair"), **kw)

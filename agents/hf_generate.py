@@ -37,10 +37,12 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
 from typing import Any
 
 import numpy as np
 
+from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile, placeholder_profile
 from specgym.envs.core.lookup import NGramIndex
@@ -205,6 +207,12 @@ def generate_with_controller(target: Any, draft: Any, input_ids: Any, controller
     if input_ids.shape[0] != 1:
         raise SpecgymError(f"assisted generation supports batch size 1, got {input_ids.shape[0]}")
     temperature = float(generate_kwargs.get("temperature", 1.0)) if generate_kwargs.get("do_sample") else 0.0
+    # a predictor-reading controller: another pair's predictor is refused; no hidden sketch here, so a predictor
+    # reading it uses its fallback (said once, as a warning)
+    source = SignalSource.of_engine("transformers' generate()", getattr(draft, "name_or_path", None),
+                                    getattr(target, "name_or_path", None), True)
+    for note in bind_signals([controller], source):
+        warnings.warn(note, stacklevel=2)
 
     def factory(generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model=None,
                 **_ignored):

@@ -29,7 +29,6 @@ evaluation report marks the row).
 
 from __future__ import annotations
 
-
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +51,7 @@ TEACHERS = ("marginal", "planned")
 #: How far outside its training range a feature may go before the guard hands over: this share of the feature's
 #: bound range (:func:`~specgym.envs.core.features.feature_bounds`).
 GUARD_MARGIN = 0.02
+
 
 class PolicyNetwork:
     """The exported actor in numpy: VecNormalize's observation transform, the MLP, the argmax.
@@ -140,6 +140,17 @@ class PolicyController(Controller):
         self._led = False  # the current round is the teacher's
         self.decisions_made = self.decisions_handed = 0
         self._first_out: tuple[str, float, float, float] | None = None
+
+    def bind_signals(self, src: Any) -> str | None:
+        """A token-mode policy reading an acceptance predictor: predict with the model of its chain that ``src``
+        (a :class:`~specgym.envs.core.acceptance_predictor.SignalSource`) feeds; another pair's is refused."""
+        if self.predictor is None:
+            return None
+        self.protocol.predictor, note = self.predictor.for_source(src)
+        bind = getattr(self.teacher, "bind_signals", None)
+        if bind is not None:  # a planned: teacher reads the same predictor
+            bind(src)
+        return note
 
     def act(self, obs: np.ndarray) -> int:
         """The policy's deterministic action index for one raw observation (a method, so subclasses can wrap it)."""

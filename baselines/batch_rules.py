@@ -23,8 +23,9 @@ from specgym.envs.core.batch import BatchController, BatchState, BatchStep
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.economics import best_k_for_costs
-from specgym.envs.core.rounds import RequestContext, RoundOutcome
+from specgym.envs.core.rounds import K_MAX_LIMIT, RequestContext, RoundOutcome
 from specgym.errors import SpecgymError
+from specgym.io import read_text
 
 
 class StaticK(BatchController):
@@ -46,15 +47,48 @@ class BatchSizeTable(BatchController):
     """
 
     def __init__(self, table: list[list[int]], name: str | None = None):
-        rows = [tuple(int(v) for v in row) for row in table]
+        try:
+            rows = [tuple(int(v) for v in row) for row in table]
+        except (TypeError, ValueError):
+            raise SpecgymError(f"batch-size table rows must be [start, end, K] integers, got {table}") from None
         if not rows or any(len(r) != 3 or r[0] < 1 or r[1] < r[0] or r[2] < 0 for r in rows):
             raise SpecgymError(f"batch-size table rows must be [start >= 1, end >= start, K >= 0], got {table}")
+        rows.sort()
+        if rows[0][0] != 1:
+            raise SpecgymError(f"batch-size table starts at batch {rows[0][0]}: cover 1..N without gaps (a row "
+                               f"[start, end, 0] drafts nothing there)")
+        for (s0, e0, _), (s1, e1, _) in zip(rows, rows[1:]):
+            if s1 <= e0:
+                raise SpecgymError(f"batch-size table rows [{s0}, {e0}, ...] and [{s1}, {e1}, ...] overlap: each "
+                                   f"batch size needs one K")
+            if s1 > e0 + 1:
+                raise SpecgymError(f"batch-size table has a gap: batch sizes {e0 + 1}..{s1 - 1} are in no row (a row "
+                                   f"[start, end, 0] drafts nothing there)")
+        if max(r[2] for r in rows) > K_MAX_LIMIT:
+            raise SpecgymError(f"batch-size table: K {max(r[2] for r in rows)} is above {K_MAX_LIMIT}, the largest "
+                               f"K specgym prices")
         self.table = rows
         self.name = name or "table"
         top = max(r[1] for r in rows)
         self._k = np.zeros(top + 2, dtype=np.int64)
         for start, end, k in rows:
             self._k[start:end + 1] = k
+
+    @property
+    def max_batch(self) -> int:
+        """The largest batch size the table covers (beyond it, every step drafts 0)."""
+        return self.table[-1][1]
+
+    def check_k_max(self, k_max: int) -> None:
+        """Refuse a K above the engine's ``k_max`` (it would be capped without a word)."""
+        over = [r for r in self.table if r[2] > k_max]
+        if over:
+            raise SpecgymError(f"{self.name}: row {list(over[0])} drafts K={over[0][2]}, above k_max {k_max}")
+
+    def reset(self, profile: BatchCostProfile, k_max: int) -> None:
+        """Start a run (see :meth:`check_k_max`)."""
+        self.check_k_max(k_max)
+        super().reset(profile, k_max)
 
     def propose(self, state: BatchState) -> int:
         return int(self._k[state.batch]) if state.batch < len(self._k) else 0
@@ -63,17 +97,21 @@ class BatchSizeTable(BatchController):
     def parse(cls, arg: str) -> BatchSizeTable:
         """``table:[[1,64,3],[65,128,1]]`` or ``table:FILE.json`` (a JSON list, an object holding
         ``num_speculative_tokens_per_batch_size``, or the JSON ``specgym tune vllm --out`` writes)."""
-        text = Path(arg).read_text() if Path(arg).is_file() else arg
+        inline = arg.lstrip().startswith(("[", "{"))
+        if not inline and not Path(arg).is_file():
+            raise SpecgymError(f"table:{arg}: no such file (give a JSON file, or the table inline: "
+                               f"table:[[1,64,3],[65,128,1]])")
+        text = arg if inline else read_text(arg, "batch-size table (JSON)")
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise SpecgymError(f"table: not JSON ({exc.msg})") from None
+            raise SpecgymError(f"table:{'' if inline else arg + ': '}not JSON ({exc.msg})") from None
         if isinstance(data, dict):
             data = data.get("num_speculative_tokens_per_batch_size", data.get("table", data.get(
                 "speculative_config", {}).get("num_speculative_tokens_per_batch_size")))
         if not isinstance(data, list):
             raise SpecgymError("table: expected [[start_bs, end_bs, K], ...]")
-        return cls(data, name=f"table:{Path(arg).name}" if Path(arg).is_file() else "table")
+        return cls(data, name="table" if inline else f"table:{Path(arg).name}")
 
 
 class GoodputRule(BatchController):

@@ -9,6 +9,9 @@ decision before the first token, the online calibration it falls back on — is 
 
 Where a draft step lacks a signal the predictor reads (a trace without v2 columns, an engine without lookups) the
 step falls back to calibrated confidence, so on such input this controller decides exactly as ``marginal``.
+Before a workload or an engine is served, :meth:`PredictedMarginal.bind_signals` checks that it can feed the
+predictor (:meth:`~specgym.envs.core.acceptance_predictor.AcceptancePredictor.for_source`): another pair's is
+refused; a missing signal group or another hidden sketch makes the predictor's fallback predict, with one note.
 
 Predictors: a shipped name (``data/predictors/NAME.json``, e.g. the pair's) or a path to a predictor JSON file
 (``specgym predictor train``).
@@ -17,7 +20,7 @@ Predictors: a shipped name (``data/predictors/NAME.json``, e.g. the pair's) or a
 from __future__ import annotations
 
 from specgym.baselines.marginal import MarginalStop
-from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor
+from specgym.envs.core.acceptance_predictor import AcceptancePredictor, SignalSource, load_predictor
 from specgym.envs.core.rounds import DraftStep
 import specgym.catalogue as catalogue
 from specgym.errors import SpecgymError
@@ -40,11 +43,19 @@ class PredictedMarginal(MarginalStop):
         super().__init__(1.0)
         self.predicted_threshold = predictor.threshold if threshold is None else float(threshold)
         self.predictor = predictor
+        self.active: AcceptancePredictor | None = predictor  # the model of its chain the source can feed
         self.protocol.predictor = predictor
         self.name = name or f"predicted:{predictor.name}"
         self.predicted = 0  # draft tokens priced by the predictor (the rest fell back to calibrated confidence)
         self.fallbacks = 0
         self._signals = False  # the engine's steps carry the predictor's signals
+
+    def bind_signals(self, src: SignalSource) -> str | None:
+        """Predict with the model of the predictor's chain that ``src`` feeds from now on; returns the note of a
+        fallback (another pair is refused: :meth:`AcceptancePredictor.for_source`)."""
+        self.active, note = self.predictor.for_source(src)
+        self.protocol.predictor = self.active
+        return note
 
     def propose(self) -> int:
         """0 (plain step) if even the first draft token does not pay, else the cap (see :class:`MarginalStop`)."""

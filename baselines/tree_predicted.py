@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from specgym.envs.core.acceptance_predictor import AcceptancePredictor, design_matrix
+from specgym.envs.core.acceptance_predictor import AcceptancePredictor, SignalSource, design_matrix
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.features import FeatureTracker
 from specgym.envs.core.lookup import LOOKUP_MAX_N
@@ -88,7 +88,8 @@ class SpineTables:
 
 
 def predicted_accept(workload: Any, predictor: AcceptancePredictor) -> np.ndarray:
-    """The predictor's top-1 acceptance at every position of ``workload`` (one vectorised pass)."""
+    """The predictor's top-1 acceptance at every position of ``workload`` (one vectorised pass; the model of the
+    predictor's chain the workload feeds: :meth:`AcceptancePredictor.for_source`)."""
     pos = np.concatenate([np.arange(n) for n in workload.lengths.tolist()]) if workload.n_requests else \
         np.zeros(0, np.int64)
     temp = np.repeat(np.asarray(workload.temperature, np.float64), workload.lengths)
@@ -208,16 +209,30 @@ class PredictedTree(TreeController):
 
     def __init__(self, predictor: AcceptancePredictor, name: str, k_max: int = DEFAULT_K_MAX):
         self.predictor = predictor
+        self.active = predictor
         self.name = name
         self.k_max = int(k_max)
         self.tables: SpineTables | None = None
         self.tracker = FeatureTracker(self.k_max)
         self._accept: np.ndarray | None = None
         self._workload: Any = None
+        self.signal_note: str | None = None
+
+    def bind_signals(self, src: SignalSource) -> str | None:
+        """The model of the predictor's chain that ``src`` feeds (the same check and fallback as ``predicted:``);
+        without any, a one-line error: the tree's widths need a predicted acceptance."""
+        active, note = self.predictor.for_source(src)
+        if active is None:
+            raise SpecgymError(f"{self.name}: {note}; a tree needs the predictor's probabilities (evaluate "
+                               f"predicted:{self.predictor.name} instead)")
+        self.active, self.signal_note = active, note
+        return note
 
     def prepare(self, workload: Any, profile: Any) -> None:
-        """Predict the acceptance at every position and fit the tables on the train split."""
-        self._accept = predicted_accept(workload, self.predictor)
+        """Predict the acceptance at every position and fit the tables on the train split (the predictor fitted
+        to the workload first: :meth:`bind_signals`; its note is kept in :attr:`signal_note`)."""
+        self.bind_signals(SignalSource.of_workload(workload))
+        self._accept = predicted_accept(workload, self.active)
         self.tables = fit_tables(workload, self._accept, "train")
         self._workload = workload
 

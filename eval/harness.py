@@ -30,7 +30,7 @@ from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.errors import SpecgymError
 from specgym.eval.metrics import category_metrics, figures, headroom_split, oracle_figures
 from specgym.eval.references import INFORMED, References, references
-from specgym.eval.runner import RunResult, run_controller
+from specgym.eval.runner import RunResult, grouped_notes, run_controller
 from specgym.eval.stats import PairedBootstrap
 from specgym.eval.tree_runner import run_tree_controller, run_tree_oracle
 from specgym.io import sha256_file
@@ -160,8 +160,14 @@ def run_controllers(replay: Replay, named: Specs, refs: References,
         if row.controller is None:  # a plan row: the clairvoyant tree oracle
             results.append(run_tree_oracle(tree_engine, requests, row.spec))
         else:
-            row.controller.prepare(replay.workload, replay.profile)
+            try:
+                row.controller.prepare(replay.workload, replay.profile)
+            except SpecgymError as exc:  # name the row: a tree controller prepares on the train split
+                why = " (it fits itself on the train split before it runs)" if "'train'" in str(exc) else ""
+                raise SpecgymError(f"{row.spec}: {exc}{why}") from None
             results.append(run_tree_controller(tree_engine, requests, row.controller))
+            note = getattr(row.controller, "signal_note", None)
+            results[-1].notes = [note] if note else []
         if tick is not None:
             for _ in requests:
                 tick()
@@ -255,6 +261,7 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results:
         "rows": rows,
         "traces": traces,
         "bootstrap": {"resamples": cfg.bootstrap, "level": 0.95, "seed": 0, "unit": "request"},
+        "notes": grouped_notes(results),
     }
     if cfg.per_request:
         times = {row.spec: res.time_ms for row, res in zip(named, results)}

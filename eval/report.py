@@ -28,8 +28,12 @@ COLUMNS = (
 CI_COLUMNS = ("speedup_vs_ar", "speedup_vs_best_fixed")  # shown with their 95% interval in the markdown table
 
 
+#: Headroom is closed toward the clairvoyant *chain* oracle; a clairvoyant tree is another limit, not a controller.
+_LIMIT_ONLY = ("headroom_closed", "headroom_closed_informed", "prediction_decision_tok_s")
+
+
 def _cell(row: dict[str, Any], key: str, fmt: str) -> str:
-    v = row.get(key)
+    v = None if key in _LIMIT_ONLY and row.get("family") == "oracle" else row.get(key)
     if v is None:
         return "–"
     text = fmt.format(v)
@@ -56,7 +60,9 @@ def markdown_table(report: dict[str, Any]) -> str:
     has to predict), then controllers by throughput."""
     head = "| " + " | ".join(_header(report, key, title) for key, title, _ in COLUMNS) + " |"
     sep = "|" + "|".join("---" if i == 0 else "---:" for i in range(len(COLUMNS))) + "|"
-    oracle = dict(report["oracle"], controller="**oracle** (clairvoyant limit)")
+    trees = any(row.get("tree") for row in report["rows"])
+    oracle = dict(report["oracle"], controller="**oracle** (clairvoyant limit of chain drafts; a tree can pass it)"
+                  if trees else "**oracle** (clairvoyant limit)")
     lines = [head, sep, "| " + " | ".join(_cell(oracle, k, f) for k, _, f in COLUMNS) + " |"]
     if "informed_oracle" in report:
         informed = dict(report["informed_oracle"], controller=INFORMED_LABEL)
@@ -126,8 +132,8 @@ def guard_section(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def markdown_report(report: dict[str, Any]) -> str:
-    """The whole ``report.md``."""
+def markdown_report(report: dict[str, Any], plots: bool = True) -> str:
+    """The whole ``report.md`` (``plots``: the report folder holds the PNG plots)."""
     wl, prof, ref = report["workload"], report["profile"], report["reference"]
     synthetic = " **(synthetic workload)**" if wl["synthetic"] else ""
     return "\n".join([
@@ -149,16 +155,19 @@ def markdown_report(report: dict[str, Any]) -> str:
         *([guard_section(report), ""] if any((r.get("guard") or {}).get("handed") for r in report["rows"]) else []),
         *([tree_section(report), ""] if report.get("best_static_tree") else []),
         *([headroom_section(report), ""] if "headroom" in report else []),
-        "Plots: `throughput.png`, `k_over_time.png`, `acceptance_by_category.png`.",
-        "",
+        *(["## Notes", "", *(f"- {note}" for note in report["notes"]), ""] if report.get("notes") else []),
+        *([PLOTS_LINE, ""] if plots else []),
     ])
+
+
+PLOTS_LINE = "Plots: `throughput.png`, `k_over_time.png`, `acceptance_by_category.png`."
 
 
 def write_report(report: dict[str, Any], out: Path, overwrite: bool = False, plots: bool = True) -> Path:
     """Write ``report.json``, ``report.md`` and the plots into ``out`` (all or nothing; no plots, no matplotlib)."""
     with atomic_dir(out, overwrite=overwrite) as tmp:
         (tmp / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-        (tmp / "report.md").write_text(markdown_report(report))
+        (tmp / "report.md").write_text(markdown_report(report, plots))
         if plots:
             from specgym.eval.plots import write_plots  # matplotlib: only when plotting
 

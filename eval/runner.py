@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from specgym.baselines.fixed import FixedK
+from specgym.envs.core.acceptance_predictor import SignalSource
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.request import drive
 from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
@@ -32,6 +33,8 @@ class RunResult:
         drafted: Draft tokens proposed per request.
         accepted: Draft tokens accepted per request.
         traces: For traced requests, ``{request_index: [(position, planned_k, drafted, accepted), ...]}``.
+        notes: One-line notes on how the controller ran (an acceptance predictor's fallback: see
+            :meth:`~specgym.envs.core.acceptance_predictor.AcceptancePredictor.for_source`).
     """
 
     name: str
@@ -42,6 +45,26 @@ class RunResult:
     drafted: np.ndarray
     accepted: np.ndarray
     traces: dict[int, list[tuple[int, int, int, int]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def grouped_notes(results: Iterable[RunResult]) -> list[str]:
+    """Every distinct note of ``results``, once, prefixed with the rows it concerns."""
+    rows: dict[str, list[str]] = {}
+    for res in results:
+        for note in res.notes:
+            names = rows.setdefault(note, [])
+            if res.name not in names:
+                names.append(res.name)
+    return [f"{', '.join(names)}: {note}" for note, names in rows.items()]
+
+
+def bind_to_workload(controller: object, workload: object) -> list[str]:
+    """Fit a predictor-reading controller to the workload it is about to serve (its ``bind_signals``); the note of
+    a fallback, as a list (empty when there is none or the controller reads no predictor)."""
+    bind = getattr(controller, "bind_signals", None)
+    note = bind(SignalSource.of_workload(workload)) if bind is not None else None
+    return [note] if note else []
 
 
 def concat_runs(name: str, parts: Sequence[RunResult]) -> RunResult:
@@ -112,6 +135,7 @@ def run_controller(
     """
     requests = np.asarray(requests, dtype=np.int64)
     trace = set(int(t) for t in trace)
+    notes = bind_to_workload(controller, engine.workload)
     if type(controller) is FixedK and (fixed is not None or not trace):
         k = min(controller.k, engine.k_max)
         result = fixed.fixed_run(k, controller.name) if fixed is not None else \
@@ -137,4 +161,4 @@ def run_controller(
             tot.tokens, tot.time_ms, tot.rounds, tot.drafted, tot.accepted)
         if on_request is not None:
             on_request()
-    return RunResult(controller.name, requests, tokens, time_ms, rounds, drafted, accepted, traces)
+    return RunResult(controller.name, requests, tokens, time_ms, rounds, drafted, accepted, traces, notes)

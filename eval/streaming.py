@@ -27,7 +27,7 @@ from specgym.envs.workloads.trace_format import SPLITS
 from specgym.errors import SpecgymError
 from specgym.eval.metrics import figures, oracle_figures
 from specgym.eval.references import INFORMED, References, references
-from specgym.eval.runner import RunResult, concat_runs, run_controller
+from specgym.eval.runner import RunResult, concat_runs, grouped_notes, run_controller
 
 def evaluate_streaming(workload: str | Path, controllers: str = "all", split: str = "all", seed: int = 0,
                        k_max: int = DEFAULT_K_MAX, profile: str | CostProfile | None = None,
@@ -80,6 +80,7 @@ def evaluate_streaming(workload: str | Path, controllers: str = "all", split: st
         raise SpecgymError(f"workload {name!r} has no requests in split {split!r}")
     refs = References.concat(parts)
     results = [concat_runs(row.spec, runs[row.spec]) for row in named]
+    notes = grouped_notes(r for parts_ in runs.values() for r in parts_)
     rows = [dict(figures(r, refs).to_dict(), spec=row.spec, kind=row.kind, family=row.family)
             for r, row in zip(results, named)]
     rows.sort(key=lambda row: -row["throughput_tok_s"])
@@ -99,5 +100,6 @@ def evaluate_streaming(workload: str | Path, controllers: str = "all", split: st
         "informed_oracle": informed_row,
         "rows": rows,
         "left_out": named.notes,
+        "notes": notes,
         "per_request_time_ms": per_request,
     }

@@ -4,11 +4,15 @@ file in the output location byte-identical afterwards (issue 17). In-process (``
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specgym.cli import main
+from specgym.envs.workloads.dataset import chunks, write_dataset
+from specgym.envs.workloads.trace_format import load_workload, save_workload
 
 PRECIOUS = b"the user's own bytes \x00\xff, never touched\n"
 
@@ -72,6 +76,51 @@ TABLE: list[tuple[list[str], str, list[list[str]]]] = [
     (["bench", "--workload", "assc-regimes"], "none", [
         ["--sections", "bogus"], ["--sections", ""], ["--workload", "nope"], ["--sections", "load", "--json", "{DIR}"],
     ]),
+    # issues 29 and 31: the new-user run's inputs (a user's recordings, predictors, tables, Ray, shards)
+    (["workloads", "merge", "{MIDPAIR}", "--out", "{OUT}"], "file", [
+        ["{OTHERPAIR}"], ["{MIDPAIR}"], ["assc-regimes"], ["{SHARDS}"],
+    ]),
+    (["workloads", "show"], "none", [
+        ["{SHARDS}"], ["nope"], ["{BAD}"],
+    ]),
+    (["eval", "--workload", "{MIDPAIR}", "--bootstrap", "0", "--no-plots", "--out", "{OUT}"], "dir", [
+        ["--workload", "{OTHERPAIR}", "--controllers", "predicted:midpair"],
+        ["--workload", "{OTHERPAIR}", "--controllers", "planned:midpair,marginal"],
+        ["--workload", "{OTHERPAIR}", "--controllers", "tree-predicted:midpair"],
+        ["--workload", "{OTHERPAIR}", "--controllers", "ppo:midpair-predicted"],
+        ["--workload", "{NOTRAIN}", "--split", "all", "--controllers", "tree-sequoia"],
+        ["--workload", "{NOTRAIN}", "--split", "all", "--controllers", "tree-predicted:midpair"],
+        ["--workload", "{SHARDS}", "--stream"],
+    ]),
+    (["train", "--workload", "{MIDPAIR}", "--mode", "token", "--timesteps", "64", "--out", "{OUT}"], "dir", [
+        ["--workload", "{OTHERPAIR}", "--hyperparams", "predictor=midpair"],
+        ["--workload", "assc-regimes", "--hyperparams", "predictor=midpair"],  # no signals to read
+        ["--workload", "{NOSKETCH}", "--hyperparams", "predictor=midpair"],  # the predictor reads the sketch
+        ["--mode", "k", "--hyperparams", "predictor=midpair"],
+        ["--hyperparams", "n_envs=3"], ["--hyperparams", "bc_init=bogus"],
+    ]),
+    (["predictor", "train", "--workload", "{MIDPAIR}", "--out", "{OUT}"], "file", [
+        ["--max-rows", "1"], ["--max-rows", "999"], ["--groups", "conf,hidden", "--workload", "{NOSKETCH}"],
+        ["--workload", "{MIDPAIR},{OTHERPAIR}"],
+    ]),
+    (["predictor", "eval", "--predictor", "midpair", "--workload", "{MIDPAIR}", "--no-ablation",
+      "--json", "{OUT}"], "file", [
+        ["--bootstrap", "5"], ["--workload", "{OTHERPAIR}"], ["--workload", "assc-regimes"],
+    ]),
+    (["tune", "compare", "--workload", "assc-regimes", "--profile", "batch-a100-7b-roofline", "--replications", "1",
+      "--requests", "4", "--out", "{OUT}"], "file", [
+        ["--controllers", "table:[[1,64,3],[60,128,1]]"], ["--controllers", "table:[[1,64,3],[70,128,1]]"],
+        ["--controllers", "table:[[1,64,99]]"], ["--controllers", "table:[[1,64,12]]"],
+        ["--controllers", "table:[[2,64,3]]"], ["--controllers", "table:nofile.json"],
+    ]),
+    (["record", "--prompts", "{PROMPTS}", "--out", "{OUT}"], "file", [
+        ["--splits", "0.5,0.5,0.5"], ["--splits", "1,0"], ["--hidden-sketch", "100000"],
+        ["--workers", "2", "--profile", "cpu-tinypair", "--ray-address", "127.0.0.1:1"],
+    ]),
+    (["generate", "--prompt", "hello", "--max-new-tokens", "4"], "none", [
+        ["--controller", "tree-predicted:midpair"], ["--controller", "tree-sequoia", "--temperature", "0.8"],
+        ["--controller", "tree-bogus"],
+    ]),
 ]
 
 CASES = [pytest.param(base, kind, bad, id=f"{' '.join(base[:2])}|{' '.join(bad)}") for base, kind, bads in TABLE
@@ -97,7 +146,14 @@ def test_bad_values_are_one_line_errors_and_touch_nothing(tmp_path, capsys, monk
         precious = out
     precious.write_bytes(PRECIOUS)
 
+    made: dict[str, str] = {}
+
     def fill(arg: str) -> str:
+        for key, make in WORKLOADS.items():
+            if "{" + key + "}" in arg:
+                if key not in made:
+                    made[key] = str(make(tmp_path / "inputs"))
+                arg = arg.replace("{" + key + "}", made[key])
         return (arg.replace("{OUT}", str(out)).replace("{BAD}", str(badfile)).replace("{DIR}", str(folder))
                 .replace("{PROMPTS}", str(prompts)))
 
@@ -111,3 +167,47 @@ def test_bad_values_are_one_line_errors_and_touch_nothing(tmp_path, capsys, monk
         assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
     leftovers = [p.name for p in Path(tmp_path).iterdir() if p.name.startswith(".")]
     assert not leftovers, leftovers
+    if kind == "file":  # no partial recording, no shard folder next to the output
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(out.name)) == [out.name]
+
+
+# -------------------------------------------------------------------- the workloads the new-user inputs name
+def _small(n: int = 4):
+    """A few requests of every split of the shipped midpair-greedy trace (v2 signals and the hidden sketch)."""
+    wl = load_workload("midpair-greedy")
+    return wl.subset(np.concatenate([wl.split_indices(s)[:n] for s in ("train", "val", "test")]))
+
+
+def _saved(wl, folder: Path, name: str) -> Path:
+    folder.mkdir(exist_ok=True)
+    save_workload(wl, folder / name)
+    return folder / name
+
+
+def _other_pair(folder: Path) -> Path:
+    wl = _small()
+    return _saved(dataclasses.replace(wl, source={**wl.source, "draft_model": "my/llama-draft",
+                                                  "target_model": "my/llama-target"}), folder, "llama.parquet")
+
+
+def _no_sketch(folder: Path) -> Path:
+    wl = _small()
+    return _saved(dataclasses.replace(wl, hidden_sketch=None, signal_meta={
+        k: v for k, v in wl.signal_meta.items() if k != "hidden_sketch"}), folder, "nosketch.parquet")
+
+
+def _no_train(folder: Path) -> Path:
+    wl = _small()
+    return _saved(wl.subset(np.flatnonzero(wl.split != "train")), folder, "notrain.parquet")
+
+
+def _shards(folder: Path) -> Path:
+    """A sharded folder whose last shard was truncated (a copy cut short)."""
+    write_dataset(chunks(_small(), 4), folder / "ds")
+    last = sorted((folder / "ds").glob("shard-*.parquet"))[-1]
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    return folder / "ds"
+
+
+WORKLOADS = {"MIDPAIR": lambda f: _saved(_small(), f, "mine.parquet"), "OTHERPAIR": _other_pair,
+             "NOSKETCH": _no_sketch, "NOTRAIN": _no_train, "SHARDS": _shards}

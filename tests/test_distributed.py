@@ -48,7 +48,7 @@ def test_workers_without_ray_is_one_line(monkeypatch, tmp_path, capsys, one_line
 
 
 ray = pytest.importorskip("ray")
-from specgym.envs.engines.distributed import plan_shards, record_distributed, start_ray  # noqa: E402
+from specgym.envs.engines.distributed import plan_shards, record_distributed, start_ray, stop_ray  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def cluster():
     started = start_ray(2)
     yield
     if started:
-        ray.shutdown()
+        stop_ray()
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +137,86 @@ def test_cli_workers_writes_a_sharded_folder(cluster, reference, tmp_path, capsy
 
     ds = open_dataset(out)
     assert ds.n_requests == 4 and all(np.isfinite(w.p_accept).all() for w in ds.iter_shards())
+
+
+# --------------------------------------------------------------------------- issue 31: no hang, nothing left behind
+def _record_args(out: Path, *extra: str) -> list[str]:
+    return ["record", "--draft", LOAD["draft"], "--target", LOAD["target"], "--prompts", "tinypair-prompts",
+            "--max-prompts", "4", "--max-new-tokens", "5", "--profile", "cpu-tinypair", "--workers", "2", "--quiet",
+            "--out", str(out), *extra]
+
+
+def test_unreachable_cluster_is_one_line_and_leaves_no_output(tmp_path, capsys, one_line_error):
+    out = tmp_path / "w.parquet"
+    assert main(_record_args(out, "--ray-address", "127.0.0.1:1")) == 2  # port 1: nothing listens
+    one_line_error(capsys, "cannot reach the Ray cluster at 127.0.0.1:1")
+    assert list(tmp_path.iterdir()) == []  # no OUT.shards/ (it used to be created before the endless retries)
+
+
+def test_a_port_that_is_not_ray_times_out_within_the_bound(tmp_path, capsys, monkeypatch, one_line_error):
+    import socket
+    import time
+
+    import specgym.envs.engines.distributed as distributed
+
+    monkeypatch.setattr(distributed, "CONNECT_TIMEOUT_S", 8.0)
+    with socket.socket() as listener:  # accepts TCP connections, never answers Ray's protocol
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        t0 = time.monotonic()
+        assert main(_record_args(tmp_path / "w.parquet", "--ray-address", address)) == 2
+        assert time.monotonic() - t0 < 30
+    one_line_error(capsys, f"the Ray cluster at {address} did not answer within 8 s")
+    assert list(tmp_path.iterdir()) == []
+
+
+def _marked(mark: str) -> list[int]:
+    """Processes whose environment carries ``SPECGYM_TEST_MARK=mark`` (everything the run started inherits it)."""
+    pids = []
+    for name in Path("/proc").iterdir():
+        if name.name.isdigit():
+            try:
+                if f"SPECGYM_TEST_MARK={mark}".encode() in (name / "environ").read_bytes().split(b"\0"):
+                    pids.append(int(name.name))
+            except OSError:
+                pass
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGINT"])
+def test_no_ray_process_outlives_the_recording(tmp_path, sig):
+    """A real local cluster of 2 CPUs: the parent killed outright (SIGKILL; SIGTERM takes the same path) or
+    interrupted while the workers record; within 30 s nothing the run started is left (GCS, raylet, agents,
+    workers, the reaper)."""
+    import os
+    import signal
+    import subprocess
+    import time
+    import uuid
+
+    mark = uuid.uuid4().hex
+    env = {**os.environ, "SPECGYM_TEST_MARK": mark, "OMP_NUM_THREADS": "1"}
+    args = _record_args(tmp_path / "w.parquet")
+    args[args.index("--max-prompts") + 1], args[args.index("--max-new-tokens") + 1] = "16", "200"
+    proc = subprocess.Popen([sys.executable, "-m", "specgym", *args], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (tmp_path / "w.parquet.shards").exists():
+            time.sleep(0.5)  # the cluster is up once the work folder exists
+        assert proc.poll() is None, "the recording ended before it could be interrupted"
+        time.sleep(3)  # workers loading the pair
+        before = [p for p in _marked(mark) if p != proc.pid]
+        assert len(before) >= 3, before  # GCS, raylet, workers... (and the reaper)
+        proc.send_signal(getattr(signal, sig))
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while _marked(mark) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _marked(mark) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -13,7 +13,8 @@ pytest.importorskip("transformers")
 from specgym.envs.core.cost import CostProfile, load_profile  # noqa: E402
 from specgym.envs.engines.live_engine import load_pair  # noqa: E402
 from specgym.envs.engines.profiler import measure_profile  # noqa: E402
-from specgym.envs.engines.recorder import is_looped, parse_length, record_workload  # noqa: E402
+from specgym.envs.engines.recorder import parse_length, record_workload  # noqa: E402
+from specgym.envs.workloads.loops import is_looped  # noqa: E402
 from specgym.envs.workloads.prompts import PromptSpec, read_prompts  # noqa: E402
 from specgym.training.lm_pair.toy import save_toy_pair, toy_models  # noqa: E402
 from specgym.envs.workloads.trace_format import load_workload  # noqa: E402

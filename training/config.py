@@ -90,8 +90,9 @@ class PPOConfig:
         return [f.name for f in dataclasses.fields(cls)]
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str) -> PPOConfig:
-        """Build and validate; unknown keys, wrong types and out-of-range values name ``where`` and the key."""
+    def from_dict(cls, data: dict[str, Any], where: str, origins: dict[str, str] | None = None) -> PPOConfig:
+        """Build and validate; unknown keys, wrong types and out-of-range values name ``where`` (or, for a key in
+        ``origins``, where its value came from: a YAML entry or ``--hyperparams``) and the key."""
         values = check_entry(data, where)
         required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
                     and f.default_factory is dataclasses.MISSING]
@@ -101,21 +102,25 @@ class PPOConfig:
         if "normalize" in values:
             values["normalize"] = Normalize(**values["normalize"])
         cfg = cls(**values)
-        cfg.validate(where)
+        cfg.validate(where, origins)
         return cfg
 
-    def validate(self, where: str = "config") -> None:
-        """Range checks that a type check cannot express."""
+    def validate(self, where: str = "config", origins: dict[str, str] | None = None) -> None:
+        """Range checks that a type check cannot express; an error names where the bad value came from."""
+        origins = origins or {}
+
         def bad(key: str, why: str) -> SpecgymError:
-            return SpecgymError(f"{where}: {key} {why}, got {getattr(self, key)!r}")
+            return SpecgymError(f"{origins.get(key, where)}: {key} {why}, got {getattr(self, key)!r}")
 
         for key in ("n_envs", "n_steps", "batch_size", "n_epochs", "bc_epochs", "bc_passes", "timesteps"):
             if getattr(self, key) < 1:
                 raise bad(key, "must be >= 1")
         if self.timesteps % self.n_envs:  # every step advances all n_envs envs: the run stops exactly at a multiple
             lo = self.timesteps // self.n_envs * self.n_envs
-            raise bad("timesteps", f"must be a multiple of n_envs = {self.n_envs} (each step advances every env; "
-                                   f"e.g. {lo or self.n_envs} or {lo + self.n_envs})")
+            hint = f"(each step advances every env; e.g. timesteps {lo or self.n_envs} or {lo + self.n_envs})"
+            if origins.get("n_envs") == "--hyperparams" and origins.get("timesteps") != "--hyperparams":
+                raise bad("n_envs", f"must divide timesteps = {self.timesteps} {hint}")
+            raise bad("timesteps", f"must be a multiple of n_envs = {self.n_envs} {hint}")
         if not 1 <= self.k_max <= K_MAX_LIMIT:
             raise bad("k_max", f"must be in [1, {K_MAX_LIMIT}]")
         if not 0 <= self.k_min <= self.k_max:
@@ -141,15 +146,14 @@ class PPOConfig:
             raise bad("net_arch", "must be a non-empty list of positive layer widths")
         unknown = sorted(set(self.shaping) - set(SHAPINGS))
         if unknown:
-            raise SpecgymError(f"{where}: shaping: unknown term(s) {unknown}; valid: {list(SHAPINGS)}")
+            raise SpecgymError(f"{origins.get('shaping', where)}: shaping: unknown term(s) {unknown}; valid: "
+                               f"{list(SHAPINGS)}")
         if isinstance(self.token_value, str) and self.token_value != "auto":
             raise bad("token_value", "must be 'auto' or a number")
         if not isinstance(self.token_value, str) and not self.token_value > 0:
             raise bad("token_value", "must be > 0")
         if self.max_batch < 1 or self.batch_requests < 1:
             raise bad("max_batch", "and batch_requests must be >= 1")
-        if self.profile is not None:
-            load_profile(self.profile)  # a bad name fails here, before any work
         if self.domains not in (None, "generalist"):
             raise bad("domains", "must be null or 'generalist'")
         if self.profile_jitter is not None and not (1.0 <= self.profile_jitter <= 10.0):
@@ -157,10 +161,15 @@ class PPOConfig:
                                         "spread])")
         if self.profile_jitter is not None and self.domains is not None:
             raise bad("profile_jitter", "and domains exclude each other (the generalist randomises profiles itself)")
-        if self.predictor is not None:
-            catalogue.resolve("predictor", self.predictor)  # a bad name fails here, before any work
-        if self.bc_init is not None:
-            make_controller(self.bc_init, self.k_max)  # a bad spec fails here, before any work
+        for key, check in (("profile", lambda v: load_profile(v)),  # bad names fail here, before any work
+                           ("predictor", lambda v: catalogue.resolve("predictor", v)),
+                           ("bc_init", lambda v: make_controller(v, self.k_max))):
+            value = getattr(self, key)
+            if value is not None:
+                try:
+                    check(value)
+                except SpecgymError as exc:
+                    raise SpecgymError(f"{origins.get(key, where)}: {key}: {exc}") from None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -312,6 +321,7 @@ def resolve_config(mode: str, workload_name: str, config_file: str | Path | None
     if "default" not in data and workload_name not in data:
         raise SpecgymError(f"{path}: needs a 'default' entry or one named {workload_name!r}")
     merged: dict[str, Any] = {}
+    origins: dict[str, str] = {}  # where each key's value came from: an error blames the right place
     for entry, part in (("default", data.get("default")), (workload_name, data.get(workload_name)),
                         ("--hyperparams", overrides)):
         part = part or {}
@@ -320,8 +330,9 @@ def resolve_config(mode: str, workload_name: str, config_file: str | Path | None
         where = "--hyperparams" if entry == "--hyperparams" else f"{path} [{entry}]"
         check_entry(part, where)
         for key, value in part.items():
+            origins[key] = where
             if key == "normalize" and isinstance(merged.get(key), dict) and isinstance(value, dict):
                 merged[key] = {**merged[key], **value}
             else:
                 merged[key] = copy.deepcopy(value)
-    return PPOConfig.from_dict(merged, str(path))
+    return PPOConfig.from_dict(merged, str(path), origins)

@@ -23,7 +23,7 @@ from specgym.io import check_output
 from specgym.training.config import RunConfig
 from specgym.training.env_factory import SpacesOnlyEnv, run_predictor
 from specgym.training.feature_ranges import vecnorm_range
-from specgym.training.run_folder import RunFiles, load_vecnormalize, read_summary
+from specgym.training.run_folder import RunFiles, load_model, load_vecnormalize, read_summary
 from specgym.training.sb3_actor import actor_layers
 
 
@@ -81,7 +81,6 @@ def load_run_model(run: RunFiles, which: str = "best") -> tuple[Any, Any, str, R
     ``best`` falls back to the final model when no validation ran; a run killed before its first checkpoint has
     only ``best_model.zip``, which ``best`` still takes.
     """
-    from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     if which not in ("best", "final"):
@@ -95,7 +94,7 @@ def load_run_model(run: RunFiles, which: str = "best") -> tuple[Any, Any, str, R
     model_path, stats_path, picked = run.model, run.vecnorm, "final"
     if which == "best" and run.best_model.is_file():
         model_path, stats_path, picked = run.best_model, run.best_vecnorm, "best"
-    model = PPO.load(model_path, device="cpu")
+    model = load_model(model_path, device="cpu")
     vecnorm = None
     if stats_path.is_file() or cfg.ppo.normalize.norm_obs:
         # statistics only: VecNormalize.load needs a venv with the right spaces, which the model carries

@@ -34,6 +34,7 @@ from typing import Any
 
 import specgym.catalogue as catalogue
 from specgym.console import make_console
+from specgym.envs.core.acceptance_predictor import SignalSource
 from specgym.envs.workloads.domains import TRAIN_RECORDED, generalist_domains
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
@@ -43,7 +44,9 @@ from specgym.training.bc_init import clone_into, demonstrations
 from specgym.training.config import PPOConfig, RunConfig, resolve_config
 from specgym.training.env_factory import make_training_env, run_predictor, training_distribution
 from specgym.training.rewards import auto_token_value
-from specgym.training.run_folder import RUN_FILES, RunFiles, read_state, save_checkpoint, write_json
+from specgym.training.run_folder import (
+    RUN_FILES, RunFiles, has_model, load_model, read_state, save_checkpoint, write_json,
+)
 from specgym.training.snapshot import load_snapshot
 from specgym.training.summary import summarize
 from specgym.training.validation import make_validator
@@ -112,7 +115,8 @@ def domain_identity() -> tuple[Any, dict[str, Any]]:
 
 
 def _new_run(req: TrainRequest, run: RunFiles) -> tuple[RunConfig, Any, dict[str, Any]]:
-    check_output(run.root, req.force, hint="pass --force to replace it, --resume to continue")
+    check_output(run.root, req.force, hint="pass --force to replace it, --resume to continue" if has_model(run)
+                 else "pass --force to replace it; it holds no model to resume")
     overrides = req.overrides or {}
     if overrides.get("domains"):
         wl, ident = domain_identity()
@@ -134,12 +138,32 @@ def _new_run(req: TrainRequest, run: RunFiles) -> tuple[RunConfig, Any, dict[str
                     token_value_note=note, **ident)
     pred = run_predictor(cfg)
     if pred is not None:
+        if cfg.mode != "token":
+            raise SpecgymError(f"--hyperparams predictor={ppo.predictor}: only --mode token reads an acceptance "
+                               f"predictor (this run is --mode {cfg.mode})")
+        for w in getattr(wl, "workloads", None) or [wl]:  # the policy learns from its outputs: no fallback
+            pred.for_source(SignalSource.of_workload(w), strict=True)
         cfg.predictor_sha256 = pred.to_dict()["sha256"]
     if run.root.exists():
         remove_owned(run.root)
     make_owned_dir(run.root, "specgym train", RUN_FILES)
-    atomic_write_text(run.config, cfg.to_yaml())
-    return cfg, wl, {"status": "running", "timesteps_done": 0}
+    text = cfg.to_yaml()
+    try:
+        atomic_write_text(run.config, text)
+    except SpecgymError as exc:  # a full disk: no run folder without its config
+        remove_owned(run.root)
+        raise SpecgymError(f"{exc}; {run.root} was removed") from None
+    return cfg, wl, {"status": "running", "timesteps_done": 0,
+                     "config_sha256": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def _check_config_unchanged(run: RunFiles, state: dict[str, Any]) -> None:
+    """A resumed run continues the configuration it started with (its snapshot holds the model, optimiser and
+    schedule built from it): an edited ``config.yaml`` is refused, not silently ignored."""
+    want = state.get("config_sha256")
+    if want is not None and sha256_file(run.config) != want:
+        raise SpecgymError(f"{run.config}: edited since the run started; --resume continues the run as it was "
+                           f"configured (restore the file, or start a new run: specgym train --config FILE --out NEW)")
 
 
 def _resumed_run(req: TrainRequest, run: RunFiles) -> tuple[RunConfig, Any, dict[str, Any]]:
@@ -149,10 +173,12 @@ def _resumed_run(req: TrainRequest, run: RunFiles) -> tuple[RunConfig, Any, dict
     wl, ident = domain_identity() if cfg.ppo.domains else workload_identity(cfg.workload_path)
     if ident["workload_sha256"] != cfg.workload_sha256:
         raise SpecgymError(f"{cfg.workload_path}: workload changed since the run started (sha256 differs)")
+    state = read_state(run)
+    _check_config_unchanged(run, state)
     if req.timesteps is not None:
         cfg.ppo.timesteps = int(req.timesteps)
         cfg.ppo.validate("--timesteps")
-    return cfg, wl, read_state(run)
+    return cfg, wl, state
 
 
 def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
@@ -162,11 +188,6 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
         SpecgymError: Existing run folder without ``--force``/``--resume``, nothing to resume, bad config.
     """
     import torch
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import CallbackList
-
-    from specgym.training.callbacks import (CheckpointCallback, CriticWarmupCallback, ProgressCallback,
-                                            SpecDecMetricsCallback, ValidationCallback)
 
     console = console or make_console(stderr=True, quiet=req.quiet)
     torch.set_num_threads(1)
@@ -174,6 +195,50 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
     if req.resume and req.force:
         raise SpecgymError("--resume and --force exclude each other")
     cfg, wl, state = _resumed_run(req, run) if req.resume else _new_run(req, run)
+    try:
+        return _train(req, run, cfg, wl, state, console)
+    except BaseException as exc:
+        raise _failed(run, state, exc, new=not req.resume) from None
+
+
+def _failed(run: RunFiles, state: dict[str, Any], exc: BaseException, new: bool) -> BaseException:
+    """What a failed run leaves: a new run with no model yet is removed whole (a full disk leaves no half-written
+    folder); otherwise the folder keeps its last checkpoint and says so. Returns the exception to raise."""
+    if isinstance(exc, KeyboardInterrupt) and has_model(run):
+        return exc  # the interrupt handler saved the model and said how to resume
+    if new and not has_model(run):
+        try:
+            remove_owned(run.root)
+        except SpecgymError:
+            pass  # a file of the user's was put in it meanwhile: the folder stays
+        else:
+            if isinstance(exc, (SpecgymError, OSError)):
+                return SpecgymError(f"{_message(exc)}; nothing was trained to keep: {run.root} was removed")
+        return exc
+    if not isinstance(exc, (SpecgymError, OSError)):
+        return exc
+    try:
+        write_json(run.state, {**state, "status": "failed", "error": _message(exc)})
+    except (SpecgymError, OSError):
+        pass  # the disk that failed the run may refuse this too: state.json then says where the run last stood
+    return SpecgymError(f"{_message(exc)}; {run.root} keeps its last checkpoint: 'specgym train --out {run.root} "
+                        f"--resume' continues from it")
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and not isinstance(exc, SpecgymError):
+        return f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}"
+    return str(exc)
+
+
+def _train(req: TrainRequest, run: RunFiles, cfg: RunConfig, wl: Any, state: dict[str, Any],
+           console: Any) -> dict[str, Any]:
+    """The body of :func:`train` once the run folder exists."""
+    from stable_baselines3.common.callbacks import CallbackList
+
+    from specgym.training.callbacks import (CheckpointCallback, CriticWarmupCallback, ProgressCallback,
+                                            SpecDecMetricsCallback, ValidationCallback)
+
     ppo = cfg.ppo
     target = int(ppo.timesteps)
     state.update(status="running", timesteps_target=target)
@@ -184,6 +249,7 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
     if req.resume and run.resume.is_file():
         venv = make_training_env(cfg, wl, seed)
         model, snap = load_snapshot(run.resume, venv, wl, run.tb)
+        _check_config_unchanged(run, snap)  # the snapshot's own record (state.json may have been lost)
         resumed_at = int(model.num_timesteps)
         # the snapshot's history up to its step (what follows is redone, identically); the best model on disk
         # and its figures stay what state.json says, so a redone validation never replaces it by an equal one
@@ -193,7 +259,7 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
         console.print(f"{run.resume}: missing; continuing from {run.model} alone (RNG, env and return-normalisation "
                       "state start afresh)", style="yellow", highlight=False)
         venv = make_training_env(cfg, wl, seed + int(state.get("timesteps_done", 0)), run.vecnorm)
-        model = PPO.load(run.model, env=venv, device="cpu", tensorboard_log=str(run.tb))
+        model = load_model(run.model, env=venv, device="cpu", tensorboard_log=str(run.tb))
     else:
         venv = make_training_env(cfg, wl, seed)
         model = build_model(ppo, venv, seed, run.tb)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,13 +23,14 @@ import numpy as np
 
 from specgym.baselines.predicted_marginal import PredictedMarginal
 from specgym.envs.core.acceptance_predictor import (
+    GROUP_SIGNALS,
     MODEL_KINDS,
     AcceptancePredictor,
     check_groups,
     design_matrix,
 )
 from specgym.envs.core.stopping_plan import ContinuationModel, fit_continuation
-from specgym.envs.engines.recorder import is_looped
+from specgym.envs.workloads.loops import is_looped
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.workloads.trace_format import Workload
 from specgym.errors import SpecgymError
@@ -63,9 +64,7 @@ def workload_dataset(wl: Workload, split: str, groups: tuple[str, ...], max_rows
     x = design_matrix(groups, wl.draft_conf[rows], wl.draft_entropy[rows], pos, temp, col("draft_topk"),
                       col("lookup_len"), col("lookup_agree"), col("hidden_sketch"))
     if x is None:
-        missing = [g for g in groups if g in ("shape", "lookup", "hidden")]
-        raise SpecgymError(f"workload {wl.name!r} lacks the signals of group(s) {missing}: record it with trace "
-                           f"format v2 (specgym record), or train on --groups conf,position")
+        raise SpecgymError(missing_signals(wl, groups))
     loops = np.concatenate([np.full(wl.offsets[r + 1] - wl.offsets[r], request_loops(wl, int(r))) for r in reqs]) \
         if len(reqs) else np.zeros(0, bool)
     y = wl.p_accept[rows].astype(np.float64)
@@ -73,6 +72,22 @@ def workload_dataset(wl: Workload, split: str, groups: tuple[str, ...], max_rows
         keep = np.sort(np.random.default_rng(seed).choice(len(y), max_rows, replace=False))
         x, y, loops = x[keep], y[keep], loops[keep]
     return Dataset(x, y, loops)
+
+
+def missing_signals(wl: Workload, groups: tuple[str, ...]) -> str:
+    """The one-line message for a workload that lacks a column ``groups`` read: which columns, and the fix (a v2
+    trace that only lacks the hidden sketch needs ``--hidden-sketch``, not another format)."""
+    present = set(wl.signal_names)
+    lacking = {g: [c for c in GROUP_SIGNALS[g] if c not in present] for g in groups}
+    lacking = {g: cols for g, cols in lacking.items() if cols}
+    have = [g for g in groups if g not in lacking]
+    what = ", ".join(f"{g} ({', '.join(cols)})" for g, cols in lacking.items())
+    if set(lacking) == {"hidden"} and present:
+        fix = "record it with --hidden-sketch D (specgym record), or drop the hidden group"
+    else:
+        fix = "record it with specgym record (trace format v2 signals)"
+    return (f"workload {wl.name!r} lacks the signals of group(s) {what}: {fix}, or use --groups "
+            f"{','.join(have) or 'conf,position'}")
 
 
 def request_loops(wl: Workload, r: int) -> bool:
@@ -152,7 +167,8 @@ def fit_predictor(train: Dataset, groups: tuple[str, ...], kind: str = "logistic
 
 def select_predictor(wl: Workload | Sequence[Workload], groups: tuple[str, ...], name: str,
                      kinds: tuple[str, ...] = MODEL_KINDS, max_rows: int | None = 200_000,
-                     seed: int = 0) -> tuple[AcceptancePredictor, dict[str, Any]]:
+                     seed: int = 0, progress: Callable[[int, int], None] | None = None,
+                     ) -> tuple[AcceptancePredictor, dict[str, Any]]:
     """Fit every kind on the train split (of every workload given: e.g. one pair's greedy and sampled traces, so one
     predictor serves every temperature), keep the one with the lowest validation log loss, then choose its decision
     threshold on validation (:func:`tune_threshold`: the largest geometric-mean speed over the workloads); returns it
@@ -160,8 +176,19 @@ def select_predictor(wl: Workload | Sequence[Workload], groups: tuple[str, ...],
     same way without it, for deployments that cannot read the draft's hidden state (transformers' ``generate()``)."""
     wls = [wl] if isinstance(wl, Workload) else list(wl)
     groups = check_groups(groups)
-    best, candidates = select_kind(wls, groups, name, kinds, max_rows, seed)
-    speeds = [tune_threshold(w, best)[1] for w in wls]
+    steps = len(kinds) * (2 if "hidden" in groups else 1) + len(wls) + 1  # fits, thresholds, continuations
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(done[0], steps)
+
+    best, candidates = select_kind(wls, groups, name, kinds, max_rows, seed, tick)
+    speeds = []
+    for w in wls:
+        speeds.append(tune_threshold(w, best)[1])
+        tick()
     grid = list(speeds[0])
     threshold = max(grid, key=lambda t: sum(math.log(sp[t]) for sp in speeds))
     candidates["threshold"] = {"chosen": threshold, "val_tok_s": {
@@ -170,14 +197,16 @@ def select_predictor(wl: Workload | Sequence[Workload], groups: tuple[str, ...],
     if "hidden" in groups:
         # no threshold or continuation of its own: the primary's price the decisions
         fallback_groups = tuple(g for g in groups if g != "hidden")
-        fallback, figures = select_kind(wls, fallback_groups, f"{name}-fallback", kinds, max_rows, seed)
+        fallback, figures = select_kind(wls, fallback_groups, f"{name}-fallback", kinds, max_rows, seed, tick)
         candidates["fallback"] = {"groups": list(fallback_groups), **figures}
-    return dataclasses.replace(best, threshold=threshold, continuation=fit_continuations(wls, best),
-                               fallback=fallback), candidates
+    continuation = fit_continuations(wls, best)
+    tick()
+    return dataclasses.replace(best, threshold=threshold, continuation=continuation, fallback=fallback), candidates
 
 
 def select_kind(wls: Sequence[Workload], groups: tuple[str, ...], name: str, kinds: tuple[str, ...],
-                max_rows: int | None = 200_000, seed: int = 0) -> tuple[AcceptancePredictor, dict[str, Any]]:
+                max_rows: int | None = 200_000, seed: int = 0,
+                tick: Callable[[], None] | None = None) -> tuple[AcceptancePredictor, dict[str, Any]]:
     """Fit every model kind on ``groups`` over the train splits; the one with the lowest validation log loss and the
     validation figures of every kind."""
     sketch = getattr(wls[0], "hidden_sketch", None)
@@ -190,6 +219,8 @@ def select_kind(wls: Sequence[Workload], groups: tuple[str, ...], name: str, kin
     for kind in kinds:
         pred = fit_predictor(train, groups, kind, name=name, hidden_dim=hidden_dim, seed=seed)
         figures[kind] = predictor_metrics(pred.predict_matrix(val.x), val.y)
+        if tick is not None:
+            tick()
         if best is None or figures[kind]["log_loss"] < figures[best.kind]["log_loss"]:
             best = pred
     assert best is not None

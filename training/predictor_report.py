@@ -23,9 +23,10 @@ import numpy as np
 from specgym.baselines.planned_stop import PlannedStop
 from specgym.baselines.predicted_marginal import PredictedMarginal
 from specgym.baselines.marginal import MarginalStop
-from specgym.envs.core.acceptance_predictor import AcceptancePredictor
+from specgym.envs.core.acceptance_predictor import AcceptancePredictor, SignalSource
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.workloads.trace_format import Workload
+from specgym.errors import SpecgymError
 from specgym.eval.harness import INFORMED, EvalConfig, evaluate
 from specgym.eval.stats import PairedBootstrap
 from specgym.training.predictor import predictor_metrics, request_loops, select_predictor, workload_dataset
@@ -81,6 +82,9 @@ def predictor_report(wl: Workload, predictor: AcceptancePredictor, split: str = 
                      profile: CostProfile | None = None, ablation: bool = True, bootstrap: int = 2000,
                      extra_controllers: tuple[Any, ...] = ()) -> dict[str, Any]:
     """Every figure of the module docstring for ``predictor`` on ``wl`` (see :mod:`specgym.training.predictor`)."""
+    active, note = predictor.for_source(SignalSource.of_workload(wl))  # another pair's is refused
+    if active is None:
+        raise SpecgymError(f"{note}: nothing of predictor {predictor.name!r} can be measured on it")
     conf_only, _ = select_predictor(wl, ("conf",), name="calibrated-confidence", kinds=("logistic",))
     predictors: dict[str, AcceptancePredictor] = {f"predicted:{predictor.name}": predictor}
     has_hidden = wl.hidden_sketch is not None
@@ -92,7 +96,8 @@ def predictor_report(wl: Workload, predictor: AcceptancePredictor, split: str = 
             pred, _ = select_predictor(wl, groups, name=label, kinds=(predictor.kind,))
             predictors[f"predicted[{label}]"] = pred
     prediction = {"calibrated-confidence": _prediction(conf_only, wl, split)}
-    prediction.update({name: _prediction(p, wl, split) for name, p in predictors.items()})
+    # the prediction figures of the model that predicts on this workload (the fallback where it lacks a signal)
+    prediction.update({name: _prediction(active if p is predictor else p, wl, split) for name, p in predictors.items()})
     controllers: list[Any] = [("marginal", MarginalStop())]
     controllers += [(name, PredictedMarginal(p, name=name)) for name, p in predictors.items()]
     if predictor.continuation:  # optimal stopping on the same predictions
@@ -113,6 +118,7 @@ def predictor_report(wl: Workload, predictor: AcceptancePredictor, split: str = 
             "loop_share": float(loops.mean()) if len(loops) else float("nan"),
             "profile": rep["profile"]["name"], "predictor": predictor.name, "kind": predictor.kind,
             "groups": list(predictor.groups), "prediction": prediction, "speed": speed,
+            "notes": [f"predicted:{predictor.name}: {note}"] if note else [],
             "bootstrap": {"resamples": bootstrap, "level": 0.95, "unit": "request"}}
 
 
@@ -129,6 +135,8 @@ def report_markdown(r: dict[str, Any]) -> str:
         nl = m.get("no_loops") or {}
         lines.append(f"| {name} | {a['auc']:.3f} | {a['log_loss']:.3f} | {a['ece']:.3f} | "
                      f"{lo.get('auc', float('nan')):.3f} | {nl.get('auc', float('nan')):.3f} |")
+    if r.get("notes"):
+        lines += ["", "## Notes", "", *(f"- {note}" for note in r["notes"])]
     for label, s in r["speed"].items():
         if not s.get("requests"):
             continue

@@ -78,16 +78,46 @@ class RunFiles:
         return self.root / "tb"
 
 
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    """A run file's JSON object; a truncated or damaged one is a one-line error naming it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SpecgymError(f"{path}: damaged {what} (not valid JSON: {exc}); the run's models are unaffected: "
+                           f"delete this file and retry") from None
+    except OSError as exc:
+        raise SpecgymError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not isinstance(data, dict):
+        raise SpecgymError(f"{path}: damaged {what} (expected a JSON object)")
+    return data
+
+
 def read_summary(run: RunFiles) -> dict[str, Any] | None:
     """The run's ``summary.json`` (None before the run finished)."""
     if not run.summary.is_file():
         return None
-    return json.loads(run.summary.read_text())
+    return _read_json(run.summary, "run summary")
 
 
 def read_state(run: RunFiles) -> dict[str, Any]:
     """The run's ``state.json`` (empty before the run started)."""
-    return json.loads(run.state.read_text()) if run.state.is_file() else {}
+    return _read_json(run.state, "run state") if run.state.is_file() else {}
+
+
+def has_model(run: RunFiles) -> bool:
+    """The folder holds something to export or resume from (a model or a resume snapshot)."""
+    return any(p.is_file() for p in (run.model, run.best_model, run.resume))
+
+
+def load_model(path: Path, **kwargs: Any) -> Any:
+    """``PPO.load`` of a run's model file; a truncated or foreign file is a one-line error naming it."""
+    from stable_baselines3 import PPO
+
+    try:
+        return PPO.load(path, **kwargs)
+    except Exception as exc:  # SB3 raises AssertionError, zipfile.BadZipFile, KeyError... for a damaged file
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SpecgymError(f"{path}: not a readable model (truncated or damaged: {why})") from None
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

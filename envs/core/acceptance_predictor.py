@@ -27,6 +27,19 @@ midpair predictor reads the draft's hidden sketch, which transformers' ``generat
 to the one without it); where no model has its signals :meth:`AcceptancePredictor.predict_step` returns ``None`` and
 the controller falls back to calibrated confidence. Bump :data:`PREDICTOR_VERSION` when any input's meaning or
 scaling changes.
+
+**Compatibility** (:meth:`AcceptancePredictor.for_source`, the one check of every place that pairs a predictor with
+a workload or an engine: ``eval``, ``predictor eval``, ``train``, the gym env, ``generate``, the live bench): a
+predictor is a function of one pair's signals. Its metadata names the pair it was trained on (``pair_draft``,
+``pair_target``) and the identity of the hidden sketch it reads (``hidden_sketch``:
+:func:`~specgym.envs.core.signals.sketch_identity`). A :class:`SignalSource` describes what a workload or a live
+engine feeds it. Then:
+
+* another pair (both sides known) is refused in one line: its probabilities are another model's;
+* a source without one of the predictor's groups, or with a different hidden sketch (another projection, width or
+  seed), is served by the first predictor of its fallback chain that it can feed, with one note; where none fits,
+  the controller estimates acceptance from calibrated confidence (``marginal``'s estimate), with one note;
+* ``strict`` (training a policy on the predictor's outputs) refuses any of these instead of falling back.
 """
 
 from __future__ import annotations
@@ -34,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from specgym.envs.core.rounds import DraftStep
+from specgym.envs.core.signals import sketch_identity, sketch_identity_from_meta
 from specgym.envs.core.stopping_plan import ContinuationModel
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text
@@ -52,6 +67,73 @@ _LOGIT_CLIP = 12.0
 _ENTROPY_SCALE = 8.0
 _LOG_POS = math.log1p(4096.0)
 _EPS = 1e-6
+
+
+#: The trace signal columns each signal group needs (``conf`` and ``position`` are in every trace and engine).
+GROUP_SIGNALS: dict[str, tuple[str, ...]] = {
+    "conf": (), "shape": ("draft_topk",), "position": (), "lookup": ("lookup_len", "lookup_agree"),
+    "hidden": ("hidden_sketch",),
+}
+
+
+def _model_name(name: Any) -> str | None:
+    """A model's name as metadata gives it, normalised for comparison (``./a/b/`` = ``a/b``); None if unknown."""
+    if not name:
+        return None
+    text = str(name).strip()
+    return os.path.normpath(text) if text else None
+
+
+def same_model(a: str | None, b: str | None) -> bool:
+    """Whether two metadata names may name one model: equal, either unknown, or one path ending with the other
+    (``/data/models/midpair/target`` and the shipped ``models/midpair/target``), over at least two components."""
+    if a is None or b is None or a == b:
+        return True
+    pa, pb = Path(a).parts, Path(b).parts
+    short, long = (pa, pb) if len(pa) <= len(pb) else (pb, pa)
+    return len(short) >= 2 and long[-len(short):] == short
+
+
+@dataclass(frozen=True)
+class SignalSource:
+    """What a workload or a live engine feeds an acceptance predictor.
+
+    Attributes:
+        where: How messages name it (``workload 'midpair-greedy'``, ``the live engine on midpair``).
+        draft, target: The pair's models as metadata names them (None where unknown: a synthetic workload).
+        groups: The signal groups it carries (:data:`SIGNAL_GROUPS`).
+        sketch: The identity of its hidden sketch (:func:`~specgym.envs.core.signals.sketch_identity`), or None.
+    """
+
+    where: str
+    draft: str | None
+    target: str | None
+    groups: tuple[str, ...]
+    sketch: dict[str, Any] | None = None
+
+    @classmethod
+    def of_workload(cls, wl: Any) -> SignalSource:
+        """The source of a :class:`~specgym.envs.workloads.trace_format.Workload` (its metadata and columns)."""
+        source = wl.source if isinstance(wl.source, dict) else {}
+        where = f"workload {wl.name!r}"
+        present = set(wl.signal_names)
+        groups = tuple(g for g in SIGNAL_GROUPS if set(GROUP_SIGNALS[g]) <= present)
+        meta = (wl.signal_meta or {}).get("hidden_sketch")
+        sketch = sketch_identity_from_meta(meta, where) if meta is not None and "hidden" in groups else None
+        recorded = source.get("kind") == "recorded"
+        return cls(where, _model_name(source.get("draft_model")) if recorded else None,
+                   _model_name(source.get("target_model")) if recorded else None, groups, sketch)
+
+    @classmethod
+    def of_engine(cls, where: str, draft: str | None, target: str | None, signals: bool,
+                  sketch: np.ndarray | None = None, sketch_seed: int | None = None) -> SignalSource:
+        """The source of a live engine: every group when it computes signals, ``hidden`` with a sketch."""
+        groups = ("conf", "position") + (("shape", "lookup") if signals else ())
+        if signals and sketch is not None:
+            groups += ("hidden",)
+        ident = sketch_identity(sketch, sketch_seed) if signals and sketch is not None else None
+        return cls(where, _model_name(draft), _model_name(target),
+                   tuple(g for g in SIGNAL_GROUPS if g in groups), ident)
 
 
 def group_columns(groups: tuple[str, ...], hidden_dim: int = 0) -> list[str]:
@@ -241,6 +323,69 @@ class AcceptancePredictor:
             z = float(h[0])
         return 1.0 / (1.0 + math.exp(-min(max(z, -30.0), 30.0)))
 
+    # ------------------------------------------------------------------------------------- compatibility
+    @property
+    def pair(self) -> tuple[str | None, str | None]:
+        """``(draft, target)`` it was trained on, as its metadata names them (None where not recorded)."""
+        meta = self.meta or {}
+        return _model_name(meta.get("pair_draft")), _model_name(meta.get("pair_target"))
+
+    def chain(self) -> list[AcceptancePredictor]:
+        """This predictor, then its fallbacks, in the order they are asked."""
+        out: list[AcceptancePredictor] = []
+        pred: AcceptancePredictor | None = self
+        while pred is not None:
+            out.append(pred)
+            pred = pred.fallback
+        return out
+
+    def for_source(self, src: SignalSource, strict: bool = False) -> tuple[AcceptancePredictor | None, str | None]:
+        """The predictor of :meth:`chain` that ``src`` can feed, and a one-line note when it is not this one.
+
+        Returns ``(predictor, note)``; ``predictor`` is None where no model of the chain fits (the controller then
+        estimates acceptance from calibrated confidence). See *Compatibility* in the module docstring.
+
+        Raises:
+            SpecgymError: ``src`` comes from another pair; with ``strict``, anything but this predictor fitting.
+        """
+        draft, target = self.pair
+        for mine, theirs, role in ((target, src.target, "target"), (draft, src.draft, "draft")):
+            if not same_model(mine, theirs):
+                raise SpecgymError(
+                    f"predictor {self.name!r} was trained on the {role} model {mine}, {src.where} comes from "
+                    f"{theirs}: its probabilities are another model's (train one on this pair: specgym predictor "
+                    f"train --workload W --out P.json)")
+        why = self._missing(src)
+        if why is None:
+            return self, None
+        if strict:
+            raise SpecgymError(f"predictor {self.name!r} reads {', '.join(self.groups)}, but {src.where} {why}")
+        for pred in self.chain()[1:]:
+            if pred._missing(src) is None:
+                return pred, (f"predictor {self.name!r}: {src.where} {why}; its fallback on "
+                              f"{', '.join(pred.groups)} predicts instead")
+        return None, (f"predictor {self.name!r}: {src.where} {why}, and no fallback of it fits; acceptance is "
+                      f"estimated from calibrated confidence (as marginal does)")
+
+    def _missing(self, src: SignalSource) -> str | None:
+        """Why ``src`` cannot feed this predictor alone (None: it can)."""
+        lacking = [g for g in self.groups if g not in src.groups]
+        if lacking:
+            cols = [c for g in lacking for c in GROUP_SIGNALS[g]]
+            return f"lacks the signal(s) {', '.join(cols)} (group {', '.join(lacking)})"
+        if "hidden" not in self.groups:
+            return None
+        have = src.sketch or {}
+        if int(have.get("dim", -1)) != self.hidden_dim:
+            return f"has a {have.get('dim')}-dimensional hidden sketch, this predictor reads {self.hidden_dim}"
+        want = (self.meta or {}).get("hidden_sketch")
+        if isinstance(want, dict):
+            for key in ("hidden_size", "sha256"):
+                if want.get(key) is not None and have.get(key) is not None and want[key] != have[key]:
+                    return (f"has another hidden sketch ({key} {have[key]}, the predictor was trained on "
+                            f"{want[key]}: another model or projection)")
+        return None
+
     # ------------------------------------------------------------------------------------------ artifact
     def to_dict(self) -> dict[str, Any]:
         """The JSON form; ``sha256`` covers every field that changes the function (not ``meta``)."""
@@ -309,6 +454,20 @@ class AcceptancePredictor:
         if d.get("sha256") != _digest(pred._function_fields()):
             raise SpecgymError(f"{where}: checksum mismatch (field 'sha256'): the file was edited or damaged")
         return pred
+
+
+def bind_signals(named: Any, src: SignalSource) -> list[str]:
+    """Fit every predictor-reading controller of ``named`` (``(label, controller)`` pairs or controllers) to ``src``
+    (their ``bind_signals`` method: :meth:`AcceptancePredictor.for_source`); returns the notes, one line per
+    distinct note, naming the controllers it concerns."""
+    notes: dict[str, list[str]] = {}
+    for item in named:
+        label, ctrl = item if isinstance(item, tuple) else (getattr(item, "name", "?"), item)
+        bind = getattr(ctrl, "bind_signals", None)
+        note = bind(src) if bind is not None else None
+        if note:
+            notes.setdefault(note, []).append(str(label))
+    return [f"{', '.join(labels)}: {note}" for note, labels in notes.items()]
 
 
 def _digest(body: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ per round costs one small object.
 from __future__ import annotations
 
 import base64
+import hashlib
 import binascii
 from dataclasses import dataclass
 
@@ -116,6 +117,20 @@ def projection_to_meta(projection: np.ndarray, seed: int) -> dict:
     p = np.ascontiguousarray(projection, dtype="<f4")
     return {"hidden_size": int(p.shape[0]), "dim": int(p.shape[1]), "seed": int(seed),
             "projection_f32_b64": base64.b64encode(p.tobytes()).decode("ascii")}
+
+
+def sketch_identity(projection: np.ndarray, seed: int | None = None) -> dict:
+    """What identifies a hidden sketch: its shape, seed (None where unknown) and the SHA-256 of its exact float32
+    values (little endian). Two sketches with the same identity are the same function of the hidden state; the
+    acceptance predictor stores the identity of the sketch it was trained on and checks it wherever it is fed one."""
+    p = np.ascontiguousarray(projection, dtype="<f4")
+    return {"hidden_size": int(p.shape[0]), "dim": int(p.shape[1]), "seed": None if seed is None else int(seed),
+            "sha256": hashlib.sha256(p.tobytes()).hexdigest()[:16]}
+
+
+def sketch_identity_from_meta(meta: dict, where: str) -> dict:
+    """:func:`sketch_identity` of a projection stored by :func:`projection_to_meta`."""
+    return sketch_identity(projection_from_meta(meta, where), meta.get("seed"))
 
 
 def projection_from_meta(meta: dict, where: str) -> np.ndarray:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import time
 from typing import Any
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -81,15 +81,20 @@ def trimmed_mean(x: Sequence[float], trim: float = TRIM) -> float:
 
 
 def measure_rounds(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], k_max: int,
-                   repeats: int = 1, temperature: float = 0.0, ks: Sequence[int] | None = None) -> list[RoundSample]:
+                   repeats: int = 1, temperature: float = 0.0, ks: Sequence[int] | None = None,
+                   progress: Callable[[float], None] | None = None) -> list[RoundSample]:
     """Decode every prompt with every fixed K in ``ks`` (default 0..k_max; ``repeats`` times, K rotated per prompt)
-    at ``temperature`` and return every round's timing."""
+    at ``temperature`` and return every round's timing (``progress(fraction_done)`` after each request)."""
     samples: list[RoundSample] = []
     ks = list(range(k_max + 1)) if ks is None else list(ks)
+    total, done = repeats * len(prompts) * len(ks), 0
     for rep in range(repeats):
         for p, (ids, n) in enumerate(zip(prompts, max_new_tokens)):
             shift = (p + rep) % len(ks)
             for k in ks[shift:] + ks[:shift]:
+                if progress is not None:
+                    progress(done / total)
+                done += 1
                 res = engine.run_request(ids, k, int(n), temperature=temperature, seed=p)
                 for r, draft_ms in zip(res.rounds, res.draft_phase_ms):
                     samples.append(RoundSample(r.drafted, len(ids) + r.position, draft_ms, r.time_ms))
@@ -133,11 +138,11 @@ def fit_profile(samples: Sequence[RoundSample], k_max: int, name: str = "fitted"
 
 def calibrate(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], k_max: int,
               repeats: int = 1, name: str = "fitted", hardware: dict[str, Any] | None = None,
-              temperature: float = 0.0) -> CalibrationFit:
+              temperature: float = 0.0, progress: Callable[[float], None] | None = None) -> CalibrationFit:
     """Measure rounds on ``prompts`` at ``temperature`` (see :func:`measure_rounds`) and fit a profile to them."""
     if not prompts:
         raise SpecgymError("calibration needs at least one prompt")
     t0 = time.perf_counter()
     engine.run_request(prompts[0], 2, 8)  # warm-up
-    samples = measure_rounds(engine, prompts, max_new_tokens, k_max, repeats, temperature)
+    samples = measure_rounds(engine, prompts, max_new_tokens, k_max, repeats, temperature, progress=progress)
     return fit_profile(samples, k_max, name, hardware=hardware, seconds=time.perf_counter() - t0)

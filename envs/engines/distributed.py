@@ -67,17 +67,139 @@ def require_ray() -> Any:
     return ray
 
 
+#: How long a connection to an existing cluster (``--ray-address``) may take before it is refused.
+CONNECT_TIMEOUT_S = float(os.environ.get("SPECGYM_RAY_CONNECT_TIMEOUT_S", "30"))
+#: The environment variable that marks every process of a local cluster this process started (inherited by Ray's
+#: GCS, raylet, agents and workers), so that the reaper can end them whatever way this process ends.
+SESSION_ENV = "SPECGYM_RAY_SESSION"
+
+_PROBE = """
+import os, sys
+import ray
+ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=False, logging_level="ERROR")
+print(int(ray.cluster_resources().get("CPU", 0)))
+ray.shutdown()
+"""
+
+#: The reaper (a separate process, in its own session): it waits until this process closes the pipe — when it
+#: exits, is interrupted or is killed outright (SIGKILL) — then ends every process carrying the session's mark.
+_REAPER = """
+import os, signal, sys, time
+token = sys.argv[1]
+sys.stdin.buffer.read()  # EOF: the process that started the cluster is gone (or done)
+me = os.getpid()
+def marked():
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if token.encode() in f.read().split(b"\\0"):
+                    out.append(int(name))
+        except OSError:
+            pass
+    return out
+deadline = time.monotonic() + 10.0
+sig = signal.SIGTERM
+while True:
+    pids = marked()
+    if not pids:
+        break
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+    time.sleep(0.2)
+    if time.monotonic() > deadline:
+        sig = signal.SIGKILL
+"""
+
+_reaper: dict[str, Any] = {}
+
+
+def _check_address(address: str) -> None:
+    """Refuse an unreachable cluster address within :data:`CONNECT_TIMEOUT_S` (``ray.init`` retries forever)."""
+    import socket
+    import subprocess
+    import sys
+
+    where = f"the Ray cluster at {address}"
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if address != "auto" and "://" not in address:
+        if not host or not port.isdigit():
+            raise SpecgymError(f"--ray-address {address!r}: expected HOST:PORT (the head's GCS address), ray://HOST:"
+                               f"PORT or auto")
+        try:
+            socket.create_connection((host, int(port)), timeout=min(5.0, CONNECT_TIMEOUT_S)).close()
+        except OSError as exc:
+            raise SpecgymError(f"cannot reach {where}: {exc.strerror or exc} (is a Ray head running there? "
+                               f"ray start --head)") from None
+    try:  # a real connection, in a child process that can be ended (a port that is not Ray's GCS never answers)
+        proc = subprocess.run([sys.executable, "-c", _PROBE, address], capture_output=True, text=True,
+                              timeout=CONNECT_TIMEOUT_S, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        raise SpecgymError(f"{where} did not answer within {CONNECT_TIMEOUT_S:g} s (not a Ray head's GCS port? "
+                           f"SPECGYM_RAY_CONNECT_TIMEOUT_S sets the limit)") from None
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in (proc.stderr or "").splitlines() if ln.strip()]
+        raise SpecgymError(f"cannot connect to {where}: {lines[-1] if lines else f'exit {proc.returncode}'}")
+
+
+def _start_reaper() -> None:
+    """Mark this process's environment (inherited by the cluster it starts) and start the reaper (Linux)."""
+    import secrets
+    import subprocess
+    import sys
+
+    if not os.path.isdir("/proc"):
+        return
+    token = f"{SESSION_ENV}=" + secrets.token_hex(8)
+    read, write = os.pipe()  # not inherited by Ray's processes (close-on-exec): only this process holds `write`
+    proc = subprocess.Popen([sys.executable, "-c", _REAPER, token], stdin=read, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(read)
+    os.environ[SESSION_ENV] = token.split("=", 1)[1]
+    _reaper.update(proc=proc, pipe=write)
+
+
+def stop_ray() -> None:
+    """Shut down the local cluster :func:`start_ray` started, then let the reaper end any process it left."""
+    ray = require_ray()
+    try:
+        ray.shutdown()
+    finally:
+        os.environ.pop(SESSION_ENV, None)
+        if "pipe" in _reaper:
+            os.close(_reaper.pop("pipe"))
+            try:
+                _reaper.pop("proc").wait(timeout=15)
+            except Exception:  # noqa: BLE001 - the reaper finishes on its own
+                pass
+
+
 def start_ray(workers: int, address: str | None = None, gpus: bool = False) -> bool:
     """Connect to a Ray cluster (``address``, else ``RAY_ADDRESS``), or start a local one sized for ``workers``.
 
     A local cluster runs on the loopback interface only, without the dashboard or usage reporting (so it works in a
-    sandbox without network). Returns True when this call started Ray (the caller shuts it down).
+    sandbox without network), and its processes end with this one however it ends (:func:`stop_ray` on every
+    normal or interrupted exit; a reaper process when this one is killed outright). Connecting to an existing
+    cluster is bounded by :data:`CONNECT_TIMEOUT_S`. Returns True when this call started Ray (the caller stops it
+    with :func:`stop_ray`).
     """
     ray = require_ray()
     if ray.is_initialized():
+        if address:  # an address the caller named is checked even so (the connection in place is kept)
+            _check_address(address)
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        _check_address(address)
+    else:
+        _start_reaper()
     try:
         if address:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
@@ -86,6 +208,7 @@ def start_ray(workers: int, address: str | None = None, gpus: bool = False) -> b
                      log_to_driver=False, configure_logging=False, _node_ip_address="127.0.0.1",
                      object_store_memory=128 * 1024 * 1024)
     except Exception as exc:  # ray raises ConnectionError, RuntimeError, ValueError... for a bad cluster
+        stop_ray()
         where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
         raise SpecgymError(f"cannot start {where}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
     return True
@@ -204,7 +327,7 @@ def record_distributed(
     overwrite: bool = False,
     restart: bool = False,
     prompts_path: str | Path | None = None,
-    split_fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+    split_fractions: tuple[float, float, float] | None = None,
     batch: int = 8,
     hidden_sketch: int = 0,
     ray_address: str | None = None,
@@ -252,17 +375,22 @@ def record_distributed(
             "shards": [[p.request_id for p in prompts[lo:hi]] for lo, hi in ranges]}
     work = out.with_name(out.name + WORK_SUFFIX)
     scratch = "specgym-record-" + hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()[:16]
-    _open_work_dir(work, plan, restart)
-    todo = deque(i for i in range(len(ranges)) if not (work / _shard_file(i)).is_file())
-    resumed = len(ranges) - len(todo)
-    done_requests = sum(hi - lo for i, (lo, hi) in enumerate(ranges) if i not in todo)
+    todo = deque(i for i in range(len(ranges)) if not (work / _shard_file(i)).is_file() or restart)
     shard_stats: dict[int, dict[str, Any]] = {}
     retries = 0
     record_s = 0.0
-    if todo:
+    started = False
+    failed: list[int] = []
+    error: str | None = None
+    if todo:  # the cluster first: a cluster that cannot be reached leaves nothing behind
         gpus = str(load_kwargs.get("device") or "").startswith("cuda")
         started = start_ray(workers, ray_address, gpus)
-        try:
+    try:
+        _open_work_dir(work, plan, restart)
+        todo = deque(i for i in range(len(ranges)) if not (work / _shard_file(i)).is_file())
+        resumed = len(ranges) - len(todo)
+        done_requests = sum(hi - lo for i, (lo, hi) in enumerate(ranges) if i not in todo)
+        if todo:
             remote = ray.remote(num_cpus=0 if gpus else 1, num_gpus=1 if gpus else 0)(ShardRecorder)
 
             def new_actor() -> Any:
@@ -276,8 +404,6 @@ def record_distributed(
             t_rec = time.perf_counter()
             attempts: dict[int, int] = {}
             inflight: dict[Any, tuple[Any, int]] = {}
-            failed: list[int] = []
-            error: str | None = None
 
             def submit(actor: Any) -> None:
                 i = todo.popleft()
@@ -313,14 +439,14 @@ def record_distributed(
                 if todo and error is None:
                     submit(actor)
             record_s = time.perf_counter() - t_rec
-        finally:
-            if started:
-                ray.shutdown()
-        if error is not None:
-            raise SpecgymError(f"{error} (finished shards are kept in {work}; rerun to resume)")
-        if failed:
-            raise SpecgymError(f"shard(s) {sorted(failed)} failed {max_retries + 1} times (worker died); the "
-                               f"finished shards are kept in {work}: rerun the same command to resume")
+    finally:  # every exit, Ctrl-C included (a SIGKILL is the reaper's: see start_ray)
+        if started:
+            stop_ray()
+    if error is not None:
+        raise SpecgymError(f"{error} (finished shards are kept in {work}; rerun to resume)")
+    if failed:
+        raise SpecgymError(f"shard(s) {sorted(failed)} failed {max_retries + 1} times (worker died); the "
+                           f"finished shards are kept in {work}: rerun the same command to resume")
     requests: list[dict[str, Any]] = []
     completions: list[list[int]] = []
     first: Workload | None = None

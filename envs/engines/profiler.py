@@ -22,6 +22,8 @@ with ``source="measured"`` and a hardware description (which records the clock).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import dataclasses
 import os
 import platform
@@ -73,11 +75,15 @@ def hardware_description(device: str = "cpu", dtype: str = "float32") -> dict[st
 DRAFT_RUN = 4
 
 
-def interleaved_ms(fns: list, repeats: int, warmup: int, sync, clock=time.perf_counter) -> list[float]:
+def interleaved_ms(fns: list, repeats: int, warmup: int, sync, clock=time.perf_counter,
+                   progress: Callable[[float], None] | None = None) -> list[float]:
     """Median time of each call in ms, measured round-robin: on a shared machine whose speed drifts over seconds,
-    drift then hits every call alike, so ratios between them (verify(n) / verify(1)) stay consistent."""
+    drift then hits every call alike, so ratios between them (verify(n) / verify(1)) stay consistent.
+    ``progress(fraction_done)`` after each round of calls."""
     times: list[list[float]] = [[] for _ in fns]
     for rep in range(warmup + repeats):
+        if progress is not None:
+            progress(rep / (warmup + repeats))
         for i, fn in enumerate(fns):
             sync()
             t0 = clock()
@@ -133,10 +139,10 @@ def extend_tree_verify(profile: CostProfile, measured: CostProfile) -> CostProfi
 
 def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats: int = 40, warmup: int = 8,
                     name: str = "measured", description: str = "", clock: str = "wall",
-                    tree_nodes: int = 0) -> CostProfile:
+                    tree_nodes: int = 0, progress: Callable[[float], None] | None = None) -> CostProfile:
     """Measure draft/verify/overhead costs of ``pair`` at ``context`` tokens of context (``clock`` wall or cpu);
     ``tree_nodes > k_max`` also measures tree verification up to that many draft nodes (``verify_ms`` then has
-    ``tree_nodes + 1`` entries)."""
+    ``tree_nodes + 1`` entries). ``progress(fraction_done)`` as the measurement advances."""
     import torch
 
     if clock not in ("wall", "cpu"):
@@ -198,7 +204,7 @@ def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats:
         calls += [step(pair.target, caches["target"], n, False) for n in range(1, k_max + 2)]
         calls += [engine_round(k) for k in rounds]
         calls += [tree_verify_call(engine, caches["target"], n, gen) for n in range(k_max + 2, n_verify + 1)]
-        measured = interleaved_ms(calls, repeats, warmup, sync, clk)
+        measured = interleaved_ms(calls, repeats, warmup, sync, clk, progress)
     draft_ms, verify = measured[0] / DRAFT_RUN, measured[1: k_max + 2]
     verify += measured[k_max + 2 + len(rounds):]
     verify[0] = float(statistics.median(r.time_ms for r in rounds[0][-repeats:]))  # t_AR: a real plain round
@@ -220,7 +226,7 @@ def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats:
 
 def measure_batch_profile(pair: LivePair, batch_sizes: tuple[int, ...], k_max: int = 8, context: int = 160,
                           repeats: int = 12, warmup: int = 3, name: str = "measured-batched",
-                          clock: str = "wall") -> BatchCostProfile:
+                          clock: str = "wall", progress: Callable[[float], None] | None = None) -> BatchCostProfile:
     """A batched cost profile of ``pair`` on this machine: for each batch size ``b`` one cached draft forward of
     ``b`` sequences x 1 token (with the draft features) and one cached target forward of ``b`` x ``n`` tokens,
     ``n = 1..k_max+1`` (with the argmax), every sequence at ``context`` tokens of context; medians of ``repeats``.
@@ -231,7 +237,10 @@ def measure_batch_profile(pair: LivePair, batch_sizes: tuple[int, ...], k_max: i
     import torch
     from transformers import DynamicCache
 
-    single = measure_profile(pair, k_max=k_max, context=context, repeats=repeats, warmup=warmup, clock=clock)
+    share = 1.0 / (len(batch_sizes) + 1)  # progress: the single-sequence profile, then each batch size
+    tick = progress or (lambda f: None)
+    single = measure_profile(pair, k_max=k_max, context=context, repeats=repeats, warmup=warmup, clock=clock,
+                             progress=lambda f: tick(f * share))
     clk = time.thread_time if clock == "cpu" else time.perf_counter
     engine = LiveEngine.from_pair(pair, k_max=k_max, timing=clock)
     dev = engine.device
@@ -239,7 +248,8 @@ def measure_batch_profile(pair: LivePair, batch_sizes: tuple[int, ...], k_max: i
     gen = torch.Generator().manual_seed(0)
     drafts, verifies = [], []
     with torch.inference_mode():
-        for b in batch_sizes:
+        for i, b in enumerate(batch_sizes):
+            tick((i + 1) * share)
             ctx_ids = torch.randint(2, engine.vocab, (b, context), generator=gen).to(dev)
             caches = {}
             for role, model in (("draft", pair.draft), ("target", pair.target)):

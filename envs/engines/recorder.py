@@ -45,13 +45,16 @@ from specgym.envs.core.signals import TOPK, projection_to_meta, sketch_projectio
 from specgym.envs.engines.draft_stats import draft_stats, token_rank, top_probs
 from specgym.envs.engines.live_engine import LiveEngine, LivePair
 from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS, chunks, write_dataset
+from specgym.envs.workloads.loops import loop_summary
 from specgym.envs.workloads.prompts import PromptSpec
-from specgym.envs.workloads.trace_format import Workload, save_workload, workload_from_requests
+from specgym.envs.workloads.trace_format import Workload, assign_splits, save_workload, workload_from_requests
 from specgym.errors import SpecgymError
 from specgym.io import check_output, sha256_file
 from specgym.paths import portable_name
 
 PARTIAL_SUFFIX = ".partial.jsonl"
+#: The train/val/test fractions of a recording without ``--splits``.
+DEFAULT_SPLITS = (0.8, 0.1, 0.1)
 
 
 def parse_length(text: str | int) -> tuple[int, int]:
@@ -149,19 +152,12 @@ def trace_columns_batch(draft: Any, target: Any, items: Sequence[tuple[Sequence[
     return out
 
 
-def loop_share(completions: Sequence[Sequence[int]], tail: int = 64, max_period: int = 32) -> float:
-    """Share of completions whose last ``tail`` tokens repeat with a period <= ``max_period`` (greedy loops)."""
-    if not completions:
-        return float("nan")
-    return float(np.mean([is_looped(c, tail, max_period) for c in completions]))
-
-
-def is_looped(tokens: Sequence[int], tail: int = 64, max_period: int = 32) -> bool:
-    """True if the last ``tail`` tokens are periodic with some period <= ``max_period``."""
-    t = list(tokens)[-tail:]
-    if len(t) < tail:
-        return False
-    return any(all(t[j] == t[j - per] for j in range(per, len(t))) for per in range(1, max_period + 1))
+def check_sketch_dim(dim: int, hidden: int) -> None:
+    """``--hidden-sketch D``: 0 (off) up to the draft's hidden size (a projection to more dimensions than the hidden
+    state has carries no more information, only more bytes: 4 * D per position)."""
+    if not 0 <= dim <= hidden:
+        raise SpecgymError(f"--hidden-sketch {dim}: must be 0..{hidden}, the draft's hidden size (a wider sketch "
+                           f"adds bytes, not information: {4 * dim:,} bytes per token)")
 
 
 class Recorder:
@@ -180,9 +176,8 @@ class Recorder:
         self.pair = pair
         self.engine = LiveEngine.from_pair(pair, k_max=max(k_max, gen_k), signals=False)
         self.gen_k = gen_k
-        if hidden_sketch < 0:
-            raise SpecgymError(f"--hidden-sketch must be >= 0, got {hidden_sketch}")
         hidden = int(pair.draft.get_output_embeddings().weight.shape[1])
+        check_sketch_dim(hidden_sketch, hidden)
         self.sketch = sketch_projection(hidden, hidden_sketch, sketch_seed) if hidden_sketch else None
         self.sketch_seed = sketch_seed
         self.trace_s = 0.0
@@ -228,6 +223,69 @@ class Recorder:
         return self.extract([self.generate(spec, n, temperature, seed)])[0]
 
 
+class PartialFile:
+    """A recording's resume file (``<out>.partial.jsonl``): a header line with the settings, then one line per
+    finished request. It only ever holds whole lines (a write the disk refuses is cut back to the last whole line)
+    and it is removed when a failure leaves it without a finished request, so a full disk never leaves a 0-byte or
+    half-written file behind; the error names the file.
+
+    Args:
+        path: The file.
+        header: The recording settings (the first line).
+        fresh: Start the file (else append to the one a previous run left).
+        requests: Finished requests it already holds.
+    """
+
+    def __init__(self, path: Path, header: dict[str, Any], fresh: bool, requests: int = 0):
+        self.path, self.requests, self.failed = path, requests, False
+        self.fd = -1
+        try:
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if fresh else os.O_APPEND), 0o666)
+            self.good = os.lseek(self.fd, 0, os.SEEK_END)
+            if fresh:
+                self._write((json.dumps({"header": header}) + "\n").encode())
+        except OSError as exc:
+            raise self._fail(exc) from None
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+        os.fsync(self.fd)
+        self.good = os.lseek(self.fd, 0, os.SEEK_CUR)
+
+    def append(self, lines: list[str]) -> None:
+        """Append finished requests (one JSON line each), durably."""
+        if not lines:
+            return
+        try:
+            self._write("".join(line + "\n" for line in lines).encode())
+        except OSError as exc:
+            raise self._fail(exc) from None
+        self.requests += len(lines)
+
+    def _fail(self, exc: OSError) -> SpecgymError:
+        """Cut the file back to its last whole line (or remove it when it holds no request); the one-line error."""
+        self.failed = True
+        try:
+            if self.requests == 0:
+                self.close()
+                self.path.unlink(missing_ok=True)
+            elif self.fd >= 0:
+                os.ftruncate(self.fd, self.good)
+        except OSError:
+            pass
+        kept = (f"its {self.requests} finished request(s) are kept there: rerun the same command to resume"
+                if self.requests else "nothing was kept")
+        return SpecgymError(f"{self.path}: cannot write ({exc.strerror or exc}); {kept}")
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 def _load_partial(path: Path, header: dict) -> dict[str, dict]:
     """Finished requests of an interrupted recording with the same settings (a truncated last line is ignored)."""
     if not path.exists():
@@ -271,7 +329,7 @@ def record_workload(
     prompts_path: str | Path | None = None,
     progress: Callable[[int, int], None] | None = None,
     extra: dict[str, Any] | None = None,
-    split_fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+    split_fractions: tuple[float, float, float] | None = None,
     batch: int = 8,
     hidden_sketch: int = 0,
 ) -> tuple[Workload, dict[str, Any]]:
@@ -304,37 +362,46 @@ def record_workload(
     if restart and partial.exists():
         partial.unlink()
     done = _load_partial(partial, header)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if not partial.exists() or not done:
-        with open(partial, "w", encoding="utf-8") as f:
-            f.write(json.dumps({"header": header}) + "\n")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecgymError(f"{out.parent}: cannot create ({exc.strerror or exc})") from None
+    part = PartialFile(partial, header, fresh=not partial.exists() or not done, requests=len(done))
     t0 = time.perf_counter()
     resumed = sum(1 for s in prompts if s.request_id in done)
-    with open(partial, "a", encoding="utf-8") as f:
-        pending: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
 
-        def flush() -> None:
-            for r in rec.extract(pending):
-                line = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in r.items()}
-                f.write(json.dumps(line) + "\n")
-                done[r["request_id"]] = line
-            f.flush()
-            os.fsync(f.fileno())
-            pending.clear()
+    def flush() -> None:
+        lines = []
+        for r in rec.extract(pending):
+            line = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in r.items()}
+            lines.append(line)
+        pending.clear()
+        part.append([json.dumps(line) for line in lines])
+        for line in lines:
+            done[line["request_id"]] = line
 
-        try:
-            for idx, spec in enumerate(prompts):
-                if spec.request_id not in done:
-                    temp = temperature if spec.temperature is None else spec.temperature
-                    n = spec.max_new_tokens or request_length(spec.request_id, lo, hi, seed)
-                    pending.append(rec.generate(spec, n, temp, seed))
-                    if len(pending) >= batch:
-                        flush()
-                if progress is not None:
-                    progress(idx + 1, len(prompts))
-        finally:  # Ctrl-C included: the completions generated so far are kept for the resume
-            if pending:
+    try:
+        for idx, spec in enumerate(prompts):
+            if spec.request_id not in done:
+                temp = temperature if spec.temperature is None else spec.temperature
+                n = spec.max_new_tokens or request_length(spec.request_id, lo, hi, seed)
+                pending.append(rec.generate(spec, n, temp, seed))
+                if len(pending) >= batch:
+                    flush()
+            if progress is not None:
+                progress(idx + 1, len(prompts))
+        if pending:
+            flush()
+    except BaseException:  # Ctrl-C included: the completions generated so far are kept for the resume
+        if pending and not part.failed:
+            try:
                 flush()
+            except SpecgymError:
+                pass  # the first error is the one to report
+        raise
+    finally:
+        part.close()
     wall = time.perf_counter() - t0
     requests = []
     completions = []
@@ -345,7 +412,7 @@ def record_workload(
     source = {"kind": "recorded", "draft_model": portable_name(pair.draft_name),
               "target_model": portable_name(pair.target_name), "temperature": temperature,
               "max_new_tokens": str(max_new_tokens), "seed": seed, "generator": f"live engine, fixed K={gen_k}",
-              "device": pair.device, "dtype": pair.dtypes, "split_fractions": list(split_fractions),
+              "device": pair.device, "dtype": pair.dtypes, "split_fractions": list(split_fractions or DEFAULT_SPLITS),
               "prompts": portable_name(prompts_path) if prompts_path else None}
     wl, summary = assemble_recording(name or out.stem, source, profile, requests, completions, seed,
                                      split_fractions, extra, rec.signal_meta())
@@ -360,26 +427,36 @@ def record_workload(
         "end_to_end_positions_per_s": rec.positions / wall if wall > 0 and rec.positions else float("nan"),
         **summary,
     }
-    save_recording(wl, out, overwrite)
+    try:
+        save_recording(wl, out, overwrite)
+    except SpecgymError as exc:  # a full disk: the output is absent, the finished requests are kept
+        raise SpecgymError(f"{exc}; the {len(done)} finished requests are kept in {partial}: rerun the same command "
+                           f"to resume") from None
     partial.unlink()
     return wl, stats
 
 
 def assemble_recording(name: str, source: dict[str, Any], profile: CostProfile, requests: list[dict[str, Any]],
-                       completions: list[Any], seed: int, split_fractions: tuple[float, float, float],
+                       completions: list[Any], seed: int, split_fractions: tuple[float, float, float] | None,
                        extra: dict[str, Any] | None, signal_meta: dict[str, Any]) -> tuple[Workload, dict[str, Any]]:
     """The workload of a finished recording (requests in prompt order; splits drawn from ``seed`` over all of them)
     and its summary figures; shared by the single-process and the distributed recorder, so that both write the same
-    workload from the same requests."""
+    workload from the same requests.
+
+    Splits: ``split_fractions`` given (``--splits``) are honoured exactly
+    (:func:`~specgym.envs.workloads.trace_format.split_counts`; a fraction of 0 is an empty split); ``None`` is
+    :data:`DEFAULT_SPLITS` with at least one val and one test request from 3 requests on."""
+    if split_fractions is not None:
+        splits = assign_splits(len(requests), seed, split_fractions, exact=True)
+        requests = [{**r, "split": str(s)} for r, s in zip(requests, splits)]
     summary = {
         "positions": int(sum(len(c) for c in completions)),
-        "loop_share": loop_share(completions),
-        "loop_share_by_category": {c: loop_share([x for x, r in zip(completions, requests) if r["category"] == c])
-                                   for c in dict.fromkeys(r["category"] for r in requests)},
+        **loop_summary(completions, [r["category"] for r in requests]),
         "mean_p_accept": float(np.mean(np.concatenate([np.asarray(r["p_accept"]) for r in requests]))),
         "lookup_agree_share": float(np.mean(np.concatenate([np.asarray(r["lookup_agree"]) for r in requests]))),
     }
-    wl = workload_from_requests(name, source, profile, requests, split_seed=seed, split_fractions=split_fractions,
+    wl = workload_from_requests(name, source, profile, requests, split_seed=seed,
+                                split_fractions=split_fractions or DEFAULT_SPLITS,
                                 extra={"loop_share": summary["loop_share"],
                                        "loop_share_by_category": summary["loop_share_by_category"], **(extra or {})},
                                 signal_meta=signal_meta)

@@ -20,7 +20,7 @@ import numpy as np
 from gymnasium import spaces
 
 import specgym.catalogue as catalogue
-from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor
+from specgym.envs.core.acceptance_predictor import AcceptancePredictor, SignalSource, load_predictor
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.features import FeatureTracker, feature_bounds, feature_table
 from specgym.envs.core.rounds import DEFAULT_K_MAX, RoundOutcome, check_k_max
@@ -122,6 +122,9 @@ class _ReplayEnvBase(EnvShell):
         if pred is not None and self.mode != "token":
             raise SpecgymError(f"env config predictor: only the token-mode env reads an acceptance predictor "
                                f"(this is {self.mode} mode)")
+        if pred is not None:  # another pair's predictor is refused (a fallback keeps predicting per step)
+            for wl in self.domains.workloads if self.domains is not None else [self.workload]:
+                pred.for_source(SignalSource.of_workload(wl))
         return pred
 
     def _use(self, workload: Workload, profile: CostProfile | None) -> None:

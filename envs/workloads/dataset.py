@@ -18,6 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from specgym.envs.core.cost import CostProfile
+from specgym.envs.workloads.loops import is_looped
 from specgym.envs.workloads.trace_format import (
     RECORD, RECORD_FORMAT, RECORD_VERSION, ShardedWorkload, ShardInfo, Workload, concat_workloads, load_workload,
     metadata_difference, open_dataset, save_workload,
@@ -95,10 +99,56 @@ def _slice(wl: Workload, lo: int, hi: int) -> Workload:
     )
 
 
+PARQUET_MAGIC = b"PAR1"
+
+
+def check_shard_files(ds: ShardedWorkload) -> None:
+    """Check every shard's file at open, without reading its columns: present, a whole Parquet file (the magic at
+    both ends and a footer that fits: a truncated copy loses its footer) whose row count is the record's. Reading
+    is still lazy: the columns of a shard are validated when it is read (:meth:`ShardedWorkload.shard`).
+
+    Raises:
+        SpecgymError: The first defective shard, named, with what is wrong.
+    """
+    _, pq = _arrow()
+    for info in ds.shards:
+        path = ds.path / info.file
+        try:
+            size = path.stat().st_size
+            with open(path, "rb") as f:
+                head = f.read(4)
+                f.seek(max(size - 8, 0))
+                tail = f.read(8)
+        except FileNotFoundError:
+            raise SpecgymError(f"{path}: shard listed in {ds.path / RECORD} is missing") from None
+        except OSError as exc:
+            raise SpecgymError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        footer = int.from_bytes(tail[:4], "little") if len(tail) == 8 else -1
+        if size < 12 or head != PARQUET_MAGIC or tail[4:] != PARQUET_MAGIC or not 0 < footer <= size - 12:
+            raise SpecgymError(f"{path}: truncated or damaged ({size:,} bytes, no whole Parquet footer); restore it "
+                               f"from the recording")
+        try:
+            rows = pq.read_metadata(path).num_rows
+        except Exception as exc:  # pyarrow raises several types for a damaged footer
+            raise SpecgymError(f"{path}: damaged Parquet footer ({type(exc).__name__})") from None
+        if rows != info.requests:
+            raise SpecgymError(f"{path}: holds {rows} requests, {ds.path / RECORD} lists {info.requests}")
+
+
+def _arrow() -> Any:
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    return pyarrow, pq
+
+
 def iter_workload_shards(path: str | Path) -> Iterator[Workload]:
-    """The shards of a dataset folder, or a single-file workload as one shard (one code path for both)."""
+    """The shards of a dataset folder (every shard file checked at open: :func:`check_shard_files`), or a
+    single-file workload as one shard (one code path for both)."""
     if is_dataset(path):
-        yield from open_dataset(path).iter_shards()
+        ds = open_dataset(path)
+        check_shard_files(ds)
+        yield from ds.iter_shards()
     else:
         yield load_workload(path)
 
@@ -112,18 +162,146 @@ def split_workload(src: str | Path, out: str | Path, shard_requests: int = DEFAU
     return write_dataset(chunks(load_workload(src), shard_requests), out, overwrite=overwrite)
 
 
-def merge_workloads(sources: list[str | Path], out: str | Path, overwrite: bool = False) -> Workload | ShardedWorkload:
-    """``specgym workloads merge``: workloads (files or dataset folders) with the same metadata, concatenated in
-    the order given, into one ``.parquet`` file or (``out`` without that suffix) one dataset folder whose shards
-    are the sources' shards."""
+#: What workloads must share to be merged into one: the recording setup (format, pair, temperature, dtype, signal
+#: set and sketch projection). Everything else — names, summaries (``extra``), prompts files, seeds, lengths — may
+#: differ: the merge names the result, recomputes the summaries and keeps each source's own under
+#: ``source.merged_from``.
+MERGE_FIELDS = ("format_version", "source.kind", "source.draft_model", "source.target_model", "source.temperature",
+                "source.dtype", "signals")
+
+
+def merge_workloads(sources: list[str | Path], out: str | Path, overwrite: bool = False, name: str | None = None,
+                    notes: list[str] | None = None) -> Workload | ShardedWorkload:
+    """``specgym workloads merge``: workloads (files or dataset folders), concatenated in the order given, into one
+    ``.parquet`` file or (``out`` without that suffix) one dataset folder of the sources' shards.
+
+    Sources with identical metadata are concatenated as they are (the shards of one workload). Sources that differ
+    only where :data:`MERGE_FIELDS` allows (two ``specgym record`` runs of one pair over two prompts files) merge into
+    a workload named ``name`` (default: ``out``'s stem) whose summaries are recomputed over all its requests; a
+    genuinely incompatible source is refused in one line naming the field.
+
+    Args:
+        notes: Receives one line per decision the merge took for the user (a profile kept from the first source,
+            request ids prefixed because two sources share them).
+    """
     if not sources:
         raise SpecgymError("merge: name at least one workload")
     out = Path(out)
     as_file = out.suffix == ".parquet"
     check_output(out, overwrite, "file" if as_file else "dir")
+    notes = [] if notes is None else notes
+    resolved = [Path(src).resolve() for src in sources]
+    twice = next((src for k, src in enumerate(sources) if resolved[k] in resolved[:k]), None)
+    if twice is not None:
+        raise SpecgymError(f"merge: {twice} is named twice (its requests would be counted twice)")
+    # pass 1 (one shard in memory at a time): every source's metadata, request ids, categories and loops
+    seen: dict[str, int] = {}
+    metas: list[dict[str, Any]] = []
+    columns: list[list[str]] = []
+    counts: list[int] = []
+    clash = None
+    looped: list[bool] = []
+    cats: list[str] = []
+    tokens = True
+    for i, src in enumerate(sources):
+        n = 0
+        for wl in iter_workload_shards(src):
+            if n == 0:
+                metas.append(wl.metadata())
+                columns.append(wl.signal_names)
+            for rid in wl.request_id.tolist():
+                if seen.setdefault(rid, i) != i and clash is None:
+                    clash = (rid, seen[rid], i)
+            tokens = tokens and wl.token_id is not None
+            if wl.token_id is not None:
+                looped += [is_looped(wl.token_id[wl.span(r)].tolist()) for r in range(wl.n_requests)]
+            cats += wl.category.tolist()
+            n += wl.n_requests
+        counts.append(n)
+    same = all(m == metas[0] for m in metas) and name in (None, metas[0].get("name"))
+    if same and clash is None:
+        shards: Iterator[Workload] = (s for src in sources for s in iter_workload_shards(src))
+        return _write_merged(shards, out, as_file, overwrite)
+    where = [str(src) for src in sources]
+    meta = merged_metadata(where, metas, columns, counts, name or out.stem, notes)
+    if tokens:  # the recorder's summaries, recomputed over the merged requests
+        meta["extra"].update(_loop_summary(looped, cats))
+    prefixes = [""] * len(sources)
+    if clash is not None:
+        stems = [Path(w).stem if Path(w).stem else f"source{i}" for i, w in enumerate(where)]
+        prefixes = [f"{stem if stems.count(stem) == 1 else f'{stem}{i}'}/" for i, stem in enumerate(stems)]
+        notes.append(f"request id {clash[0]!r} is in both {where[clash[1]]} and {where[clash[2]]}: every request "
+                     f"id is prefixed with its source ({', '.join(repr(p) for p in prefixes)})")
+    shards = (_as_merged(s, meta, prefixes[i]) for i, src in enumerate(sources) for s in iter_workload_shards(src))
+    return _write_merged(shards, out, as_file, overwrite)
+
+
+def _write_merged(shards: Iterator[Workload], out: Path, as_file: bool, overwrite: bool) -> Workload | ShardedWorkload:
     if as_file:
-        wl = concat_workloads([s for src in sources for s in iter_workload_shards(src)], where=str(out))
+        wl = concat_workloads(list(shards), where=str(out))
         save_workload(wl, out, overwrite=overwrite)
         return wl
-    return write_dataset((s for src in sources for s in iter_workload_shards(src)), out, overwrite=overwrite)
+    return write_dataset(shards, out, overwrite=overwrite)
 
+
+def _field(meta: dict[str, Any], key: str) -> Any:
+    value: Any = meta
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def merged_metadata(where: list[str], metas: list[dict[str, Any]], columns: list[list[str]], counts: list[int],
+                    name: str, notes: list[str]) -> dict[str, Any]:
+    """The metadata block of a merge (see :func:`merge_workloads`); an incompatible source raises one line naming
+    the field and both values."""
+    first = metas[0]
+    for w, m, cols in zip(where[1:], metas[1:], columns[1:]):
+        for key in MERGE_FIELDS:
+            a, b = _field(m, key), _field(first, key)
+            if a == b:
+                continue
+            if key == "signals" and a and b:
+                key = f"signals.{metadata_difference(a, b)}"
+                a, b = _field(m, key), _field(first, key)
+                if key == "signals.hidden_sketch":  # the projection itself is a long base64 string
+                    a, b = ({k: v for k, v in (x or {}).items() if k != "projection_f32_b64"} for x in (a, b))
+                    a, b = a or "none", b or "none"
+            raise SpecgymError(f"{w}: metadata field {key!r} is {_short(a)}, {where[0]} has {_short(b)}: not the "
+                               f"same recording setup (merge recordings of one pair, temperature, dtype and signal "
+                               f"set)")
+        if cols != columns[0]:
+            raise SpecgymError(f"{w}: signal columns {cols} differ from {where[0]}'s {columns[0]}: not the same "
+                               f"recording setup")
+    if any(m["profile"] != first["profile"] for m in metas[1:]):
+        notes.append(f"the sources' cost profiles differ (field 'profile'); the merge keeps {where[0]}'s "
+                     f"({first['profile'].get('name')}): evaluate under another with --profile")
+    sources = [m.get("source") or {} for m in metas]
+    common = {k: v for k, v in sources[0].items() if k != "merged_from" and all(s.get(k) == v for s in sources)}
+    extras = [m.get("extra") or {} for m in metas]
+    extra = {k: v for k, v in extras[0].items() if k not in ("loop_share", "loop_share_by_category")
+             and all(e.get(k) == v for e in extras)}
+    merged_from = [{"workload": m.get("name"), "path": w, "requests": n, "extra": m.get("extra") or {},
+                    "source": {k: v for k, v in (m.get("source") or {}).items() if k not in common}}
+                   for w, m, n in zip(where, metas, counts)]
+    return {**first, "name": name, "source": {**common, "merged_from": merged_from}, "extra": extra}
+
+
+def _loop_summary(looped: list[bool], cats: list[str]) -> dict[str, Any]:
+    """``loop_share`` and ``loop_share_by_category`` from per-request loop flags (the recorder's summary)."""
+    flags = np.asarray(looped, dtype=bool)
+    labels = np.asarray(cats, dtype=object)
+    return {"loop_share": float(flags.mean()) if len(flags) else float("nan"),
+            "loop_share_by_category": {c: float(flags[labels == c].mean()) for c in dict.fromkeys(cats)}}
+
+
+def _as_merged(wl: Workload, meta: dict[str, Any], prefix: str) -> Workload:
+    """A source shard carrying the merge's metadata (and its ids prefixed where two sources share one)."""
+    ids = wl.request_id if not prefix else np.array([prefix + str(r) for r in wl.request_id], dtype=object)
+    return replace(wl, name=meta["name"], source=meta["source"], extra=meta["extra"], request_id=ids,
+                   profile=CostProfile.from_dict(meta["profile"], where="merge"), split_seed=int(meta["split_seed"]))

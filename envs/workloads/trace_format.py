@@ -267,18 +267,37 @@ def _gather_index(old_offsets: np.ndarray, idx: np.ndarray, new_offsets: np.ndar
     return np.arange(int(new_offsets[-1]), dtype=np.int64) + starts
 
 
-def assign_splits(n_requests: int, seed: int, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> np.ndarray:
-    """Deterministic train/val/test assignment by request (a seeded permutation cut by ``fractions``)."""
+def assign_splits(n_requests: int, seed: int, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+                  exact: bool = False) -> np.ndarray:
+    """Deterministic train/val/test assignment by request (a seeded permutation cut by ``fractions``).
+
+    ``exact``: the counts are the fractions' largest-remainder rounding, nothing else (a fraction of 0 is an empty
+    split: what a user's ``--splits`` asks for); otherwise (the default fractions) val and test get at least one
+    request each from 3 requests on."""
     rng = np.random.default_rng([seed, 0x5B117])
     perm = rng.permutation(n_requests)
-    n_val = int(round(n_requests * fractions[1]))
-    n_test = int(round(n_requests * fractions[2]))
-    if n_requests >= 3:
+    if exact:
+        _, n_val, n_test = split_counts(n_requests, fractions)
+    else:
+        n_val = int(round(n_requests * fractions[1]))
+        n_test = int(round(n_requests * fractions[2]))
+    if n_requests >= 3 and not exact:
         n_val, n_test = max(n_val, 1), max(n_test, 1)
     out = np.full(n_requests, "train", dtype=object)
     out[perm[:n_val]] = "val"
     out[perm[n_val : n_val + n_test]] = "test"
     return out
+
+
+def split_counts(n_requests: int, fractions: tuple[float, float, float]) -> tuple[int, int, int]:
+    """``(train, val, test)`` request counts of ``fractions`` (summing to 1): largest-remainder rounding, so they
+    sum to ``n_requests`` and a fraction of 0 gets 0."""
+    raw = [n_requests * float(f) for f in fractions]
+    counts = [int(np.floor(v)) for v in raw]
+    order = sorted(range(3), key=lambda i: (-(raw[i] - counts[i]), i))
+    for i in order[: n_requests - sum(counts)]:
+        counts[i] += 1
+    return counts[0], counts[1], counts[2]
 
 
 def workload_from_requests(

@@ -48,6 +48,7 @@ from specgym.agents.specs import EVAL_KINDS, Traits, all_specs, build, expand, k
 from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_static import StaticTree
 import specgym.catalogue as catalogue
+from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals
 from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
@@ -60,7 +61,7 @@ from specgym.errors import SpecgymError
 from specgym.eval.runner import run_controller
 from specgym.eval.stats import PairedBootstrap
 from specgym.eval.tree_runner import run_live_tree, run_tree_controller
-from specgym.paths import default_pair_name
+from specgym.paths import default_pair_name, portable_name
 
 #: Defaults sized for about +-2% intervals in ~15 minutes on a 2-core CI-class machine (see the README).
 DEFAULT_PER_CATEGORY = 10
@@ -185,6 +186,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         hf_generate: Also time transformers' ``generate()`` plain and assisted.
         micro_repeats: Timed calls per figure of the micro-benchmarked profile.
     """
+    if specs is not None:  # a replay-only controller is refused before anything loads or calibrates
+        check_live_specs(",".join(specs))
     import torch
     import transformers
     torch.set_num_threads(threads)
@@ -244,12 +247,27 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     # trained on (a controller without one ignores it)
     eng = LiveEngine.from_pair(pair, k_max=k_max, profile=prof, timing="wall", sketch=wl.sketch_projection())
 
+    live_source = SignalSource.of_engine(f"the live engine on {pair_name}", portable_name(pair.draft_name),
+                                         portable_name(pair.target_name), eng.signals, eng.sketch,
+                                         (wl.signal_meta.get("hidden_sketch") or {}).get("seed"))
+    notes: set[str] = set()
+
     def _make(spec: str) -> Any:
-        """A chain controller, or a tree controller prepared on the workload's train split under ``prof``."""
+        """A chain controller (fitted to the engine's signals), or a tree controller prepared on the workload's
+        train split under ``prof``; a predictor's fallback is printed once."""
         row = build(spec, k_max)
+        ctrl = row.controller
         if row.kind == "tree":
-            row.controller.prepare(wl, prof)
-        return row.controller
+            ctrl.prepare(wl, prof)
+            note = getattr(ctrl, "signal_note", None)
+            fresh = [f"{spec}: {note}"] if note else []
+        else:
+            fresh = bind_signals([(spec, ctrl)], live_source)
+        for line in fresh:
+            if line not in notes:
+                notes.add(line)
+                console.print(f"note: {line}", style="yellow", highlight=False, markup=False)
+        return ctrl
     eng.run_request(prompts[0], None, 16)  # warm-up both models
     eng.run_request(prompts[0], 3, 16)
     n_p = len(prompts)

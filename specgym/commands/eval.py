@@ -7,15 +7,18 @@ import json
 from pathlib import Path
 
 import numpy as np
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+)
 
 from specgym.agents.artifact import list_policies
 from specgym.agents.specs import EVAL_KINDS, usage_line
 import specgym.catalogue as catalogue
 from specgym.commands.args import bootstrap_type, k_max_type, nonneg_int, positive_int
-from specgym.console import make_console
+from specgym.console import make_console, make_progress
+from specgym.envs.workloads.domains import suite_cells
 from specgym.envs.core.rounds import DEFAULT_K_MAX
-from specgym.envs.workloads.trace_format import cached_workload
+from specgym.envs.workloads.trace_format import cached_workload, open_dataset
 from specgym.errors import SpecgymError
 from specgym.eval.harness import EvalConfig, evaluate, resolve_controllers
 from specgym.eval.report import markdown_table, write_report
@@ -74,10 +77,20 @@ def run_suite_command(args: argparse.Namespace) -> int:
             raise SpecgymError("no shipped policy to evaluate: pass --controllers ppo:DIR[,ppo:DIR...]")
     else:
         policies = [s.strip() for s in args.controllers.split(",") if s.strip()]
-    console = make_console(stderr=True)
-    with console.status("suite") as status:
-        report = run_suite(policies, k_max=args.k_max, bootstrap=args.bootstrap,
-                           progress=lambda name: status.update(f"suite cell {name}"), max_requests=args.max_requests)
+    cells = suite_cells()
+    with make_progress() as bar:  # per held-out cell: the estimate comes from the cells done so far
+        task = bar.add_task("suite", total=len(cells))
+        started: list[str] = []
+
+        def on_cell(name: str) -> None:
+            if started:
+                bar.advance(task)
+            started.append(name)
+            bar.update(task, description=f"suite cell {len(started)}/{len(cells)} {name}")
+
+        report = run_suite(policies, cells=cells, k_max=args.k_max, bootstrap=args.bootstrap, progress=on_cell,
+                           max_requests=args.max_requests)
+        bar.update(task, completed=len(cells))
     with atomic_dir(out, overwrite=args.force, owner="specgym eval --suite") as tmp:
         (tmp / "suite.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
         (tmp / "suite.md").write_text(markdown(report))
@@ -115,13 +128,15 @@ def eval_to_folder(workload: str, controllers: str, out: Path | None, *, split: 
                      max_requests=max_requests, bootstrap=bootstrap)
     console = make_console(stderr=True)
     with Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
+                  TextColumn("left"), TimeRemainingColumn(), console=console, transient=True) as bar:
 
         def progress(name: str, n: int):
             task = bar.add_task(name, total=n)
             return lambda: bar.advance(task)
 
         report = evaluate(cfg, progress)
+    for note in report.get("notes", []):
+        console.print(f"note: {note}", style="yellow", highlight=False, markup=False)
     write_report(report, out, overwrite=force, plots=plots)
     meta = report["workload"]
     print(f"{meta['label']} — split {meta['split']}, {meta['requests']} requests, profile {report['profile']['name']}, "
@@ -140,9 +155,14 @@ def run_stream_command(args: argparse.Namespace) -> int:
     workload = args.workload or default_workload_name()
     path = catalogue.resolve("workload", workload)
     out = check_output(args.out or Path("out") / f"eval-{Path(workload).stem}", args.force)
-    report = evaluate_streaming(path, args.controllers, split=args.split, seed=args.seed, k_max=args.k_max,
-                                profile=args.profile)
+    shards = len(open_dataset(path).shards) if path.is_dir() else 1
+    with make_progress(transient=True) as bar:  # per shard: the estimate comes from the shards done so far
+        task = bar.add_task("streaming shards", total=shards)
+        report = evaluate_streaming(path, args.controllers, split=args.split, seed=args.seed, k_max=args.k_max,
+                                    profile=args.profile, on_shard=lambda i, n: bar.update(task, completed=i + 1))
     per_request = report.pop("per_request_time_ms")
+    for note in report.get("notes", []):
+        make_console(stderr=True).print(f"note: {note}", style="yellow", highlight=False, markup=False)
     with atomic_dir(out, overwrite=args.force, owner="specgym eval --stream") as tmp:
         (tmp / "stream.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
         np_path = tmp / "per_request_time_ms.npz"

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from specgym.agents.specs import make as make_controller
+from specgym.agents.specs import build, kind_of
 from specgym.commands.args import k_max_type, nonneg_int, positive_int, temperature_type
+from specgym.console import make_progress
+from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals
 from specgym.envs.core.batch_cost import save_batch_profile
 from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile, save_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
@@ -24,11 +27,16 @@ from specgym.envs.engines.live_engine import LiveEngine, dtype_name, load_pair
 from specgym.envs.engines.profiler import (
     extend_tree_verify, hardware_description, measure_batch_profile, measure_profile,
 )
-from specgym.envs.engines.recorder import PARTIAL_SUFFIX, parse_length, parse_splits, record_workload
+from specgym.envs.engines.recorder import (
+    PARTIAL_SUFFIX, check_sketch_dim, parse_length, parse_splits, record_workload,
+)
 from specgym.envs.workloads.prompts import read_prompts
+from specgym.envs.core.tree import TreeController
+from specgym.envs.workloads.trace_format import SPLITS, cached_workload
+from specgym.eval.tree_runner import run_live_tree
 from specgym.errors import SpecgymError
 from specgym.io import check_output, read_text
-from specgym.paths import default_pair_name, pair_profile
+from specgym.paths import default_pair_name, pair_profile, portable_name
 import specgym.catalogue as catalogue
 
 
@@ -79,6 +87,17 @@ def _pair_paths(args: argparse.Namespace) -> tuple[str, str, str]:
     return args.draft, args.target, Path(args.target).parent.name
 
 
+def draft_hidden_size(draft: str) -> int | None:
+    """The draft's hidden size from its local ``config.json`` (no weights load), or None where there is none to
+    read (the recorder checks again once the model is loaded)."""
+    try:
+        cfg = json.loads((Path(draft) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    sizes = [cfg.get(k) for k in ("hidden_size", "n_embd", "d_model") if isinstance(cfg, dict)]
+    return next((int(v) for v in sizes if isinstance(v, int) and not isinstance(v, bool)), None)
+
+
 def _load_pair(args: argparse.Namespace):
     draft, target, _ = _pair_paths(args)
     return load_pair(draft, target, device=args.device, dtype=args.dtype, draft_dtype=args.draft_dtype,
@@ -102,11 +121,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.k is not None and args.k > args.k_max:
         raise SpecgymError(f"--k {args.k} is above --k-max {args.k_max}")
     spec = f"fixed:{args.k}" if args.k is not None else args.controller or "fixed:4"
-    controller = make_controller(spec, args.k_max)  # a bad spec or policy fails before any model loads
+    if kind_of(spec) == "tree":
+        return _generate_tree(args, spec)
+    controller = build(spec, args.k_max, kinds=("chain",)).controller  # a bad spec or policy fails before any model
     profile = _profile_or_none(args)
     _setup(args)
     pair = _load_pair(args)
     engine = LiveEngine.from_pair(pair, k_max=args.k_max, profile=profile, timing=args.clock)
+    source = SignalSource.of_engine(f"the live engine on {_pair_paths(args)[2]}", portable_name(pair.draft_name),
+                                    portable_name(pair.target_name), engine.signals, engine.sketch)
+    for note in bind_signals([(spec, controller)], source):  # another pair's predictor: refused here
+        print(f"specgym generate: note: {note}", file=sys.stderr)
     ids = pair.tokenizer(args.prompt, add_special_tokens=False)["input_ids"]
     if not ids:
         raise SpecgymError("--prompt encodes to zero tokens")
@@ -146,13 +171,62 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate_tree(args: argparse.Namespace, spec: str) -> int:
+    """``generate --controller tree-...``: live tree verification (greedy) of one prompt, against plain decoding."""
+    row = build(spec, args.k_max, kinds=("tree",))
+    ctrl = row.controller
+    if ctrl is None or not row.entry.live:  # replay-only tree rows fail here, before any model loads
+        if ctrl is not None:
+            ctrl.check_live()
+        raise SpecgymError(f"--controller {spec}: replay only ({row.entry.usage})")
+    ctrl.check_live()
+    if args.temperature != 0:
+        raise SpecgymError(f"--controller {spec}: live tree verification is greedy (--temperature 0)")
+    profile = _profile_or_none(args)
+    if type(ctrl).prepare is not TreeController.prepare:  # fitted on a trace of the pair (ranks, greedy)
+        name = f"{_pair_paths(args)[2]}-greedy"
+        if name not in catalogue.names("workload") or profile is None:
+            raise SpecgymError(f"--controller {spec}: fits itself on a greedy trace of the pair with ranks and its "
+                               f"cost profile, and none is shipped for this pair (live: tree-static:W1-W2-..., "
+                               f"tree-eagle, tree-chain:SPEC)")
+        ctrl.prepare(cached_workload(name), profile)
+    _setup(args)
+    pair = _load_pair(args)
+    engine = LiveEngine.from_pair(pair, k_max=args.k_max, profile=profile, timing=args.clock)
+    ids = pair.tokenizer(args.prompt, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise SpecgymError("--prompt encodes to zero tokens")
+    engine.check_request(len(ids), args.max_new_tokens)
+    run_live_tree(engine, ids, ctrl, min(8, args.max_new_tokens))  # warm-up both paths
+    engine.run_plain(ids, min(8, args.max_new_tokens), 0.0, args.seed)
+    res = run_live_tree(engine, ids, ctrl, args.max_new_tokens, stop_at_eos=args.stop_at_eos)
+    plain = engine.run_plain(ids, len(res.tokens), 0.0, args.seed)
+    text = pair.tokenizer.decode(res.tokens)
+    speedup = plain.time_ms / res.time_ms if res.time_ms > 0 else float("nan")
+    if args.json:
+        print(json.dumps({"text": text, "nodes_per_round": [r.nodes for r in res.rounds],
+                          "accepted": res.accepted, "tokens": len(res.tokens), "spec_ms": res.time_ms,
+                          "plain_ms": plain.time_ms, "speedup": speedup, "controller": spec,
+                          "greedy_identical": plain.tokens == res.tokens}))
+        return 0
+    print(args.prompt + text)
+    print("-" * 60)
+    print(f"controller {spec} (tree); draft nodes per round: {' '.join(str(r.nodes) for r in res.rounds)}")
+    print(f"rounds {len(res.rounds)}, nodes {res.drafted}, accepted {res.accepted}, mean tokens/round "
+          f"{len(res.tokens) / max(len(res.rounds), 1):.2f}")
+    print(f"tree {1000 * len(res.tokens) / res.time_ms:.1f} tok/s vs plain {plain.tokens_per_s:.1f} tok/s -> speedup "
+          f"{speedup:.2f}x (measured, {args.clock} clock, same pair, {len(res.tokens)} tokens)")
+    print(f"greedy output identical to plain decoding: {plain.tokens == res.tokens}")
+    return 0
+
+
 # ------------------------------------------------------------------------------------------------------- record
 def cmd_record(args: argparse.Namespace) -> int:
     """Record a workload trace from a real pair."""
     # every argument is checked before a model loads
     _check_pair_args(args)
     parse_length(args.max_new_tokens)
-    splits = parse_splits(args.splits)
+    splits = None if args.splits is None else parse_splits(args.splits)  # given: honoured exactly
     if args.gen_k > args.k_max:
         raise SpecgymError(f"--gen-k {args.gen_k} is above --k-max {args.k_max}")
     args.prompts = str(catalogue.resolve("prompts", args.prompts))  # the shipped prompts by name, from any folder
@@ -160,6 +234,9 @@ def cmd_record(args: argparse.Namespace) -> int:
     if args.max_prompts is not None:
         prompts = prompts[: args.max_prompts]
     out = check_output(args.out, args.force, "file" if Path(args.out).suffix == ".parquet" else "dir")
+    hidden = draft_hidden_size(_pair_paths(args)[0]) if args.hidden_sketch else None
+    if hidden is not None:  # bounded by the draft's hidden size, read from its config before anything loads
+        check_sketch_dim(args.hidden_sketch, hidden)
     if args.workers is not None:
         return _record_distributed(args, prompts, out, splits)
     if args.profile_out:  # --force covers --out only: an existing --profile-out is never replaced
@@ -171,7 +248,11 @@ def cmd_record(args: argparse.Namespace) -> int:
     _setup(args)
     pair = _load_pair(args)
     if profile is None:
-        profile = measure_profile(pair, k_max=args.k_max, name=f"{out.stem}-measured", clock="cpu")
+        with make_progress(disable=args.quiet) as bar:  # no --profile: this machine's, measured first
+            task = bar.add_task("measuring a cost profile", total=1.0)
+            profile = measure_profile(pair, k_max=args.k_max, name=f"{out.stem}-measured", clock="cpu",
+                                      progress=lambda f: bar.update(task, completed=f))
+            bar.update(task, completed=1.0)
     with Progress(TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   transient=False, disable=args.quiet) as bar:
         task = bar.add_task("record", total=len(prompts))
@@ -186,12 +267,14 @@ def cmd_record(args: argparse.Namespace) -> int:
     print(f"wrote {out}: {wl.n_requests} requests, {wl.n_positions} positions "
           f"({stats['resumed']} resumed); mean p_accept {stats['mean_p_accept']:.3f}; "
           f"greedy loop share {stats['loop_share']:.2f}")
+    print(split_line(wl, args.splits))
     print(f"trace extraction {stats['trace_positions_per_s']:.0f} positions/s (teacher-forced forwards); "
           f"end to end incl. generation {stats['end_to_end_positions_per_s']:.0f} positions/s")
     return 0
 
 
-def _record_distributed(args: argparse.Namespace, prompts: list, out: Path, splits: tuple[float, float, float]) -> int:
+def _record_distributed(args: argparse.Namespace, prompts: list, out: Path,
+                        splits: tuple[float, float, float] | None) -> int:
     """``record --workers N``: the recording on N Ray actors (:mod:`specgym.envs.engines.distributed`)."""
     require_ray()  # one line naming the extra, before anything else
     if not args.profile:
@@ -218,7 +301,18 @@ def _record_distributed(args: argparse.Namespace, prompts: list, out: Path, spli
           f"({stats['shards_resumed']} resumed, {stats['retries']} retried) on {args.workers} workers; "
           f"mean p_accept {stats['mean_p_accept']:.3f}; greedy loop share {stats['loop_share']:.2f}")
     print(f"recording {stats['record_s']:.1f} s after {stats['startup_s']:.1f} s of cluster start and pair loading")
+    print(split_line(wl, args.splits))
     return 0
+
+
+def split_line(wl, splits: str | None) -> str:
+    """What the recording's splits hold, empty ones named (``--splits`` is honoured exactly, never adjusted)."""
+    counts = {s: int((wl.split == s).sum()) for s in SPLITS}
+    empty = [s for s, n in counts.items() if n == 0]
+    rule = f"--splits {splits}" if splits else "the default 0.8,0.1,0.1, at least one val and one test request"
+    return (f"splits: {', '.join(f'{s} {n}' for s, n in counts.items())} ({rule}"
+            + (f"; {' and '.join(empty)} empty: commands on {'that split' if len(empty) == 1 else 'those splits'} "
+               f"will refuse it" if empty else "") + ")")
 
 
 # ------------------------------------------------------------------------------------------------------ profile
@@ -239,17 +333,31 @@ def cmd_profile(args: argparse.Namespace) -> int:
     _setup(args)
     pair = _load_pair(args)
     if sizes is not None:
-        bprof = measure_batch_profile(pair, sizes, k_max=args.k_max, context=args.context, repeats=args.repeats,
-                                      warmup=args.warmup, name=args.name or out.stem, clock=args.clock)
+        with make_progress() as bar:
+            task = bar.add_task("batched profile", total=1.0)
+            bprof = measure_batch_profile(pair, sizes, k_max=args.k_max, context=args.context, repeats=args.repeats,
+                                          warmup=args.warmup, name=args.name or out.stem, clock=args.clock,
+                                          progress=lambda f: bar.update(task, completed=f))
+            bar.update(task, completed=1.0)
         save_batch_profile(bprof, out, overwrite=args.force)
         print(f"wrote {out}: batched profile at batch sizes {','.join(map(str, sizes))}; one step "
               f"{bprof.verify(1, 1):.3f} ms at batch 1, {bprof.verify(sizes[-1], 1):.3f} ms at batch {sizes[-1]}")
         return 0
     print(pair.kernel_summary())
     tree_nodes = args.tree_nodes if args.tree_nodes > args.k_max else 0
-    micro = measure_profile(pair, k_max=args.k_max, context=args.context, repeats=args.repeats, warmup=args.warmup,
-                            name=args.name or out.stem, clock=args.clock, tree_nodes=tree_nodes)
-    prof = micro if args.method == "micro" else extend_tree_verify(_fit_rounds(args, pair, out, micro), micro)
+    with make_progress() as bar:
+        task = bar.add_task("micro-benchmarks", total=1.0)
+        micro = measure_profile(pair, k_max=args.k_max, context=args.context, repeats=args.repeats,
+                                warmup=args.warmup, name=args.name or out.stem, clock=args.clock, tree_nodes=tree_nodes,
+                                progress=lambda f: bar.update(task, completed=f))
+        bar.update(task, completed=1.0)
+        if args.method == "micro":
+            prof = micro
+        else:
+            task = bar.add_task(f"engine rounds, K = 0..{args.k_max}", total=1.0)
+            fit = _fit_rounds(args, pair, out, micro, lambda f: bar.update(task, completed=f))
+            bar.update(task, completed=1.0)
+            prof = extend_tree_verify(fit, micro)
     save_profile(prof, out, overwrite=args.force)
     tree = (f", verify of a {tree_nodes}-node tree {prof.verify_nodes(tree_nodes + 1):.3f} ms" if tree_nodes else "")
     print(f"wrote {out} ({args.method}): draft {prof.draft_ms:.3f} ms, t_AR {prof.t_ar_ms:.3f} ms (cost ratio "
@@ -258,7 +366,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fit_rounds(args: argparse.Namespace, pair, out: Path, micro):
+def _fit_rounds(args: argparse.Namespace, pair, out: Path, micro, progress=None):
     """``profile --method rounds``: the cost model fitted to engine rounds; the micro-benchmarks as cross-check."""
     import torch
 
@@ -275,7 +383,7 @@ def _fit_rounds(args: argparse.Namespace, pair, out: Path, micro):
         raise SpecgymError(f"--calibration-tokens: prompts leave only {tokens} tokens of the models' context")
     fit = calibrate(engine, prompts, [tokens] * len(prompts), args.k_max, name=args.name or out.stem,
                     hardware={**hardware_description(str(engine.device), pair.dtypes), "clock": args.clock,
-                              "packed_linears": pair.packed})
+                              "packed_linears": pair.packed}, progress=progress)
     print(fit.summary())
     print(f"cross-check, micro-benchmarks: t_AR {micro.t_ar_ms:.3f} ms (fit {fit.round_ms[0]:.3f}), round(1) "
           f"{micro.round_time(1):.3f} ms (fit {fit.round_ms[1]:.3f}), round({args.k_max}) "
@@ -289,7 +397,8 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
     _pair_args(p)
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--controller", default=None,
-                   help="controller spec (fixed:K, assc, speclane, ppo:NAME, ...) or policy folder "
+                   help="controller spec (fixed:K, assc, speclane, ppo:NAME, ...), a policy folder, or a live tree "
+                        "(greedy: tree-static:W1-W2-..., tree-sequoia, tree-eagle, tree-chain:SPEC, tree-ppo:NAME) "
                         "(default fixed:4)")
     p.add_argument("--k", type=nonneg_int, default=None, help="shortcut for --controller fixed:K")
     p.add_argument("--k-max", type=k_max_type, default=DEFAULT_K_MAX, help="largest draft cap (default %(default)s)")
@@ -324,8 +433,10 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--k-max", type=k_max_type, default=DEFAULT_K_MAX, help="engine cap (default %(default)s)")
     p.add_argument("--gen-k", type=positive_int, default=4,
                    help="fixed K used to generate completions: exact, so it changes speed only (default %(default)s)")
-    p.add_argument("--splits", default="0.8,0.1,0.1",
-                   help="train,val,test fractions of the requests (default %(default)s)")
+    p.add_argument("--splits", default=None,
+                   help="train,val,test fractions of the requests, honoured exactly (largest-remainder rounding; a "
+                        "fraction of 0 is an empty split); default 0.8,0.1,0.1 with at least one val and one test "
+                        "request from 3 requests on")
     p.add_argument("--seed", type=nonneg_int, default=0, help="lengths, sampling and split seed (default %(default)s)")
     p.add_argument("--force", action="store_true", help="overwrite --out")
     p.add_argument("--restart", action="store_true", help="discard an interrupted recording instead of resuming")

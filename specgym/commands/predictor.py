@@ -13,12 +13,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 from specgym.agents.specs import resolve
 import specgym.catalogue as catalogue
-from specgym.commands.args import nonneg_int
-from specgym.envs.core.acceptance_predictor import MODEL_KINDS, check_groups, load_predictor, save_predictor
+from specgym.commands.args import bootstrap_type, int_range
+from specgym.console import make_progress
+from specgym.envs.core.acceptance_predictor import (
+    MODEL_KINDS, SignalSource, check_groups, load_predictor, save_predictor,
+)
 from specgym.envs.core.cost import load_profile
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
@@ -28,6 +32,20 @@ from specgym.training.predictor import predictor_metrics, select_predictor, work
 from specgym.training.predictor_report import predictor_report, report_markdown
 
 DEFAULT_GROUPS = "conf,shape,position,lookup"
+#: The fewest train positions a predictor is fitted on (``--max-rows``): fewer fit noise.
+MIN_TRAIN_ROWS = 1000
+
+
+def max_rows_type(text: str) -> int:
+    """An argparse type: 0 (every position) or at least :data:`MIN_TRAIN_ROWS`."""
+    value = int_range(0)(text)
+    if 0 < value < MIN_TRAIN_ROWS:
+        raise argparse.ArgumentTypeError(f"must be 0 (all positions) or at least {MIN_TRAIN_ROWS:,}, got {value}: a "
+                                         f"predictor fitted on so few positions predicts noise")
+    return value
+
+
+max_rows_type.__name__ = "integer"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -42,8 +60,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="signal groups, from conf,shape,position,lookup,hidden (default %(default)s)")
     t.add_argument("--kinds", default="logistic,mlp", help="model kinds to try (default %(default)s)")
     t.add_argument("--name", default=None, help="predictor name (default: the output file's stem)")
-    t.add_argument("--max-rows", type=nonneg_int, default=200_000,
-                   help="subsample the train split to this many positions, 0 = all (default %(default)s)")
+    t.add_argument("--max-rows", type=max_rows_type, default=200_000,
+                   help=f"subsample the train split to this many positions (at least {MIN_TRAIN_ROWS:,}), 0 = all "
+                        f"(default %(default)s)")
     t.add_argument("--out", type=Path, required=True, help="the predictor JSON to write")
     t.add_argument("--force", action="store_true", help="overwrite --out")
     t.set_defaults(func=cmd_train)
@@ -56,7 +75,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--no-ablation", action="store_true", help="skip the per-signal-group ablation")
     e.add_argument("--controllers", default="",
                    help="more controller specs to show beside it, e.g. ppo:midpair-k (comma-separated)")
-    e.add_argument("--bootstrap", type=nonneg_int, default=2000, help="bootstrap resamples (default %(default)s)")
+    e.add_argument("--bootstrap", type=bootstrap_type, default=2000,
+                   help="bootstrap resamples of the paired 95%% intervals: 0 = none, else 100..100000 (default "
+                        "%(default)s)")
     e.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
     e.add_argument("--md", type=Path, default=None, help="also write the report as Markdown here")
     e.add_argument("--force", action="store_true", help="overwrite --json / --md")
@@ -77,18 +98,35 @@ def cmd_train(args: argparse.Namespace) -> int:
     if bad or not kinds:
         raise SpecgymError(f"--kinds: unknown model kind(s) {bad}; choose from {', '.join(MODEL_KINDS)}")
     wls = [_workload(w.strip()) for w in (args.workload or default_workload_name()).split(",") if w.strip()]
+    sources = [SignalSource.of_workload(wl) for wl in wls]
+    for src in sources[1:]:  # one predictor is one pair's function of one sketch
+        for field, what in (("target", "target model"), ("draft", "draft model"), ("sketch", "hidden sketch")):
+            if field == "sketch" and "hidden" not in groups:
+                continue
+            if getattr(src, field) != getattr(sources[0], field):
+                raise SpecgymError(f"--workload: {src.where} has another {what} than {sources[0].where} "
+                                   f"({getattr(src, field)} vs {getattr(sources[0], field)}): one predictor is "
+                                   f"trained on one pair's traces")
     name = args.name or args.out.stem
-    pred, candidates = select_predictor(wls, groups, name, kinds, max_rows=args.max_rows or None)
+    with make_progress(transient=True) as bar:  # fits, decision thresholds, continuation models
+        task = bar.add_task("fitting the predictor", total=None)
+        pred, candidates = select_predictor(wls, groups, name, kinds, max_rows=args.max_rows or None,
+                                            progress=lambda i, n: bar.update(task, completed=i, total=n))
+    chosen = candidates[pred.kind]
+    if not chosen["positions"] or not chosen["auc"] > 0.5:
+        raise SpecgymError(f"{args.out}: not written: the {pred.kind} predictor's validation AUC is "
+                           f"{chosen['auc']:.3f} on {chosen['positions']:,} positions, no better than chance (train "
+                           f"on more positions: --max-rows 0, or a larger workload)")
     tests = {}
     for wl in wls:
         test = workload_dataset(wl, "test", groups)
         if len(test.y):
             tests[wl.name] = predictor_metrics(pred.predict_matrix(test.x), test.y)
-    targets = {wl.source.get("target_model") for wl in wls if isinstance(wl.source, dict)}
     workloads = ",".join(wl.name for wl in wls)
     pred = dataclasses.replace(pred, meta={
         "workload": workloads, "workloads": [wl.name for wl in wls], "synthetic": any(wl.is_synthetic for wl in wls),
-        "pair_target": targets.pop() if len(targets) == 1 else None, "groups": list(groups),
+        "pair_target": sources[0].target, "pair_draft": sources[0].draft,
+        **({"hidden_sketch": sources[0].sketch} if "hidden" in groups else {}), "groups": list(groups),
         "validation": candidates, "test": tests,
         "reproduce": f"specgym predictor train --workload {workloads} --groups {','.join(groups)} --out {args.out}"})
     save_predictor(pred, args.out, overwrite=args.force)
@@ -115,11 +153,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
             check_output(path, args.force, "file", option)
     pred = load_predictor(catalogue.resolve("predictor", args.predictor))
     wl = _workload(args.workload)
+    active, note = pred.for_source(SignalSource.of_workload(wl))  # another pair's: refused here, in one line
+    if active is None:
+        raise SpecgymError(f"{(note or 'no model of its chain fits').rstrip('.')}: nothing of predictor {pred.name!r} can be measured on it")
     extra = tuple((r.spec, r.controller) for r in resolve(args.controllers, kinds=("chain",))) if args.controllers \
         else ()
     report = predictor_report(wl, pred, args.split, load_profile(args.profile) if args.profile else None,
                               ablation=not args.no_ablation, bootstrap=args.bootstrap, extra_controllers=extra)
     md = report_markdown(report)
+    for line in report["notes"]:
+        print(f"specgym predictor eval: note: {line}", file=sys.stderr)
     print(md)
     if args.json:
         atomic_write_text(args.json, json.dumps(report, indent=1, default=float) + "\n", overwrite=args.force)

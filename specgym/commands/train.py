@@ -10,7 +10,8 @@ from specgym.commands.args import k_max_type, nonneg_int, positive_int
 from specgym.deps import require
 from specgym.errors import SpecgymError
 from specgym.paths import default_workload_name
-from specgym.training.config import parse_overrides
+import specgym.catalogue as catalogue
+from specgym.training.config import RunConfig, parse_overrides
 from specgym.training.export import export_run
 from specgym.training.ppo import TrainRequest, train
 
@@ -19,11 +20,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``train`` and ``export``."""
     p = sub.add_parser("train", help="train a PPO policy (stable-baselines3) on a workload's train split")
     p.add_argument("--workload", default=None, help="workload name or .parquet path (default: the default workload)")
-    p.add_argument("--mode", choices=("k", "token", "batch", "tree"), default="k",
+    p.add_argument("--mode", choices=("k", "token", "batch", "tree"), default=None,
                    help="k: choose K per round; token: continue/stop after each draft token; batch: the K of each "
                         "serving step of a batch (specgym/SpecDecodeBatch-v0); tree: the draft tree of each round "
                         "(specgym/SpecDecodeTree-v0, greedy traces with ranks; priced with gpu-like-published unless "
-                        "--hyperparams profile=...) (default %(default)s)")
+                        "--hyperparams profile=...) (default k)")
     p.add_argument("--timesteps", type=positive_int, default=None,
                    help="total env steps, a multiple of the config's n_envs (16); the run stops exactly there "
                         "(default: the config's)")
@@ -32,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--domains", choices=("generalist",), default=None,
                    help="train on a domain-randomised distribution (workloads x cost profiles) instead of one "
                         "workload: 'generalist' (see envs/workloads/domains.py)")
-    p.add_argument("--seed", type=nonneg_int, default=0, help="training seed (default %(default)s)")
+    p.add_argument("--seed", type=nonneg_int, default=None, help="training seed (default 0)")
     p.add_argument("--out", type=Path, default=None, help="run folder (default runs/WORKLOAD-MODE)")
     p.add_argument("--config", default=None, help="hyperparameter YAML (default training/configs/MODE.yaml)")
     p.add_argument("--hyperparams", nargs="+", default=None, metavar="KEY=VALUE",
@@ -40,7 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--init-from", default=None, metavar="SPEC",
                    help="behaviour-clone the actor from a baseline (e.g. confidence:0.4) before PPO "
                         "(config key bc_init; 'none' disables a config's bc_init)")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted/finished run in --out")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted/finished run in --out, as it was configured (only --timesteps may "
+                        "change: a larger target extends it)")
     p.add_argument("--force", action="store_true", help="replace an existing run folder")
     p.set_defaults(func=_train)
 
@@ -71,14 +74,47 @@ def _train(args: argparse.Namespace) -> int:
     if args.domains is not None and args.workload is not None:
         raise SpecgymError(f"--domains {args.domains} trains on its own workloads x profiles: drop --workload "
                            f"{args.workload}")
+    if args.resume:
+        _check_resume_options(args, args.out)
     workload = args.workload or default_workload_name()
-    out = args.out or Path("runs") / f"{args.domains or Path(workload).stem}-{args.mode}"
-    req = TrainRequest(workload=workload, mode=args.mode, out=out, timesteps=args.timesteps, seed=args.seed,
+    mode = args.mode or "k"
+    out = args.out or Path("runs") / f"{args.domains or Path(workload).stem}-{mode}"
+    req = TrainRequest(workload=workload, mode=mode, out=out, timesteps=args.timesteps,
+                       seed=0 if args.seed is None else args.seed,
                        config_file=args.config, overrides=_overrides(args), resume=args.resume,
                        force=args.force)
     train(req)
     print(f"run folder: {out}  (summary.md, tensorboard: tensorboard --logdir {out.parent})")
     return 0  # a policy below the best fixed K is reported in the summary (bold red), not as a failure
+
+
+def _check_resume_options(args: argparse.Namespace, out: Path) -> None:
+    """``--resume`` continues a run as it was configured: an option that would change it is refused, not ignored
+    (the same value as the run's is fine)."""
+    for opt, value in (("--config", args.config), ("--hyperparams", args.hyperparams), ("--init-from", args.init_from)):
+        if value is not None:
+            raise SpecgymError(f"{opt}: not with --resume (the run continues as {out / 'config.yaml'} says; start a "
+                               f"new run with another --out to change it)")
+    config = out / "config.yaml"
+    if not config.is_file():
+        return  # the resume itself says there is nothing to resume
+    cfg = RunConfig.from_file(config)
+    same_workload = True
+    if args.workload is not None:
+        try:
+            same_workload = (catalogue.resolve("workload", args.workload).resolve()
+                             == catalogue.resolve("workload", cfg.workload_path).resolve())
+        except SpecgymError:
+            same_workload = False
+    for opt, value, current, same in (
+            ("--workload", args.workload, cfg.workload_path, same_workload),
+            ("--mode", args.mode, cfg.mode, args.mode in (None, cfg.mode)),
+            ("--seed", args.seed, cfg.seed, args.seed in (None, cfg.seed)),
+            ("--k-max", args.k_max, cfg.ppo.k_max, args.k_max in (None, cfg.ppo.k_max)),
+            ("--domains", args.domains, cfg.ppo.domains, args.domains in (None, cfg.ppo.domains))):
+        if not same:
+            raise SpecgymError(f"{opt} {value}: the run in {out} was started with {opt} {current}; --resume "
+                               f"continues it as configured (start a new run with another --out)")
 
 
 def _export(args: argparse.Namespace) -> int:

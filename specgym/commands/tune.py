@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from specgym.agents.specs import resolve, usage_line
+from specgym.baselines.batch_rules import BatchSizeTable
 from specgym.commands.args import float_range, int_range, k_max_type, nonneg_int, positive_int
 from specgym.envs.core.batch_cost import Roofline, load_batch_profile, roofline_profile, save_batch_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
@@ -109,10 +110,32 @@ def _roofline(args: argparse.Namespace) -> int:
     return 0
 
 
+def split_specs(text: str) -> list[str]:
+    """Comma-separated controller specs; commas inside brackets belong to an inline table
+    (``table:[[1,64,3],[65,128,1]],goodput`` is two specs)."""
+    specs, depth, cur = [], 0, ""
+    for ch in text:
+        depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(ch, 0)
+        if ch == "," and depth <= 0:
+            specs.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    specs.append(cur)
+    return [s.strip() for s in specs if s.strip()]
+
+
 def _compare(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_output(args.out, args.force, "file")
     specs = resolve(args.controllers, kinds=("batch",)).rows  # a bad spec fails before any work
+    for row in specs:
+        ctrl = row.controller
+        if isinstance(ctrl, BatchSizeTable):  # a K above k_max fails here, before any replication
+            ctrl.check_k_max(DEFAULT_K_MAX)
+            if ctrl.max_batch < args.max_batch:
+                print(f"note: {row.spec} covers batch sizes 1..{ctrl.max_batch}; larger batches (up to --max-batch "
+                      f"{args.max_batch}) draft 0", file=sys.stderr)
     profile = load_batch_profile(args.profile)
     wl = cached_workload(args.workload or default_workload_name())
     res = compare(wl, profile, specs, args.replications, args.requests, args.max_batch, args.split)

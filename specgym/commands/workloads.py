@@ -4,6 +4,8 @@ workloads."""
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,10 +14,16 @@ from specgym.commands.args import MAX_SYNTHETIC_REQUESTS, int_range, nonneg_int
 import specgym.catalogue as catalogue
 from specgym.envs.core.batch_cost import load_batch_profile
 from specgym.envs.core.cost import load_profile
-from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS, merge_workloads, split_workload
+from specgym.envs.core.acceptance_predictor import load_predictor
+from specgym.envs.workloads.dataset import (
+    DEFAULT_SHARD_REQUESTS, check_shard_files, merge_workloads, split_workload,
+)
 from specgym.envs.workloads.synthetic import PRESETS, generate_workload
-from specgym.envs.workloads.trace_format import SPLITS, Workload, load_workload, open_dataset, save_workload
+from specgym.envs.workloads.trace_format import (
+    META_KEY, SPLITS, Workload, load_workload, open_dataset, save_workload,
+)
 from specgym.io import check_output
+from specgym.paths import portable_name
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,10 +46,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sh.add_argument("workload", help="shipped workload name or path to a .parquet file")
     sh.set_defaults(func=_show)
 
-    mg = wsub.add_parser("merge", help="concatenate workloads (files or sharded folders) with the same metadata")
+    mg = wsub.add_parser("merge", help="concatenate workloads (files or sharded folders) of one recording setup: "
+                                       "one pair, temperature, dtype and signal set (names and summaries may differ)")
     mg.add_argument("sources", nargs="+", help="workload files or sharded workload folders, in order")
     mg.add_argument("--out", required=True, type=Path,
                     help="a .parquet file (one file), or a folder (a sharded workload of the sources' shards)")
+    mg.add_argument("--name", default=None,
+                    help="the merged workload's name where the sources' names differ (default: --out's stem)")
     mg.add_argument("--force", action="store_true", help="overwrite an existing output")
     mg.set_defaults(func=_merge)
 
@@ -53,7 +64,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--force", action="store_true", help="overwrite an existing output folder specgym wrote")
     sp.set_defaults(func=_split)
 
-    ls = wsub.add_parser("list", help="list shipped workloads and cost profiles")
+    ls = wsub.add_parser("list", help="list what the package ships: workloads, cost profiles, model pairs, prompts "
+                                      "files, acceptance predictors and policies")
     ls.set_defaults(func=_list)
 
 
@@ -66,8 +78,23 @@ def _make(args: argparse.Namespace) -> int:
     return 0
 
 
-def summarize(wl: Workload) -> str:
-    """Human-readable summary: requests, tokens, categories, mean p_accept per category, split sizes."""
+def signal_lines(columns: list[str], signal_meta: dict, version: int | None) -> list[str]:
+    """The trace format version, the signal columns and the hidden sketch of a workload (``workloads show``)."""
+    sketch = (signal_meta or {}).get("hidden_sketch")
+    fmt = f"v{version}" if version is not None else "?"
+    lines = [f"format    {fmt}; signal columns: {', '.join(columns) if columns else 'none (conf and entropy only)'}"]
+    if sketch:
+        lines.append(f"sketch    hidden_sketch of {sketch.get('dim')} dims (draft hidden size "
+                     f"{sketch.get('hidden_size')}, projection seed {sketch.get('seed')}): "
+                     f"{4 * int(sketch.get('dim', 0))} bytes per token")
+    elif columns:
+        lines.append("sketch    none (recorded without --hidden-sketch: predictors reading it use their fallback)")
+    return lines
+
+
+def summarize(wl: Workload, version: int | None = None) -> str:
+    """Human-readable summary: requests, tokens, categories, mean p_accept per category, split sizes, the trace
+    format version (``version``: as stored in the file), signal columns and hidden sketch."""
     lines = [
         f"workload  {wl.label}",
         f"source    {_describe_source(wl.source)}",
@@ -77,6 +104,7 @@ def summarize(wl: Workload) -> str:
         f"{int(wl.lengths.max())} (mean {wl.lengths.mean():.1f})",
         "splits    " + "  ".join(f"{s} {int((wl.split == s).sum())}" for s in SPLITS),
         "temperature " + ", ".join(f"{t:g}" for t in np.unique(wl.temperature)),
+        *signal_lines(wl.signal_names, wl.signal_meta, version),
         "",
         f"{'category':<14}{'requests':>9}{'tokens':>10}{'p_accept':>10}{'conf':>8}{'entropy':>9}",
     ]
@@ -98,17 +126,37 @@ def _describe_source(src: dict) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    if Path(args.workload).is_dir():  # a sharded workload: the record, never every shard at once
+    if Path(args.workload).is_dir():  # a sharded workload: the record and every shard's footer, not its columns
         ds = open_dataset(args.workload)
+        check_shard_files(ds)
+        first = ds.shard(0)
         print(f"workload  {ds.label}\nsharded   {len(ds.shards)} shards, {ds.n_requests} requests, "
-              f"{ds.n_positions} tokens (a full summary: specgym workloads merge ... --out F.parquet, then show F)")
+              f"{ds.n_positions} tokens: every shard's file checked (a whole Parquet file, its row count the "
+              f"record's); columns checked: shard 0, the others as they are read")
+        print("\n".join(signal_lines(first.signal_names, first.signal_meta, ds.metadata.get("format_version"))))
+        print("(a full summary: specgym workloads merge ... --out F.parquet, then show F)")
         return 0
-    print(summarize(load_workload(args.workload)))
+    path = catalogue.resolve("workload", args.workload)
+    print(summarize(load_workload(path), stored_version(path)))
     return 0
 
 
+def stored_version(path: Path) -> int | None:
+    """The trace format version a workload file says it is (its schema metadata; None if unreadable)."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = json.loads((pq.read_schema(path).metadata or {}).get(META_KEY, b"{}"))
+        return int(meta["format_version"])
+    except Exception:  # noqa: BLE001 - load_workload has already named any defect
+        return None
+
+
 def _merge(args: argparse.Namespace) -> int:
-    merged = merge_workloads(args.sources, args.out, overwrite=args.force)
+    notes: list[str] = []
+    merged = merge_workloads(args.sources, args.out, overwrite=args.force, name=args.name, notes=notes)
+    for note in notes:
+        print(f"specgym workloads merge: note: {note}", file=sys.stderr)
     print(f"wrote {args.out}: {merged.n_requests} requests, {merged.n_positions} tokens ({merged.label})")
     return 0
 
@@ -123,10 +171,14 @@ def _split(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     print("shipped workloads:")
     for name in catalogue.names("workload"):
-        wl = load_workload(name)
+        path = catalogue.resolve("workload", name)
+        wl = load_workload(path)
         kind = "SYNTHETIC" if wl.is_synthetic else "recorded"
+        sketch = (wl.signal_meta.get("hidden_sketch") or {}).get("dim")
+        signals = f"v{stored_version(path)}" + (" + signals" if wl.signal_names else "") + \
+            (f" + {sketch}-d sketch" if sketch else "")
         print(f"  {name:<22} {kind:<10} {wl.n_requests:>6} requests {wl.n_positions:>9,} tokens  "
-              f"profile {wl.profile.name}")
+              f"profile {wl.profile.name}; {signals}")
     print("shipped cost profiles:")
     for name in catalogue.names("profile"):
         p = load_profile(name)
@@ -141,4 +193,25 @@ def _list(args: argparse.Namespace) -> int:
               f"{bp.verify(1, 1):.3f} ms at batch 1")
         if bp.description:
             print(f"  {'':<22} {bp.description}")
+    print("shipped model pairs (specgym record/generate --draft/--target; default: the first):")
+    for name in catalogue.names("pair"):
+        draft, target = catalogue.pair_models(name)
+        print(f"  {name:<22} draft {portable_name(draft)}, target {portable_name(target)}")
+    print("shipped prompts files (specgym record --prompts NAME):")
+    for name in catalogue.names("prompts"):
+        n = sum(1 for line in catalogue.resolve("prompts", name).read_text(encoding="utf-8").splitlines()
+                if line.strip())
+        print(f"  {name:<22} {n} prompts")
+    print("shipped acceptance predictors (predicted:NAME, planned:NAME, tree-predicted:NAME):")
+    for name in catalogue.names("predictor"):
+        pred = load_predictor(catalogue.resolve("predictor", name))
+        meta = pred.meta or {}
+        fallback = f"; fallback on {', '.join(pred.fallback.groups)}" if pred.fallback is not None else ""
+        print(f"  {name:<22} {pred.kind} on {', '.join(pred.groups)}{fallback}; pair {meta.get('pair_target')}, "
+              f"trained on {meta.get('workload')}")
+    print("shipped policies (ppo:NAME; tree policies tree-ppo:NAME):")
+    for name in catalogue.names("policy"):
+        doc = json.loads((catalogue.resolve("policy", name) / "policy.json").read_text(encoding="utf-8"))
+        train = doc.get("training") or {}
+        print(f"  {name:<22} {doc.get('mode')} mode, trained on {train.get('workload', '?')}")
     return 0

@@ -155,7 +155,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     wl = _workload(args.workload)
     active, note = pred.for_source(SignalSource.of_workload(wl))  # another pair's: refused here, in one line
     if active is None:
-        raise SpecgymError(f"{(note or 'no model of its chain fits').rstrip('.')}: nothing of predictor {pred.name!r} can be measured on it")
+        why = (note or "no model of its chain fits").rstrip(".")
+        raise SpecgymError(f"{why}: nothing of predictor {pred.name!r} can be measured on it")
     extra = tuple((r.spec, r.controller) for r in resolve(args.controllers, kinds=("chain",))) if args.controllers \
         else ()
     report = predictor_report(wl, pred, args.split, load_profile(args.profile) if args.profile else None,

@@ -25,9 +25,9 @@ one place that composes it, for a single request and for a batch). ``step_overhe
 plain ones included (the SpecDecode-Bench simulator's per-step overhead); ``round_overhead_ms`` by speculative
 rounds only. A profile without ``drafters`` has one implicit drafter, ``draft`` (an autoregressive model costing
 ``draft_ms`` per token); a profile may name several (``drafters``: ``kind`` ``model`` or ``lookup``), the first
-being its default. A drafter a profile does not name is priced as its default drafter when the name is ``draft``
-(a per-position trace's one drafter) or the profile has a single drafter; otherwise :meth:`CostProfile.draft_cost`
-refuses in one line.
+being its default. A trace's drafter a profile does not name is priced as its default drafter when the name is
+``draft`` (a per-position trace's one drafter) or the profile has a single drafter, else as its first drafter of the
+same kind; otherwise :meth:`CostProfile.pricing_drafter` refuses in one line.
 
 **Published linear profiles** (``forward`` in the JSON, e.g. ``h100-llama31-8b``): the target forward is given in
 the batched form ``forward(kv_tokens, batched_tokens) = per_kv_ms * kv_tokens + per_token_ms * batched_tokens +
@@ -298,18 +298,26 @@ class CostProfile:
         return self.context_ms != 0.0 or any(dc.per_kv_ms != 0.0 for _, dc in self.drafters)
 
     def draft_cost(self, drafter: str | None = None) -> DraftCost:
-        """The cost of ``drafter`` (``None``: the default); the fallback rule is in the module docstring."""
+        """The cost of ``drafter`` (``None``: the default; a name the profile lacks: :meth:`pricing_drafter`)."""
         if not self.drafters:
             return DraftCost("model", 0.0, self.draft_ms, 0.0, 0.0)
-        if drafter is None:
-            return self.drafters[0][1]
-        for name, dc in self.drafters:
-            if name == drafter:
-                return dc
-        if drafter == IMPLICIT_DRAFTER or len(self.drafters) == 1:
-            return self.drafters[0][1]
-        raise SpecgymError(f"cost profile {self.name!r} prices drafters {', '.join(self.drafter_names)}, not "
-                           f"{drafter!r}")
+        name = self.pricing_drafter(drafter)
+        return next(dc for n, dc in self.drafters if n == name)
+
+    def pricing_drafter(self, drafter: str | None, kind: str | None = None) -> str:
+        """The profile drafter that prices a trace's ``drafter`` (of ``kind``): the same name; else the default when
+        the name is ``draft`` (a per-position trace's one drafter) or the profile has one drafter; else the profile's
+        first drafter of the same kind; else a one-line error."""
+        names = self.drafter_names
+        if drafter is None or drafter in names:
+            return names[0] if drafter is None else drafter
+        if drafter == IMPLICIT_DRAFTER or len(names) == 1:
+            return names[0]
+        same = [n for n, dc in self.drafters if dc.kind == kind]
+        if same:
+            return same[0]
+        raise SpecgymError(f"cost profile {self.name!r} prices drafters {', '.join(names)}, not {drafter!r}"
+                           + (f" (kind {kind!r})" if kind else ""))
 
     def verify(self, n: int) -> float:
         """One target forward over ``n >= 1`` new tokens (at an empty cache)."""
@@ -402,6 +410,23 @@ class CostProfile:
             raise SpecgymError(f"cost profile {self.name!r}: {what} needs a published linear profile (field "
                                f"'forward')")
         return self.forward
+
+    def summary(self) -> str:
+        """A short description of the cost terms (the classic ``draft X ms`` for a classic profile)."""
+        if not (self.drafters or self.context_ms or self.step_overhead_ms):
+            return f"draft {self.draft_ms:g} ms"
+        parts = []
+        for name, dc in self.drafters or ((IMPLICIT_DRAFTER, self.draft_cost()),):
+            terms = [f"{v:g} {unit}" for v, unit in ((dc.fixed_ms, "ms"), (dc.per_token_ms, "ms/token"),
+                                                      (dc.per_kv_ms, "ms/KV token"),
+                                                      (dc.verify_fraction, "x the forward")) if v]
+            parts.append(f"{name} ({dc.kind}: {' + '.join(terms) or 'free'})")
+        out = "drafters " + ", ".join(parts)
+        if self.context_ms:
+            out += f"; forward + {self.context_ms:g} ms/KV token"
+        if self.step_overhead_ms:
+            out += f"; {self.step_overhead_ms:g} ms every step"
+        return out
 
     def check_k_max(self, k_max: int) -> None:
         """Raise if the profile cannot price rounds up to ``k_max``."""

@@ -118,7 +118,8 @@ def check_needs(controller: Controller, context: RequestContext) -> None:
     if missing:
         cols = ", ".join(repr(c) for c in sorted(missing))
         raise SpecgymError(f"controller {controller.name} needs the per-position column(s) {cols}, which workload "
-                           f"{context.workload or '?'} does not carry; leave it out of --controllers")
+                           f"{context.workload or '?'} does not carry (a per-start trace: runs only); leave it out "
+                           f"of --controllers")
 
 
 def _whole_k(k: object, name: str) -> int:

@@ -83,6 +83,7 @@ class BatchReplay:
         spans = [workload.span(int(r)) for r in self.requests]
         info = workload.drafter_info(drafter)
         self.drafter = str(info["name"])
+        self._priced_as = profile.linear.pricing_drafter(self.drafter, info["kind"]) if profile.linear else None
         if info["runs"] == "per-start":
             self.runs = np.concatenate([workload.runs[self.drafter][sl] for sl in spans]).astype(np.int64)
         else:
@@ -196,7 +197,7 @@ class BatchReplay:
         _, verify, overhead = row(b)
         if self.profile.linear is not None:
             kv = int((self.kv0[self.slot_req[act]] + pos).sum())
-            t = float(self.profile.step_ms(kv, int(cap.sum()) + b, kmax, self.drafter, speculative=kmax > 0))
+            t = float(self.profile.step_ms(kv, int(cap.sum()) + b, kmax, self._priced_as, speculative=kmax > 0))
         elif kmax == 0:
             t = float(verify[0]) + self.profile.step_overhead_ms
         else:

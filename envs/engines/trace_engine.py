@@ -85,8 +85,8 @@ class TraceEngine:
         name = self.drafter if drafter is None else drafter
         table = self._tables.get(name)
         if table is None:
-            self.workload.drafter_info(name)
-            table = self._tables[name] = self.profile.round_table(self.k_max, name)
+            kind = self.workload.drafter_info(name)["kind"]
+            table = self._tables[name] = self.profile.round_table(self.k_max, self.profile.pricing_drafter(name, kind))
         return table
 
     def _per_start(self, drafter: str) -> bool:

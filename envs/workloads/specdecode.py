@@ -107,7 +107,7 @@ def dataset_name(path: Path) -> str:
 
 
 def _fail(path: Path, line: int, what: str) -> SpecgymError:
-    return SpecgymError(f"{path}:{line}: {what}")
+    return SpecgymError(f"{path}, line {line}: {what}")
 
 
 def _int_list(obj: Any, path: Path, line: int, name: str, lo: int, hi: int, min_len: int) -> list[int]:

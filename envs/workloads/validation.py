@@ -70,6 +70,9 @@ def _validate_runs(wl: Workload, where: str) -> None:
     names = [d.get("name") if isinstance(d, dict) else None for d in wl.drafters]
     if len(set(names)) != len(names) or any(not isinstance(n, str) for n in names):
         raise SpecgymError(f"{where}: metadata field 'drafters' must list objects with distinct 'name's")
+    unlisted = sorted(set(wl.runs) - set(names))
+    if unlisted:
+        raise SpecgymError(f"{where}: column {RUNS_PREFIX + unlisted[0]!r} has no entry in metadata field 'drafters'")
     for d in wl.drafters:
         if d.get("kind") not in DRAFTER_KINDS or d.get("runs") not in RUNS_KINDS:
             raise SpecgymError(f"{where}: metadata field 'drafters' entry {d['name']!r}: 'kind' must be one of "
@@ -86,9 +89,6 @@ def _validate_runs(wl: Workload, where: str) -> None:
     if (per_position or not wl.drafters) and wl.p_accept is None:
         raise SpecgymError(f"{where}: missing column 'p_accept' (a per-position drafter's acceptance; a per-start "
                            f"trace lists its drafters and their runs columns)")
-    unlisted = sorted(set(wl.runs) - set(names))
-    if unlisted:
-        raise SpecgymError(f"{where}: column {RUNS_PREFIX + unlisted[0]!r} has no entry in metadata field 'drafters'")
     n = wl.n_positions
     for drafter, arr in wl.runs.items():
         col = RUNS_PREFIX + drafter

@@ -88,8 +88,8 @@ def _import(args: argparse.Namespace) -> int:
     folder = args.source.is_dir()
     if folder and args.name:
         raise SpecgymError("--name names one workload: give a file, not a folder, or drop --name")
-    if folder:
-        check_output(args.out, True, "dir")  # an existing folder is fine: only the files written are checked
+    if folder and not (args.out.is_dir() and not args.out.is_symlink()):  # an existing folder is fine: the files
+        check_output(args.out, False, "dir")                             # written into it are checked one by one
     done = [import_file(f, drafters, args.name) for f in files]  # every input parsed before anything is written
     outs = [args.out / f"{imp.workload.name}.parquet" for imp in done] if folder else [args.out]
     for out in outs:

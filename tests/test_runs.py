@@ -237,3 +237,16 @@ def test_consumers_of_absent_columns_work_or_refuse_in_one_line(tmp_path, capsys
         one_line_error(capsys, spec.split(":")[0], repr(col), "per-start")
     assert main(["workloads", "show", str(path)]) == 0
     assert "run a" in capsys.readouterr().out
+
+
+def test_per_start_workloads_shard_and_merge(tmp_path):
+    """A per-start workload split into a sharded folder and loaded back is the same workload (runs included)."""
+    wl = per_start_workload(9, seed=6)
+    src = save_workload(wl, tmp_path / "w.parquet")
+    assert main(["workloads", "split", str(src), "--out", str(tmp_path / "ds"), "--shard-requests", "4"]) == 0
+    back = load_workload(tmp_path / "ds")
+    assert back.metadata() == wl.metadata() and back.p_accept is None
+    for d in wl.runs:
+        np.testing.assert_array_equal(back.runs[d], wl.runs[d])
+    assert main(["workloads", "merge", str(tmp_path / "ds"), "--out", str(tmp_path / "m.parquet")]) == 0
+    assert (tmp_path / "m.parquet").read_bytes() == src.read_bytes()

@@ -123,7 +123,7 @@ def test_the_bench_section_writes_the_rows(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not shared_files(), reason="the published SpecDecode-Bench files are not in ../shared")
+@pytest.mark.skipif(not shared_files(), reason="the published SpecDecode-Bench files are not in the shared copy")
 def test_the_published_traces_reproduce_within_half_a_percent(tmp_path):
     """The first 10 requests of each published file (the literal form is slow at bs = 128), every cell within 0.5%;
     and the bench's rows over every request exist for every cell."""

@@ -142,7 +142,7 @@ def test_dataset_name_from_the_file_name(tmp_path):
 
 
 # ------------------------------------------------------------------------------ the shared copy (skips when absent)
-@pytest.mark.skipif(not shared_files(), reason="the published SpecDecode-Bench files are not in ../shared")
+@pytest.mark.skipif(not shared_files(), reason="the published SpecDecode-Bench files are not in the shared copy")
 def test_the_published_files_import_with_the_documented_shape():
     """Counts from the shared copy's README: 300 / 500 / 310 / 300 requests; the n-gram list matches the generated
     ids; EAGLE-only imports keep the EAGLE length."""

@@ -109,6 +109,8 @@ class PolicyController(Controller):
         name: Display name (default ``ppo-MODE``).
     """
 
+    needs = frozenset({"draft_conf", "draft_entropy"})  # its observation reads both
+
     def __init__(self, artifact: PolicyArtifact, name: str | None = None):
         artifact.validate()
         row = artifact.row

@@ -262,17 +262,17 @@ def all_specs(traits: Traits, k_max: int = DEFAULT_K_MAX, kinds: Sequence[str] =
     """What ``all`` means for a workload with ``traits``: every joining row's specs, in table order; and one note
     per row left out for an unmet need."""
     specs: list[str] = []
-    notes: list[str] = []
+    left: dict[str, list[str]] = {}  # why -> the rows left out for it
     for e in entries(kinds):
         if e.in_all is None or (live and not e.live):
             continue
         missing = [n for n in e.needs if not traits.has(n)]
         if missing:
             if traits.say_missing(missing):
-                notes.append(f"{e.prefix}: left out of all ({traits.describe_missing(missing)})")
+                left.setdefault(traits.describe_missing(missing), []).append(e.prefix)
             continue
         specs += [s for s in e.in_all(traits, k_max) if s not in specs]
-    return specs, notes
+    return specs, [f"{', '.join(rows)}: {why}" for why, rows in left.items()]
 
 
 def resolve(specs: str | Resolution | Sequence[Any], k_max: int = DEFAULT_K_MAX, workload: Any = None,

@@ -75,6 +75,8 @@ class ConfidenceStop(TokenStopController):
         k_max: Draft cap; ``None`` = ``ctx.k_max``.
     """
 
+    needs = frozenset({"draft_conf"})
+
     def __init__(
         self,
         tau: float = 0.4,

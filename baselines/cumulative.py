@@ -23,6 +23,8 @@ class CumulativeStop(TokenStopController):
         k_max: Draft cap; ``None`` = ``ctx.k_max``.
     """
 
+    needs = frozenset({"draft_conf"})
+
     def __init__(self, h: float = 0.3, k_min: int = 1, k_max: int | None = None) -> None:
         self.h, self.k_min, self.k_max = float(h), k_min, k_max
         self.name = f"cumulative:{self.h:g}"

@@ -27,6 +27,8 @@ class EntropyStop(TokenStopController):
         k_max: Draft cap; ``None`` = ``ctx.k_max``.
     """
 
+    needs = frozenset({"draft_entropy"})
+
     def __init__(self, gamma: float = 0.2, lam: float = 0.5, k_min: int = 1, k_max: int | None = None) -> None:
         self.gamma, self.lam, self.k_min, self.k_max = float(gamma), float(lam), k_min, k_max
         if self.gamma == 0.2 and self.lam == 0.5:

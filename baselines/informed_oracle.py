@@ -19,6 +19,12 @@ a sufficient state: the policy ``K*(i)`` is optimal among all schedules that do 
 It is an upper bound on any controller that has to predict acceptance (it also knows the probabilities of the
 whole round ahead), and never faster than the clairvoyant oracle on the same draws. On greedy traces (``p`` in
 {0, 1}) the expectation is the outcome and the two oracles coincide. Ties between K values go to the smallest K.
+
+A per-start trace (format v3) has no ``p_accept``: its runs are deterministic (what the recorded drafter accepts
+from each start), so knowing them is knowing the outcome and the informed oracle *is* the clairvoyant one
+(:func:`specgym.eval.references.references` plays the clairvoyant policy as its row). Costs as in
+:mod:`specgym.baselines.oracle` (an array or a context-aware :class:`~specgym.envs.core.cost.RoundTable` with
+``kv0``).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specgym.baselines.oracle import _check
+from specgym.baselines.oracle import Costs, _check, context_terms
 from specgym.errors import SpecgymError
 
 
@@ -53,7 +59,8 @@ def _check_offsets(offsets: np.ndarray, n: int) -> np.ndarray:
     return offsets
 
 
-def informed_plan(p_accept: np.ndarray, offsets: np.ndarray, round_times: np.ndarray, k_max: int) -> InformedPlan:
+def informed_plan(p_accept: np.ndarray, offsets: np.ndarray, round_times: Costs, k_max: int,
+                  kv0: np.ndarray | None = None) -> InformedPlan:
     """The expected-time-optimal K at every position of every request, all requests at once.
 
     Positions are processed from the longest request's end down to 0; at each ``i`` all requests longer than ``i``
@@ -64,8 +71,9 @@ def informed_plan(p_accept: np.ndarray, offsets: np.ndarray, round_times: np.nda
     Args:
         p_accept: Flat per-position acceptance probabilities of all requests, in [0, 1].
         offsets: ``(R+1,)`` request boundaries, ``offsets[0] == 0``, ``offsets[-1] == len(p_accept)``.
-        round_times: ``round_times[d]`` = time of a round drafting d tokens, d = 0..k_max.
+        round_times: ``round_times[d]`` = time of a round drafting d tokens, d = 0..k_max (or a RoundTable).
         k_max: Largest draft length.
+        kv0: ``(R,)`` each request's KV cache at position 0 (needed with a context term).
 
     Returns:
         The policy (K per position) and each request's expected time (ms if ``round_times`` is in ms).
@@ -80,7 +88,9 @@ def informed_plan(p_accept: np.ndarray, offsets: np.ndarray, round_times: np.nda
     choice = np.zeros(p.size, dtype=np.int64)
     if n_req == 0 or p.size == 0:
         return InformedPlan(choice, np.zeros(n_req))
+    per_kv, kv0_r = context_terms(round_times, k_max, kv0, n_req)
     order = np.argsort(-lengths, kind="stable")
+    kv0_s = None if kv0_r is None else kv0_r[order]
     len_s = lengths[order]
     start_s = offsets[:-1][order]
     vbase_s = start_s + order  # V(r, i) lives at values[offsets[r] + r + i]; V(r, N_r) = 0
@@ -93,7 +103,8 @@ def informed_plan(p_accept: np.ndarray, offsets: np.ndarray, round_times: np.nda
         vb = vbase_s[:m] + (i + 1)  # index of V(i + 1)
         pi = start_s[:m] + i  # flat index of p[i]
         room = len_s[:m] - (i + 1)  # N - i - 1: the largest useful K
-        best = rt[0] + values[vb]
+        kv = None if kv0_s is None or per_kv is None else kv0_s[:m] + i
+        best = rt[0] + values[vb] if kv is None or per_kv is None else rt[0] + per_kv[0] * kv + values[vb]
         arg = np.zeros(m, dtype=np.int64)
         all_acc = np.ones(m)  # P(first k drafts accepted)
         early = np.zeros(m)  # sum over a < k of P_i(a) * V(i + a + 1)
@@ -101,7 +112,8 @@ def informed_plan(p_accept: np.ndarray, offsets: np.ndarray, round_times: np.nda
             pk = p_pad[pi + k - 1]
             early += all_acc * (1.0 - pk) * values[vb + k - 1]
             all_acc *= pk
-            cost = rt[k] + early + all_acc * values[vb + k]
+            cost = (rt[k] if kv is None or per_kv is None else rt[k] + per_kv[k] * kv) + early + all_acc * values[
+                vb + k]
             better = (cost < best) & (room >= k)
             best = np.where(better, cost, best)
             arg[better] = k
@@ -112,14 +124,17 @@ def informed_plan(p_accept: np.ndarray, offsets: np.ndarray, round_times: np.nda
     return InformedPlan(choice, expected)
 
 
-def informed_value_one(p_accept: np.ndarray, round_times: np.ndarray, k_max: int) -> tuple[float, list[int]]:
+def informed_value_one(p_accept: np.ndarray, round_times: Costs, k_max: int, kv0: float = 0.0) -> tuple[float,
+                                                                                                      list[int]]:
     """Expected time and K per position of one request (plain-Python DP; reference for :func:`informed_plan`)."""
-    rt = _check(round_times, k_max)
+    rt0 = _check(round_times, k_max)
+    per_kv, _ = context_terms(round_times, k_max, np.array([kv0]), 1)
     p = [float(x) for x in p_accept]
     n = len(p)
     v = [0.0] * (n + 1)
     choice = [0] * n
     for i in range(n - 1, -1, -1):
+        rt = rt0 if per_kv is None else rt0 + per_kv * (kv0 + i)
         best, best_k = float(rt[0]) + v[i + 1], 0
         for k in range(1, min(k_max, n - i - 1) + 1):
             exp, all_acc = 0.0, 1.0

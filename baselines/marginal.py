@@ -15,6 +15,11 @@ hardware's cost profile and calibrates the draft's confidence online:
    round's current rate ``E_j / cost(j)``; ``propose`` returns 0 (a plain step) when even the first draft token does
    not pay, else the cap.
 
+**Without draft confidence** (a per-start trace, e.g. the published SpecDecode-Bench traces) the calibration is a
+single bin: every draft token's acceptance is the request's running per-token acceptance estimate (the ratio of
+EMAs of accepted to judged tokens), so ``P_j = a^j`` and the rule drafts to the model-optimal length under the full
+cost model. With a context term in the profile, ``cost`` is priced at the request's current KV cache.
+
 The arithmetic is :mod:`specgym.envs.core.economics`, through the same :class:`FeatureTracker` /
 :class:`TokenDecisionState` the learned policies observe (their ``tok_marginal`` feature is this rule's ratio).
 """

@@ -38,6 +38,8 @@ class PredictedMarginal(MarginalStop):
             lacking them, ``marginal``'s threshold of 1: without signals this controller is ``marginal``.
     """
 
+    needs = frozenset({"draft_conf", "draft_entropy"})  # the predictor reads them
+
     def __init__(self, predictor: AcceptancePredictor, name: str | None = None,
                  threshold: float | None = None) -> None:
         super().__init__(1.0)

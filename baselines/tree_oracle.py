@@ -13,12 +13,17 @@ with ``vmin(n) = min_{n <= n' <= budget} verify_nodes(n' + 1)`` (a measured prof
 a tree with unused nodes is allowed). Any tree round at ``i`` that accepts ``a`` tokens has depth ``>= a`` and holds
 the path's nodes, so it costs at least the oracle's ``d = a`` option: no tree controller (static or dynamic)
 beats ``V(0)`` under the same budget.
+
+Round costs are the profile's general form (:func:`~specgym.envs.core.cost.step_cost`: the tree's forward, ``d``
+draft steps of the default drafter, the overheads), priced at the request's KV cache (``prompt_len + i``) when the
+profile has a context term; for a classic profile that is the formula above exactly.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from specgym.envs.core.cost import step_cost
 from specgym.envs.engines.tree_engine import TreeEngine
 
 
@@ -30,17 +35,20 @@ def tree_oracle_request(engine: TreeEngine, r: int) -> tuple[float, int, int, in
     sl = engine.workload.span(r)
     ranks = engine.ranks[sl].tolist()
     n = len(ranks)
-    t_ar, draft, over = engine.t_ar, prof.draft_ms, prof.round_overhead_ms
+    t_ar, dc, over, step = engine.t_ar, prof.draft_cost(), prof.round_overhead_ms, prof.step_overhead_ms
+    kv0 = int(engine.workload.prompt_len[r]) if prof.has_context else 0
     V = [0.0] * (n + 1)
     choice = [(0, 0)] * n
     for i in range(n - 1, -1, -1):
-        best, pick = t_ar + V[i + 1], (0, 0)
+        kv = kv0 + i
+        best, pick = (t_ar + prof.context_ms * kv if kv0 else t_ar) + V[i + 1], (0, 0)
         nodes = 0
         for d in range(1, min(engine.max_depth, n - i - 1) + 1):
             nodes += ranks[i + d - 1] + 1
             if nodes > budget:
                 break
-            c = d * draft + vmin[nodes] + over + V[i + d + 1]
+            base, per_kv = step_cost(vmin[nodes], prof.context_ms, d, dc, over, step)
+            c = (base + per_kv * kv if kv0 else base) + V[i + d + 1]
             if c < best:
                 best, pick = c, (d, nodes)
         V[i] = best

@@ -93,8 +93,10 @@ def predicted_accept(workload: Any, predictor: AcceptancePredictor) -> np.ndarra
     pos = np.concatenate([np.arange(n) for n in workload.lengths.tolist()]) if workload.n_requests else \
         np.zeros(0, np.int64)
     temp = np.repeat(np.asarray(workload.temperature, np.float64), workload.lengths)
-    x = design_matrix(predictor.groups, workload.draft_conf, workload.draft_entropy, pos, temp,
-                      workload.draft_topk, workload.lookup_len, workload.lookup_agree, workload.hidden_sketch)
+    what = f"predictor {predictor.name!r}"
+    conf, ent = workload.require("draft_conf", what), workload.require("draft_entropy", what)
+    x = design_matrix(predictor.groups, conf, ent, pos, temp, workload.draft_topk, workload.lookup_len,
+                      workload.lookup_agree, workload.hidden_sketch)
     if x is None or x.shape[1] != len(predictor.mean):
         raise SpecgymError(f"workload {workload.name!r} lacks the signals predictor {predictor.name!r} reads "
                            f"({', '.join(predictor.groups)})")

@@ -237,7 +237,8 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results:
     served[requests] = True
     pos_served = np.repeat(served, wl.lengths)
     pos_category = np.repeat(wl.category, wl.lengths)
-    p_accept_by_cat = {cat: float(wl.p_accept[pos_served & (pos_category == cat)].mean())
+    p_accept = wl.p_accept  # None in a per-start trace (format v3: runs, no per-position acceptance)
+    p_accept_by_cat = {cat: None if p_accept is None else float(p_accept[pos_served & (pos_category == cat)].mean())
                        for cat in dict.fromkeys(categories.tolist())}
     report: dict[str, Any] = {
         "specgym_version": __version__,

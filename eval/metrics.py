@@ -2,8 +2,9 @@
 at a time.
 
 * ``throughput_tok_s`` = total produced tokens / total time.
-* ``speedup_vs_ar`` = T_AR / T with T_AR = N * t_AR; ``speedup_vs_k4`` and ``speedup_vs_best_fixed`` likewise
-  against fixed K=4 and the best fixed K on the same requests and draws.
+* ``speedup_vs_ar`` = T_AR / T with T_AR = N * t_AR (the fixed K = 0 run when the profile has a context term);
+  ``speedup_vs_k4`` and ``speedup_vs_best_fixed`` likewise against fixed K=4 and the best fixed K on the same
+  requests and draws.
 * ``mean_accept_len`` = produced / rounds (includes the bonus token, as vLLM reports it); ``mean_k`` = mean
   drafted tokens per round.
 * ``draft_waste`` = (drafted - accepted) / drafted over the run.
@@ -84,7 +85,7 @@ def _figures(name: str, tokens: np.ndarray, time_ms: np.ndarray, refs: Reference
     return Figures(
         controller=name,
         throughput_tok_s=n / total * 1000.0,
-        speedup_vs_ar=n * refs.t_ar_ms / total,
+        speedup_vs_ar=(n * refs.t_ar_ms if refs.ar_ms is None else float(refs.ar_ms.sum())) / total,
         speedup_vs_k4=refs.t_fixed(refs.k4) / total,
         speedup_vs_best_fixed=t_best / total,
         oracle_ratio=refs.t_oracle / total,

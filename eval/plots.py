@@ -131,7 +131,8 @@ def plot_acceptance(report: dict[str, Any]) -> Figure:
         color, marker = CATEGORY_STYLE[i % len(CATEGORY_STYLE)]
         ax.scatter([r["categories"][cat]["acceptance_rate"] for r in rows], y, color=color, marker=marker, s=22,
                    label=f"{cat}", zorder=3)
-        ax.axvline(means[cat], color=color, ls="--", lw=0.9, label=f"{cat}: trace mean p_accept")
+        if means[cat] is not None:  # a per-start trace has no per-position acceptance
+            ax.axvline(means[cat], color=color, ls="--", lw=0.9, label=f"{cat}: trace mean p_accept")
     ax.set_yticks(y, [r["controller"] for r in rows], fontsize=8)
     ax.set_xlim(0, 1)
     ax.grid(axis="x", lw=0.4, alpha=0.5)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from specgym.envs.core.cost import CostProfile
 from specgym.io import atomic_dir
 
 COLUMNS = (
@@ -135,13 +136,15 @@ def guard_section(report: dict[str, Any]) -> str:
 def markdown_report(report: dict[str, Any], plots: bool = True) -> str:
     """The whole ``report.md`` (``plots``: the report folder holds the PNG plots)."""
     wl, prof, ref = report["workload"], report["profile"], report["reference"]
-    synthetic = " **(synthetic workload)**" if wl["synthetic"] else ""
+    published = (wl.get("source") or {}).get("kind") == "published"
+    synthetic = " **(synthetic workload)**" if wl["synthetic"] else \
+        " **(a published trace replayed, not a live run)**" if published else ""
     return "\n".join([
         f"# specgym evaluation: {wl['label']}",
         "",
         f"- workload: `{wl['name']}`{synthetic}, split `{wl['split']}`: {wl['requests']} requests, "
         f"{wl['tokens']} tokens",
-        f"- cost profile: `{prof['name']}` ({prof['source']}): draft {prof['draft_ms']:g} ms, "
+        f"- cost profile: `{prof['name']}` ({prof['source']}): {CostProfile.from_dict(prof).summary()}, "
         f"t_AR {ref['t_ar_ms']:g} ms",
         f"- seed {report['seed']}, k_max {report['k_max']}, best fixed K = {ref['best_fixed_k']}, "
         f"specgym {report['specgym_version']}",

@@ -61,13 +61,14 @@ def workload_dataset(wl: Workload, split: str, groups: tuple[str, ...], max_rows
         a = getattr(wl, name, None)
         return None if a is None else a[rows]
 
-    x = design_matrix(groups, wl.draft_conf[rows], wl.draft_entropy[rows], pos, temp, col("draft_topk"),
-                      col("lookup_len"), col("lookup_agree"), col("hidden_sketch"))
+    what = "the acceptance predictor's training"
+    x = design_matrix(groups, wl.require("draft_conf", what)[rows], wl.require("draft_entropy", what)[rows], pos, temp,
+                      col("draft_topk"), col("lookup_len"), col("lookup_agree"), col("hidden_sketch"))
     if x is None:
         raise SpecgymError(missing_signals(wl, groups))
     loops = np.concatenate([np.full(wl.offsets[r + 1] - wl.offsets[r], request_loops(wl, int(r))) for r in reqs]) \
         if len(reqs) else np.zeros(0, bool)
-    y = wl.p_accept[rows].astype(np.float64)
+    y = wl.require("p_accept", what)[rows].astype(np.float64)
     if max_rows is not None and len(y) > max_rows:
         keep = np.sort(np.random.default_rng(seed).choice(len(y), max_rows, replace=False))
         x, y, loops = x[keep], y[keep], loops[keep]

@@ -16,7 +16,6 @@ import math
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
 from specgym.envs.core.economics import RoundCosts
 from specgym.envs.core.features import feature_names
@@ -110,7 +109,7 @@ def episode_token_value(workload: Any, profile: Any, k_max: int) -> float:
     token costs at a good rate, computed in microseconds (domain randomisation re-prices every episode)."""
     alpha = _MEAN_ACCEPT.get(id(workload))
     if alpha is None:
-        alpha = _MEAN_ACCEPT[id(workload)] = float(np.mean(workload.p_accept))
+        alpha = _MEAN_ACCEPT[id(workload)] = workload.mean_acceptance()
     costs = RoundCosts(profile, k_max)
     return 1.0 / (costs.rate(costs.best_k(alpha), alpha) * costs.t_ar)
 

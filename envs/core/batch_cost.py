@@ -11,6 +11,14 @@ and interpolates linearly in ``b`` between grid points (beyond the largest it ex
 Three sources, labelled in ``source``: ``measured`` (``specgym profile --batch-sizes``), ``roofline`` (a model a user
 parameterises with public numbers, :func:`roofline_profile`) and ``published`` (illustrative published figures).
 At ``b = 1`` a batched profile is a plain :class:`CostProfile` (:meth:`BatchCostProfile.at`).
+
+**From a published linear profile** (a single-request profile with a ``forward`` block, e.g. ``h100-llama31-8b``,
+:mod:`specgym.envs.core.cost`): :func:`load_batch_profile` also loads such a file, as the batched view of the same
+model (:meth:`BatchCostProfile.from_linear`). Its grid is the model at an empty cache on batch sizes 1, 2, 4, ...,
+512 (draft per token and fixed draft cost of the default drafter, the forward over ``b * n`` tokens, the per-step
+overhead in ``step_overhead_ms``), for the controllers that read a grid; :attr:`BatchCostProfile.linear` keeps the
+model itself, and the batch replay prices every step with it exactly (:meth:`BatchCostProfile.step_ms`: whole-batch
+KV, the step's tokens, optionally padded to CUDA-graph capture sizes).
 """
 
 from __future__ import annotations
@@ -23,10 +31,9 @@ from typing import Any
 
 import numpy as np
 
-import specgym.catalogue as catalogue
-from specgym.envs.core.cost import CostProfile
+from specgym.envs.core.cost import CostProfile, read_profile_json
 from specgym.errors import SpecgymError
-from specgym.io import atomic_write_text, read_text
+from specgym.io import atomic_write_text
 
 BATCH_SOURCES = ("measured", "roofline", "published", "synthetic")
 
@@ -45,6 +52,8 @@ class BatchCostProfile:
         source: ``measured``, ``roofline``, ``published`` or ``synthetic``.
         description: Provenance.
         hardware: Hardware or model parameters behind it.
+        step_overhead_ms: Fixed work of every step, plain ones included (0 for grid profiles).
+        linear: The published linear single-request profile this one is the batched view of (``None``: a grid).
     """
 
     name: str
@@ -55,6 +64,8 @@ class BatchCostProfile:
     source: str = "measured"
     description: str = ""
     hardware: dict[str, Any] = field(default_factory=dict)
+    step_overhead_ms: float = 0.0
+    linear: CostProfile | None = None
 
     def __post_init__(self) -> None:
         b = self.batch_sizes
@@ -118,10 +129,35 @@ class BatchCostProfile:
         return float(max(self._interp(self._over, b), 0.0))  # type: ignore[attr-defined]
 
     def step_time(self, b: float, k: int) -> float:
-        """Time of a step in which ``b`` sequences each draft ``k`` tokens and verify ``k + 1``."""
+        """Time of a step in which ``b`` sequences each draft ``k`` tokens and verify ``k + 1`` (at an empty cache
+        for a linear profile: :meth:`step_ms` prices the cache)."""
         if k == 0:
-            return self.verify(b, 1)
-        return k * self.draft(b) + self.verify(b, k + 1) + self.overhead(b)
+            return self.verify(b, 1) + self.step_overhead_ms
+        return k * self.draft(b) + self.verify(b, k + 1) + self.overhead(b) + self.step_overhead_ms
+
+    def step_ms(self, kv_tokens: Any, batched_tokens: Any, drafted: Any, drafter: str | None = None,
+                speculative: bool = True) -> Any:
+        """A step priced by the linear model (:meth:`CostProfile.batch_step_ms`); grid profiles refuse."""
+        if self.linear is None:
+            raise SpecgymError(f"batch profile {self.name!r} is a grid: it prices no KV cache (step_time)")
+        return self.linear.batch_step_ms(kv_tokens, batched_tokens, drafted, drafter, speculative)
+
+    @classmethod
+    def from_linear(cls, profile: CostProfile, batch_sizes: tuple[int, ...] = tuple(2 ** i for i in range(10)))\
+            -> BatchCostProfile:
+        """The batched view of a published linear profile (module docstring)."""
+        fwd = profile.forward
+        if fwd is None:
+            raise SpecgymError(f"cost profile {profile.name!r} has no 'forward' block: not a linear profile")
+        dc = profile.draft_cost()
+        if dc.verify_fraction:
+            raise SpecgymError(f"cost profile {profile.name!r}: its default drafter prices a share of the verify, "
+                               f"which a grid cannot hold")
+        n = profile.max_k + 1
+        return cls(profile.name, tuple(batch_sizes), tuple(dc.per_token_ms for _ in batch_sizes),
+                   tuple(tuple(float(fwd.base_ms(b * i)) for i in range(1, n + 1)) for b in batch_sizes),
+                   tuple(profile.round_overhead_ms + dc.fixed_ms for _ in batch_sizes), profile.source,
+                   profile.description, dict(profile.hardware), profile.step_overhead_ms, profile)
 
     def step_times(self, b: float, k_max: int) -> np.ndarray:
         """``out[k]`` = :meth:`step_time` for k = 0..k_max."""
@@ -141,7 +177,9 @@ class BatchCostProfile:
             raise SpecgymError(f"batch profile {self.name!r} prices K up to {self.max_k}, needs k_max={k_max}")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (the on-disk format)."""
+        """JSON-ready dict (the on-disk format; a linear profile's is its single-request file)."""
+        if self.linear is not None:
+            return self.linear.to_dict()
         return {"name": self.name, "kind": "batched", "source": self.source, "description": self.description,
                 "batch_sizes": list(self.batch_sizes), "draft_ms": list(self.draft_ms),
                 "verify_ms": [list(r) for r in self.verify_ms], "overhead_ms": list(self.overhead_ms),
@@ -168,13 +206,12 @@ class BatchCostProfile:
 
 def load_batch_profile(name_or_path: str | Path) -> BatchCostProfile:
     """A batched profile by shipped name (``batch-cpu-midpair``) or path to a JSON file."""
-    path = catalogue.resolve("batch_profile", name_or_path)
-    try:
-        data = json.loads(read_text(path, "batched cost profile (JSON)"))
-    except json.JSONDecodeError as exc:
-        raise SpecgymError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if data.get("kind") != "batched":
-        raise SpecgymError(f"{path}: not a batched cost profile (field 'kind' must be 'batched')")
+    path, data = read_profile_json(name_or_path, "batch_profile")
+    if isinstance(data, dict) and "forward" in data and "kind" not in data:  # a published linear profile
+        return BatchCostProfile.from_linear(CostProfile.from_dict(data, where=str(path)))
+    if not isinstance(data, dict) or data.get("kind") != "batched":
+        raise SpecgymError(f"{path}: not a batched cost profile (field 'kind' must be 'batched', or a linear "
+                           f"profile with a 'forward' block)")
     return BatchCostProfile.from_dict(data, where=str(path))
 
 

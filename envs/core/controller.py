@@ -22,10 +22,14 @@ class Controller(ABC):
     Attributes:
         name: Display name used in reports.
         token_level: True when ``keep_drafting`` may return False (the controller stops inside a round).
+        needs: The per-position trace columns (``draft_conf``, ``draft_entropy``...) the controller reads; on an
+            engine that lacks one (``RequestContext.lacks``) it refuses to start in one line
+            (:class:`~specgym.envs.core.request.Episode`). Empty: it runs on every trace.
     """
 
     name: str = "controller"
     token_level: bool = False
+    needs: frozenset[str] = frozenset()
     ctx: RequestContext
 
     def reset(self, ctx: RequestContext) -> None:

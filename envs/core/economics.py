@@ -94,21 +94,43 @@ class Calibration:
 class RoundCosts:
     """A request's round costs: ``cost[j]`` = time of a round drafting ``j`` tokens (``cost[0] = t_AR``).
 
+    With a context term in the profile the costs depend on the KV cache: :meth:`at_context` moves them to the
+    cache of the next round (the feature tracker calls it with ``prompt_len + tokens generated``); without one the
+    table never changes.
+
     Args:
         profile: The request's cost profile.
         k_max: Largest draft cap.
+        drafter: The drafter whose costs these are (``None``: the profile's default).
     """
 
-    __slots__ = ("cost", "k_max", "t_ar", "_best")
+    __slots__ = ("cost", "k_max", "t_ar", "_best", "_base", "_per_kv")
 
     #: ``best_k`` resolves ``alpha`` to this grid (and memoises per grid point): exact but at breakpoints.
     ALPHA_GRID = 4096
 
-    def __init__(self, profile: CostProfile, k_max: int):
+    def __init__(self, profile: CostProfile, k_max: int, drafter: str | None = None):
         self.k_max = int(k_max)
-        self.cost = [profile.round_time(j) for j in range(self.k_max + 1)]
+        table = profile.round_table(self.k_max, drafter)
+        self._base = table.base.tolist()
+        self._per_kv = table.per_kv.tolist() if table.has_context else None
+        self.cost = list(self._base)
         self.t_ar = self.cost[0]
         self._best: dict[int, int] = {}
+
+    @property
+    def has_context(self) -> bool:
+        """True when the costs depend on the KV cache."""
+        return self._per_kv is not None
+
+    def at_context(self, kv: float) -> None:
+        """Price the next rounds at ``kv`` cached tokens (no-op without a context term)."""
+        per_kv = self._per_kv
+        if per_kv is None:
+            return
+        self.cost = [b + s * kv for b, s in zip(self._base, per_kv)]
+        self.t_ar = self.cost[0]
+        self._best.clear()
 
     def marginal_ratio(self, j: int, expected: float, prefix_prob: float, next_accept: float) -> float:
         """``(gain / extra cost) / (E_j / cost(j))`` of drafting token ``j + 1`` (> 1: drafting on pays).

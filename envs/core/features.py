@@ -11,6 +11,12 @@ rejected token (``min(accepted + 1, drafted)``). Tokens drafted after the first 
 engine they were conditioned on a wrong token, and in replay their confidences come from the correct-prefix trace,
 which would reveal the next round's first draft token (version 1 leaked it; a policy learned to exploit it).
 
+On an engine without draft features (a per-start trace: ``RequestContext.lacks`` names ``draft_conf`` /
+``draft_entropy``) the confidence and entropy features keep their start values (0.5 / 0 for the EMAs, 0 for the last
+round's, the calibration at the identity) and a token's calibrated acceptance is a single bin: the request's running
+acceptance estimate. With a context term in the cost profile the round costs follow the KV cache
+(``prompt_len + tokens generated``).
+
 Version 3 adds what a cost-aware controller needs to generalise across hardware and drafts: the round overhead, the
 gap between recent acceptance and recent judged confidence (how mis-calibrated the draft is), the model-optimal K
 under the request's full cost model, and in token mode the calibrated acceptance of the token just drafted, the
@@ -161,6 +167,8 @@ class FeatureTracker:
 
     def __init__(self, k_max: int):
         self.k_max = int(k_max)
+        self._kv0 = 0
+        self.has_conf = True
         self._static = (0.0, 0.0, 0.0, 0.0)
         self._round_obs: list[float] = []
         self.calibration = Calibration()
@@ -177,6 +185,10 @@ class FeatureTracker:
             overhead = min(prof.round_overhead_ms / t_ar, 1.0)
             self._static = (cost, slope, min(max(ctx.temperature, 0.0), 2.0), overhead)
             self.costs = RoundCosts(prof, self.k_max)
+            self._kv0 = ctx.prompt_len
+            self.has_conf = "draft_conf" not in ctx.lacks and "draft_entropy" not in ctx.lacks
+        if self.costs is not None:
+            self.costs.at_context(self._kv0)
         self.acc_fast = self.acc_mid = self.acc_slow = 0.5
         self.alpha = _ALPHA_PRIOR
         self.ema_acc, self.ema_judged = _ALPHA_PRIOR, 1.0
@@ -222,20 +234,9 @@ class FeatureTracker:
             self.last_full = 1.0 if full else 0.0
             self.full_streak = self.full_streak + 1 if full else 0
             self.zero_streak = self.zero_streak + 1 if a == 0 else 0
-            conf = o.draft_conf[:judged].tolist()
-            self.calibration.update_round(conf, a)
-            gap = self.calib_gap
-            for m, c in enumerate(conf):
-                gap = _EMA_MID * gap + (1 - _EMA_MID) * ((1.0 if m < a else 0.0) - c)
-            self.calib_gap = gap
-            conf_mean = self.last_conf_mean = sum(conf) / judged
-            self.last_conf_min = min(conf)
-            self.last_conf_last = conf[-1]
-            ent = sum(o.draft_entropy[:judged].tolist()) / judged
-            ent = self.last_ent = (ent if ent < ENTROPY_SCALE else ENTROPY_SCALE) / ENTROPY_SCALE
-            self.conf_ema = _EMA_FEAT * self.conf_ema + (1 - _EMA_FEAT) * conf_mean
-            self.ent_ema = _EMA_FEAT * self.ent_ema + (1 - _EMA_FEAT) * ent
             self.no_history = 0.0
+            if self.has_conf:
+                self._update_conf(o, a, judged)
         else:
             # a round that drafted nothing carries no evidence: the acceptance estimate relaxes towards its prior,
             # so a controller that stopped drafting after bad luck tries again (otherwise it never would)
@@ -245,9 +246,29 @@ class FeatureTracker:
             self.last_full = 0.0
             self.last_conf_mean = self.last_conf_min = self.last_conf_last = 0.0
             self.last_ent = 0.0
-        if self.costs is not None:
-            self._k_model = self.costs.best_k(self.alpha_hat) / k
+        costs = self.costs
+        if costs is not None:
+            if costs.has_context:
+                costs.at_context(self._kv0 + self.tokens)
+            self._k_model = costs.best_k(self.alpha_hat) / k
         self._render_round()
+
+    def _update_conf(self, o: RoundOutcome, a: int, judged: int) -> None:
+        """The draft-feature statistics of a round's judged tokens (skipped when the engine has no draft features:
+        a per-start trace; they stay at their start values and the calibration at the identity)."""
+        conf = o.draft_conf[:judged].tolist()
+        self.calibration.update_round(conf, a)
+        gap = self.calib_gap
+        for m, c in enumerate(conf):
+            gap = _EMA_MID * gap + (1 - _EMA_MID) * ((1.0 if m < a else 0.0) - c)
+        self.calib_gap = gap
+        conf_mean = self.last_conf_mean = sum(conf) / judged
+        self.last_conf_min = min(conf)
+        self.last_conf_last = conf[-1]
+        ent = sum(o.draft_entropy[:judged].tolist()) / judged
+        ent = self.last_ent = (ent if ent < ENTROPY_SCALE else ENTROPY_SCALE) / ENTROPY_SCALE
+        self.conf_ema = _EMA_FEAT * self.conf_ema + (1 - _EMA_FEAT) * conf_mean
+        self.ent_ema = _EMA_FEAT * self.ent_ema + (1 - _EMA_FEAT) * ent
 
     def _render_round(self) -> None:
         cost, slope, temp, overhead = self._static
@@ -304,14 +325,20 @@ class TokenDecisionState:
 
     def add(self, step: DraftStep, accept: float | None = None) -> None:
         """Fold in the draft token just proposed; ``accept`` (a predictor's acceptance probability) replaces the
-        calibrated confidence as its acceptance estimate when given."""
+        calibrated confidence as its acceptance estimate when given. On an engine without draft features
+        (``RequestContext.lacks``) the calibrated estimate is a single bin, the running acceptance estimate
+        ``alpha_hat``, and the confidence features keep their values before the first token."""
         self.drafted = step.index
         self.cap = step.cap
-        self.conf, self.entropy = step.conf, step.entropy
-        self.conf_prod *= step.conf
-        if step.conf < self.conf_min:
-            self.conf_min = step.conf
-        self.accept_est = self.tracker.calibration.accept_prob(step.conf) if accept is None else accept
+        if self.tracker.has_conf:
+            self.conf, self.entropy = step.conf, step.entropy
+            self.conf_prod *= step.conf
+            if step.conf < self.conf_min:
+                self.conf_min = step.conf
+            calibrated = self.tracker.calibration.accept_prob(step.conf)
+        else:  # no draft features: calibration by a single bin, the request's running acceptance estimate
+            calibrated = self.tracker.alpha_hat
+        self.accept_est = calibrated if accept is None else accept
         self.predicted = accept is not None
         self.prefix_prob *= self.accept_est
         self.expected += self.prefix_prob

@@ -85,6 +85,7 @@ class Episode:
     __slots__ = ("controller", "keep_drafting", "totals", "_propose", "_observe")
 
     def __init__(self, controller: Controller, context: RequestContext):
+        check_needs(controller, context)
         controller.reset(context)
         self.controller = controller
         self.keep_drafting: KeepDrafting | None = controller.keep_drafting if controller.token_level else None
@@ -109,6 +110,16 @@ class Episode:
         tot.rounds += 1
         tot.drafted += o.drafted
         tot.accepted += o.accepted
+
+
+def check_needs(controller: Controller, context: RequestContext) -> None:
+    """Refuse, in one line, a controller that reads a trace column the engine lacks (``Controller.needs``)."""
+    missing = controller.needs & context.lacks
+    if missing:
+        cols = ", ".join(repr(c) for c in sorted(missing))
+        raise SpecgymError(f"controller {controller.name} needs the per-position column(s) {cols}, which workload "
+                           f"{context.workload or '?'} does not carry (a per-start trace: runs only); leave it out "
+                           f"of --controllers")
 
 
 def _whole_k(k: object, name: str) -> int:

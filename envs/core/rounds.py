@@ -49,6 +49,10 @@ class RequestContext:
         prompt_len: Prompt length in tokens.
         k_max: Largest draft cap the engine accepts.
         profile: What rounds cost on the hardware serving the request (cost-aware controllers read it).
+        lacks: The per-position trace columns the engine has no values of (a per-start trace: ``draft_conf``,
+            ``draft_entropy``...): its ``DraftStep`` / ``RoundOutcome`` draft features are NaN, and a controller
+            whose ``needs`` meet it refuses. Empty for live engines and complete traces.
+        workload: The workload's name (replay), for messages.
     """
 
     request_id: str
@@ -57,6 +61,8 @@ class RequestContext:
     prompt_len: int
     k_max: int
     profile: CostProfile
+    lacks: frozenset[str] = frozenset()
+    workload: str = ""
 
 
 @dataclass(slots=True)
@@ -67,8 +73,8 @@ class DraftStep:
         index: 1-based index ``j`` of this token inside the round.
         cap: The round's draft cap ``K`` (after clipping); drafting stops at ``j == cap`` regardless.
         position: Completion position of this token (``i + j - 1``).
-        conf: Draft probability of the proposed token.
-        entropy: Entropy (nats) of the draft distribution at this token.
+        conf: Draft probability of the proposed token (NaN when the engine has none: ``RequestContext.lacks``).
+        entropy: Entropy (nats) of the draft distribution at this token (NaN when the engine has none).
         signals: Pre-verification signals of the round's draft tokens ``1..j`` (this token last:
             ``signals.topk[-1]``), or ``None`` when the engine has none (a trace without signal columns).
     """

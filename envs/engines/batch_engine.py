@@ -8,7 +8,12 @@ common random numbers as the single-request engine (``accepted = min(run[pos], c
     step time = sum_j draft_ms(b_j) + verify_ms(b, n_eff) + overhead_ms(b)      (b_j: sequences still drafting at j;
                                                                                  n_eff: mean tokens verified per seq)
 
-and ``verify_ms(b, 1)`` for a step without drafts. Admission:
+and ``verify_ms(b, 1)`` for a step without drafts (plus the profile's per-step overhead, 0 on grids). A batched view
+of a published linear profile (``BatchCostProfile.linear``, e.g. ``h100-llama31-8b``) prices every step exactly with
+its model instead: ``forward(whole-batch KV, sum(cap + 1))`` + the drafter's phase for the longest cap + overheads
+(:meth:`~specgym.envs.core.batch_cost.BatchCostProfile.step_ms`), the KV cache of a sequence being ``prompt_len +
+position``. Runs are the engine's one notion (:mod:`specgym.envs.core.replay`): a per-position trace's draws under
+the seed, or a per-start trace's stored runs of ``drafter``. Admission:
 
 * **closed loop**: a finished request is replaced at once, keeping ``concurrency`` sequences in flight (a schedule of
   ``(duration_ms, concurrency)`` segments, cycled, makes it change over time);
@@ -28,7 +33,7 @@ import numpy as np
 
 from specgym.envs.core.batch import BatchController, BatchState, BatchStep
 from specgym.envs.core.batch_cost import BatchCostProfile
-from specgym.envs.core.replay import request_uniforms, run_lengths
+from specgym.envs.core.replay import per_position_runs
 from specgym.envs.core.rounds import DEFAULT_K_MAX, check_k_max
 from specgym.envs.workloads.trace_format import Workload
 from specgym.errors import SpecgymError
@@ -58,11 +63,12 @@ class BatchReplay:
         requests: Workload request indices to serve, in order (default: all).
         k_max: Largest draft cap.
         seed: Seed of the common random numbers (and of the arrival times).
+        drafter: The drafter whose runs (and, with a linear profile, costs) to replay (``None``: the default).
     """
 
     def __init__(self, workload: Workload, profile: BatchCostProfile, concurrency: int | Sequence[tuple[float, int]]
                  = 1, arrival_rate: float | None = None, requests: Sequence[int] | np.ndarray | None = None,
-                 k_max: int = DEFAULT_K_MAX, seed: int = 0):
+                 k_max: int = DEFAULT_K_MAX, seed: int = 0, drafter: str | None = None):
         self.workload = workload
         self.profile = profile
         self.k_max = check_k_max(k_max)
@@ -75,10 +81,16 @@ class BatchReplay:
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         spans = [workload.span(int(r)) for r in self.requests]
-        p = np.concatenate([workload.p_accept[sl] for sl in spans])
-        u = np.concatenate([request_uniforms(seed, workload.request_id[r], n)
-                            for r, n in zip(self.requests.tolist(), lengths.tolist())])
-        self.runs = run_lengths(u < p, offsets)
+        info = workload.drafter_info(drafter)
+        self.drafter = str(info["name"])
+        self._priced_as = profile.linear.pricing_drafter(self.drafter, info["kind"]) if profile.linear else None
+        if info["runs"] == "per-start":
+            self.runs = np.concatenate([workload.runs[self.drafter][sl] for sl in spans]).astype(np.int64)
+        else:
+            p_all = workload.require("p_accept", "batch replay")
+            self.runs = per_position_runs(np.concatenate([p_all[sl] for sl in spans]), offsets,
+                                          workload.request_id[self.requests], seed)
+        self.kv0 = workload.prompt_len[self.requests].astype(np.int64) - offsets[:-1]  # KV = kv0 + flat position
         self.schedule = [(float("inf"), int(concurrency))] if isinstance(concurrency, (int, np.integer)) else \
             [(float(d), int(c)) for d, c in concurrency]
         if any(c < 1 for _, c in self.schedule) or any(d <= 0 for d, _ in self.schedule):
@@ -183,8 +195,11 @@ class BatchReplay:
         kmax = int(cap.max())
         row = self.profile.row
         _, verify, overhead = row(b)
-        if kmax == 0:
-            t = float(verify[0])
+        if self.profile.linear is not None:
+            kv = int((self.kv0[self.slot_req[act]] + pos).sum())
+            t = float(self.profile.step_ms(kv, int(cap.sum()) + b, kmax, self._priced_as, speculative=kmax > 0))
+        elif kmax == 0:
+            t = float(verify[0]) + self.profile.step_overhead_ms
         else:
             drafting = np.bincount(cap, minlength=kmax + 1)[::-1].cumsum()[::-1]  # sequences with cap >= j
             t = sum(row(int(n))[0] for n in drafting[1:].tolist())
@@ -192,6 +207,7 @@ class BatchReplay:
             lo = int(n_eff)
             w = n_eff - lo
             t += (verify[lo - 1] if w == 0.0 else (1 - w) * verify[lo - 1] + w * verify[lo]) + overhead
+            t += self.profile.step_overhead_ms
         self.pos[act] = pos + produced
         self.now_ms += t
         fin = act[self.pos[act] >= end]

@@ -290,7 +290,7 @@ def _open_work_dir(work: Path, plan: dict[str, Any], restart: bool) -> None:
 
 def _requests_of(wl: Workload) -> tuple[list[dict[str, Any]], list[list[int]]]:
     """A recorded shard back as the recorder's per-request dicts (without split) and completions."""
-    cols = ("p_accept", "draft_conf", "draft_entropy", "target_entropy", *wl.signal_names)
+    cols = (*wl.position_names, *wl.signal_names)
     reqs, completions = [], []
     for r in range(wl.n_requests):
         sl = wl.span(r)

@@ -8,10 +8,22 @@ and the request id (common random numbers: every controller evaluated under one 
 ``accepted`` is the leading accepted count, the round produces ``accepted + 1`` tokens and costs
 ``round_time(drafted)``.
 
-Because acceptance only depends on the leading run, the engine precomputes ``run[i]`` = number of consecutive
-accepted positions from ``i`` (within the request); a round is then O(1): ``accepted = min(run[i], drafted)``.
-That is what makes both the scalar form (:class:`ReplayRequest`) and the vectorised form (:class:`VectorReplay`)
-fast, and what lets the oracle plan over the same outcomes.
+Because acceptance only depends on the leading run, the engine reads **runs** (:mod:`specgym.envs.core.replay`):
+``run[i]`` = the draft tokens a round starting at ``i`` accepts with a long enough draft; a round is then O(1):
+``accepted = min(run[i], drafted)``. A per-position trace's runs are those of its accept draws (precomputed per
+seed); a per-start trace (format v3) stores them per drafter, seed-independent. :meth:`TraceEngine.runs` is the
+one accessor (the scalar form :class:`ReplayRequest`, the vectorised form :class:`VectorReplay`, the oracles and
+the references read it), and the drafter is a parameter of the round machinery (``drafter=`` on the engine, on
+:meth:`ReplayRequest.play` / :meth:`ReplayRequest.verify` and on :class:`VectorReplay`; ``None`` = the engine's).
+
+Costs: a round is priced by the profile's :class:`~specgym.envs.core.cost.RoundTable` of the round's drafter at
+the request's KV cache, ``prompt_len + i`` tokens at position ``i`` (``base[d] + per_kv[d] * kv``); a profile
+without a context term takes the classic path (``round_times[d]``), bit-identical to before.
+
+A trace without draft features (a per-start trace lacks ``draft_conf`` / ``draft_entropy``) gives NaN in
+``DraftStep.conf`` / ``entropy`` and ``RoundOutcome.draft_conf`` / ``draft_entropy``; the request context names what
+the trace lacks (``RequestContext.lacks``) and a controller that needs it refuses in one line
+(:class:`~specgym.envs.core.request.Episode`).
 
 For greedy traces the replay is exact (the draft proposes the target's tokens up to the first rejection). Draft
 features of tokens after the first rejection come from the correct-prefix trace: an approximation, since the real
@@ -29,8 +41,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specgym.envs.core.cost import CostProfile
-from specgym.envs.core.replay import request_uniforms, run_lengths
+from specgym.envs.core.cost import CostProfile, RoundTable
+from specgym.envs.core.replay import per_position_runs
 from specgym.envs.core.request import KeepDrafting, Request
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome, check_k_max
 from specgym.envs.core.signals import DraftSignals
@@ -45,48 +57,83 @@ class TraceEngine:
         workload: The trace to replay.
         profile: Cost profile; defaults to the workload's own.
         k_max: Largest draft cap (1..16); the profile must price ``k_max + 1`` verify tokens.
-        seed: Seed of the common random numbers.
+        seed: Seed of the common random numbers (per-position traces; per-start runs do not depend on it).
+        drafter: The drafter whose runs rounds replay (``None``: the workload's default drafter).
     """
 
     def __init__(self, workload: Workload, profile: CostProfile | None = None, k_max: int = DEFAULT_K_MAX,
-                 seed: int = 0):
+                 seed: int = 0, drafter: str | None = None):
         self.workload = workload
         self.profile = profile or workload.profile
         self.k_max = check_k_max(k_max)
         self.profile.check_k_max(self.k_max)
         self.seed = int(seed)
-        self.round_times = self.profile.round_times(self.k_max)
+        self.drafter = str(workload.drafter_info(drafter)["name"])
+        self._tables: dict[str, RoundTable] = {}
+        self.table = self.table_for(self.drafter)
+        self.round_times = self.table.base
         self.t_ar = float(self.round_times[0])
+        self.has_context = self.table.has_context
         self._runs: dict[int, np.ndarray] = {}
-        self._all_runs: np.ndarray | None = None
+        self._flat_runs: dict[str, np.ndarray] = {}
         self.signals = workload.signal_columns()
+        self.lacks = workload.lacks
 
     # ------------------------------------------------------------------------------------------ outcomes
-    def request_runs(self, r: int) -> np.ndarray:
-        """Run lengths of request ``r`` under this engine's seed (cached)."""
-        if self._all_runs is not None:
-            return self._all_runs[self.workload.span(r)]
+    def table_for(self, drafter: str | None = None) -> RoundTable:
+        """The round costs of ``drafter`` (``None``: the engine's) under the engine's profile (cached)."""
+        name = self.drafter if drafter is None else drafter
+        table = self._tables.get(name)
+        if table is None:
+            kind = self.workload.drafter_info(name)["kind"]
+            table = self._tables[name] = self.profile.round_table(self.k_max, self.profile.pricing_drafter(name, kind))
+        return table
+
+    def _per_start(self, drafter: str) -> bool:
+        return self.workload.drafter_info(drafter)["runs"] == "per-start"
+
+    def runs(self, drafter: str | None = None) -> np.ndarray:
+        """Flat runs of every request for ``drafter`` (``None``: the engine's), int64, computed once: the stored
+        per-start runs, or a per-position trace's runs under this engine's seed."""
+        name = self.drafter if drafter is None else drafter
+        flat = self._flat_runs.get(name)
+        if flat is None:
+            wl = self.workload
+            if self._per_start(name):
+                flat = wl.runs[name].astype(np.int64)
+            else:
+                flat = per_position_runs(wl.require("p_accept", "per-position replay"), wl.offsets, wl.request_id,
+                                         self.seed)
+            self._flat_runs[name] = flat
+        return flat
+
+    def all_runs(self) -> np.ndarray:
+        """Flat runs of every request for the engine's drafter (:meth:`runs`)."""
+        return self.runs()
+
+    def request_runs(self, r: int, drafter: str | None = None, seed: int | None = None) -> np.ndarray:
+        """Runs of request ``r`` (cached for the engine's drafter and seed; ``seed`` draws a per-position trace's
+        outcomes from another seed)."""
+        name = self.drafter if drafter is None else drafter
+        if self._per_start(name):
+            return self.runs(name)[self.workload.span(r)]
+        if seed is not None and seed != self.seed:
+            return self._draw(r, seed)
+        flat = self._flat_runs.get(name)
+        if flat is not None:
+            return flat[self.workload.span(r)]
         runs = self._runs.get(r)
         if runs is None:
-            sl = self.workload.span(r)
-            p = self.workload.p_accept[sl]
-            u = request_uniforms(self.seed, self.workload.request_id[r], len(p))
-            runs = run_lengths(u < p, np.array([0, len(p)]))
+            runs = self._draw(r, self.seed)
             if len(self._runs) > 4096:
                 self._runs.clear()
             self._runs[r] = runs
         return runs
 
-    def all_runs(self) -> np.ndarray:
-        """Flat run lengths of every request (computed once; used by the vectorised replay and the oracle)."""
-        if self._all_runs is None:
-            wl = self.workload
-            u = np.empty(wl.n_positions, dtype=np.float64)
-            for r in range(wl.n_requests):
-                sl = wl.span(r)
-                u[sl] = request_uniforms(self.seed, wl.request_id[r], sl.stop - sl.start)
-            self._all_runs = run_lengths(u < wl.p_accept, wl.offsets)
-        return self._all_runs
+    def _draw(self, r: int, seed: int) -> np.ndarray:
+        sl = self.workload.span(r)
+        p = self.workload.require("p_accept", "per-position replay")[sl]
+        return per_position_runs(p, np.array([0, len(p)]), [self.workload.request_id[r]], seed)
 
     def context(self, r: int) -> RequestContext:
         """What a controller may know about request ``r`` (no completion length, no outcomes)."""
@@ -98,6 +145,8 @@ class TraceEngine:
             prompt_len=int(wl.prompt_len[r]),
             k_max=self.k_max,
             profile=self.profile,
+            lacks=self.lacks,
+            workload=wl.name,
         )
 
     def start(self, r: int, seed: int | None = None) -> ReplayRequest:
@@ -105,18 +154,12 @@ class TraceEngine:
 
         Args:
             r: Request index in the workload.
-            seed: Draw this request's outcomes from another seed (e.g. fresh draws per training episode);
-                default: the engine's seed (common random numbers).
+            seed: Draw this request's outcomes from another seed (e.g. fresh draws per training episode; a
+                per-start trace has no draws); default: the engine's seed (common random numbers).
         """
         if not 0 <= r < self.workload.n_requests:
             raise SpecgymError(f"request index {r} out of range [0, {self.workload.n_requests})")
-        if seed is None or seed == self.seed:
-            runs = self.request_runs(r)
-        else:
-            p = self.workload.p_accept[self.workload.span(r)]
-            u = request_uniforms(seed, self.workload.request_id[r], len(p))
-            runs = run_lengths(u < p, np.array([0, len(p)]))
-        return ReplayRequest(self, r, runs)
+        return ReplayRequest(self, r, self.request_runs(r, seed=seed))
 
 
 class ReplayRequest(Request):
@@ -130,7 +173,7 @@ class ReplayRequest(Request):
     """
 
     __slots__ = ("engine", "r", "context", "position", "length", "k_max", "done", "_runs", "_conf", "_ent",
-                 "_times", "_sig", "_base")
+                 "_times", "_per_kv", "_kv0", "_sig", "_base", "_other")
 
     def __init__(self, engine: TraceEngine, r: int, runs: np.ndarray):
         wl = engine.workload
@@ -139,15 +182,18 @@ class ReplayRequest(Request):
         self.r = r
         self.context = engine.context(r)
         self.position = 0
-        self.length = sl.stop - sl.start
+        self.length = n = sl.stop - sl.start
         self.k_max = engine.k_max
         self.done = False
         self._runs = runs.tolist()
-        self._conf = wl.draft_conf[sl]
-        self._ent = wl.draft_entropy[sl]
+        self._conf = wl.draft_conf[sl] if wl.draft_conf is not None else np.full(n, np.nan, np.float32)
+        self._ent = wl.draft_entropy[sl] if wl.draft_entropy is not None else np.full(n, np.nan, np.float32)
         self._times = engine.round_times.tolist()
+        self._per_kv = engine.table.per_kv.tolist() if engine.has_context else None
+        self._kv0 = int(wl.prompt_len[r])
         self._sig = engine.signals
         self._base = sl.start
+        self._other: dict[str, tuple[list[int], list[float], list[float] | None]] = {}
 
     def signals(self, position: int, n: int) -> DraftSignals | None:
         """The signals of ``n`` draft tokens proposed from ``position`` (``None`` when the trace has none)."""
@@ -157,8 +203,9 @@ class ReplayRequest(Request):
         start = self._base + position
         return DraftSignals(sig, start, start + n)
 
-    def play(self, k: int, keep_drafting: KeepDrafting | None = None) -> RoundOutcome:
-        """Play one round with draft cap ``k``; ``keep_drafting`` (token-level) may stop after token j < K."""
+    def play(self, k: int, keep_drafting: KeepDrafting | None = None, drafter: str | None = None) -> RoundOutcome:
+        """Play one round with draft cap ``k``; ``keep_drafting`` (token-level) may stop after token j < K;
+        ``drafter`` replays another of the trace's drafters (``None``: the engine's)."""
         if self.done:
             raise SpecgymError("request already finished; start a new one")
         cap = self.clip(int(k))
@@ -169,7 +216,7 @@ class ReplayRequest(Request):
                 if not keep_drafting(step(j, cap)):
                     drafted = j
                     break
-        return self.verify(cap, drafted)
+        return self.verify(cap, drafted, drafter)
 
     def draft_step(self, j: int, cap: int) -> DraftStep:
         """The ``j``-th draft token of a round from the current position with cap ``cap``, as a token-level decider
@@ -179,19 +226,34 @@ class ReplayRequest(Request):
         return DraftStep(j, cap, p, float(self._conf[p]), float(self._ent[p]), self.signals(i, j))
 
     def draft_features(self, position: int) -> tuple[float, float]:
-        """(draft_conf, draft_entropy) of the token the draft proposes for ``position``."""
+        """(draft_conf, draft_entropy) of the token the draft proposes for ``position`` (NaN where absent)."""
         return float(self._conf[position]), float(self._ent[position])
 
-    def verify(self, cap: int, drafted: int) -> RoundOutcome:
+    def _drafter(self, drafter: str) -> tuple[list[int], list[float], list[float] | None]:
+        """Runs and costs of another drafter of this request (cached)."""
+        got = self._other.get(drafter)
+        if got is None:
+            eng = self.engine
+            table = eng.table_for(drafter)
+            got = self._other[drafter] = (eng.request_runs(self.r, drafter).tolist(), table.base.tolist(),
+                                          table.per_kv.tolist() if table.has_context else None)
+        return got
+
+    def verify(self, cap: int, drafted: int, drafter: str | None = None) -> RoundOutcome:
         """Verify ``drafted`` tokens (``<= cap``) proposed from the current position; advances the request."""
         i = self.position
-        run = self._runs[i]
+        if drafter is None or drafter == self.engine.drafter:
+            runs, times, per_kv = self._runs, self._times, self._per_kv
+        else:
+            runs, times, per_kv = self._drafter(drafter)
+        run = runs[i]
         accepted = run if run < drafted else drafted
         produced = accepted + 1
         self.position = i + produced
         self.done = self.position >= self.length
+        time_ms = times[drafted] if per_kv is None else times[drafted] + per_kv[drafted] * (self._kv0 + i)
         return RoundOutcome(
-            i, cap, drafted, accepted, produced, self._times[drafted],
+            i, cap, drafted, accepted, produced, time_ms,
             self._conf[i : i + drafted], self._ent[i : i + drafted], self.done,
             None if self._sig is None else DraftSignals(self._sig, self._base + i, self._base + i + drafted),
         )
@@ -203,15 +265,21 @@ class VectorReplay:
     Args:
         engine: The engine whose workload, profile and seed to use.
         requests: Request indices to replay (default: all).
+        drafter: The drafter whose runs and costs to replay (``None``: the engine's).
     """
 
-    def __init__(self, engine: TraceEngine, requests: Sequence[int] | np.ndarray | None = None):
+    def __init__(self, engine: TraceEngine, requests: Sequence[int] | np.ndarray | None = None,
+                 drafter: str | None = None):
         wl = engine.workload
         self.engine = engine
         self.requests = np.arange(wl.n_requests) if requests is None else np.asarray(requests, dtype=np.int64)
         self.start = wl.offsets[self.requests].astype(np.int64)
         self.end = wl.offsets[self.requests + 1].astype(np.int64)
-        self.runs = engine.all_runs()
+        self.runs = engine.runs(drafter)
+        self.table = engine.table_for(drafter)
+        self.round_times = self.table.base
+        # the KV cache at a round: prompt_len + (pos - start), pos a flat position
+        self.kv0 = (wl.prompt_len[self.requests].astype(np.int64) - self.start) if self.table.has_context else None
         self.pos = self.start.copy()
         self.time_ms = np.zeros(len(self.requests))
         self.rounds = np.zeros(len(self.requests), dtype=np.int64)
@@ -240,8 +308,10 @@ class VectorReplay:
         d = cap if drafted is None else np.minimum(np.where(act, drafted, 0), cap)
         run = self.runs[np.minimum(self.pos, len(self.runs) - 1)]
         acc = np.minimum(run, d)
+        times = self.round_times[d] if self.kv0 is None else self.round_times[d] + self.table.per_kv[d] * (
+            self.kv0 + self.pos)
         self.pos += np.where(act, acc + 1, 0)
-        self.time_ms += np.where(act, self.engine.round_times[d], 0.0)
+        self.time_ms += np.where(act, times, 0.0)
         self.rounds += act
         self.drafted_total += d
         self.accepted_total += acc

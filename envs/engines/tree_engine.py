@@ -66,6 +66,9 @@ class TreeEngine:
         self.ranks = workload.target_rank.astype(np.int64)
         self._ranks_list: list[int] = self.ranks.tolist()
         self._times: dict[TreeShape, list[float]] = {}
+        # a context term: a tree round at depth d >= 1 costs per_kv[1] per cached token, a plain step per_kv[0]
+        table = self.chain.table
+        self.per_kv = (float(table.per_kv[0]), float(table.per_kv[1])) if table.has_context else None
 
     def check(self, tree: TreeShape) -> None:
         """Raise if ``tree`` is deeper or larger than this engine allows."""
@@ -127,9 +130,12 @@ class TreeEngine:
         out = {"time_ms": np.zeros(n), "rounds": np.zeros(n, np.int64), "nodes": np.zeros(n, np.int64),
                "accepted": np.zeros(n, np.int64)}
         act = np.flatnonzero(pos < end)
+        kv0 = self.workload.prompt_len[req].astype(np.int64) - start
+        per_kv = None if self.per_kv is None else np.asarray(self.per_kv)
         while len(act):
             acc, depth = self.accepted(pos[act], end[act], tree)
-            out["time_ms"][act] += times[depth]
+            out["time_ms"][act] += times[depth] if per_kv is None else \
+                times[depth] + per_kv[np.minimum(depth, 1)] * (kv0[act] + pos[act])
             out["rounds"][act] += 1
             out["nodes"][act] += upto[depth]
             out["accepted"][act] += acc
@@ -149,7 +155,7 @@ class TreeReplayRequest:
         done: True once ``position == N``.
     """
 
-    __slots__ = ("engine", "r", "context", "position", "length", "done", "_ranks", "_conf", "_ent", "_base")
+    __slots__ = ("engine", "r", "context", "position", "length", "done", "_ranks", "_conf", "_ent", "_base", "_kv0")
 
     def __init__(self, engine: TreeEngine, r: int):
         wl = engine.workload
@@ -161,9 +167,10 @@ class TreeReplayRequest:
         self.length = sl.stop - sl.start
         self.done = False
         self._ranks = engine._ranks_list
-        self._conf = wl.draft_conf[sl]
-        self._ent = wl.draft_entropy[sl]
+        self._conf = wl.require("draft_conf", "tree replay")[sl]
+        self._ent = wl.require("draft_entropy", "tree replay")[sl]
         self._base = sl.start
+        self._kv0 = int(wl.prompt_len[r])
 
     def ranks(self, n: int) -> list[int]:
         """The target's ranks at the next ``n`` positions (what a clairvoyant controller knows)."""
@@ -199,6 +206,8 @@ class TreeReplayRequest:
         accepted = tree.accepted(self._ranks[b : b + room], room)
         nodes = int(tree.nodes_upto[room])
         time_ms = times[room]
+        if self.engine.per_kv is not None:
+            time_ms += self.engine.per_kv[min(room, 1)] * (self._kv0 + i)
         if draft_depth is not None and room > 0:
             extra = min(draft_depth, self.length - i - 1) - room
             time_ms += max(extra, 0) * self.engine.profile.draft_ms

@@ -13,8 +13,8 @@ whose ``load_workload`` reads a folder as well as a file.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
 from dataclasses import replace
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,18 +85,7 @@ def chunks(wl: Workload, shard_requests: int) -> Iterator[Workload]:
 
 def _slice(wl: Workload, lo: int, hi: int) -> Workload:
     """Requests ``lo:hi`` of ``wl`` (a contiguous slice: views of the flat columns, no gather)."""
-    if lo == 0 and hi == wl.n_requests:
-        return wl
-    p0, p1 = int(wl.offsets[lo]), int(wl.offsets[hi])
-    flat = slice(p0, p1)
-    return replace(
-        wl, request_id=wl.request_id[lo:hi], category=wl.category[lo:hi], temperature=wl.temperature[lo:hi],
-        prompt_len=wl.prompt_len[lo:hi], split=wl.split[lo:hi], offsets=wl.offsets[lo : hi + 1] - p0,
-        p_accept=wl.p_accept[flat], draft_conf=wl.draft_conf[flat], draft_entropy=wl.draft_entropy[flat],
-        target_entropy=wl.target_entropy[flat],
-        prompt_text=None if wl.prompt_text is None else wl.prompt_text[lo:hi],
-        **{c: getattr(wl, c)[flat] for c in wl.signal_names},
-    )
+    return wl.slice(lo, hi)
 
 
 PARQUET_MAGIC = b"PAR1"

@@ -23,6 +23,8 @@ SECTIONS: dict[str, str] = {
     "predictor": "specgym.eval.bench.predictor:predictor_section",
     "tree": "specgym.eval.bench.tree:tree_section",
     "scale": "specgym.eval.bench.scale:scale_section",
+    "specdecode-bench": "specgym.eval.bench.specdecode:specdecode_bench_section",
+    "specdecode-eval": "specgym.eval.bench.specdecode:specdecode_eval_section",
 }
 DEFAULT_SECTIONS = ("load", "env", "vector", "controllers", "eval", "policy", "batch", "predictor", "tree")
 

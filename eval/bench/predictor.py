@@ -43,7 +43,8 @@ def predictor_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
         console.print(f"[yellow]predictor section skipped: {why}[/yellow]")
         return {}
     n = min(20_000, wl.n_positions)
-    steps = [DraftStep(1 + i % 7, 8, i % 100, float(wl.draft_conf[i]), float(wl.draft_entropy[i]),
+    conf, ent = wl.require("draft_conf", "the predictor bench"), wl.require("draft_entropy", "the predictor bench")
+    steps = [DraftStep(1 + i % 7, 8, i % 100, float(conf[i]), float(ent[i]),
                        DraftSignals(cols, i, i + 1)) for i in range(n)]
     ctx = TraceEngine(wl, k_max=8, seed=0).context(0)
     figures: dict[str, Any] = {}

@@ -12,6 +12,7 @@ import specgym.catalogue as catalogue
 from specgym.commands.args import positive_int
 from specgym.console import make_console
 from specgym.envs.core.cost import load_profile
+from specgym.envs.workloads.specdecode import input_files
 from specgym.errors import SpecgymError
 from specgym.eval.bench import DEFAULT_SECTIONS, SECTIONS, section
 from specgym.eval.bench.live import DEFAULT_PER_CATEGORY, DEFAULT_REPEATS, check_live_specs
@@ -54,6 +55,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="scale section: prompts recorded with 1 process and with Ray workers (default %(default)s)")
     p.add_argument("--scale-record-workers", type=positive_int, default=2,
                    help="scale section: Ray workers of the recording comparison (default %(default)s)")
+    p.add_argument("--data", type=Path, default=None,
+                   help="specdecode-bench / specdecode-eval sections: your copy of SpecDecode-Bench's published "
+                        "traces (the folder of combined_<dataset>.jsonl files, or one file)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     p.set_defaults(func=_run)
 
@@ -72,6 +76,11 @@ def _run(args: argparse.Namespace) -> int:
         load_profile(args.live_profile)  # a bad name fails before anything runs
     if args.live_controllers:
         check_live_specs(args.live_controllers)
+    if any(s.startswith("specdecode") for s in sections):
+        if args.data is None:
+            raise SpecgymError("--sections specdecode-bench/specdecode-eval need --data DIR (a copy of "
+                               "SpecDecode-Bench's data/llama3.1-8B folder)")
+        input_files(args.data)  # a missing folder fails before anything runs
     machine = machine_calibration()
     figures: dict[str, Any] = {"workload": workload, "cpu_count": os.cpu_count(), "machine": machine}
     console.print(f"[bold]specgym bench[/bold] on workload {workload}")

@@ -1,5 +1,5 @@
-"""``specgym workloads make|show|merge|split|list``: synthetic workload generation, trace summaries and sharded
-workloads."""
+"""``specgym workloads make|show|merge|split|list|import``: synthetic workload generation, trace summaries, sharded
+workloads and the importer of published traces."""
 
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ from specgym.envs.core.acceptance_predictor import load_predictor
 from specgym.envs.workloads.dataset import (
     DEFAULT_SHARD_REQUESTS, check_shard_files, merge_workloads, split_workload,
 )
+from specgym.envs.workloads.specdecode import DRAFTERS, check_drafters, import_file, input_files
 from specgym.envs.workloads.synthetic import PRESETS, generate_workload
 from specgym.envs.workloads.trace_format import (
     META_KEY, SPLITS, Workload, load_workload, open_dataset, save_workload,
 )
+from specgym.errors import SpecgymError
 from specgym.io import check_output
 from specgym.paths import portable_name
 
@@ -68,6 +70,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                       "files, acceptance predictors and policies")
     ls.set_defaults(func=_list)
 
+    im = wsub.add_parser("import", help="import published traces (SpecDecode-Bench's Llama-3.1-8B EAGLE/n-gram "
+                                        "traces) as workloads")
+    im.add_argument("format", choices=["specdecode-bench"], help="the traces' format")
+    im.add_argument("source", type=Path, help="a combined_<dataset>.jsonl file, or a folder of them (one workload "
+                                              "each)")
+    im.add_argument("--out", required=True, type=Path,
+                    help="the .parquet file to write (a folder for a folder source: <out>/<name>.parquet each)")
+    im.add_argument("--name", default=None, help="workload name (one file only; default specdecode-<dataset>)")
+    im.add_argument("--drafters", default=",".join(DRAFTERS),
+                    help="drafters to keep, the default first (default %(default)s: both, cut to the shorter list; "
+                         "one drafter keeps its own length)")
+    im.add_argument("--force", action="store_true", help="overwrite existing output files")
+    im.set_defaults(func=_import)
+
 
 def _make(args: argparse.Namespace) -> int:
     check_output(args.out, args.force, "file")
@@ -92,6 +108,26 @@ def signal_lines(columns: list[str], signal_meta: dict, version: int | None) -> 
     return lines
 
 
+def _import(args: argparse.Namespace) -> int:
+    files = input_files(args.source)
+    drafters = check_drafters(args.drafters.split(","))
+    folder = args.source.is_dir()
+    if folder and args.name:
+        raise SpecgymError("--name names one workload: give a file, not a folder, or drop --name")
+    if folder and not (args.out.is_dir() and not args.out.is_symlink()):  # an existing folder is fine: the files
+        check_output(args.out, False, "dir")                             # written into it are checked one by one
+    done = [import_file(f, drafters, args.name) for f in files]  # every input parsed before anything is written
+    outs = [args.out / f"{imp.workload.name}.parquet" for imp in done] if folder else [args.out]
+    for out in outs:
+        check_output(out, args.force, "file")
+    for imp, out in zip(done, outs):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        save_workload(imp.workload, out, overwrite=args.force)
+        print(imp.summary())
+        print(f"wrote {out}: {imp.workload.label}")
+    return 0
+
+
 def summarize(wl: Workload, version: int | None = None) -> str:
     """Human-readable summary: requests, tokens, categories, mean p_accept per category, split sizes, the trace
     format version (``version``: as stored in the file), signal columns and hidden sketch."""
@@ -105,23 +141,33 @@ def summarize(wl: Workload, version: int | None = None) -> str:
         "splits    " + "  ".join(f"{s} {int((wl.split == s).sum())}" for s in SPLITS),
         "temperature " + ", ".join(f"{t:g}" for t in np.unique(wl.temperature)),
         *signal_lines(wl.signal_names, wl.signal_meta, version),
+        "drafters  " + ", ".join(f"{d['name']} ({d['kind']}, {d['runs']})" for d in wl.drafters)
+        if wl.drafters else "drafters  draft (per-position)",
         "",
-        f"{'category':<14}{'requests':>9}{'tokens':>10}{'p_accept':>10}{'conf':>8}{'entropy':>9}",
     ]
     req_of_pos = np.repeat(np.arange(wl.n_requests), wl.lengths)
+    cols = [(c, c.replace("draft_", "")) for c in ("p_accept", "draft_conf", "draft_entropy") if getattr(wl, c) is not
+            None]
+    runs = list(wl.runs)
+    lines.append(f"{'category':<14}{'requests':>9}{'tokens':>10}" + "".join(f"{h:>10}" for _, h in cols)
+                 + "".join(f"{'run ' + d:>12}" for d in runs))
     for cat in wl.categories():
         reqs = wl.category == cat
         pos = reqs[req_of_pos]
-        lines.append(
-            f"{cat:<14}{int(reqs.sum()):>9}{int(pos.sum()):>10}{wl.p_accept[pos].mean():>10.3f}"
-            f"{wl.draft_conf[pos].mean():>8.3f}{wl.draft_entropy[pos].mean():>9.3f}"
-        )
+        lines.append(f"{cat:<14}{int(reqs.sum()):>9}{int(pos.sum()):>10}"
+                     + "".join(f"{getattr(wl, c)[pos].mean():>10.3f}" for c, _ in cols)
+                     + "".join(f"{wl.runs[d][pos].mean():>12.2f}" for d in runs))
+    if runs:
+        lines.append("run = mean accepted draft tokens of a round starting at a position (long enough draft)")
     return "\n".join(lines)
 
 
 def _describe_source(src: dict) -> str:
     if src.get("kind") == "synthetic":
         return f"SYNTHETIC ({src.get('generator')}, preset {src.get('preset')}, seed {src.get('seed')})"
+    if src.get("kind") == "published":
+        return (f"PUBLISHED trace, replayed ({src.get('dataset')}: {src.get('target_model')}, {src.get('serving')}; "
+                f"file {src.get('file')})")
     return f"recorded: draft {src.get('draft_model')}, target {src.get('target_model')}"
 
 

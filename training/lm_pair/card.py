@@ -24,12 +24,13 @@ def workload_summary(path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"name": wl.name, "requests": wl.n_requests, "positions": wl.n_positions,
                            "temperature": float(wl.temperature[0]), "by_category": {}}
     loops = wl.extra.get("loop_share_by_category", {})
+    p_accept = wl.require("p_accept", "the model card")
     for cat in wl.categories():
         idx = np.flatnonzero(wl.category == cat)
-        pa = np.concatenate([wl.p_accept[wl.span(int(r))] for r in idx])
+        pa = np.concatenate([p_accept[wl.span(int(r))] for r in idx])
         out["by_category"][cat] = {"requests": int(len(idx)), "p_accept": float(pa.mean()),
                                    "loop_share": loops.get(cat)}
-    out["p_accept"] = float(wl.p_accept.mean())
+    out["p_accept"] = float(p_accept.mean())
     out["loop_share"] = wl.extra.get("loop_share")
     return out
 

@@ -23,6 +23,7 @@ SECTIONS: dict[str, str] = {
     "predictor": "specgym.eval.bench.predictor:predictor_section",
     "tree": "specgym.eval.bench.tree:tree_section",
     "scale": "specgym.eval.bench.scale:scale_section",
+    "vllm": "specgym.eval.bench.vllm:vllm_section",
 }
 DEFAULT_SECTIONS = ("load", "env", "vector", "controllers", "eval", "policy", "batch", "predictor", "tree")
 

@@ -57,11 +57,10 @@ def register() -> None:
     spec = os.environ.get(ENV_CONTROLLER)
     if not spec and os.environ.get(ENV_ON, "") in ("", "0"):
         return
-    if not install(controller_factory):
-        return
-    if spec:
-        profile = os.environ.get(ENV_PROFILE) or None
-        make_batch_controller(spec)  # a bad spec fails here, in the front end, before any engine starts
+    profile = os.environ.get(ENV_PROFILE) or None
+    if spec:  # a bad spec or profile fails here, in the front end, before any engine starts
+        make_batch_controller(spec)
         if profile is not None:
             load_batch_profile(profile)
+    if install(controller_factory) and spec:
         set_startup_config({"policy": spec, "profile": profile})

@@ -29,6 +29,7 @@ import numpy as np
 
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.engines.profiler import cpu_name
+from specgym.envs.engines.vllm_engine import VllmEngine, VllmEngineConfig, require_vllm
 from specgym.errors import SpecgymError
 
 
@@ -162,3 +163,30 @@ def measure_cells(engine: Any, prompts: Sequence[Sequence[int]], batch_sizes: Se
     for _, k, log in runs:
         out.prefill += prefill_excess(log, medians, k)
     return out
+
+
+def measure_vllm_profile(target: str, draft: str, prompts: Sequence[Sequence[int]], batch_sizes: Sequence[int],
+                         k_max: int, tokens: int, repeats: int = 1, eager: bool = False,
+                         name: str = "batch-vllm-cpu-midpair") -> BatchCostProfile:
+    """Measure the profile of the module docstring: an engine without speculation (plain steps), then one with
+    ``num_speculative_tokens = k_max`` (every K), one at a time."""
+    version = require_vllm()
+    sizes = tuple(int(b) for b in batch_sizes)
+    base = dict(target=target, draft=draft, max_num_seqs=max(sizes), eager=eager)
+    with VllmEngine(VllmEngineConfig(k_max=0, **base)) as eng:  # type: ignore[arg-type]
+        plain = measure_cells(eng, prompts, sizes, [0], tokens, repeats)
+    with VllmEngine(VllmEngineConfig(k_max=k_max, **base)) as eng:  # type: ignore[arg-type]
+        spec = measure_cells(eng, prompts, sizes, range(k_max + 1), tokens, repeats)
+    return profile_from_cells(name, sizes, spec, plain, k_max, tokens, version, eager)
+
+
+def profile_from_cells(name: str, batch_sizes: Sequence[int], spec: CellTimes, plain: CellTimes, k_max: int,
+                       tokens: int, version: str, eager: bool) -> BatchCostProfile:
+    """The batched profile of the two engines' profiling runs."""
+    spec_ms = spec.medians()
+    plain_ms = {b: v for (b, _), v in plain.medians().items()}
+    prefill = fit_prefill(spec.prefill + plain.prefill)
+    desc = (f"measured from vLLM {version} engine steps on this CPU (draft_model proposer): median step period at "
+            f"batch b x K over steady decode steps, {tokens} new tokens per request, "
+            f"{'eager' if eager else 'torch.compile'}; drafting is inside verify_ms (steps are timed whole)")
+    return build_profile(name, batch_sizes, spec_ms, plain_ms, k_max, prefill, desc, vllm_hardware(version, eager))

@@ -44,9 +44,7 @@ import specgym.catalogue as catalogue
 from specgym.envs.core.batch import BatchController
 from specgym.envs.core.batch_cost import BatchCostProfile, load_batch_profile, save_batch_profile
 from specgym.envs.engines.vllm_engine import VllmEngine, VllmEngineConfig, VllmRun, require_vllm
-from specgym.envs.engines.vllm_profile import (
-    CellTimes, PrefillCost, build_profile, fit_prefill, measure_cells, plain_profile, vllm_hardware,
-)
+from specgym.envs.engines.vllm_profile import CellTimes, PrefillCost, measure_cells, plain_profile, profile_from_cells
 from specgym.envs.workloads.trace_format import SIGNAL_COLUMNS, Workload, cached_workload
 from specgym.errors import SpecgymError
 from specgym.eval.stats import PairedBootstrap
@@ -54,6 +52,10 @@ from specgym.eval.tune import tune_vllm
 from specgym.eval.vllm_replay import predict_run
 from specgym.io import atomic_write_text
 from specgym.paths import default_pair_name
+
+
+#: The name of the profile the section measures (shipped names of batched profiles start with ``batch-``).
+VLLM_PROFILE_NAME = "batch-vllm-cpu-midpair"
 
 
 @dataclass
@@ -270,14 +272,8 @@ def machine_state(before: list[float], after: list[float]) -> str:
 
 def measured_profile(plan: VllmPlan, spec: CellTimes, plain: CellTimes, version: str) -> BatchCostProfile:
     """The batched profile of the two engines' profiling runs."""
-    spec_ms = spec.medians()
-    plain_ms = {b: v for (b, _), v in plain.medians().items()}
-    prefill = fit_prefill(spec.prefill + plain.prefill)
-    desc = (f"measured from vLLM {version} engine steps on this CPU (midpair, draft_model proposer): median step "
-            f"period at batch b x K over steady decode steps, {plan.profile_tokens} tokens per request, "
-            f"{'eager' if plan.eager else 'torch.compile'}; drafting is inside verify_ms (steps are timed whole)")
-    return build_profile("vllm-midpair", plan.profile_batches, spec_ms, plain_ms, plan.k_max, prefill, desc,
-                         vllm_hardware(version, plan.eager))
+    return profile_from_cells(VLLM_PROFILE_NAME, plan.profile_batches, spec, plain, plan.k_max, plan.profile_tokens,
+                              version, plan.eager)
 
 
 def _tpot(runs: list[VllmRun], lengths: list[int]) -> np.ndarray:

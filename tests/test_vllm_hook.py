@@ -18,7 +18,7 @@ from specgym.envs.engines.batch_engine import BatchReplay
 from specgym.envs.engines.vllm_engine import external_ids
 from specgym.envs.engines.vllm_hook import SchedulerHook, _Lookup
 from specgym.envs.engines.vllm_profile import (
-    CellTimes, PrefillCost, build_profile, fit_prefill, plain_profile, prefill_excess, steady_periods,
+    CellTimes, PrefillCost, build_profile, fit_prefill, plain_profile, prefill_excess, steady_steps, step_costs,
 )
 from specgym.errors import SpecgymError
 from specgym.eval.bench.vllm import truncated
@@ -134,14 +134,19 @@ def test_engine_core_ids_map_back_to_request_ids():
 def _log(batch: list[int], drafts: list[int], prefill: list[int], new: list[int], period_ms: float) -> dict:
     n = len(batch)
     return {"start_s": [i * period_ms / 1000.0 for i in range(n)], "batch": batch, "drafts": drafts,
-            "prefill_tokens": prefill, "new_requests": new}
+            "prefill_tokens": prefill, "new_requests": new, "core_cpu_ms": [1.0] * n,
+            "worker_cpu_ms": [10.0 + i for i in range(n)]}
 
 
 def test_profile_from_engine_steps():
     log = _log([2, 2, 2, 2, 1], [0, 6, 6, 4, 3], [80, 0, 0, 0, 0], [2, 0, 0, 0, 0], 20.0)
-    assert steady_periods(log, 2, 3) == pytest.approx([20.0, 20.0])  # not the prefill step, not the short one
+    assert steady_steps(log, 2, 3) == pytest.approx([20.0, 20.0])  # not the prefill step, not the short one
+    assert steady_steps(log, 2, 3, "cpu").tolist() == [12.0, 13.0]  # engine core + worker CPU time
+    assert np.isnan(step_costs(log)[-1])  # the last step has no successor
+    assert np.isnan(step_costs({**log, "worker_cpu_ms": [1.0]}, "cpu")).all()  # misaligned: unknown
     rows = prefill_excess(log, {(2, 3): 15.0}, 3)
     assert rows == [(2, 80, pytest.approx(5.0))]
+    assert prefill_excess(log, {(2, 3): 7.0}, 3, "cpu") == [(2, 80, pytest.approx(4.0))]
     fit = fit_prefill([(1, 50, 1.0 + 0.1 * 50), (2, 80, 2.0 + 0.1 * 80), (1, 20, 1.0 + 0.1 * 20)])
     assert fit.per_request_ms == pytest.approx(1.0) and fit.per_token_ms == pytest.approx(0.1)
     assert fit.ms([50, 20]) == pytest.approx(2.0 + 7.0)
@@ -152,7 +157,9 @@ def test_profile_from_engine_steps():
     assert PrefillCost.of(prof) == PrefillCost(1.0, 0.1)
     with pytest.raises(SpecgymError, match="no steady steps"):
         build_profile("t", (1, 4), {(1, 0): 1.0}, {1: 1.0, 4: 1.0}, 1, PrefillCost(), "", {})
-    assert CellTimes({(1, 0): [3.0, 1.0, 2.0]}).medians() == {(1, 0): 2.0}
+    cells = CellTimes()
+    cells.steps["cpu"][(1, 0)] = [3.0, 1.0, 2.0]
+    assert cells.medians("cpu") == {(1, 0): 2.0} and cells.medians() == {}
 
 
 def test_prefill_first_and_the_prediction(mix_workload):

@@ -103,6 +103,21 @@ class VllmRun:
         return self.tokens / self.wall_s
 
     @property
+    def step_cpu_ms(self) -> np.ndarray:
+        """Per step: CPU time of the engine core's scheduling and of the worker's forward and sampling (what the
+        step costs without waiting for a CPU); empty if the worker's steps did not align with the engine's."""
+        worker = self.log.get("worker_cpu_ms") or []
+        if not worker:
+            return np.zeros(0)
+        return np.asarray(self.log["core_cpu_ms"], dtype=np.float64) + np.asarray(worker, dtype=np.float64)
+
+    @property
+    def tok_s_cpu(self) -> float:
+        """Generated tokens per second of step CPU time (:attr:`step_cpu_ms`); NaN without it."""
+        cpu = self.step_cpu_ms
+        return self.tokens / float(cpu.sum()) * 1000.0 if len(cpu) else float("nan")
+
+    @property
     def engine_s(self) -> float:
         """Engine-core time from the first step's start to the last step's end."""
         return float(self.log["end_s"][-1] - self.log["start_s"][0]) if self.log["start_s"] else float("nan")
@@ -225,6 +240,7 @@ class VllmEngine:
                                             "table": None if table is None else list(table),
                                             "schedule": None if schedule is None else [list(s) for s in schedule]})
         before = self._counters()
+        self.llm.collective_rpc("specgym_take_cpu")  # the worker's step times start with this run
         params = [SamplingParams(temperature=0.0, max_tokens=int(n), ignore_eos=True, seed=0) for n in lengths]
         inputs = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts]
         t0 = time.perf_counter()
@@ -232,6 +248,8 @@ class VllmEngine:
         wall = time.perf_counter() - t0
         after = self._counters()
         log = self._utility("specgym_take_log")
+        worker = self.llm.collective_rpc("specgym_take_cpu")[0]
+        log["worker_cpu_ms"] = worker if len(worker) == len(log["start_s"]) else []  # aligned step by step, or none
         spec = {k: after[k] - before[k] for k in SPEC_COUNTERS}
         spec["accepted_per_pos"] = [a - b for a, b in zip(after["accepted_per_pos"], before["accepted_per_pos"])]
         outputs = [list(o.outputs[0].token_ids) for o in outs]

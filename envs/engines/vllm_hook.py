@@ -61,6 +61,7 @@ class StepLog:
     decoding: list[int] = field(default_factory=list)
     limit: list[int] = field(default_factory=list)
     finished: list[int] = field(default_factory=list)
+    core_cpu_ms: list[float] = field(default_factory=list)
     admit_s: dict[str, float] = field(default_factory=dict)
     finish_s: dict[str, float] = field(default_factory=dict)
 
@@ -98,6 +99,7 @@ class SchedulerHook:
         self._free: list[int] = []
         self._new: list[int] = []
         self._pending: tuple[float, int, int, int, int, int, int] | None = None
+        self._cpu = 0.0
 
     # ------------------------------------------------------------------------------------------ configuration
     def configure(self, policy: str | None = None, profile: str | None = None, table: Sequence[int] | None = None,
@@ -205,8 +207,13 @@ class SchedulerHook:
         gen = np.array([len(sampled[index[r]]) if sampled and r in index else 0 for r in ids], dtype=np.int64)
         return ids, drafts, gen
 
+    def add_cpu(self, seconds: float) -> None:
+        """CPU time the engine core's thread spent in this step's ``schedule`` and ``update_from_output``."""
+        self._cpu += seconds
+
     def after_update(self, verified: tuple[list[str], np.ndarray, np.ndarray] | None, finished: set[str]) -> None:
         """Log the verified step and show it to the controller."""
+        cpu, self._cpu = self._cpu, 0.0
         if self._pending is None or verified is None:
             return
         start, lim, queue, prefill, new, k, batch = self._pending
@@ -229,6 +236,7 @@ class SchedulerHook:
         log.decoding.append(int((drafts > 0).sum()))
         log.limit.append(lim)
         log.finished.append(len(done))
+        log.core_cpu_ms.append(cpu * 1000.0)
         for r in done:
             log.finish_s[r] = end
         if self.controller is not None:
@@ -281,14 +289,18 @@ def install(factory: ControllerFactory | None = None) -> bool:
 
     def patched_schedule(self: Any, *args: Any, **kwargs: Any) -> Any:
         hook: SchedulerHook = self._specgym
+        cpu = time.thread_time()
         hook.before_schedule(self, self._specgym_limit)
         out = schedule(self, *args, **kwargs)
         hook.after_schedule(out)
+        hook.add_cpu(time.thread_time() - cpu)
         return out
 
     def patched_update(self: Any, scheduler_output: Any, model_runner_output: Any) -> Any:
+        cpu = time.thread_time()
         verified = self._specgym.verified(scheduler_output, model_runner_output)
         result = update(self, scheduler_output, model_runner_output)
+        self._specgym.add_cpu(time.thread_time() - cpu)
         self._specgym.after_update(verified, self.finished_req_ids)
         return result
 
@@ -305,7 +317,46 @@ def install(factory: ControllerFactory | None = None) -> bool:
     Scheduler.update_from_output = patched_update
     EngineCore.specgym_configure = specgym_configure
     EngineCore.specgym_take_log = specgym_take_log
+    _time_worker()
     return True
+
+
+#: Worker process: CPU time of its thread per step that ran a forward (``execute_model`` + ``sample_tokens``).
+WORKER_CPU_MS: list[float] = []
+
+
+def _time_worker() -> None:
+    """Time the worker's two calls per step in thread CPU time (one OMP thread: the compute is this thread's), so that
+    a step's cost can be read without the time it waited for a CPU on a shared machine."""
+    from vllm.v1.worker.gpu_worker import Worker
+
+    execute, sample = Worker.execute_model, Worker.sample_tokens
+
+    def timed_execute(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        t = time.thread_time()
+        out = execute(self, scheduler_output, *args, **kwargs)
+        if scheduler_output.total_num_scheduled_tokens > 0:
+            WORKER_CPU_MS.append((time.thread_time() - t) * 1000.0)
+        return out
+
+    def timed_sample(self: Any, *args: Any, **kwargs: Any) -> Any:
+        t = time.thread_time()
+        out = sample(self, *args, **kwargs)
+        if WORKER_CPU_MS:
+            WORKER_CPU_MS[-1] += (time.thread_time() - t) * 1000.0
+        return out
+
+    Worker.execute_model = timed_execute
+    Worker.sample_tokens = timed_sample
+    Worker.specgym_take_cpu = take_worker_cpu  # LLM.collective_rpc("specgym_take_cpu")
+
+
+def take_worker_cpu(worker: Any = None) -> list[float]:
+    """The worker's per-step CPU times since the last call (a method of the worker: ``LLM.collective_rpc(
+    "specgym_take_cpu")``; vLLM sends method names, not functions, without insecure serialization)."""
+    out = list(WORKER_CPU_MS)
+    WORKER_CPU_MS.clear()
+    return out
 
 
 def set_startup_config(config: dict[str, Any] | None) -> None:

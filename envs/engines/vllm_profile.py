@@ -52,29 +52,43 @@ class PrefillCost:
         return cls(float(hw.get("prefill_ms_per_request", 0.0)), float(hw.get("prefill_ms_per_token", 0.0)))
 
 
-def steady_periods(log: dict[str, Any], batch: int, k: int) -> np.ndarray:
-    """Periods (ms) of the steps of a fixed-K run at ``batch`` sequences, all decoding and verifying ``k`` drafts,
-    without prefill (the last step has no successor and is left out)."""
-    start = np.asarray(log["start_s"], dtype=np.float64)
-    if len(start) < 2:
-        return np.zeros(0)
-    period = np.diff(start) * 1000.0
-    b = np.asarray(log["batch"])[:-1]
-    drafts = np.asarray(log["drafts"])[:-1]
-    prefill = np.asarray(log["prefill_tokens"])[:-1]
-    ok = (b == batch) & (prefill == 0) & (drafts == batch * k)
-    return period[ok]
+#: The two clocks a step is timed with: wall (the period from one step's start to the next) and cpu (thread CPU time
+#: of the engine core's scheduling plus the worker's forward and sampling: the step without waiting for a CPU).
+CLOCKS = ("wall", "cpu")
 
 
-def prefill_excess(log: dict[str, Any], step_ms: dict[tuple[int, int], float], k: int) -> list[tuple[int, int, float]]:
+def step_costs(log: dict[str, Any], clock: str = "wall") -> np.ndarray:
+    """Per step of a run's log: its cost in ms by ``clock`` (NaN where unknown: the last step's period; every step
+    when the worker's CPU times did not align)."""
+    n = len(log["start_s"])
+    if clock == "wall":
+        out = np.full(n, np.nan)
+        out[:-1] = np.diff(np.asarray(log["start_s"], dtype=np.float64)) * 1000.0
+        return out
+    worker = log.get("worker_cpu_ms") or []
+    if len(worker) != n:
+        return np.full(n, np.nan)
+    return np.asarray(log["core_cpu_ms"], dtype=np.float64) + np.asarray(worker, dtype=np.float64)
+
+
+def steady_steps(log: dict[str, Any], batch: int, k: int, clock: str = "wall") -> np.ndarray:
+    """Costs (ms) of the steps of a fixed-K run at ``batch`` sequences, all decoding and verifying ``k`` drafts,
+    without prefill."""
+    cost = step_costs(log, clock)
+    ok = ((np.asarray(log["batch"]) == batch) & (np.asarray(log["prefill_tokens"]) == 0)
+          & (np.asarray(log["drafts"]) == batch * k) & np.isfinite(cost))
+    return cost[ok]
+
+
+def prefill_excess(log: dict[str, Any], step_ms: dict[tuple[int, int], float], k: int,
+                   clock: str = "wall") -> list[tuple[int, int, float]]:
     """``(new requests, prompt tokens, excess ms)`` of every step that prefilled, its excess over ``S(b, k)``."""
-    start = np.asarray(log["start_s"], dtype=np.float64)
+    cost = step_costs(log, clock)
     out = []
-    for i in range(len(start) - 1):
-        tokens = int(log["prefill_tokens"][i])
-        b = int(log["batch"][i])
-        if tokens and (b, k) in step_ms:
-            out.append((int(log["new_requests"][i]), tokens, (start[i + 1] - start[i]) * 1000.0 - step_ms[(b, k)]))
+    for i, c in enumerate(cost.tolist()):
+        tokens, b = int(log["prefill_tokens"][i]), int(log["batch"][i])
+        if tokens and (b, k) in step_ms and np.isfinite(c):
+            out.append((int(log["new_requests"][i]), tokens, c - step_ms[(b, k)]))
     return out
 
 
@@ -127,19 +141,21 @@ def vllm_hardware(version: str, eager: bool, threads: int | None = None) -> dict
 
 @dataclass
 class CellTimes:
-    """Steady step periods per ``(batch, K)`` cell and the prefill rows of one engine's profiling runs."""
+    """Steady step costs per ``(batch, K)`` cell and the prefill rows of one engine's profiling runs, per clock."""
 
-    periods: dict[tuple[int, int], list[float]] = dataclasses.field(default_factory=dict)
-    prefill: list[tuple[int, int, float]] = dataclasses.field(default_factory=list)
+    steps: dict[str, dict[tuple[int, int], list[float]]] = dataclasses.field(
+        default_factory=lambda: {c: {} for c in CLOCKS})
+    prefill: dict[str, list[tuple[int, int, float]]] = dataclasses.field(
+        default_factory=lambda: {c: [] for c in CLOCKS})
 
-    def medians(self) -> dict[tuple[int, int], float]:
-        return {c: float(np.median(v)) for c, v in self.periods.items() if v}
+    def medians(self, clock: str = "wall") -> dict[tuple[int, int], float]:
+        return {c: float(np.median(v)) for c, v in self.steps[clock].items() if v}
 
 
 def measure_cells(engine: Any, prompts: Sequence[Sequence[int]], batch_sizes: Sequence[int], ks: Sequence[int],
                   tokens: int, repeats: int = 1) -> CellTimes:
     """Serve ``b`` prompts at concurrency ``b`` with a fixed K for every cell (round-robin over the cells, so that a
-    machine whose speed drifts hits every cell alike) and collect the steady step periods.
+    machine whose speed drifts hits every cell alike) and collect the steady step costs on both clocks.
 
     Args:
         engine: A :class:`~specgym.envs.engines.vllm_engine.VllmEngine` (``ks`` = ``[0]`` without speculation).
@@ -148,7 +164,7 @@ def measure_cells(engine: Any, prompts: Sequence[Sequence[int]], batch_sizes: Se
     """
     out = CellTimes()
     spec = engine.config.k_max > 0
-    runs: list[tuple[int, int, dict[str, Any]]] = []
+    runs: list[tuple[int, dict[str, Any]]] = []
     offset = 0
     for _ in range(repeats):
         for b in batch_sizes:
@@ -157,17 +173,19 @@ def measure_cells(engine: Any, prompts: Sequence[Sequence[int]], batch_sizes: Se
                 offset += b
                 table = [k] * (engine.config.max_num_seqs + 1) if spec else None
                 run = engine.serve(chosen, [tokens] * b, table=table, schedule=[(1e12, b)])
-                runs.append((b, k, run.log))
-                out.periods.setdefault((b, k), []).extend(steady_periods(run.log, b, k).tolist())
-    medians = out.medians()
-    for _, k, log in runs:
-        out.prefill += prefill_excess(log, medians, k)
+                runs.append((k, run.log))
+                for clock in CLOCKS:
+                    out.steps[clock].setdefault((b, k), []).extend(steady_steps(run.log, b, k, clock).tolist())
+    for clock in CLOCKS:
+        medians = out.medians(clock)
+        for k, log in runs:
+            out.prefill[clock] += prefill_excess(log, medians, k, clock)
     return out
 
 
 def measure_vllm_profile(target: str, draft: str, prompts: Sequence[Sequence[int]], batch_sizes: Sequence[int],
                          k_max: int, tokens: int, repeats: int = 1, eager: bool = False,
-                         name: str = "batch-vllm-cpu-midpair") -> BatchCostProfile:
+                         name: str = "batch-vllm-cpu-midpair", clock: str = "wall") -> BatchCostProfile:
     """Measure the profile of the module docstring: an engine without speculation (plain steps), then one with
     ``num_speculative_tokens = k_max`` (every K), one at a time."""
     version = require_vllm()
@@ -177,16 +195,20 @@ def measure_vllm_profile(target: str, draft: str, prompts: Sequence[Sequence[int
         plain = measure_cells(eng, prompts, sizes, [0], tokens, repeats)
     with VllmEngine(VllmEngineConfig(k_max=k_max, **base)) as eng:  # type: ignore[arg-type]
         spec = measure_cells(eng, prompts, sizes, range(k_max + 1), tokens, repeats)
-    return profile_from_cells(name, sizes, spec, plain, k_max, tokens, version, eager)
+    return profile_from_cells(name, sizes, spec, plain, k_max, tokens, version, eager, clock)
 
 
 def profile_from_cells(name: str, batch_sizes: Sequence[int], spec: CellTimes, plain: CellTimes, k_max: int,
-                       tokens: int, version: str, eager: bool) -> BatchCostProfile:
-    """The batched profile of the two engines' profiling runs."""
-    spec_ms = spec.medians()
-    plain_ms = {b: v for (b, _), v in plain.medians().items()}
-    prefill = fit_prefill(spec.prefill + plain.prefill)
-    desc = (f"measured from vLLM {version} engine steps on this CPU (draft_model proposer): median step period at "
-            f"batch b x K over steady decode steps, {tokens} new tokens per request, "
-            f"{'eager' if eager else 'torch.compile'}; drafting is inside verify_ms (steps are timed whole)")
-    return build_profile(name, batch_sizes, spec_ms, plain_ms, k_max, prefill, desc, vllm_hardware(version, eager))
+                       tokens: int, version: str, eager: bool, clock: str = "wall") -> BatchCostProfile:
+    """The batched profile of the two engines' profiling runs, on one clock."""
+    spec_ms = spec.medians(clock)
+    plain_ms = {b: v for (b, _), v in plain.medians(clock).items()}
+    prefill = fit_prefill(spec.prefill[clock] + plain.prefill[clock])
+    what = ("median step period (wall clock)" if clock == "wall" else
+            "median step CPU time (engine-core scheduling + worker forward and sampling, thread CPU time: the step "
+            "without waiting for a CPU)")
+    desc = (f"measured from vLLM {version} engine steps on this CPU (draft_model proposer): {what} at batch b x K "
+            f"over steady decode steps, {tokens} new tokens per request, {'eager' if eager else 'torch.compile'}; "
+            "drafting is inside verify_ms (steps are timed whole)")
+    hw = {**vllm_hardware(version, eager), "clock": clock}
+    return build_profile(name, batch_sizes, spec_ms, plain_ms, k_max, prefill, desc, hw)

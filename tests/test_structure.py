@@ -46,9 +46,9 @@ FORBIDDEN = [
 
 
 #: Third-party modules that cost start-up time (0.2-3.4 s each to import): the only reason to import inside a function.
-HEAVY = ("torch", "transformers", "tokenizers", "stable_baselines3", "matplotlib", "ray", "pyarrow", "scipy")
+HEAVY = ("torch", "transformers", "tokenizers", "stable_baselines3", "matplotlib", "ray", "pyarrow", "scipy", "vllm")
 #: What ``import specgym``, ``specgym --help`` and ``specgym eval`` on replay never load.
-NEVER_AT_START = ("torch", "transformers", "stable_baselines3", "matplotlib", "ray")
+NEVER_AT_START = ("torch", "transformers", "stable_baselines3", "matplotlib", "ray", "vllm")
 #: Function-level imports of light modules that stay: ``(importer, imported module) -> why``. Aim: none.
 LAZY_ALLOWED: dict[tuple[str, str], str] = {}
 

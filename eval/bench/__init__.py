@@ -25,6 +25,7 @@ SECTIONS: dict[str, str] = {
     "scale": "specgym.eval.bench.scale:scale_section",
     "specdecode-bench": "specgym.eval.bench.specdecode:specdecode_bench_section",
     "specdecode-eval": "specgym.eval.bench.specdecode:specdecode_eval_section",
+    "vllm": "specgym.eval.bench.vllm:vllm_section",
 }
 DEFAULT_SECTIONS = ("load", "env", "vector", "controllers", "eval", "policy", "batch", "predictor", "tree")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import specgym.catalogue as catalogue
-from specgym.commands.args import positive_int
+from specgym.commands.args import k_max_type, positive_int
 from specgym.console import make_console
 from specgym.envs.core.cost import load_profile
 from specgym.envs.workloads.specdecode import input_files
@@ -58,6 +58,37 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", type=Path, default=None,
                    help="specdecode-bench / specdecode-eval sections: your copy of SpecDecode-Bench's published "
                         "traces (the folder of combined_<dataset>.jsonl files, or one file)")
+    v = p.add_argument_group("vllm section (real vLLM on this CPU; run from the vLLM environment, make vllm-env)")
+    v.add_argument("--vllm-concurrency", default="1,4,16", help="concurrent sequences (default %(default)s)")
+    v.add_argument("--vllm-k-max", type=k_max_type, default=6,
+                   help="num_speculative_tokens: fixed K = 0..this, and the largest K of the table and plugin "
+                        "(default %(default)s)")
+    v.add_argument("--vllm-requests", type=positive_int, default=8,
+                   help="test requests per run (at least 2 x the concurrency) (default %(default)s)")
+    v.add_argument("--vllm-max-tokens", type=positive_int, default=None,
+                   help="cut every request to this many new tokens (default: the recorded lengths)")
+    v.add_argument("--vllm-repeats", type=positive_int, default=3,
+                   help="repetitions of every (concurrency, policy) run, interleaved (default %(default)s)")
+    v.add_argument("--vllm-plugins", default="goodput",
+                   help="batch controller specs run inside vLLM by specgym's plugin, comma-separated (default "
+                        "%(default)s)")
+    v.add_argument("--vllm-no-mixed", action="store_true", help="skip the mixed-concurrency runs")
+    v.add_argument("--vllm-mixed-requests", type=positive_int, default=32,
+                   help="requests of a mixed-concurrency run (default %(default)s)")
+    v.add_argument("--vllm-mixed-segment-ms", type=positive_int, default=4000,
+                   help="duration of each concurrency segment of the mixed runs, ms (default %(default)s)")
+    v.add_argument("--vllm-profile", default=None,
+                   help="a vLLM-measured batched profile to use (default: measure one first, on train prompts)")
+    v.add_argument("--vllm-profile-batches", default="1,2,4,8,16",
+                   help="batch sizes of the measured profile (default %(default)s)")
+    v.add_argument("--vllm-profile-tokens", type=positive_int, default=48,
+                   help="new tokens per request of the profiling runs (default %(default)s)")
+    v.add_argument("--vllm-profile-repeats", type=positive_int, default=1,
+                   help="profiling runs per (batch, K) cell (default %(default)s)")
+    v.add_argument("--vllm-eager", action="store_true",
+                   help="enforce_eager: no torch.compile (faster engine start, slower steps)")
+    v.add_argument("--vllm-out", type=Path, default=Path("out/bench-vllm"),
+                   help="folder of the measured profile, plots and vllm.json (default %(default)s)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     p.set_defaults(func=_run)
 

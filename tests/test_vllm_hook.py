@@ -1,0 +1,188 @@
+"""specgym's side of a vLLM engine, without vLLM: the scheduler hook (K per step, admission, step log), the plugin's
+controller factory, the profile built from engine steps, and the batch replay's prediction of a vLLM run. The real
+engine end to end is ``tests/test_vllm.py``."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from specgym.agents.vllm_plugin import controller_factory, register
+from specgym.baselines.batch_rules import GoodputRule, StaticK
+from specgym.envs.core.batch import BatchState
+from specgym.envs.core.batch_cost import BatchCostProfile
+from specgym.envs.engines.batch_engine import BatchReplay
+from specgym.envs.engines.vllm_engine import external_ids
+from specgym.envs.engines.vllm_hook import SchedulerHook, _Lookup
+from specgym.envs.engines.vllm_profile import (
+    CellTimes, PrefillCost, build_profile, fit_prefill, plain_profile, prefill_excess, steady_steps, step_costs,
+)
+from specgym.errors import SpecgymError
+from specgym.eval.bench.vllm import truncated
+from specgym.eval.vllm_replay import PrefillFirst, predict_run
+
+
+def _profile(k_max: int = 3) -> BatchCostProfile:
+    """Steps of 10 + 2K ms at batch 1 and 16 + 5K ms at batch 4 (K = 0 in the speculative engine: +1 ms)."""
+    spec = {(b, k): (10.0 if b == 1 else 16.0) + (2.0 if b == 1 else 5.0) * k + (1.0 if k == 0 else 0.0)
+            for b in (1, 4) for k in range(k_max + 1)}
+    return build_profile("t", (1, 4), spec, {1: 10.0, 4: 16.0}, k_max, PrefillCost(1.0, 0.1), "test", {})
+
+
+class FakeScheduler:
+    """What the hook reads of vLLM's ``Scheduler``."""
+
+    def __init__(self) -> None:
+        self.waiting: list[str] = []
+        self.running: list[str] = ["x"]
+        self.max_num_active_reqs = 16
+
+
+def _output(new: dict[str, int], decode: dict[str, int], k: int) -> SimpleNamespace:
+    """A ``SchedulerOutput``: new requests (prompt tokens) and decoding ones (drafts verified this step)."""
+    tokens = {**new, **{r: d + 1 for r, d in decode.items()}}
+    return SimpleNamespace(num_scheduled_tokens=tokens, scheduled_new_reqs=[SimpleNamespace(req_id=r) for r in new],
+                           scheduled_spec_decode_tokens={r: [7] * d for r, d in decode.items() if d},
+                           num_spec_tokens_to_schedule=k)
+
+
+def _runner(generated: dict[str, int]) -> SimpleNamespace:
+    ids = list(generated)
+    return SimpleNamespace(req_id_to_index={r: i for i, r in enumerate(ids)},
+                           sampled_token_ids=[[1] * generated[r] for r in ids])
+
+
+def _step(hook: SchedulerHook, sched: FakeScheduler, new: dict[str, int], decode: dict[str, int],
+          generated: dict[str, int], finished: set[str]) -> int:
+    """One scheduler step through the hook, as vLLM calls it; returns the K the lookup gave."""
+    hook.before_schedule(sched, 16)
+    k = _Lookup(hook, sched)[len(new) + len(decode)] if hook.active else hook.num_spec_tokens
+    hook.after_schedule(_output(new, decode, k))
+    hook.after_update(hook.verified(_output(new, decode, k), _runner(generated)), finished)
+    return k
+
+
+def test_the_hook_takes_the_draft_length_decision():
+    hook = SchedulerHook(4, controller_factory)
+    sched = FakeScheduler()
+    assert not hook.active and hook.decide(3, 0) == 4  # nothing configured: vLLM's own num_speculative_tokens
+    hook.configure(table=[0, 4, 4, 2, 1])
+    assert [hook.decide(b, 0) for b in (1, 2, 3, 4, 9)] == [4, 4, 2, 1, 1]  # beyond the table: its last entry
+    with pytest.raises(SpecgymError, match="0..4"):
+        hook.configure(policy="static:6")  # beyond the engine's num_speculative_tokens
+    hook.configure(table=[9] * 5)
+    assert hook.decide(2, 0) == 4  # a table is clipped to it, as vLLM's own lookup is
+    hook.configure(policy="static:2")
+    assert _step(hook, sched, {"a": 50}, {}, {"a": 1}, set()) == 2
+    assert hook.log.prefill_tokens == [50] and hook.log.drafts == [0] and "a" in hook.log.admit_s
+    assert _step(hook, sched, {"b": 30}, {"a": 2}, {"a": 3, "b": 1}, set()) == 2
+    assert _step(hook, sched, {}, {"a": 2, "b": 2}, {"a": 1, "b": 2}, {"a"}) == 2
+    log = hook.take_log()
+    assert log["batch"] == [1, 2, 2] and log["drafts"] == [0, 2, 4] and log["accepted"] == [0, 2, 1]
+    assert log["produced"] == [1, 4, 3] and log["finished"] == [0, 0, 1] and set(log["finish_s"]) == {"a"}
+    assert hook.take_log()["batch"] == []  # the log restarts
+
+
+def test_the_hook_feeds_the_controller_and_refuses_per_sequence_k():
+    hook = SchedulerHook(6, controller_factory)
+    hook.configure(policy="goodput", profile="batch-cpu-midpair")
+    ctrl = hook.controller
+    assert isinstance(ctrl, GoodputRule)
+    before = ctrl.ema_acc
+    sched = FakeScheduler()
+    _step(hook, sched, {"a": 10}, {}, {"a": 1}, set())
+    _step(hook, sched, {}, {"a": 4}, {"a": 5}, set())  # all 4 drafts accepted
+    assert ctrl.ema_acc > before
+    hook.configure(policy="per-seq:assc", profile="batch-cpu-midpair")
+    hook._pending = None
+    with pytest.raises(ValueError, match="one K per step"):
+        hook.decide(2, 0)
+
+
+def test_admission_follows_the_schedule_and_cycles():
+    hook = SchedulerHook(2)
+    hook.configure(schedule=[[100.0, 1], [200.0, 8]])
+    hook._t0 = 0.0
+    assert [hook.limit(t, 16) for t in (0.05, 0.15, 0.29, 0.31, 0.45)] == [1, 8, 8, 1, 8]
+    assert hook.limit(0.15, 4) == 4  # never above the engine's own limit
+    with pytest.raises(ValueError, match="durations"):
+        hook.configure(schedule=[[0.0, 1]])
+
+
+def test_the_plugin_factory_and_the_no_op_entry_point(monkeypatch):
+    assert isinstance(controller_factory("static:3", 6, None), StaticK)
+    with pytest.raises(SpecgymError, match="SPECGYM_VLLM_PROFILE"):
+        controller_factory("goodput", 6, None)
+    with pytest.raises(SpecgymError, match="prices K up to"):
+        controller_factory("goodput", 16, "batch-cpu-midpair")
+    for var in ("SPECGYM_VLLM", "SPECGYM_VLLM_CONTROLLER"):
+        monkeypatch.delenv(var, raising=False)
+    register()  # off: nothing happens (and nothing needs vLLM)
+    monkeypatch.setenv("SPECGYM_VLLM_CONTROLLER", "bogus")
+    with pytest.raises(SpecgymError, match="bad controller spec .bogus."):
+        register()  # a bad spec fails in the front end, before any engine starts
+
+
+def test_engine_core_ids_map_back_to_request_ids():
+    assert external_ids({"3-1a2b3c4d": 1.0, "plain": 2.0, "a-b-12345678": 3.0}) == {"3": 1.0, "plain": 2.0,
+                                                                                    "a-b": 3.0}
+
+
+def _log(batch: list[int], drafts: list[int], prefill: list[int], new: list[int], period_ms: float) -> dict:
+    n = len(batch)
+    return {"start_s": [i * period_ms / 1000.0 for i in range(n)], "batch": batch, "drafts": drafts,
+            "prefill_tokens": prefill, "new_requests": new, "core_cpu_ms": [1.0] * n,
+            "worker_cpu_ms": [10.0 + i for i in range(n)]}
+
+
+def test_profile_from_engine_steps():
+    log = _log([2, 2, 2, 2, 1], [0, 6, 6, 4, 3], [80, 0, 0, 0, 0], [2, 0, 0, 0, 0], 20.0)
+    assert steady_steps(log, 2, 3) == pytest.approx([20.0, 20.0])  # not the prefill step, not the short one
+    assert steady_steps(log, 2, 3, "cpu").tolist() == [12.0, 13.0]  # engine core + worker CPU time
+    assert np.isnan(step_costs(log)[-1])  # the last step has no successor
+    assert np.isnan(step_costs({**log, "worker_cpu_ms": [1.0]}, "cpu")).all()  # misaligned: unknown
+    rows = prefill_excess(log, {(2, 3): 15.0}, 3)
+    assert rows == [(2, 80, pytest.approx(5.0))]
+    assert prefill_excess(log, {(2, 3): 7.0}, 3, "cpu") == [(2, 80, pytest.approx(4.0))]
+    fit = fit_prefill([(1, 50, 1.0 + 0.1 * 50), (2, 80, 2.0 + 0.1 * 80), (1, 20, 1.0 + 0.1 * 20)])
+    assert fit.per_request_ms == pytest.approx(1.0) and fit.per_token_ms == pytest.approx(0.1)
+    assert fit.ms([50, 20]) == pytest.approx(2.0 + 7.0)
+    prof = _profile()
+    assert prof.step_time(4, 2) == pytest.approx(26.0) and prof.step_time(1, 0) == pytest.approx(11.0)
+    assert plain_profile(prof).step_time(1, 0) == pytest.approx(10.0)
+    assert plain_profile(prof).step_time(4, 3) == prof.step_time(4, 3)
+    assert PrefillCost.of(prof) == PrefillCost(1.0, 0.1)
+    with pytest.raises(SpecgymError, match="no steady steps"):
+        build_profile("t", (1, 4), {(1, 0): 1.0}, {1: 1.0, 4: 1.0}, 1, PrefillCost(), "", {})
+    cells = CellTimes()
+    cells.steps["cpu"][(1, 0)] = [3.0, 1.0, 2.0]
+    assert cells.medians("cpu") == {(1, 0): 2.0} and cells.medians() == {}
+
+
+def test_prefill_first_and_the_prediction(mix_workload):
+    state = BatchState(3, 0, 3, np.array([0, 1, 2]), np.array([2]))
+    ctrl = PrefillFirst(StaticK(3))
+    assert ctrl.propose(state).tolist() == [3, 3, 0]
+    prof = dataclasses.replace(_profile(), hardware={})  # no prefill cost
+    reqs = np.arange(12)
+    free = predict_run(mix_workload, reqs, prof, StaticK(2), 4, 3)
+    sim = BatchReplay(mix_workload, prof, 4, requests=reqs, k_max=3)
+    sim.run(PrefillFirst(StaticK(2)))
+    assert free.time_ms == pytest.approx(sim.now_ms) and free.steps == sim.steps
+    paid = predict_run(mix_workload, reqs, prof, StaticK(2), 4, 3, PrefillCost(1.0, 0.1))
+    extra = 12 * 1.0 + 0.1 * float(mix_workload.prompt_len[reqs].sum())
+    assert paid.time_ms == pytest.approx(sim.now_ms + extra)
+    assert paid.tok_s < free.tok_s and paid.accepted == free.accepted
+    mixed = predict_run(mix_workload, reqs, prof, StaticK(2), [(50.0, 1), (50.0, 4)], 3, PrefillCost(1.0, 0.1))
+    assert mixed.steps > 0 and np.isfinite(mixed.tpot_ms).all()
+
+
+def test_truncated_workload_serves_the_first_positions(mix_workload):
+    cut = truncated(mix_workload, 20)
+    assert int(cut.lengths.max()) == 20 and cut.n_requests == mix_workload.n_requests
+    r = 3
+    assert np.array_equal(cut.p_accept[cut.span(r)], mix_workload.p_accept[mix_workload.span(r)][:20])
+    assert truncated(mix_workload, None) is mix_workload

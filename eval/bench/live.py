@@ -256,6 +256,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     def _make(spec: str) -> Any:
         """A chain controller (fitted to the engine's signals), or a tree controller prepared on the workload's
         train split under ``prof``; a predictor's fallback is printed once."""
+        ctrl: Any
         if not is_tree_spec(spec):
             ctrl = make_controller(spec, k_max)
             fresh = bind_signals([(spec, ctrl)], live_source)

@@ -269,7 +269,8 @@ def cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
-def _record_distributed(args: argparse.Namespace, prompts: list, out: Path, splits: tuple[float, float, float]) -> int:
+def _record_distributed(args: argparse.Namespace, prompts: list, out: Path,
+                        splits: tuple[float, float, float] | None) -> int:
     """``record --workers N``: the recording on N Ray actors (:mod:`specgym.envs.engines.distributed`)."""
     require_ray()  # one line naming the extra, before anything else
     if not args.profile:

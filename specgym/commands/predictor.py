@@ -155,7 +155,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     wl = _workload(args.workload)
     active, note = pred.for_source(SignalSource.of_workload(wl))  # another pair's: refused here, in one line
     if active is None:
-        raise SpecgymError(f"{note.rstrip('.')}: nothing of predictor {pred.name!r} can be measured on it")
+        raise SpecgymError(f"{(note or '').rstrip('.')}: nothing of predictor {pred.name!r} can be measured on it")
     extra = tuple((s, make_controller(s)) for s in expand_specs(args.controllers)) if args.controllers else ()
     report = predictor_report(wl, pred, args.split, load_profile(args.profile) if args.profile else None,
                               ablation=not args.no_ablation, bootstrap=args.bootstrap, extra_controllers=extra)

@@ -6,6 +6,9 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.progress import (
+    BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+)
 
 
 def make_console(stderr: bool = False, quiet: bool = False) -> Any:
@@ -17,9 +20,6 @@ def make_console(stderr: bool = False, quiet: bool = False) -> Any:
 
 def make_progress(console: Any = None, transient: bool = False, disable: bool = False) -> Any:
     """The progress bar of every long step (``rich.progress``): what it does, how far, time spent and time left."""
-    from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
-
     return Progress(TextColumn("{task.description:<28}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
                     TextColumn("left"), TimeRemainingColumn(), console=console or make_console(stderr=True),
                     transient=transient, disable=disable)

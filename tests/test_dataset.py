@@ -114,7 +114,8 @@ def test_cli_errors_are_one_line(mix_workload, tmp_path, capsys, one_line_error)
     write_dataset(chunks(mix_workload, 100), tmp_path / "ds")
     (tmp_path / "ds" / "shard-00001.parquet").write_bytes(b"junk")
     assert main(["eval", "--workload", str(tmp_path / "ds"), "--stream", "--out", str(tmp_path / "e")]) == 2
-    one_line_error(capsys, "shard-00001.parquet", "truncated or damaged")
+    # every shard file is checked when the folder is opened, before any shard is replayed (issue 29 item 5)
+    one_line_error(capsys, "shard-00001.parquet", "truncated or damaged", "no whole Parquet footer")
     assert not (tmp_path / "e").exists()
     (tmp_path / "empty").mkdir()
     assert main(["workloads", "merge", str(tmp_path / "empty"), "--out", str(tmp_path / "m.parquet")]) == 2

@@ -33,7 +33,11 @@ import hashlib
 import json
 import math
 import os
+import secrets
 import shutil
+import socket
+import subprocess
+import sys
 import tempfile
 import time
 from collections import deque
@@ -121,9 +125,6 @@ _reaper: dict[str, Any] = {}
 
 def _check_address(address: str) -> None:
     """Refuse an unreachable cluster address within :data:`CONNECT_TIMEOUT_S` (``ray.init`` retries forever)."""
-    import socket
-    import subprocess
-    import sys
 
     where = f"the Ray cluster at {address}"
     hostport = address.split("://", 1)[-1]
@@ -150,9 +151,6 @@ def _check_address(address: str) -> None:
 
 def _start_reaper() -> None:
     """Mark this process's environment (inherited by the cluster it starts) and start the reaper (Linux)."""
-    import secrets
-    import subprocess
-    import sys
 
     if not os.path.isdir("/proc"):
         return

@@ -61,13 +61,12 @@ def test_kinds_keep_their_own_specs():
 
 def test_rows_carry_kind_family_and_level():
     rows = {r.spec: r for r in resolve("fixed:2,marginal,assc,tree-static:2-1,tree-oracle,ppo:midpair-token,"
-                                       "ppo:midpair-k,predicted:midpair", 8)}
+                                       "predicted:midpair", 8)}
     assert (rows["fixed:2"].family, rows["fixed:2"].kind, rows["fixed:2"].entry.level) == ("fixed", "chain", "k")
     assert (rows["marginal"].family, rows["marginal"].entry.level) == ("rule", "token")
     assert rows["tree-static:2-1"].kind == "tree" and rows["tree-oracle"].controller is None
     assert rows["tree-oracle"].family == "oracle" and not rows["tree-oracle"].entry.live
     assert rows["ppo:midpair-token"].family == "learned" and rows["ppo:midpair-token"].entry.level == "token"
-    assert rows["ppo:midpair-k"].entry.level == "k"
     assert rows["predicted:midpair"].family == "predictor"
 
 

@@ -357,7 +357,7 @@ from specgym.cli import main
 
 with contextlib.redirect_stdout(io.StringIO()):
     rc = main(["eval", "--workload", "midpair-greedy", "--controllers",
-               "all,ppo:midpair-k,ppo:midpair-token,predicted:midpair,planned:midpair", "--max-requests", "5",
+               "all,ppo:midpair-token,predicted:midpair,planned:midpair", "--max-requests", "5",
                "--bootstrap", "0", "--no-plots", "--out", sys.argv[1]])
 print(json.dumps({{"rc": rc, "loaded": sorted(m for m in sys.modules if m.split(".")[0] in {heavy!r})}}))
 """

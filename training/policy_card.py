@@ -111,7 +111,18 @@ def card_markdown(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], s
               f"{prof['overhead_share_of_t_ar'][0]}-{prof['overhead_share_of_t_ar'][1]} x t_AR; "
               f"{distribution['own_profile_share']:.0%} of episodes keep the workload's own profile.", ""]
     else:
-        L += [f"Workload `{tr.get('workload')}` (train split).", ""]
+        jitter = cfg.get("profile_jitter")
+        L += [f"Workload `{tr.get('workload')}` (train split)" + (
+            f", priced with its own cost profile jittered (`profile_jitter: {jitter}`: draft cost, verify slope and "
+            f"round overhead each scaled by a factor drawn log-uniformly in [1/{jitter}, {jitter}], a quarter of "
+            "the episodes at the profile itself)" if jitter else "") + ".", ""]
+    guard = meta.get("guard")
+    if guard:
+        L += ["## Guard", "",
+              f"Outside the range of observations it saw in training (`policy.json` `guard`, "
+              f"{meta.get('guard_range') or 'recorded while training'}), its decisions are its teacher "
+              f"`{guard['teacher']}`'s: it never runs on inputs it has no experience of (the evaluation report marks "
+              "a row where that happened, with the share of decisions handed over).", ""]
     L += ["## Training", "",
           f"PPO, {cfg.get('timesteps', 0):,} environment steps per seed (the shipped model is the one kept at "
           f"{tr.get('timesteps', 0):,}), net {cfg.get('net_arch')} {cfg.get('activation')}, "

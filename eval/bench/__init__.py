@@ -26,6 +26,7 @@ SECTIONS: dict[str, str] = {
     "specdecode-bench": "specgym.eval.bench.specdecode:specdecode_bench_section",
     "specdecode-eval": "specgym.eval.bench.specdecode:specdecode_eval_section",
     "vllm": "specgym.eval.bench.vllm:vllm_section",
+    "guard": "specgym.eval.bench.guard:guard_section",
 }
 DEFAULT_SECTIONS = ("load", "env", "vector", "controllers", "eval", "policy", "batch", "predictor", "tree")
 

@@ -74,7 +74,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--profile", default=None, help="cost profile override (default: the workload's own)")
     e.add_argument("--no-ablation", action="store_true", help="skip the per-signal-group ablation")
     e.add_argument("--controllers", default="",
-                   help="more controller specs to show beside it, e.g. ppo:midpair-k (comma-separated)")
+                   help="more controller specs to show beside it, e.g. ppo:midpair-token (comma-separated)")
     e.add_argument("--bootstrap", type=bootstrap_type, default=2000,
                    help="bootstrap resamples of the paired 95%% intervals: 0 = none, else 100..100000 (default "
                         "%(default)s)")

@@ -97,7 +97,7 @@ def test_the_embedded_predictor_is_under_the_checksum(pred, tmp_path):
 
 
 def test_version_3_policies_still_run():
-    art = load_policy(catalogue.resolve("policy", "midpair-token"))
+    art = load_policy(catalogue.resolve("policy", "generalist-token"))  # shipped with feature version 3
     assert art.feature_version == 3 and art.predictor is None
     assert art.features == feature_names("token", 3)
     ctrl = PolicyController(art)

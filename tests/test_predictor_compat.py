@@ -134,7 +134,8 @@ def test_policy_reading_a_predictor_refuses_another_pair(midpair):
     ctrl = make_controller("ppo:midpair-predicted")
     with pytest.raises(SpecgymError, match="another model's"):
         ctrl.bind_signals(SignalSource.of_workload(other_pair(midpair)))
-    assert ctrl.bind_signals(SignalSource.of_workload(without_sketch(midpair))) is None  # it reads no sketch
+    note = ctrl.bind_signals(SignalSource.of_workload(without_sketch(midpair)))  # its predictor reads the sketch
+    assert "lacks the signal(s) hidden_sketch" in note and "fallback" in note and ctrl.protocol.predictor is not None
     note = ctrl.bind_signals(SignalSource.of_workload(load_workload("speclane-mix")))  # no signals at all
     assert "calibrated confidence" in note and ctrl.protocol.predictor is None
 

@@ -34,7 +34,7 @@ def env_config(run: TrainingRun, workload: Any, split: str) -> dict[str, Any]:
     """The env configuration of a run (the keys of :meth:`SpecDecodeEnv.default_config`).
 
     ``workload`` is a :class:`Workload` or, for domain-randomised runs, a :class:`DomainDistribution`; the
-    observations read the run's own acceptance predictor (:attr:`TrainingRun.predictor`).
+    observations read the run's own acceptance predictor (:attr:`~specgym.training.run.TrainingRun.predictor`).
     """
     ppo = run.config.ppo
     cfg: dict[str, Any] = {"split": split, "k_max": ppo.k_max, "k_min": ppo.k_min,

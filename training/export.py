@@ -72,8 +72,8 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
 def run_artifact(model: Any, vecnorm: Any | None, cfg: RunConfig, predictor: AcceptancePredictor | None,
                  meta: dict[str, Any] | None = None) -> PolicyArtifact:
     """:func:`artifact_from_model` for a run: its mode, K range and acceptance predictor (``predictor``: the run's,
-    already loaded: :attr:`TrainingRun.predictor` or :func:`load_run_predictor`), so validation, the summary and
-    export price the same policy."""
+    already loaded: :attr:`~specgym.training.run.TrainingRun.predictor` or
+    :func:`~specgym.training.run.load_run_predictor`), so validation, the summary and export price the same policy."""
     return artifact_from_model(model, vecnorm, cfg.mode, cfg.ppo.k_min, cfg.ppo.k_max, meta, predictor)
 
 

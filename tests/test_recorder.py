@@ -251,3 +251,16 @@ def test_batched_extraction_equals_one_request_at_a_time(pair):
         if item[2] == 0:
             for key in ("token_id", "draft_token", "target_rank", "lookup_len", "lookup_token", "lookup_agree"):
                 np.testing.assert_array_equal(cols[key], alone[key])
+
+
+def test_recording_spec_checks_itself_and_names_lengths_as_the_cli_does():
+    """A recording's settings are one record (issue 27): a bad one fails when built, before any model runs, and the
+    length range is stored as ``--max-new-tokens`` writes it (so resume headers and trace sources are unchanged)."""
+    assert RecordingSpec((20, 40), 0.0, PROFILE).length_text == "20-40"
+    assert RecordingSpec(30, 0.0, PROFILE).lengths == (30, 30) and RecordingSpec(30, 0.0, PROFILE).length_text == "30"
+    assert RecordingSpec(parse_length("7"), 0.0, PROFILE).length_text == "7"
+    for bad, fragment in ((dict(max_new_tokens=0), "need 1 <= LO <= HI"), (dict(max_new_tokens=(9, 3)), "'9-3'"),
+                          (dict(temperature=-0.5), "--temperature must be >= 0"),
+                          (dict(temperature=float("nan")), "--temperature"), (dict(batch=0), "batch must be >= 1")):
+        with pytest.raises(SpecgymError, match=fragment):
+            RecordingSpec(**{"max_new_tokens": 8, "temperature": 0.0, "profile": PROFILE, **bad})

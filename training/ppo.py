@@ -5,6 +5,8 @@ YAML files (:mod:`specgym.training.config`); the vectorised env is SB3's ``make_
 (:mod:`specgym.training.env_factory`) with the reward wrappers of :mod:`specgym.training.rewards`; the callbacks
 (:mod:`specgym.training.callbacks`) log ``specdec/*`` and ``eval/*`` to tensorboard, validate on the val split and
 keep the best model.
+The run itself is one :class:`~specgym.training.run.TrainingRun` (folder, config, workload, typed state, and the
+acceptance predictor, loaded once) that all of them read.
 
 Choices (documented here because they shape results):
 

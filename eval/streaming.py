@@ -1,7 +1,7 @@
 """Evaluation of a sharded workload in memory bounded by one shard (``specgym eval --stream``, the scale bench).
 
 The replay engine's common random numbers are a function of (seed, request id) only
-(:func:`~specgym.envs.engines.trace_engine.request_uniforms`), and requests are independent, so replaying a
+(:func:`~specgym.envs.core.replay.request_uniforms`), and requests are independent, so replaying a
 workload shard by shard gives every request exactly the draws, rounds and time of the in-memory evaluation
 (:func:`specgym.eval.harness.evaluate`); controllers are served the requests in the same order and keep their state
 across shards, as across requests. Per shard: the fixed-K references (vectorised), the clairvoyant oracle, the

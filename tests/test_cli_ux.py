@@ -64,7 +64,7 @@ def test_train_refuses_zero_timesteps_without_writing_a_run(tmp_path, capsys):
 
 
 def test_record_checks_arguments_before_loading_models(tmp_path, capsys, monkeypatch):
-    import specgym.envs.engines.live_engine as le
+    import specgym.envs.engines.model_loading as le
 
     def boom(*a, **k):  # pragma: no cover - reached only if validation came too late
         raise AssertionError("a model was loaded before the arguments were checked")

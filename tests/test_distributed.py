@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from specgym.envs.core.cost import load_profile  # noqa: E402
-from specgym.envs.engines.recorder import PromptSpec, record_workload  # noqa: E402
+from specgym.envs.engines.recorder import PromptSpec, RecordingSpec, record_workload  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
 from specgym.io import sha256_file  # noqa: E402
 
@@ -26,8 +26,12 @@ LOAD = {"draft": str(TINY / "draft"), "target": str(TINY / "target"), "fast_kern
 TEXTS = ["def f(x):\n    return x", "the cat sat on the mat.", "12 + 7 = 19", "import os\nimport sys\n",
          "class a:\n  pass\n", "for i in range(3):", "Once upon a time", "x = [1, 2, 3]"]
 PROMPTS = [PromptSpec(f"q{i}", t, ["code", "prose", "math"][i % 3]) for i, t in enumerate(TEXTS)]
-COMMON = dict(max_new_tokens="6-12", profile=load_profile("cpu-tinypair"), name="dist", seed=4, gen_k=2, batch=2,
+COMMON = dict(max_new_tokens=(6, 12), profile=load_profile("cpu-tinypair"), name="dist", seed=4, gen_k=2, batch=2,
               split_fractions=(0.5, 0.25, 0.25))
+
+
+def _spec(temperature: float) -> RecordingSpec:
+    return RecordingSpec(temperature=temperature, **COMMON)
 
 
 def test_core_install_does_not_pull_ray():
@@ -65,14 +69,14 @@ def reference(tmp_path_factory):
     """The single-process recordings (one torch thread, as each Ray actor), greedy and sampled."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    from specgym.envs.engines.live_engine import load_pair
+    from specgym.envs.engines.model_loading import load_pair
 
     pair = load_pair(**LOAD)
     out = {}
     try:
         for temp in (0.0, 0.8):
             path = tmp_path_factory.mktemp("ref") / "ref.parquet"
-            record_workload(pair, PROMPTS, path, temperature=temp, **COMMON)
+            record_workload(pair, PROMPTS, path, _spec(temp))
             out[temp] = path
     finally:
         torch.set_num_threads(threads)
@@ -88,8 +92,7 @@ def test_plan_shards_are_batch_multiples():
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_two_workers_identical_to_one_process(cluster, reference, tmp_path, temperature):
     out = tmp_path / "two.parquet"
-    wl, stats = record_distributed(LOAD, PROMPTS, out, workers=2, temperature=temperature, shard_requests=2,
-                                   **COMMON)
+    wl, stats = record_distributed(LOAD, PROMPTS, out, _spec(temperature), 2, shard_requests=2)
     assert stats["shards"] == 4 and stats["retries"] == 0
     assert sha256_file(out) == sha256_file(reference[temperature])  # every column, the splits, the metadata
     assert not (tmp_path / "two.parquet.shards").exists()
@@ -99,8 +102,7 @@ def test_two_workers_identical_to_one_process(cluster, reference, tmp_path, temp
 def test_killed_actor_is_retried_and_resumes_its_shard(cluster, reference, tmp_path):
     out = tmp_path / "k.parquet"
     # shard 1 (4 requests, batches of 2): its actor's process dies after 2 requests (one batch written)
-    _, stats = record_distributed(LOAD, PROMPTS, out, workers=2, temperature=0.0, shard_requests=4, fault=(1, 2),
-                                  **COMMON)
+    _, stats = record_distributed(LOAD, PROMPTS, out, _spec(0.0), 2, shard_requests=4, fault=(1, 2))
     assert stats["retries"] == 1 and stats["resumed"] == 2  # the retry resumed the 2 requests the dead actor wrote
     assert sha256_file(out) == sha256_file(reference[0.0])
 
@@ -109,12 +111,12 @@ def test_killed_actor_is_retried_and_resumes_its_shard(cluster, reference, tmp_p
 def test_interrupted_run_resumes_by_shard(cluster, reference, tmp_path):
     out = tmp_path / "r.parquet"
     with pytest.raises(SpecgymError, match=r"shard\(s\) \[2\] failed 1 times .* rerun the same command to resume"):
-        record_distributed(LOAD, PROMPTS, out, workers=2, temperature=0.0, shard_requests=2, fault=(2, 1),
-                           max_retries=0, **COMMON)
+        record_distributed(LOAD, PROMPTS, out, _spec(0.0), 2, shard_requests=2, fault=(2, 1),
+                           max_retries=0)
     work = tmp_path / "r.parquet.shards"
     kept = sorted(p.name for p in work.glob("shard-*.parquet"))
     assert "shard-00002.parquet" not in kept and len(kept) >= 1 and not out.exists()
-    _, stats = record_distributed(LOAD, PROMPTS, out, workers=2, temperature=0.0, shard_requests=2, **COMMON)
+    _, stats = record_distributed(LOAD, PROMPTS, out, _spec(0.0), 2, shard_requests=2)
     assert stats["shards_resumed"] == len(kept) and stats["retries"] == 0
     assert sha256_file(out) == sha256_file(reference[0.0])
     # other settings over the same work folder are refused, not mixed in
@@ -123,7 +125,7 @@ def test_interrupted_run_resumes_by_shard(cluster, reference, tmp_path):
     (other / ".specgym").write_text('{"files": ["plan.json"]}')
     (other / "plan.json").write_text("{}")
     with pytest.raises(SpecgymError, match="different settings"):
-        record_distributed(LOAD, PROMPTS, tmp_path / "r2.parquet", workers=2, temperature=0.0, **COMMON)
+        record_distributed(LOAD, PROMPTS, tmp_path / "r2.parquet", _spec(0.0), 2)
 
 
 @pytest.mark.slow

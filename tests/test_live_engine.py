@@ -15,7 +15,8 @@ pytest.importorskip("transformers")
 from specgym.envs.core.controller import Controller  # noqa: E402
 from specgym import make_controller  # noqa: E402
 from specgym.envs.core.cost import CostProfile  # noqa: E402
-from specgym.envs.engines.live_engine import LiveEngine, check_same_tokenizer, load_pair  # noqa: E402
+from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
+from specgym.envs.engines.model_loading import check_same_tokenizer, load_pair  # noqa: E402
 from specgym.envs.core.rounds import DraftStep  # noqa: E402
 from specgym.training.lm_pair.toy import save_toy_pair, toy_models, toy_tokenizer  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
@@ -156,14 +157,14 @@ def test_sampling_reproducible(toy):
 def test_replay_equals_live(toy, tmp_path):
     """The simulator is exact: replaying the recorded greedy trace with the live run's K choices gives identical
     accepted counts round by round (several controllers, random K, token-level stops)."""
-    from specgym.envs.engines.recorder import record_workload
+    from specgym.envs.engines.recorder import RecordingSpec, record_workload
     from specgym.envs.workloads.prompts import PromptSpec
     from specgym.envs.engines.trace_engine import TraceEngine
 
     draft_path, target_path = save_toy_pair(tmp_path / "pair", seed=0)
     pair = load_pair(str(draft_path), str(target_path))
     specs = [PromptSpec(f"r{i}", p, "toy") for i, p in enumerate(PROMPTS * 2)]
-    wl, _ = record_workload(pair, specs, tmp_path / "toy.parquet", 50, 0.0, PROFILE, gen_k=3)
+    wl, _ = record_workload(pair, specs, tmp_path / "toy.parquet", RecordingSpec(50, 0.0, PROFILE, gen_k=3))
     live = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE)
     replay = TraceEngine(wl, PROFILE, k_max=8, seed=0)
     ctls = ["fixed:2", "fixed:5", "assc", "hf-heuristic", "confidence", "cumulative", "entropy", "random"]
@@ -248,7 +249,7 @@ def test_bad_inputs(toy, tmp_path):
 def test_bf16_target_is_exact_in_the_dtype_that_verifies(tmp_path):
     """A float32 draft with a bfloat16 target (per-model dtypes): greedy outputs equal the bf16 target's own greedy
     decoding token for token, and replay of a bf16-recorded trace equals the bf16 live run round by round."""
-    from specgym.envs.engines.recorder import record_workload
+    from specgym.envs.engines.recorder import RecordingSpec, record_workload
     from specgym.envs.workloads.prompts import PromptSpec
     from specgym.envs.engines.trace_engine import TraceEngine
 
@@ -257,7 +258,7 @@ def test_bf16_target_is_exact_in_the_dtype_that_verifies(tmp_path):
     assert pair.target.dtype == torch.bfloat16 and pair.draft.dtype == torch.float32
     eng = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE)
     specs = [PromptSpec(f"r{i}", p, "toy") for i, p in enumerate(PROMPTS)]
-    wl, _ = record_workload(pair, specs, tmp_path / "bf16.parquet", 40, 0.0, PROFILE, gen_k=3)
+    wl, _ = record_workload(pair, specs, tmp_path / "bf16.parquet", RecordingSpec(40, 0.0, PROFILE, gen_k=3))
     assert wl.source["dtype"] == "float32/bfloat16"
     replay = TraceEngine(wl, PROFILE, k_max=8, seed=0)
     for r, spec in enumerate(specs):
@@ -275,7 +276,7 @@ def test_a_dtype_the_device_cannot_run_is_one_clear_error(tmp_path, monkeypatch)
     """load_model runs one forward after loading; a failure there names the model, the dtype and the device."""
     import transformers
 
-    from specgym.envs.engines.live_engine import load_model
+    from specgym.envs.engines.model_loading import load_model
 
     d, _ = save_toy_pair(tmp_path / "pair")
 
@@ -394,13 +395,14 @@ def assert_online_signals_match(wl, r, rounds, sketch=True):
 def test_online_signals_equal_the_recorders(tmp_path):
     """The live engine's online signals (top-8, incremental lookup with rollback, hidden sketch) equal the
     recorder's teacher-forced columns at every correct-prefix draft token; DraftStep carries the same rows."""
-    from specgym.envs.engines.recorder import record_workload
+    from specgym.envs.engines.recorder import RecordingSpec, record_workload
     from specgym.envs.workloads.prompts import PromptSpec
 
     d, t = save_toy_pair(tmp_path / "pair", seed=0)
     pair = load_pair(str(d), str(t))
     specs = [PromptSpec(f"r{i}", p, "toy") for i, p in enumerate(PROMPTS)]
-    wl, _ = record_workload(pair, specs, tmp_path / "sig.parquet", 50, 0.0, PROFILE, gen_k=3, hidden_sketch=5)
+    wl, _ = record_workload(pair, specs, tmp_path / "sig.parquet",
+                            RecordingSpec(50, 0.0, PROFILE, gen_k=3, hidden_sketch=5))
     live = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE, sketch=wl.sketch_projection())
     compared = 0
     for r, spec in enumerate(specs):
@@ -427,7 +429,7 @@ def test_online_signals_equal_the_recorders(tmp_path):
 def test_shipped_pair_online_signals_equal_the_recorders(name, tmp_path):
     """On a few requests of the shipped midpair (greedy, recorded here with a short completion), the live engine's
     online signals equal the recorder's at every correct-prefix draft token."""
-    from specgym.envs.engines.recorder import record_workload
+    from specgym.envs.engines.recorder import RecordingSpec, record_workload
     from specgym.envs.workloads.prompts import PromptSpec
     from specgym.envs.workloads.trace_format import cached_workload
 
@@ -437,7 +439,7 @@ def test_shipped_pair_online_signals_equal_the_recorders(name, tmp_path):
     picked = [int(next(r for r in test if shipped.category[r] == cat)) for cat in shipped.categories()]
     specs = [PromptSpec(str(shipped.request_id[r]), shipped.prompt_text[r], str(shipped.category[r]))
              for r in picked]
-    wl, _ = record_workload(pair, specs, tmp_path / "mid.parquet", 48, 0.0, PROFILE, hidden_sketch=16)
+    wl, _ = record_workload(pair, specs, tmp_path / "mid.parquet", RecordingSpec(48, 0.0, PROFILE, hidden_sketch=16))
     live = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE, sketch=wl.sketch_projection())
     compared = 0
     for r, spec in enumerate(specs):

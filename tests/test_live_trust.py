@@ -15,7 +15,8 @@ pytest.importorskip("transformers")
 from specgym.envs.core.cost import CostProfile  # noqa: E402
 from specgym.envs.engines import fast_linear  # noqa: E402
 from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, trimmed_mean  # noqa: E402
-from specgym.envs.engines.live_engine import LiveEngine, load_pair  # noqa: E402
+from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
+from specgym.envs.engines.model_loading import load_pair  # noqa: E402
 from specgym.envs.engines.trace_engine import TraceEngine  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
 from specgym.eval.bench.live import verdict  # noqa: E402

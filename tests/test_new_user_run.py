@@ -120,7 +120,7 @@ def test_a_predictor_no_better_than_chance_is_not_written(tmp_path, capsys, one_
 
 def test_profile_reports_progress():
     pytest.importorskip("torch")
-    from specgym.envs.engines.live_engine import load_pair
+    from specgym.envs.engines.model_loading import load_pair
     from specgym.envs.engines.profiler import measure_profile
 
     pair = load_pair(str(MODELS_DIR / "tinypair" / "draft"), str(MODELS_DIR / "tinypair" / "target"),

@@ -11,9 +11,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from specgym.envs.core.cost import CostProfile, load_profile  # noqa: E402
-from specgym.envs.engines.live_engine import load_pair  # noqa: E402
+from specgym.envs.engines.model_loading import load_pair  # noqa: E402
 from specgym.envs.engines.profiler import measure_profile  # noqa: E402
-from specgym.envs.engines.recorder import parse_length, record_workload  # noqa: E402
+from specgym.commands.args import parse_length  # noqa: E402
+from specgym.envs.engines.recorder import RecordingSpec, record_workload  # noqa: E402
 from specgym.envs.workloads.loops import is_looped  # noqa: E402
 from specgym.envs.workloads.prompts import PromptSpec, read_prompts  # noqa: E402
 from specgym.training.lm_pair.toy import save_toy_pair, toy_models  # noqa: E402
@@ -39,7 +40,7 @@ def _specs():
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_round_trip(pair, tmp_path, temperature):
     out = tmp_path / "w.parquet"
-    wl, stats = record_workload(pair, _specs(), out, "20-40", temperature, PROFILE, seed=3)
+    wl, stats = record_workload(pair, _specs(), out, RecordingSpec((20, 40), temperature, PROFILE, seed=3))
     back = load_workload(out)
     assert back.n_requests == 5 and back.source["kind"] == "recorded"
     assert back.source["target_model"] == pair.target_name and back.source["temperature"] == temperature
@@ -82,7 +83,8 @@ def _check_signal_columns(pair, wl, temperature):
 def test_hidden_sketch_and_ranks_from_the_draft(pair, tmp_path):
     """--hidden-sketch D: the column is the draft's last hidden state times the stored projection; target_rank is
     the rank of the target's token in the draft's teacher-forced logits."""
-    wl, _ = record_workload(pair, _specs()[:2], tmp_path / "s.parquet", 12, 0.0, PROFILE, hidden_sketch=6)
+    spec = RecordingSpec(12, 0.0, PROFILE, hidden_sketch=6)
+    wl, _ = record_workload(pair, _specs()[:2], tmp_path / "s.parquet", spec)
     back = load_workload(tmp_path / "s.parquet")
     proj = back.sketch_projection()
     assert proj.shape == (pair.draft.config.n_embd, 6) and back.hidden_sketch.shape == (back.n_positions, 6)
@@ -108,17 +110,17 @@ def test_resume_after_interrupt(pair, tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        record_workload(pair, _specs(), out, 30, 0.0, PROFILE, progress=boom)
+        record_workload(pair, _specs(), out, RecordingSpec(30, 0.0, PROFILE), progress=boom)
     assert not out.exists() and (tmp_path / "r.parquet.partial.jsonl").exists()
-    wl, stats = record_workload(pair, _specs(), out, 30, 0.0, PROFILE)
+    wl, stats = record_workload(pair, _specs(), out, RecordingSpec(30, 0.0, PROFILE))
     assert stats["resumed"] == 2
-    ref, _ = record_workload(pair, _specs(), tmp_path / "ref.parquet", 30, 0.0, PROFILE)
+    ref, _ = record_workload(pair, _specs(), tmp_path / "ref.parquet", RecordingSpec(30, 0.0, PROFILE))
     np.testing.assert_array_equal(wl.p_accept, ref.p_accept)
     # different settings with a stale partial file: a clear error
     with pytest.raises(KeyboardInterrupt):
-        record_workload(pair, _specs(), tmp_path / "s.parquet", 30, 0.0, PROFILE, progress=boom)
+        record_workload(pair, _specs(), tmp_path / "s.parquet", RecordingSpec(30, 0.0, PROFILE), progress=boom)
     with pytest.raises(SpecgymError, match="different settings"):
-        record_workload(pair, _specs(), tmp_path / "s.parquet", 30, 0.5, PROFILE)
+        record_workload(pair, _specs(), tmp_path / "s.parquet", RecordingSpec(30, 0.5, PROFILE))
 
 
 def test_prompt_file_errors(tmp_path):
@@ -148,7 +150,7 @@ def test_prompt_file_errors(tmp_path):
 
 def test_context_overflow_is_clear(pair, tmp_path):
     with pytest.raises(SpecgymError, match="context"):
-        record_workload(pair, [PromptSpec("a", "x" * 100)], tmp_path / "c.parquet", 200, 0.0, PROFILE)
+        record_workload(pair, [PromptSpec("a", "x" * 100)], tmp_path / "c.parquet", RecordingSpec(200, 0.0, PROFILE))
 
 
 def test_loop_detector():
@@ -249,3 +251,16 @@ def test_batched_extraction_equals_one_request_at_a_time(pair):
         if item[2] == 0:
             for key in ("token_id", "draft_token", "target_rank", "lookup_len", "lookup_token", "lookup_agree"):
                 np.testing.assert_array_equal(cols[key], alone[key])
+
+
+def test_recording_spec_checks_itself_and_names_lengths_as_the_cli_does():
+    """A recording's settings are one record (issue 27): a bad one fails when built, before any model runs, and the
+    length range is stored as ``--max-new-tokens`` writes it (so resume headers and trace sources are unchanged)."""
+    assert RecordingSpec((20, 40), 0.0, PROFILE).length_text == "20-40"
+    assert RecordingSpec(30, 0.0, PROFILE).lengths == (30, 30) and RecordingSpec(30, 0.0, PROFILE).length_text == "30"
+    assert RecordingSpec(parse_length("7"), 0.0, PROFILE).length_text == "7"
+    for bad, fragment in ((dict(max_new_tokens=0), "need 1 <= LO <= HI"), (dict(max_new_tokens=(9, 3)), "'9-3'"),
+                          (dict(temperature=-0.5), "--temperature must be >= 0"),
+                          (dict(temperature=float("nan")), "--temperature"), (dict(batch=0), "batch must be >= 1")):
+        with pytest.raises(SpecgymError, match=fragment):
+            RecordingSpec(**{"max_new_tokens": 8, "temperature": 0.0, "profile": PROFILE, **bad})

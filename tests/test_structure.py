@@ -209,15 +209,15 @@ def test_no_forbidden_edges():
 
 def test_the_layer_test_catches_an_upward_edge(tmp_path):
     """The checks above see lazy imports and the front door: a sample of edges that must count as upward."""
-    assert _layer("specgym.baselines.fixed") < _layer("specgym.agents.registry")
+    assert _layer("specgym.baselines.fixed") < _layer("specgym.agents.specs")
     assert _layer("specgym.eval.bench.policy") < _layer("specgym.training.config")
     assert _layer("specgym.eval.harness") < _layer(FRONT_DOOR)
     assert _layer("specgym.envs.core.replay") < _layer("specgym.envs.engines.trace_engine")
-    tree = "def f():\n    from specgym.agents.registry import make_controller\n"
+    tree = "def f():\n    from specgym.agents.specs import make\n"
     path = tmp_path / "probe.py"
     path.write_text(tree)
-    assert "specgym.agents.registry" in _imports(path, "x", top_level_only=False)
-    assert "specgym.agents.registry" not in _imports(path, "x", top_level_only=True)
+    assert "specgym.agents.specs" in _imports(path, "x", top_level_only=False)
+    assert "specgym.agents.specs" not in _imports(path, "x", top_level_only=True)
 
 
 def test_no_import_cycles_at_module_level():

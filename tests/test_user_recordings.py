@@ -19,8 +19,8 @@ pytest.importorskip("transformers")
 from specgym.cli import main  # noqa: E402
 from specgym.envs.core.cost import CostProfile  # noqa: E402
 from specgym.envs.core.signals import projection_to_meta, sketch_projection  # noqa: E402
-from specgym.envs.engines.live_engine import load_pair  # noqa: E402
-from specgym.envs.engines.recorder import record_workload  # noqa: E402
+from specgym.envs.engines.model_loading import load_pair  # noqa: E402
+from specgym.envs.engines.recorder import RecordingSpec, record_workload  # noqa: E402
 from specgym.envs.workloads.dataset import merge_workloads  # noqa: E402
 from specgym.envs.workloads.loops import loop_share  # noqa: E402
 from specgym.envs.workloads.prompts import PromptSpec  # noqa: E402
@@ -144,7 +144,7 @@ def test_full_disk_leaves_no_partial_file_and_names_it(pair, tmp_path, monkeypat
     monkeypatch.setattr(os, "write", full)
     specs = [PromptSpec(f"q{i}", t, "code") for i, t in enumerate(TEXTS[:3])]
     with pytest.raises(SpecgymError, match=f"{partial}: cannot write .No space left on device.; nothing was kept"):
-        record_workload(pair, specs, out, 8, 0.0, PROFILE, batch=1)
+        record_workload(pair, specs, out, RecordingSpec(8, 0.0, PROFILE, batch=1))
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no 0-byte partial file, no output
 
     calls = {"n": 0}
@@ -158,11 +158,12 @@ def test_full_disk_leaves_no_partial_file_and_names_it(pair, tmp_path, monkeypat
 
     monkeypatch.setattr(os, "write", fills_up)
     with pytest.raises(SpecgymError, match="its 1 finished request.s. are kept there: rerun the same command"):
-        record_workload(pair, specs, out, 8, 0.0, PROFILE, batch=1)
+        record_workload(pair, specs, out, RecordingSpec(8, 0.0, PROFILE, batch=1))
     lines = partial.read_text().split("\n")
     assert lines[-1] == "" and all(json.loads(line) for line in lines[:-1]) and len(lines) == 3  # whole lines
     monkeypatch.setattr(os, "write", real_write)
-    wl, stats = record_workload(pair, specs, out, 8, 0.0, PROFILE, batch=1)  # the resume after freeing space
+    spec = RecordingSpec(8, 0.0, PROFILE, batch=1)
+    wl, stats = record_workload(pair, specs, out, spec)  # the resume after freeing space
     assert stats["resumed"] == 1 and wl.n_requests == 3 and not partial.exists()
 
 

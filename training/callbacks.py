@@ -6,7 +6,6 @@ on the val split; SB3 adds its own ``train/*``, ``rollout/*`` and ``time/*``.
 
 from __future__ import annotations
 
-import copy
 import time
 from typing import Any
 
@@ -14,10 +13,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from stable_baselines3.common.callbacks import BaseCallback
 
 from specgym.io import atomic_path, atomic_write_bytes
-from specgym.training.config import RunConfig
-from specgym.training.env_factory import run_predictor
 from specgym.training.export import run_artifact
-from specgym.training.run_folder import RunFiles, save_checkpoint, write_json
+from specgym.training.run import TrainingRun
+from specgym.training.run_folder import save_checkpoint
 from specgym.training.sb3_actor import actor_parameters
 from specgym.training.snapshot import save_snapshot
 from specgym.training.validation import ValidationResult, Validator
@@ -99,25 +97,21 @@ class ValidationCallback(BaseCallback):
     ``best_model.zip`` + ``best_vecnormalize.pkl``.
 
     Args:
-        run: The run folder.
-        cfg: The run's configuration.
+        run: The training run (its state keeps ``best``, ``val_history`` and ``last_eval_step``; the policy is
+            priced with its acceptance predictor).
         validator: ``validate(artifact, max_requests) -> ValidationResult``.
         key: The figure the best model is kept by.
-        state: The run's state dict (``best``, ``val_history`` and ``last_eval_step`` are kept there).
         console: A rich console for the one-line report of each validation.
         at_start: Also validate before the first update (the behaviour-cloned policy).
     """
 
-    def __init__(self, run: RunFiles, cfg: RunConfig, validator: Validator, key: str, state: dict[str, Any],
-                 console: Any, at_start: bool = False):
+    def __init__(self, run: TrainingRun, validator: Validator, key: str, console: Any, at_start: bool = False):
         super().__init__()
-        self.run, self.cfg, self.validator, self.key, self.state, self.console = run, cfg, validator, key, state, \
-            console
-        self.freq = int(cfg.ppo.eval_freq)
+        self.run, self.validator, self.key, self.console = run, validator, key, console
+        self.freq = int(run.config.ppo.eval_freq)
         self.at_start = at_start
-        self.last = int(state.get("last_eval_step", -1))
-        self.history: list[dict[str, Any]] = state.setdefault("val_history", [])
-        self._predictor = run_predictor(cfg)
+        last = run.state.last_eval_step
+        self.last = -1 if last is None else int(last)
 
     def _on_training_start(self) -> None:
         if self.at_start:
@@ -131,10 +125,11 @@ class ValidationCallback(BaseCallback):
     def evaluate_now(self) -> ValidationResult:
         """Validate the current policy now (once per timestep count)."""
         self.last = self.num_timesteps
+        run, state = self.run, self.run.state
         vec = self.model.get_vec_normalize_env()
-        art = run_artifact(self.model, vec, self.cfg, predictor=self._predictor)
+        art = run_artifact(self.model, vec, run.config, run.predictor)
         t0 = time.perf_counter()
-        res = self.validator(art, self.cfg.ppo.eval_max_requests)
+        res = self.validator(art, run.config.ppo.eval_max_requests)
         logged = [*EVAL_SCALARS, *(f"speedup_vs_{name}" for name in res.vs)]
         for key in dict.fromkeys(logged):
             value = res.figure(key)
@@ -142,13 +137,12 @@ class ValidationCallback(BaseCallback):
                 self.logger.record(f"eval/{key}", value)
         kept = {"timesteps": self.num_timesteps, "speedup_vs_best_fixed": res.speedup_vs_best_fixed,
                 self.key: res.figure(self.key)}
-        self.history.append(kept)
-        best = self.state.get("best")
-        if best is None or kept[self.key] > best[self.key]:
-            save_checkpoint(self.model, vec, self.run.best_model, self.run.best_vecnorm)
-            self.state["best"] = dict(kept)
-        self.state["last_eval_step"] = self.last
-        write_json(self.run.state, self.state)  # the best model on disk and state.json always agree
+        state.val_history.append(kept)
+        if state.best is None or kept[self.key] > state.best[self.key]:
+            save_checkpoint(self.model, vec, run.files.best_model, run.files.best_vecnorm)
+            state.best = dict(kept)
+        state.last_eval_step = self.last
+        run.save_state()  # the best model on disk and state.json always agree
         self.console.print(f"  [{self.num_timesteps:>9,} steps] val: {res.describe()} "
                            f"({time.perf_counter() - t0:.1f} s)", highlight=False)
         return res
@@ -162,20 +156,17 @@ class CheckpointCallback(BaseCallback):
     run's last rollout (so extending a finished run continues from its end). Taking one changes nothing in the run.
 
     Args:
-        run: The run folder.
-        state: The run's state dict (saved in the snapshot and as ``state.json``).
-        workload: The run's workload or domain distribution (stored by reference, see
-            :mod:`specgym.training.snapshot`).
+        run: The training run (its state is saved in the snapshot and as ``state.json``; its workload or domain
+            distribution is stored by reference, see :mod:`specgym.training.snapshot`).
         target: The run's target timesteps.
         rollout: Timesteps per rollout (``n_envs * n_steps``).
         every_s: Seconds between checkpoints (0 = every rollout).
         done: The timesteps of a checkpoint that already exists (a resumed run does not retake it).
     """
 
-    def __init__(self, run: RunFiles, state: dict[str, Any], workload: Any, target: int, rollout: int,
-                 every_s: float, done: int | None = None):
+    def __init__(self, run: TrainingRun, target: int, rollout: int, every_s: float, done: int | None = None):
         super().__init__()
-        self.run, self.state, self.workload = run, state, workload
+        self.run = run
         self.target, self.rollout, self.every_s = int(target), int(rollout), float(every_s)
         self.last_step = done
         self.last_time: float | None = None if done is None else time.perf_counter()
@@ -194,14 +185,15 @@ class CheckpointCallback(BaseCallback):
     def save(self) -> None:
         """Take a checkpoint now (call only between two rollouts)."""
         n = int(self.num_timesteps)
-        self.state.update(status="running", timesteps_done=n, checkpoint_timesteps=n)
+        run, files = self.run, self.run.files
+        run.state.status, run.state.timesteps_done, run.state.checkpoint_timesteps = "running", n, n
         vec = self.model.get_vec_normalize_env()
         assert vec is not None  # make_training_env always wraps the envs in VecNormalize
-        model_bytes = save_snapshot(self.run.resume, self.model, vec, copy.deepcopy(self.state), self.workload)
-        atomic_write_bytes(self.run.model, model_bytes, overwrite=True)
-        with atomic_path(self.run.vecnorm, overwrite=True) as tmp:
+        model_bytes = save_snapshot(files.resume, self.model, vec, run.state.to_dict(), run.workload)
+        atomic_write_bytes(files.model, model_bytes, overwrite=True)
+        with atomic_path(files.vecnorm, overwrite=True) as tmp:
             vec.save(str(tmp))
-        write_json(self.run.state, self.state)
+        run.save_state()
         self.last_step, self.last_time = n, time.perf_counter()
 
 

@@ -8,30 +8,14 @@ from typing import Any
 
 import gymnasium as gym
 
-import specgym.catalogue as catalogue
-from specgym.envs.core.acceptance_predictor import load_predictor
 from specgym.agents.modes import get_mode
 from specgym.envs.gym.wrappers import SB3ActionWrapper
 from specgym.envs.core.cost import load_profile
 from specgym.envs.workloads.domains import DomainDistribution, ProfileJitter
-from specgym.errors import SpecgymError
 from specgym.training.config import RunConfig
 from specgym.training.rewards import TokenShaping, TokenValueReward
+from specgym.training.run import TrainingRun
 from specgym.training.run_folder import load_vecnormalize
-
-
-def run_predictor(run: RunConfig) -> Any:
-    """The acceptance predictor a run's token-mode observations read (config key ``predictor``), or ``None``; the
-    very one the run started with (its checksum is in the run config), else a one-line error."""
-    if run.ppo.predictor is None:
-        return None
-    path = catalogue.resolve("predictor", run.ppo.predictor)
-    pred = load_predictor(path)
-    sha = pred.to_dict()["sha256"]
-    if run.predictor_sha256 is not None and sha != run.predictor_sha256:
-        raise SpecgymError(f"{path}: acceptance predictor changed since the run started (sha256 {sha[:12]}, the run "
-                           f"used {run.predictor_sha256[:12]}): restore that file or train a new run")
-    return pred
 
 
 def training_distribution(run: RunConfig, workload: Any) -> Any:
@@ -46,32 +30,35 @@ def training_distribution(run: RunConfig, workload: Any) -> Any:
                               own_profile_share=0.25)
 
 
-def env_config(run: RunConfig, workload: Any, split: str) -> dict[str, Any]:
+def env_config(run: TrainingRun, workload: Any, split: str) -> dict[str, Any]:
     """The env configuration of a run (the keys of :meth:`SpecDecodeEnv.default_config`).
 
-    ``workload`` is a :class:`Workload` or, for domain-randomised runs, a :class:`DomainDistribution`.
+    ``workload`` is a :class:`Workload` or, for domain-randomised runs, a :class:`DomainDistribution`; the
+    observations read the run's own acceptance predictor (:attr:`~specgym.training.run.TrainingRun.predictor`).
     """
-    cfg: dict[str, Any] = {"split": split, "k_max": run.ppo.k_max, "k_min": run.ppo.k_min,
-                           "outcome_seed": run.ppo.outcome_seed, "profile": run.ppo.profile}
-    if run.ppo.predictor is not None:
-        cfg["predictor"] = run_predictor(run)
+    ppo = run.config.ppo
+    cfg: dict[str, Any] = {"split": split, "k_max": ppo.k_max, "k_min": ppo.k_min,
+                           "outcome_seed": ppo.outcome_seed, "profile": ppo.profile}
+    if ppo.predictor is not None:
+        cfg["predictor"] = run.predictor
     if isinstance(workload, DomainDistribution):
         return {**cfg, "domains": workload, "workload": workload.workloads[0]}
     return {**cfg, "workload": workload}
 
 
-def make_env_fn(run: RunConfig, workload: Any, split: str = "train") -> Callable[[], gym.Env]:
-    """A zero-argument env factory: the mode's env (its Gymnasium id, :attr:`PolicyMode.env_id`), then
+def make_env_fn(run: TrainingRun, split: str = "train") -> Callable[[], gym.Env]:
+    """A zero-argument env factory of a run: the mode's env (its Gymnasium id, :attr:`PolicyMode.env_id`), then
     ``SB3ActionWrapper`` where actions are draft caps, the token-value reward and (token-level modes) shaping. The
     batch env is rewarded in tokens per step time by itself (no reward wrapper)."""
-    row = get_mode(run.mode)
+    rc, ppo, workload = run.config, run.config.ppo, run.workload
+    row = get_mode(rc.mode)
     if row.kind == "batch":
-        bcfg = {"workload": workload, "batch_profile": run.ppo.batch_profile, "split": split,
-                "requests": run.ppo.batch_requests, "max_batch": run.ppo.max_batch, "k_max": run.ppo.k_max}
+        bcfg = {"workload": workload, "batch_profile": ppo.batch_profile, "split": split,
+                "requests": ppo.batch_requests, "max_batch": ppo.max_batch, "k_max": ppo.k_max}
         return lambda: gym.make(row.env_id, disable_env_checker=True, config=bcfg).unwrapped
-    cfg = env_config(run, training_distribution(run, workload) if split == "train" else workload, split)
-    token_value = None if cfg.get("domains") is not None else float(run.token_value_resolved)
-    shaping = list(run.ppo.shaping) if row.token_level else []
+    cfg = env_config(run, training_distribution(rc, workload) if split == "train" else workload, split)
+    token_value = None if cfg.get("domains") is not None else float(rc.token_value_resolved)
+    shaping = list(ppo.shaping) if row.token_level else []
 
     def make() -> gym.Env:
         env: gym.Env = gym.make(row.env_id, disable_env_checker=True, config=cfg).unwrapped
@@ -79,26 +66,28 @@ def make_env_fn(run: RunConfig, workload: Any, split: str = "train") -> Callable
             env = SB3ActionWrapper(env)
         env = TokenValueReward(env, token_value)
         if shaping:
-            env = TokenShaping(env, shaping, run.ppo.gamma)
+            env = TokenShaping(env, shaping, ppo.gamma)
         return env
 
     return make
 
 
-def make_training_env(run: RunConfig, workload: Any, seed: int, stats: Path | None = None) -> Any:
-    """``make_vec_env`` (DummyVecEnv, Monitor) wrapped in ``VecNormalize`` (loaded from ``stats`` on resume)."""
+def make_training_env(run: TrainingRun, seed: int, stats: Path | None = None) -> Any:
+    """``make_vec_env`` (DummyVecEnv, Monitor) of the run's envs wrapped in ``VecNormalize`` (loaded from ``stats``
+    on resume)."""
     from stable_baselines3.common.env_util import make_vec_env
 
     from specgym.training.range_vecnormalize import RangeVecNormalize
 
-    venv = make_vec_env(make_env_fn(run, workload), n_envs=run.ppo.n_envs, seed=seed)
+    ppo = run.config.ppo
+    venv = make_vec_env(make_env_fn(run), n_envs=ppo.n_envs, seed=seed)
     if stats is not None:
         vec = load_vecnormalize(stats, venv)
         vec.training = True
         return vec
-    norm = run.ppo.normalize
+    norm = ppo.normalize
     return RangeVecNormalize(venv, norm_obs=norm.norm_obs, norm_reward=norm.norm_reward, clip_obs=norm.clip_obs,
-                             clip_reward=norm.clip_reward, gamma=run.ppo.gamma)
+                             clip_reward=norm.clip_reward, gamma=ppo.gamma)
 
 
 class SpacesOnlyEnv(gym.Env):

@@ -17,12 +17,14 @@ import numpy as np
 
 from specgym.agents.artifact import PolicyArtifact, write_artifact
 from specgym.agents.modes import get_mode
+from specgym.envs.core.acceptance_predictor import AcceptancePredictor
 from specgym.envs.gym.tree_env import DEFAULT_SHAPES
 from specgym.errors import SpecgymError
 from specgym.io import check_output
 from specgym.training.config import RunConfig
-from specgym.training.env_factory import SpacesOnlyEnv, run_predictor
+from specgym.training.env_factory import SpacesOnlyEnv
 from specgym.training.feature_ranges import vecnorm_range
+from specgym.training.run import load_run_predictor
 from specgym.training.run_folder import RunFiles, load_model, load_vecnormalize, read_summary
 from specgym.training.sb3_actor import actor_layers
 
@@ -67,12 +69,12 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
     return art
 
 
-def run_artifact(model: Any, vecnorm: Any | None, cfg: RunConfig, meta: dict[str, Any] | None = None,
-                 predictor: Any = None) -> PolicyArtifact:
+def run_artifact(model: Any, vecnorm: Any | None, cfg: RunConfig, predictor: AcceptancePredictor | None,
+                 meta: dict[str, Any] | None = None) -> PolicyArtifact:
     """:func:`artifact_from_model` for a run: its mode, K range and acceptance predictor (``predictor``: the run's,
-    already loaded; default: :func:`run_predictor`), so validation, the summary and export price the same policy."""
-    pred = run_predictor(cfg) if predictor is None else predictor
-    return artifact_from_model(model, vecnorm, cfg.mode, cfg.ppo.k_min, cfg.ppo.k_max, meta, pred)
+    already loaded: :attr:`~specgym.training.run.TrainingRun.predictor` or
+    :func:`~specgym.training.run.load_run_predictor`), so validation, the summary and export price the same policy."""
+    return artifact_from_model(model, vecnorm, cfg.mode, cfg.ppo.k_min, cfg.ppo.k_max, meta, predictor)
 
 
 def load_run_model(run: RunFiles, which: str = "best") -> tuple[Any, Any, str, RunConfig]:
@@ -130,5 +132,5 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = 
         },
         "metrics": (summary or {}).get("val", {}),
     }
-    art = run_artifact(model, vecnorm, cfg, meta)
+    art = run_artifact(model, vecnorm, cfg, load_run_predictor(cfg), meta)
     return write_artifact(art, out, overwrite=overwrite)

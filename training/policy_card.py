@@ -25,6 +25,8 @@ from specgym.agents.modes import get_mode
 from specgym.envs.workloads.domains import generalist_domains
 from specgym.errors import SpecgymError
 from specgym.io import atomic_dir, atomic_write_text, check_output
+from specgym.training.run import read_run_state
+from specgym.training.run_folder import RunFiles
 
 
 def _seed_rows(runs: list[dict[str, Any]], shipped: str, second: str) -> list[str]:
@@ -33,8 +35,8 @@ def _seed_rows(runs: list[dict[str, Any]], shipped: str, second: str) -> list[st
     for r in runs:
         b, st = r["best"], r["state"]
         mark = " **(shipped)**" if r["run"] == shipped else ""
-        rows.append(f"| {r['config'].get('seed')}{mark} | {r['run']} | {st.get('timesteps_done', 0):,} | "
-                    f"{st.get('wall_s', math.nan) / 60:.1f} min | {_fmt(b.get('speedup_vs_best_fixed'), 'x')} | "
+        rows.append(f"| {r['config'].get('seed')}{mark} | {r['run']} | {st.timesteps_done:,} | "
+                    f"{st.wall_s / 60:.1f} min | {_fmt(b.get('speedup_vs_best_fixed'), 'x')} | "
                     f"{_fmt(b.get(second), 'x')} | {_fmt(b.get('oracle_ratio'))} |")
     return rows
 
@@ -43,9 +45,9 @@ def _run_record(run: Path) -> dict[str, Any]:
     """Config, state and summary of a run folder."""
     if not (run / "state.json").is_file():
         raise SpecgymError(f"{run}: not a training run (no state.json)")
-    state = json.loads((run / "state.json").read_text())
+    state = read_run_state(RunFiles(run))
     cfg = yaml.safe_load((run / "config.yaml").read_text())
-    best = dict(state.get("best") or {})
+    best = dict(state.best or {})
     summary = run / "summary.json"
     if summary.is_file():  # the kept model's full validation figures (the state's history keeps two ratios)
         val = json.loads(summary.read_text()).get("val") or {}

@@ -5,6 +5,8 @@ YAML files (:mod:`specgym.training.config`); the vectorised env is SB3's ``make_
 (:mod:`specgym.training.env_factory`) with the reward wrappers of :mod:`specgym.training.rewards`; the callbacks
 (:mod:`specgym.training.callbacks`) log ``specdec/*`` and ``eval/*`` to tensorboard, validate on the val split and
 keep the best model.
+The run itself is one :class:`~specgym.training.run.TrainingRun` (folder, config, workload, typed state, and the
+acceptance predictor, loaded once) that all of them read.
 
 Choices (documented here because they shape results):
 
@@ -26,6 +28,7 @@ Choices (documented here because they shape results):
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from dataclasses import dataclass
@@ -42,11 +45,10 @@ from specgym.io import atomic_write_text, check_output, make_owned_dir, remove_o
 from specgym.paths import WORKLOADS_DIR
 from specgym.training.bc_init import clone_into, demonstrations
 from specgym.training.config import PPOConfig, RunConfig, resolve_config
-from specgym.training.env_factory import make_training_env, run_predictor, training_distribution
+from specgym.training.env_factory import make_training_env, training_distribution
 from specgym.training.rewards import auto_token_value
-from specgym.training.run_folder import (
-    RUN_FILES, RunFiles, has_model, load_model, read_state, save_checkpoint, write_json,
-)
+from specgym.training.run import RunState, TrainingRun, read_run_state
+from specgym.training.run_folder import RUN_FILES, RunFiles, has_model, load_model, save_checkpoint, write_json
 from specgym.training.snapshot import load_snapshot
 from specgym.training.summary import summarize
 from specgym.training.validation import make_validator
@@ -114,7 +116,7 @@ def domain_identity() -> tuple[Any, dict[str, Any]]:
                                   "workload_sha256": h.hexdigest(), "workload_synthetic": False}
 
 
-def _new_run(req: TrainRequest, run: RunFiles) -> tuple[RunConfig, Any, dict[str, Any]]:
+def _new_run(req: TrainRequest, run: RunFiles) -> TrainingRun:
     check_output(run.root, req.force, hint="pass --force to replace it, --resume to continue" if has_model(run)
                  else "pass --force to replace it; it holds no model to resume")
     overrides = req.overrides or {}
@@ -136,7 +138,8 @@ def _new_run(req: TrainRequest, run: RunFiles) -> tuple[RunConfig, Any, dict[str
         token_value, note = float(ppo.token_value), ""
     cfg = RunConfig(ppo=ppo, mode=req.mode, seed=int(req.seed), token_value_resolved=token_value,
                     token_value_note=note, **ident)
-    pred = run_predictor(cfg)
+    training = TrainingRun(run, cfg, wl)
+    pred = training.predictor  # loaded here, once: the run's envs, validations and summary share it
     if pred is not None:
         if cfg.mode != "token":
             raise SpecgymError(f"--hyperparams predictor={ppo.predictor}: only --mode token reads an acceptance "
@@ -153,32 +156,33 @@ def _new_run(req: TrainRequest, run: RunFiles) -> tuple[RunConfig, Any, dict[str
     except SpecgymError as exc:  # a full disk: no run folder without its config
         remove_owned(run.root)
         raise SpecgymError(f"{exc}; {run.root} was removed") from None
-    return cfg, wl, {"status": "running", "timesteps_done": 0,
-                     "config_sha256": hashlib.sha256(text.encode()).hexdigest()}
+    training.state = RunState(status="running", timesteps_done=0,
+                              config_sha256=hashlib.sha256(text.encode()).hexdigest())
+    return training
 
 
-def _check_config_unchanged(run: RunFiles, state: dict[str, Any]) -> None:
+def _check_config_unchanged(run: RunFiles, state: RunState) -> None:
     """A resumed run continues the configuration it started with (its snapshot holds the model, optimiser and
     schedule built from it): an edited ``config.yaml`` is refused, not silently ignored."""
-    want = state.get("config_sha256")
+    want = state.config_sha256
     if want is not None and sha256_file(run.config) != want:
         raise SpecgymError(f"{run.config}: edited since the run started; --resume continues the run as it was "
                            f"configured (restore the file, or start a new run: specgym train --config FILE --out NEW)")
 
 
-def _resumed_run(req: TrainRequest, run: RunFiles) -> tuple[RunConfig, Any, dict[str, Any]]:
+def _resumed_run(req: TrainRequest, run: RunFiles) -> TrainingRun:
     if not run.config.is_file() or not (run.resume.is_file() or run.model.is_file()):
         raise SpecgymError(f"{run.root}: nothing to resume (needs config.yaml and resume.pkl or model.zip)")
     cfg = RunConfig.from_file(run.config)
     wl, ident = domain_identity() if cfg.ppo.domains else workload_identity(cfg.workload_path)
     if ident["workload_sha256"] != cfg.workload_sha256:
         raise SpecgymError(f"{cfg.workload_path}: workload changed since the run started (sha256 differs)")
-    state = read_state(run)
+    state = read_run_state(run)
     _check_config_unchanged(run, state)
     if req.timesteps is not None:
         cfg.ppo.timesteps = int(req.timesteps)
         cfg.ppo.validate("--timesteps")
-    return cfg, wl, state
+    return TrainingRun(run, cfg, wl, state)
 
 
 def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
@@ -194,14 +198,14 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
     run = RunFiles(Path(req.out))
     if req.resume and req.force:
         raise SpecgymError("--resume and --force exclude each other")
-    cfg, wl, state = _resumed_run(req, run) if req.resume else _new_run(req, run)
+    training = _resumed_run(req, run) if req.resume else _new_run(req, run)
     try:
-        return _train(req, run, cfg, wl, state, console)
+        return _train(req, training, console)
     except BaseException as exc:
-        raise _failed(run, state, exc, new=not req.resume) from None
+        raise _failed(run, training.state, exc, new=not req.resume) from None
 
 
-def _failed(run: RunFiles, state: dict[str, Any], exc: BaseException, new: bool) -> BaseException:
+def _failed(run: RunFiles, state: RunState, exc: BaseException, new: bool) -> BaseException:
     """What a failed run leaves: a new run with no model yet is removed whole (a full disk leaves no half-written
     folder); otherwise the folder keeps its last checkpoint and says so. Returns the exception to raise."""
     if isinstance(exc, KeyboardInterrupt) and has_model(run):
@@ -218,7 +222,7 @@ def _failed(run: RunFiles, state: dict[str, Any], exc: BaseException, new: bool)
     if not isinstance(exc, (SpecgymError, OSError)):
         return exc
     try:
-        write_json(run.state, {**state, "status": "failed", "error": _message(exc)})
+        write_json(run.state, dataclasses.replace(state, status="failed", error=_message(exc)).to_dict())
     except (SpecgymError, OSError):
         pass  # the disk that failed the run may refuse this too: state.json then says where the run last stood
     return SpecgymError(f"{_message(exc)}; {run.root} keeps its last checkpoint: 'specgym train --out {run.root} "
@@ -231,54 +235,56 @@ def _message(exc: BaseException) -> str:
     return str(exc)
 
 
-def _train(req: TrainRequest, run: RunFiles, cfg: RunConfig, wl: Any, state: dict[str, Any],
-           console: Any) -> dict[str, Any]:
+def _train(req: TrainRequest, training: TrainingRun, console: Any) -> dict[str, Any]:
     """The body of :func:`train` once the run folder exists."""
     from stable_baselines3.common.callbacks import CallbackList
 
     from specgym.training.callbacks import (CheckpointCallback, CriticWarmupCallback, ProgressCallback,
                                             SpecDecMetricsCallback, ValidationCallback)
 
+    run, cfg, wl, state = training.files, training.config, training.workload, training.state
     ppo = cfg.ppo
     target = int(ppo.timesteps)
-    state.update(status="running", timesteps_target=target)
-    write_json(run.state, state)
+    state.status, state.timesteps_target = "running", target
+    training.save_state()
 
     seed = int(cfg.seed)
     resumed_at: int | None = None
     if req.resume and run.resume.is_file():
-        venv = make_training_env(cfg, wl, seed)
-        model, snap = load_snapshot(run.resume, venv, wl, run.tb)
+        venv = make_training_env(training, seed)
+        model, snap_dict = load_snapshot(run.resume, venv, wl, run.tb)
+        snap = RunState.from_dict(snap_dict, f"{run.resume} (run state)")
         _check_config_unchanged(run, snap)  # the snapshot's own record (state.json may have been lost)
         resumed_at = int(model.num_timesteps)
         # the snapshot's history up to its step (what follows is redone, identically); the best model on disk
         # and its figures stay what state.json says, so a redone validation never replaces it by an equal one
-        state = {**snap, "best": state.get("best", snap.get("best")), "wall_s": state.get("wall_s", 0.0),
-                 "status": "running", "timesteps_target": target}
+        state = training.state = dataclasses.replace(
+            snap, best=state.best if state.best is not None else snap.best, wall_s=state.wall_s, status="running",
+            timesteps_target=target)
     elif req.resume:  # a run folder from before resume snapshots: the model alone (not an exact continuation)
         console.print(f"{run.resume}: missing; continuing from {run.model} alone (RNG, env and return-normalisation "
                       "state start afresh)", style="yellow", highlight=False)
-        venv = make_training_env(cfg, wl, seed + int(state.get("timesteps_done", 0)), run.vecnorm)
+        venv = make_training_env(training, seed + int(state.timesteps_done), run.vecnorm)
         model = load_model(run.model, env=venv, device="cpu", tensorboard_log=str(run.tb))
     else:
-        venv = make_training_env(cfg, wl, seed)
+        venv = make_training_env(training, seed)
         model = build_model(ppo, venv, seed, run.tb)
         if ppo.bc_init:
             t_bc = time.perf_counter()
             obs, labels = demonstrations(ppo.bc_init, training_distribution(cfg, wl), cfg.mode, ppo.k_min, ppo.k_max,
-                                         passes=ppo.bc_passes, seed=seed, predictor=run_predictor(cfg))
+                                         passes=ppo.bc_passes, seed=seed, predictor=training.predictor)
             bc = clone_into(model, venv, obs, labels, epochs=ppo.bc_epochs, seed=seed)
             bc["seconds"] = round(time.perf_counter() - t_bc, 1)
-            state["bc_init"] = {"spec": ppo.bc_init, **bc}
+            state.bc_init = {"spec": ppo.bc_init, **bc}
             console.print(f"behaviour cloning from {ppo.bc_init}: {bc['samples']:,} decisions, train accuracy "
                           f"{bc['accuracy']:.4f} ({bc['seconds']:.1f} s)", highlight=False)
     start = int(model.num_timesteps)
     # validate the cloned policy before PPO starts: the kept best model is never worse (on val) than the clone
     validator, key = make_validator(cfg, wl)
-    val = ValidationCallback(run, cfg, validator, key, state, console,
+    val = ValidationCallback(training, validator, key, console,
                              at_start=bool(ppo.bc_init) and start == 0 and ppo.eval_freq > 0 and not req.resume)
     progress = ProgressCallback(target, start, console)
-    checkpoint = CheckpointCallback(run, state, wl, target, ppo.n_envs * ppo.n_steps, req.checkpoint_every_s,
+    checkpoint = CheckpointCallback(training, target, ppo.n_envs * ppo.n_steps, req.checkpoint_every_s,
                                     done=resumed_at)
     cbs = [SpecDecMetricsCallback(), val, checkpoint, progress]
     if ppo.bc_init and ppo.bc_warmup > start:
@@ -302,19 +308,19 @@ def _train(req: TrainRequest, run: RunFiles, cfg: RunConfig, wl: Any, state: dic
     save_checkpoint(model, venv, run.model, run.vecnorm)
     done = int(model.num_timesteps)
     steps_per_s = (done - start) / wall if wall > 0 else 0.0
-    state.update(timesteps_done=done, steps_per_s=steps_per_s, wall_s=state.get("wall_s", 0.0) + wall)
+    state.timesteps_done, state.steps_per_s, state.wall_s = done, steps_per_s, state.wall_s + wall
     if interrupted:
-        state["status"] = "interrupted"
-        write_json(run.state, state)
+        state.status = "interrupted"
+        training.save_state()
         console.print(f"interrupted at {done:,} timesteps: model saved to {run.model}; 'specgym train --out "
                       f"{run.root} --resume' continues from the checkpoint at "
-                      f"{state.get('checkpoint_timesteps', 0):,} timesteps", highlight=False)
+                      f"{state.checkpoint_timesteps or 0:,} timesteps", highlight=False)
         raise KeyboardInterrupt
     if val.freq > 0 and done > start and val.last != done:
         val.num_timesteps = done
         val.evaluate_now()
     # a validation inside the last (stopped) rollout is recorded but SB3 never dumps it: write it to tensorboard
     model.logger.dump(done)
-    state["status"] = "complete"
-    write_json(run.state, state)
-    return summarize(run, cfg, validator, key, state, console)
+    state.status = "complete"
+    training.save_state()
+    return summarize(training, validator, key, console)

@@ -93,7 +93,7 @@ def missing_signals(wl: Workload, groups: tuple[str, ...]) -> str:
 
 def request_loops(wl: Workload, r: int) -> bool:
     """True when request ``r``'s completion ends in a repetition loop — the recorder's definition
-    (:func:`~specgym.envs.engines.recorder.is_looped`: the last 64 tokens periodic with period <= 32) on the recorded
+    (:func:`~specgym.envs.workloads.loops.is_looped`: the last 64 tokens periodic with period <= 32) on the recorded
     token ids; without token ids, when the lookup agrees with the draft at more than half of its positions."""
     sl = slice(int(wl.offsets[r]), int(wl.offsets[r + 1]))
     if wl.token_id is not None:

@@ -29,6 +29,7 @@ Ray is the optional extra ``specgym[distributed]``; without it :func:`record_dis
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -46,12 +47,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from specgym.envs.core.cost import CostProfile
-from specgym.envs.engines.live_engine import load_pair
+from specgym.envs.engines.model_loading import load_pair
+from specgym.envs.engines.recorder import RecordingSpec, assemble_recording, record_workload, save_recording
 from specgym.envs.workloads.prompts import PromptSpec
-from specgym.envs.engines.recorder import (
-    assemble_recording, parse_length, record_workload, save_recording,
-)
 from specgym.envs.workloads.trace_format import Workload, load_workload
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_bytes, check_output, foreign_entry, make_owned_dir, sha256_file
@@ -226,7 +224,7 @@ class ShardRecorder:
         """The actor's process id (once the pair is loaded)."""
         return os.getpid()
 
-    def record(self, prompts: list[dict[str, Any]], scratch: str, settings: dict[str, Any],
+    def record(self, prompts: list[dict[str, Any]], scratch: str, spec: RecordingSpec,
                fault_after: int | None = None) -> tuple[dict[str, Any], bytes]:
         """Record one shard; returns the shard's stats and its Parquet bytes (the driver writes them, so the nodes
         need no shared file system).
@@ -246,7 +244,7 @@ class ShardRecorder:
             def progress(i: int, n: int) -> None:
                 if i >= fault_after:
                     os._exit(1)
-        _, stats = record_workload(self.pair, specs, path, progress=progress, overwrite=True, **settings)
+        _, stats = record_workload(self.pair, specs, path, spec, overwrite=True, progress=progress)
         data = path.read_bytes()
         path.unlink()
         return {k: v for k, v in stats.items() if isinstance(v, (int, float))}, data
@@ -315,31 +313,26 @@ def record_distributed(
     load_kwargs: dict[str, Any],
     prompts: Sequence[PromptSpec],
     out: str | Path,
-    max_new_tokens: str | int,
-    temperature: float,
-    profile: CostProfile,
+    spec: RecordingSpec,
     workers: int,
-    name: str | None = None,
-    seed: int = 0,
-    gen_k: int = 4,
     overwrite: bool = False,
     restart: bool = False,
-    prompts_path: str | Path | None = None,
-    split_fractions: tuple[float, float, float] | None = None,
-    batch: int = 8,
-    hidden_sketch: int = 0,
     ray_address: str | None = None,
     shard_requests: int | None = None,
     max_retries: int = 2,
     progress: Callable[[int, int], None] | None = None,
-    extra: dict[str, Any] | None = None,
     fault: tuple[int, int] | None = None,
 ) -> tuple[Workload, dict[str, Any]]:
     """Record every prompt with ``workers`` Ray actors; write the workload atomically (see the module docstring).
 
     Args:
-        load_kwargs: :func:`~specgym.envs.engines.live_engine.load_pair` arguments (paths valid on every node).
+        load_kwargs: :func:`~specgym.envs.engines.model_loading.load_pair` arguments (paths valid on every node).
+        prompts: The prompts, in workload order.
+        out: A ``.parquet`` file, or a sharded dataset folder.
+        spec: What to record (every shard is recorded with it, as one process would).
         workers: Number of actors (each loads the pair once).
+        overwrite: Replace an existing ``out``.
+        restart: Start over instead of resuming from the finished shards.
         ray_address: An existing cluster (default ``RAY_ADDRESS``, else a local cluster of ``workers`` CPUs).
         shard_requests: Prompts per shard (rounded up to a multiple of ``batch``; default about 4 shards a worker).
         max_retries: Retries of a shard whose actor died.
@@ -357,18 +350,15 @@ def record_distributed(
         raise SpecgymError(f"--workers must be >= 1, got {workers}")
     if out.exists() and not overwrite:
         raise SpecgymError(f"{out}: already exists (pass --force to overwrite)")
-    if temperature < 0 or not math.isfinite(temperature):
-        raise SpecgymError(f"--temperature must be >= 0, got {temperature}")
-    parse_length(max_new_tokens)
     ray = require_ray()
     t_start = time.perf_counter()
-    ranges = plan_shards(len(prompts), workers, batch, shard_requests)
-    settings = {"max_new_tokens": str(max_new_tokens), "temperature": temperature, "profile": profile,
-                "seed": seed, "gen_k": gen_k, "split_fractions": split_fractions, "batch": batch,
-                "hidden_sketch": hidden_sketch}
+    ranges = plan_shards(len(prompts), workers, spec.batch, shard_requests)
+    # what each shard records: the spec without what only the driver writes (name, prompts file, extra metadata)
+    shard_spec = dataclasses.replace(spec, name=None, prompts_path=None, extra=None)
+    prompts_path = spec.prompts_path
     plan = {"draft": str(load_kwargs.get("draft")), "target": str(load_kwargs.get("target")),
-            "temperature": temperature, "max_new_tokens": str(max_new_tokens), "seed": seed, "gen_k": gen_k,
-            "batch": batch, "hidden_sketch": hidden_sketch, "format": 2,
+            "temperature": spec.temperature, "max_new_tokens": spec.length_text, "seed": spec.seed,
+            "gen_k": spec.gen_k, "batch": spec.batch, "hidden_sketch": spec.hidden_sketch, "format": 2,
             "prompts": sha256_file(prompts_path)[:16] if prompts_path else len(prompts),
             "shards": [[p.request_id for p in prompts[lo:hi]] for lo, hi in ranges]}
     work = out.with_name(out.name + WORK_SUFFIX)
@@ -409,7 +399,7 @@ def record_distributed(
                 lo, hi = ranges[i]
                 hook = fault[1] if fault is not None and fault[0] == i and attempts[i] == 1 else None
                 fut = actor.record.remote([asdict(p) for p in prompts[lo:hi]], f"{scratch}/{_shard_file(i)}",
-                                          settings, hook)
+                                          shard_spec, hook)
                 inflight[fut] = (actor, i)
 
             for a in actors:
@@ -457,8 +447,8 @@ def record_distributed(
     assert first is not None
     source = {**first.source, "prompts": portable_name(prompts_path) if prompts_path else None,  # the driver's
               "draft_model": portable_name(load_kwargs["draft"]), "target_model": portable_name(load_kwargs["target"])}
-    wl, summary = assemble_recording(name or out.stem, source, profile, requests, completions, seed,
-                                     split_fractions, extra, first.signal_meta)
+    wl, summary = assemble_recording(spec.name or out.stem, source, spec.profile, requests, completions, spec.seed,
+                                     spec.split_fractions, spec.extra, first.signal_meta)
     save_recording(wl, out, overwrite, shard_requests=ranges[0][1] - ranges[0][0])
     shutil.rmtree(work)
     wall = time.perf_counter() - t_start

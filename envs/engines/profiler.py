@@ -35,7 +35,8 @@ from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile
 from specgym.envs.core.tree import TreeShape
 from specgym.envs.engines.draft_stats import draft_stats
-from specgym.envs.engines.live_engine import LiveEngine, LivePair
+from specgym.envs.engines.live_engine import LiveEngine
+from specgym.envs.engines.model_loading import LivePair
 from specgym.envs.engines.live_tree import ancestor_matrix, tree_mask, tree_parents
 from specgym.errors import SpecgymError
 from specgym.paths import portable_name

@@ -33,6 +33,7 @@ import math
 import os
 import time
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Sequence
@@ -43,7 +44,8 @@ from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.lookup import LOOKUP_MAX_N, lookup_columns
 from specgym.envs.core.signals import TOPK, projection_to_meta, sketch_projection
 from specgym.envs.engines.draft_stats import draft_stats, token_rank, top_probs
-from specgym.envs.engines.live_engine import LiveEngine, LivePair
+from specgym.envs.engines.live_engine import LiveEngine
+from specgym.envs.engines.model_loading import LivePair
 from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS, chunks, write_dataset
 from specgym.envs.workloads.loops import loop_summary
 from specgym.envs.workloads.prompts import PromptSpec
@@ -57,30 +59,60 @@ PARTIAL_SUFFIX = ".partial.jsonl"
 DEFAULT_SPLITS = (0.8, 0.1, 0.1)
 
 
-def parse_length(text: str | int) -> tuple[int, int]:
-    """``"200"`` -> (200, 200); ``"128-256"`` -> (128, 256) (each request draws its length from the range)."""
-    s = str(text)
-    try:
-        if "-" in s:
-            lo, hi = (int(v) for v in s.split("-", 1))
-        else:
-            lo = hi = int(s)
-    except ValueError:
-        raise SpecgymError(f"--max-new-tokens: expected N or LO-HI, got {text!r}") from None
-    if lo < 1 or hi < lo:
-        raise SpecgymError(f"--max-new-tokens: need 1 <= LO <= HI, got {text!r}")
-    return lo, hi
+@dataclass(frozen=True)
+class RecordingSpec:
+    """What a recording is, apart from its pair, prompts and output: how completions are drawn and priced and which
+    columns are written. A resumed recording must have the same spec (its resume file's header says so).
 
+    Attributes:
+        max_new_tokens: Completion length ``N``, or a range ``(LO, HI)`` each request draws its length from
+            (:func:`request_length`); a prompt's own ``max_new_tokens`` wins.
+        temperature: Sampling temperature (0 = greedy); a prompt's own temperature wins.
+        profile: The cost profile stored with the workload.
+        name: Workload name (default: the output's stem).
+        seed: Seed of lengths, sampling and splits.
+        gen_k: Fixed draft cap the completions are generated with (exact speculative decoding: only speed depends
+            on it).
+        split_fractions: Train/val/test fractions honoured exactly (``None``: :data:`DEFAULT_SPLITS`, at least one
+            val and one test request from 3 requests on).
+        batch: Requests per batched teacher-forced forward.
+        hidden_sketch: Dimension of the optional ``hidden_sketch`` column (0 = not recorded).
+        prompts_path: The prompts file (its checksum identifies the prompts of a resumed recording).
+        extra: More metadata for the workload.
+    """
 
-def parse_splits(text: str) -> tuple[float, float, float]:
-    """``"0.7,0.1,0.2"`` -> the train, val and test fractions (non-negative, summing to 1)."""
-    try:
-        parts = tuple(float(v) for v in str(text).split(","))
-    except ValueError:
-        raise SpecgymError(f"--splits: expected TRAIN,VAL,TEST fractions, got {text!r}") from None
-    if len(parts) != 3 or any(not math.isfinite(v) or v < 0 for v in parts) or abs(sum(parts) - 1.0) > 1e-6:
-        raise SpecgymError(f"--splits: need three fractions >= 0 summing to 1, got {text!r}")
-    return parts[0], parts[1], parts[2]
+    max_new_tokens: int | tuple[int, int]
+    temperature: float
+    profile: CostProfile
+    name: str | None = None
+    seed: int = 0
+    gen_k: int = 4
+    split_fractions: tuple[float, float, float] | None = None
+    batch: int = 8
+    hidden_sketch: int = 0
+    prompts_path: str | Path | None = None
+    extra: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        lo, hi = self.lengths
+        if lo < 1 or hi < lo:
+            raise SpecgymError(f"--max-new-tokens: need 1 <= LO <= HI, got {self.length_text!r}")
+        if self.temperature < 0 or not math.isfinite(self.temperature):
+            raise SpecgymError(f"--temperature must be >= 0, got {self.temperature}")
+        if self.batch < 1:
+            raise SpecgymError(f"batch must be >= 1, got {self.batch}")
+
+    @property
+    def lengths(self) -> tuple[int, int]:
+        """The completion-length range ``(LO, HI)``."""
+        n = self.max_new_tokens
+        return (int(n), int(n)) if isinstance(n, int) else (int(n[0]), int(n[1]))
+
+    @property
+    def length_text(self) -> str:
+        """``N`` or ``LO-HI``, as ``--max-new-tokens`` takes it (stored in the trace's source)."""
+        lo, hi = self.lengths
+        return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
 def request_length(request_id: str, lo: int, hi: int, seed: int) -> int:
@@ -164,7 +196,7 @@ class Recorder:
     """Generates completions and extracts traces for one pair.
 
     Args:
-        pair: The loaded pair (:func:`specgym.envs.engines.live_engine.load_pair`).
+        pair: The loaded pair (:func:`specgym.envs.engines.model_loading.load_pair`).
         gen_k: Fixed draft cap used to generate completions (exact speculative decoding; only speed depends on it).
         k_max: Engine k_max (>= gen_k).
         hidden_sketch: Dimension D of the hidden sketch column (0 = none).
@@ -314,50 +346,39 @@ def _load_partial(path: Path, header: dict) -> dict[str, dict]:
     return done
 
 
-def record_workload(
-    pair: LivePair,
-    prompts: Sequence[PromptSpec],
-    out: str | Path,
-    max_new_tokens: str | int,
-    temperature: float,
-    profile: CostProfile,
-    name: str | None = None,
-    seed: int = 0,
-    gen_k: int = 4,
-    overwrite: bool = False,
-    restart: bool = False,
-    prompts_path: str | Path | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    extra: dict[str, Any] | None = None,
-    split_fractions: tuple[float, float, float] | None = None,
-    batch: int = 8,
-    hidden_sketch: int = 0,
-) -> tuple[Workload, dict[str, Any]]:
+def record_workload(pair: LivePair, prompts: Sequence[PromptSpec], out: str | Path, spec: RecordingSpec,
+                    overwrite: bool = False, restart: bool = False,
+                    progress: Callable[[int, int], None] | None = None) -> tuple[Workload, dict[str, Any]]:
     """Record every prompt, resumably, and write the workload atomically.
 
     Args:
-        hidden_sketch: Dimension of the optional ``hidden_sketch`` column (0 = not recorded).
+        pair: The loaded pair.
+        prompts: The prompts, in workload order.
+        out: A ``.parquet`` file, or a sharded dataset folder.
+        spec: What to record.
+        overwrite: Replace an existing ``out``.
+        restart: Start over instead of resuming from ``<out>.partial.jsonl``.
+        progress: ``progress(prompts_done, prompts_total)`` after each prompt.
 
     Returns:
         ``(workload, stats)``; stats holds counts, timings, trace positions/s and the greedy loop share.
     """
     out = check_output(out, overwrite, "file", hint="pass --force to overwrite")
-    if temperature < 0 or not math.isfinite(temperature):
-        raise SpecgymError(f"--temperature must be >= 0, got {temperature}")
-    lo, hi = parse_length(max_new_tokens)
-    rec = Recorder(pair, gen_k=gen_k, hidden_sketch=hidden_sketch)
-    for spec in prompts:
-        n = spec.max_new_tokens or hi
-        plen = len(pair.tokenizer(spec.text, add_special_tokens=False)["input_ids"])
+    lo, hi = spec.lengths
+    seed, gen_k, temperature, prompts_path = spec.seed, spec.gen_k, spec.temperature, spec.prompts_path
+    rec = Recorder(pair, gen_k=gen_k, hidden_sketch=spec.hidden_sketch)
+    for prompt in prompts:
+        n = prompt.max_new_tokens or hi
+        plen = len(pair.tokenizer(prompt.text, add_special_tokens=False)["input_ids"])
         if plen + n > rec.engine.context:
             raise SpecgymError(
-                f"prompt {spec.request_id!r}: {plen} prompt tokens + {n} new tokens exceed the models' context of "
+                f"prompt {prompt.request_id!r}: {plen} prompt tokens + {n} new tokens exceed the models' context of "
                 f"{rec.engine.context}"
             )
     header = {"draft": pair.draft_name, "target": pair.target_name, "temperature": temperature,
-              "max_new_tokens": str(max_new_tokens), "seed": seed, "gen_k": gen_k,
+              "max_new_tokens": spec.length_text, "seed": seed, "gen_k": gen_k,
               "prompts": sha256_file(prompts_path)[:16] if prompts_path else len(prompts),
-              "format": 2, "hidden_sketch": hidden_sketch}
+              "format": 2, "hidden_sketch": spec.hidden_sketch}
     partial = out.with_name(out.name + PARTIAL_SUFFIX)
     if restart and partial.exists():
         partial.unlink()
@@ -368,7 +389,7 @@ def record_workload(
         raise SpecgymError(f"{out.parent}: cannot create ({exc.strerror or exc})") from None
     part = PartialFile(partial, header, fresh=not partial.exists() or not done, requests=len(done))
     t0 = time.perf_counter()
-    resumed = sum(1 for s in prompts if s.request_id in done)
+    resumed = sum(1 for p in prompts if p.request_id in done)
     pending: list[dict[str, Any]] = []
 
     def flush() -> None:
@@ -382,12 +403,12 @@ def record_workload(
             done[line["request_id"]] = line
 
     try:
-        for idx, spec in enumerate(prompts):
-            if spec.request_id not in done:
-                temp = temperature if spec.temperature is None else spec.temperature
-                n = spec.max_new_tokens or request_length(spec.request_id, lo, hi, seed)
-                pending.append(rec.generate(spec, n, temp, seed))
-                if len(pending) >= batch:
+        for idx, prompt in enumerate(prompts):
+            if prompt.request_id not in done:
+                temp = temperature if prompt.temperature is None else prompt.temperature
+                n = prompt.max_new_tokens or request_length(prompt.request_id, lo, hi, seed)
+                pending.append(rec.generate(prompt, n, temp, seed))
+                if len(pending) >= spec.batch:
                     flush()
             if progress is not None:
                 progress(idx + 1, len(prompts))
@@ -405,17 +426,18 @@ def record_workload(
     wall = time.perf_counter() - t0
     requests = []
     completions = []
-    for spec in prompts:
-        d = dict(done[spec.request_id])
+    for prompt in prompts:
+        d = dict(done[prompt.request_id])
         completions.append(d.pop("completion"))
         requests.append(d)
     source = {"kind": "recorded", "draft_model": portable_name(pair.draft_name),
               "target_model": portable_name(pair.target_name), "temperature": temperature,
-              "max_new_tokens": str(max_new_tokens), "seed": seed, "generator": f"live engine, fixed K={gen_k}",
-              "device": pair.device, "dtype": pair.dtypes, "split_fractions": list(split_fractions or DEFAULT_SPLITS),
+              "max_new_tokens": spec.length_text, "seed": seed, "generator": f"live engine, fixed K={gen_k}",
+              "device": pair.device, "dtype": pair.dtypes,
+              "split_fractions": list(spec.split_fractions or DEFAULT_SPLITS),
               "prompts": portable_name(prompts_path) if prompts_path else None}
-    wl, summary = assemble_recording(name or out.stem, source, profile, requests, completions, seed,
-                                     split_fractions, extra, rec.signal_meta())
+    wl, summary = assemble_recording(spec.name or out.stem, source, spec.profile, requests, completions, seed,
+                                     spec.split_fractions, spec.extra, rec.signal_meta())
     stats = {
         "requests": len(prompts),
         "resumed": resumed,

@@ -40,7 +40,7 @@ import numpy as np
 
 from specgym.envs.core.batch import BatchController, BatchState, BatchStep
 
-#: What the hook needs to build a controller from a spec (injected by the plugin: the registry lives above engines).
+#: What the hook needs to build a controller from a spec (injected by the plugin: the spec table lives above engines).
 ControllerFactory = Callable[[str, int, "str | None"], BatchController]
 
 

@@ -21,7 +21,8 @@ from gymnasium import spaces
 
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.features import FeatureTracker, feature_bounds
-from specgym.envs.engines.live_engine import LiveEngine, LiveRequest, load_pair
+from specgym.envs.engines.live_engine import LiveEngine, LiveRequest
+from specgym.envs.engines.model_loading import load_pair
 from specgym.envs.gym.shell import EnvShell
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.workloads.prompts import read_prompts

@@ -52,7 +52,8 @@ from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals
 from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
-from specgym.envs.engines.live_engine import LiveEngine, load_pair
+from specgym.envs.engines.live_engine import LiveEngine
+from specgym.envs.engines.model_loading import load_pair
 from specgym.envs.engines.profiler import extend_tree_verify, hardware_description, interleaved_ms, measure_profile
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload

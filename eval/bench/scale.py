@@ -28,8 +28,8 @@ import numpy as np
 import specgym.catalogue as catalogue
 from specgym.envs.core.cost import load_profile
 from specgym.envs.engines.distributed import record_distributed
-from specgym.envs.engines.live_engine import load_pair
-from specgym.envs.engines.recorder import record_workload
+from specgym.envs.engines.model_loading import load_pair
+from specgym.envs.engines.recorder import RecordingSpec, record_workload
 from specgym.envs.workloads.dataset import write_dataset
 from specgym.envs.workloads.prompts import read_prompts
 from specgym.envs.workloads.synthetic import generate_workload
@@ -107,7 +107,7 @@ def _dataset_ok(path: Path, n: int) -> bool:
         return False
 
 
-def bench_recording(prompts: int, workers: int, max_new_tokens: str = "32") -> dict[str, Any]:
+def bench_recording(prompts: int, workers: int, max_new_tokens: int = 32) -> dict[str, Any]:
     """Recording throughput (trace positions/s) of the default pair, one process vs ``workers`` Ray actors."""
     import torch
 
@@ -115,18 +115,17 @@ def bench_recording(prompts: int, workers: int, max_new_tokens: str = "32") -> d
     specs = read_prompts(catalogue.resolve("prompts", f"{pair_name}-prompts"))[:prompts]
     profile = load_profile(pair_profile(pair_name) or "speclane-table")
     draft, target = catalogue.pair_models(pair_name)
-    common: dict[str, Any] = dict(max_new_tokens=max_new_tokens, temperature=0.0, profile=profile, name="scale-bench",
-                                  seed=0, gen_k=3)
+    spec = RecordingSpec(max_new_tokens, 0.0, profile, name="scale-bench", seed=0, gen_k=3)
     with tempfile.TemporaryDirectory(prefix="specgym-scale-") as tmp:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
             pair = load_pair(str(draft), str(target), fast_kernels=False)
-            _, one = record_workload(pair, specs, Path(tmp) / "one.parquet", **common)
+            _, one = record_workload(pair, specs, Path(tmp) / "one.parquet", spec)
         finally:
             torch.set_num_threads(threads)
         load = {"draft": str(draft), "target": str(target), "fast_kernels": False}
-        _, many = record_distributed(load, specs, Path(tmp) / "many.parquet", workers=workers, **common)
+        _, many = record_distributed(load, specs, Path(tmp) / "many.parquet", spec, workers)
         identical = sha256_file(Path(tmp) / "one.parquet") == sha256_file(Path(tmp) / "many.parquet")
     positions = one["positions"]
     return {"pair": pair_name, "prompts": len(specs), "positions": positions, "workers": workers,

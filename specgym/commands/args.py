@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from specgym.envs.core.rounds import K_MAX_LIMIT
+from specgym.errors import SpecgymError
 
 
 class Parser(argparse.ArgumentParser):
@@ -81,3 +82,31 @@ positive_int = int_range(1)
 nonneg_int = int_range(0)
 k_max_type = int_range(1, K_MAX_LIMIT)
 temperature_type = float_range(0.0)
+
+
+def parse_length(text: str | int) -> tuple[int, int]:
+    """``--max-new-tokens``: ``"200"`` -> (200, 200); ``"128-256"`` -> (128, 256) (each request draws its length
+    from the range, :class:`~specgym.envs.engines.recorder.RecordingSpec`)."""
+    s = str(text)
+    try:
+        if "-" in s:
+            lo, hi = (int(v) for v in s.split("-", 1))
+        else:
+            lo = hi = int(s)
+    except ValueError:
+        raise SpecgymError(f"--max-new-tokens: expected N or LO-HI, got {text!r}") from None
+    if lo < 1 or hi < lo:
+        raise SpecgymError(f"--max-new-tokens: need 1 <= LO <= HI, got {text!r}")
+    return lo, hi
+
+
+def parse_splits(text: str) -> tuple[float, float, float]:
+    """``--splits``: ``"0.7,0.1,0.2"`` -> the train, val and test fractions (non-negative, summing to 1)."""
+    try:
+        parts = tuple(float(v) for v in str(text).split(","))
+    except ValueError:
+        raise SpecgymError(f"--splits: expected TRAIN,VAL,TEST fractions, got {text!r}") from None
+    if len(parts) != 3 or any(not math.isfinite(v) or v < 0 for v in parts) or abs(sum(parts) - 1.0) > 1e-6:
+        raise SpecgymError(f"--splits: need three fractions >= 0 summing to 1, got {text!r}")
+    return parts[0], parts[1], parts[2]
+

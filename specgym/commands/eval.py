@@ -61,10 +61,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="evaluate shard by shard in memory bounded by one shard (a sharded workload folder of "
                         "millions of requests): the same per-request results, a compact report (stream.json: no "
                         "CIs, plots or traces; chain controllers only)")
-    p.set_defaults(func=run_eval_command)
+    p.set_defaults(func=_eval)
 
 
-def run_suite_command(args: argparse.Namespace) -> int:
+def _suite(args: argparse.Namespace) -> int:
     """``specgym eval --suite generalization``: policies on held-out cells (see :mod:`specgym.eval.suite`)."""
     for opt in ("workload", "profile"):
         if getattr(args, opt, None) is not None:
@@ -99,12 +99,12 @@ def run_suite_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_eval_command(args: argparse.Namespace) -> int:
+def _eval(args: argparse.Namespace) -> int:
     """Handler of ``specgym eval``."""
     if getattr(args, "suite", None):
-        return run_suite_command(args)
+        return _suite(args)
     if getattr(args, "stream", False):
-        return run_stream_command(args)
+        return _stream(args)
     return eval_to_folder(args.workload or default_workload_name(), args.controllers, args.out, split=args.split,
                           seed=args.seed, k_max=args.k_max, profile=args.profile, max_requests=args.max_requests,
                           bootstrap=args.bootstrap, force=args.force, plots=not args.no_plots)
@@ -148,7 +148,7 @@ def eval_to_folder(workload: str, controllers: str, out: Path | None, *, split: 
     return 0
 
 
-def run_stream_command(args: argparse.Namespace) -> int:
+def _stream(args: argparse.Namespace) -> int:
     """``specgym eval --stream``: shard-by-shard evaluation (:mod:`specgym.eval.streaming`)."""
     if args.max_requests is not None:
         raise SpecgymError("--max-requests: not with --stream (split the workload instead)")

@@ -15,21 +15,22 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from specgym.agents.specs import build, kind_of
-from specgym.commands.args import k_max_type, nonneg_int, positive_int, temperature_type
+from specgym.commands.args import (
+    k_max_type, nonneg_int, parse_length, parse_splits, positive_int, temperature_type,
+)
 from specgym.console import make_progress
 from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals
 from specgym.envs.core.batch_cost import save_batch_profile
-from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile, save_profile
+from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile, load_profile, save_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.calibration import calibrate
 from specgym.envs.engines.distributed import record_distributed, require_ray
-from specgym.envs.engines.live_engine import LiveEngine, dtype_name, load_pair
+from specgym.envs.engines.live_engine import LiveEngine
+from specgym.envs.engines.model_loading import dtype_name, load_pair
 from specgym.envs.engines.profiler import (
     extend_tree_verify, hardware_description, measure_batch_profile, measure_profile,
 )
-from specgym.envs.engines.recorder import (
-    PARTIAL_SUFFIX, check_sketch_dim, parse_length, parse_splits, record_workload,
-)
+from specgym.envs.engines.recorder import PARTIAL_SUFFIX, RecordingSpec, check_sketch_dim, record_workload
 from specgym.envs.engines.vllm_engine import require_vllm
 from specgym.envs.engines.vllm_profile import measure_vllm_profile
 from specgym.envs.workloads.prompts import read_prompts
@@ -115,7 +116,7 @@ def _profile_or_none(args: argparse.Namespace):
 
 
 # ----------------------------------------------------------------------------------------------------- generate
-def cmd_generate(args: argparse.Namespace) -> int:
+def _generate(args: argparse.Namespace) -> int:
     """Decode one prompt with speculative decoding; print text, K per round, acceptance and speedup."""
     _check_pair_args(args)
     if args.k is not None and args.controller is not None:
@@ -223,11 +224,11 @@ def _generate_tree(args: argparse.Namespace, spec: str) -> int:
 
 
 # ------------------------------------------------------------------------------------------------------- record
-def cmd_record(args: argparse.Namespace) -> int:
+def _record(args: argparse.Namespace) -> int:
     """Record a workload trace from a real pair."""
     # every argument is checked before a model loads
     _check_pair_args(args)
-    parse_length(args.max_new_tokens)
+    lengths = parse_length(args.max_new_tokens)
     splits = None if args.splits is None else parse_splits(args.splits)  # given: honoured exactly
     if args.gen_k > args.k_max:
         raise SpecgymError(f"--gen-k {args.gen_k} is above --k-max {args.k_max}")
@@ -240,7 +241,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     if hidden is not None:  # bounded by the draft's hidden size, read from its config before anything loads
         check_sketch_dim(args.hidden_sketch, hidden)
     if args.workers is not None:
-        return _record_distributed(args, prompts, out, splits)
+        return _record_distributed(args, prompts, out, lengths, splits)
     if args.profile_out:  # --force covers --out only: an existing --profile-out is never replaced
         check_output(args.profile_out, False, "file", "--profile-out")
     partial = check_output(out.with_name(out.name + PARTIAL_SUFFIX), True, "file", "--out's partial recording")
@@ -258,12 +259,9 @@ def cmd_record(args: argparse.Namespace) -> int:
     with Progress(TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   transient=False, disable=args.quiet) as bar:
         task = bar.add_task("record", total=len(prompts))
-        wl, stats = record_workload(
-            pair, prompts, out, args.max_new_tokens, args.temperature, profile, name=args.name or out.stem,
-            seed=args.seed, gen_k=args.gen_k, overwrite=args.force, restart=args.restart, prompts_path=args.prompts,
-            progress=lambda i, n: bar.update(task, completed=i), split_fractions=splits,
-            hidden_sketch=args.hidden_sketch,
-        )
+        spec = _recording_spec(args, out, lengths, profile, splits)
+        wl, stats = record_workload(pair, prompts, out, spec, overwrite=args.force, restart=args.restart,
+                                    progress=lambda i, n: bar.update(task, completed=i))
     if args.profile_out:
         save_profile(profile, args.profile_out, overwrite=False)
     print(f"wrote {out}: {wl.n_requests} requests, {wl.n_positions} positions "
@@ -275,7 +273,15 @@ def cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
-def _record_distributed(args: argparse.Namespace, prompts: list, out: Path,
+def _recording_spec(args: argparse.Namespace, out: Path, lengths: tuple[int, int], profile: CostProfile,
+                    splits: tuple[float, float, float] | None) -> RecordingSpec:
+    """The recording ``specgym record`` was asked for."""
+    return RecordingSpec(lengths, args.temperature, profile, name=args.name or out.stem, seed=args.seed,
+                         gen_k=args.gen_k, split_fractions=splits, hidden_sketch=args.hidden_sketch,
+                         prompts_path=args.prompts)
+
+
+def _record_distributed(args: argparse.Namespace, prompts: list, out: Path, lengths: tuple[int, int],
                         splits: tuple[float, float, float] | None) -> int:
     """``record --workers N``: the recording on N Ray actors (:mod:`specgym.envs.engines.distributed`)."""
     require_ray()  # one line naming the extra, before anything else
@@ -293,11 +299,9 @@ def _record_distributed(args: argparse.Namespace, prompts: list, out: Path,
                   TimeRemainingColumn(), transient=False, disable=args.quiet) as bar:
         task = bar.add_task("record", total=len(prompts))
         wl, stats = record_distributed(
-            load_kwargs, prompts, out, args.max_new_tokens, args.temperature, profile, args.workers,
-            name=args.name or out.stem, seed=args.seed, gen_k=args.gen_k, overwrite=args.force, restart=args.restart,
-            prompts_path=args.prompts, split_fractions=splits, hidden_sketch=args.hidden_sketch,
-            ray_address=args.ray_address, shard_requests=args.shard_requests,
-            progress=lambda i, n: bar.update(task, completed=i),
+            load_kwargs, prompts, out, _recording_spec(args, out, lengths, profile, splits), args.workers,
+            overwrite=args.force, restart=args.restart, ray_address=args.ray_address,
+            shard_requests=args.shard_requests, progress=lambda i, n: bar.update(task, completed=i),
         )
     print(f"wrote {out}: {wl.n_requests} requests, {wl.n_positions} positions in {stats['shards']} shards "
           f"({stats['shards_resumed']} resumed, {stats['retries']} retried) on {args.workers} workers; "
@@ -318,7 +322,7 @@ def split_line(wl, splits: str | None) -> str:
 
 
 # ------------------------------------------------------------------------------------------------------ profile
-def cmd_profile(args: argparse.Namespace) -> int:
+def _profile(args: argparse.Namespace) -> int:
     """Measure and save a cost profile."""
     _check_pair_args(args)
     if args.engine == "vllm":
@@ -424,9 +428,9 @@ def _fit_rounds(args: argparse.Namespace, pair, out: Path, micro, progress=None)
     return fit.profile
 
 
-def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``generate``, ``record`` and ``profile``."""
-    p = subparsers.add_parser("generate", help="speculative decoding of one prompt with a real pair")
+    p = sub.add_parser("generate", help="speculative decoding of one prompt with a real pair")
     _pair_args(p)
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--controller", default=None,
@@ -445,9 +449,9 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="time rounds by wall clock or by thread CPU time (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.set_defaults(func=cmd_generate)
+    p.set_defaults(func=_generate)
 
-    p = subparsers.add_parser("record", help="record a workload trace from a real pair")
+    p = sub.add_parser("record", help="record a workload trace from a real pair")
     _pair_args(p)
     p.add_argument("--prompts", required=True,
                    help="JSON Lines, one object per line: prompt (text, required), id, category, max_new_tokens, "
@@ -485,9 +489,9 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
                    help="with --workers: prompts per shard (rounded up to a multiple of 8; default about 4 shards "
                         "per worker)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_record)
+    p.set_defaults(func=_record)
 
-    p = subparsers.add_parser("profile", help="measure a cost profile of a real pair on this machine")
+    p = sub.add_parser("profile", help="measure a cost profile of a real pair on this machine")
     _pair_args(p)
     p.add_argument("--out", required=True, help="the profile JSON to write")
     p.add_argument("--name", default=None, help="profile name (default: the output file's stem)")
@@ -522,8 +526,5 @@ def add_live_subcommands(subparsers: argparse._SubParsersAction) -> None:
                         "pair's prompts file; --calibration-tokens new tokens per request) (default %(default)s)")
     p.add_argument("--eager", action="store_true", help="--engine vllm: enforce_eager (no torch.compile)")
     p.add_argument("--force", action="store_true", help="overwrite --out")
-    p.set_defaults(func=cmd_profile)
+    p.set_defaults(func=_profile)
 
-
-#: ``specgym.cli`` registers subcommand modules through ``add_parser``.
-add_parser = add_live_subcommands

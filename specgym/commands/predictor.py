@@ -65,7 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         f"(default %(default)s)")
     t.add_argument("--out", type=Path, required=True, help="the predictor JSON to write")
     t.add_argument("--force", action="store_true", help="overwrite --out")
-    t.set_defaults(func=cmd_train)
+    t.set_defaults(func=_train)
     e = psub.add_parser("eval", help="prediction quality and decoding speed of a predictor, ablation, loop split")
     e.add_argument("--predictor", required=True, help="shipped predictor name or predictor JSON path")
     e.add_argument("--workload", default=None, help="workload name or path (default: the default workload)")
@@ -81,7 +81,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
     e.add_argument("--md", type=Path, default=None, help="also write the report as Markdown here")
     e.add_argument("--force", action="store_true", help="overwrite --json / --md")
-    e.set_defaults(func=cmd_eval)
+    e.set_defaults(func=_eval)
     p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
 
 
@@ -89,7 +89,7 @@ def _workload(name: str | None):
     return cached_workload(catalogue.resolve("workload", name or default_workload_name()))
 
 
-def cmd_train(args: argparse.Namespace) -> int:
+def _train(args: argparse.Namespace) -> int:
     """Fit, choose and save a predictor."""
     check_output(args.out, args.force, "file")
     groups = check_groups([g.strip() for g in args.groups.split(",") if g.strip()], "--groups")
@@ -146,7 +146,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
+def _eval(args: argparse.Namespace) -> int:
     """Measure a predictor (prediction, speed, ablation, loop split)."""
     for path, option in ((args.json, "--json"), (args.md, "--md")):
         if path is not None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specgym.envs.engines.live_engine import native_bf16_cpu
+from specgym.envs.engines.model_loading import native_bf16_cpu
 from specgym.training.lm_pair.corpus import CATEGORIES, log
 from specgym.training.lm_pair.tokenizer import load_tokenizer
 

@@ -1,8 +1,10 @@
-"""Records and the controller interface of batched serving (many sequences in flight, one K per step).
+"""Records and the controller interface of batched serving (many sequences in flight, one decision per step).
 
-Data flows one way, as for single requests: batched engine -> :class:`BatchStep` -> :class:`BatchController` -> K.
-A batch controller sees the step's :class:`BatchState` (batch size, queue, target concurrency, the slots in flight)
-and returns one K for the whole batch (as vLLM's speculative config applies it) or one K per sequence.
+Data flows one way, as for single requests: batched engine -> :class:`BatchStep` -> :class:`BatchController` ->
+decision. A batch controller sees the step's :class:`BatchState` (batch size, queue, target concurrency, the slots in
+flight) and returns one K for the whole batch (as vLLM's speculative config applies it), one K per sequence, or a
+:class:`BatchDecision`: per sequence, the tokens drafted and the prefix of them verified (vLLM's adaptive
+verification drafts the full K and verifies a budget split across the requests; specgym's allocator cuts both).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class BatchState:
         concurrency: The current concurrency target (closed loop) or batch limit (open loop).
         slots: The slots in flight, in the order a per-sequence K array must follow.
         new_slots: Slots whose request entered since the last step (per-sequence controllers reset them).
+        kv_tokens: Tokens in the KV cache over the whole batch (what a scheduler knows; 0 when not reported).
     """
 
     batch: int
@@ -33,6 +36,22 @@ class BatchState:
     concurrency: int
     slots: np.ndarray
     new_slots: np.ndarray
+    kv_tokens: int = 0
+
+
+@dataclass(slots=True)
+class BatchDecision:
+    """One serving step's ragged decision.
+
+    Attributes:
+        verify: Draft tokens verified per sequence (a prefix of its draft), ``(batch,)`` in ``state.slots`` order,
+            or one int for every sequence.
+        draft: Draft tokens proposed per sequence (``None``: as many as verified); a sequence drafts at least what it
+            verifies. An autoregressive drafter runs as many draft steps as the longest draft.
+    """
+
+    verify: np.ndarray | int
+    draft: np.ndarray | int | None = None
 
 
 @dataclass(slots=True)
@@ -48,6 +67,9 @@ class BatchStep:
         produced: Tokens the step produced (``sum(accepted + 1)``).
         time_ms: The step's time.
         finished: Requests that finished in this step.
+        drafted: Draft tokens proposed per sequence, ``(batch,)`` (``None``: ``planned_k``, nothing drafted beyond
+            the verified prefix).
+        tier: The step's K tier (its longest draft, after any cooldown) and ``switched``: whether it changed tier.
     """
 
     batch: int
@@ -58,6 +80,9 @@ class BatchStep:
     produced: int
     time_ms: float
     finished: int
+    drafted: np.ndarray | None = None
+    tier: int = 0
+    switched: bool = False
 
 
 class BatchController(ABC):
@@ -76,8 +101,8 @@ class BatchController(ABC):
         self.profile, self.k_max = profile, k_max
 
     @abstractmethod
-    def propose(self, state: BatchState) -> int | np.ndarray:
-        """The step's K (an int), or one K per slot of ``state.slots``."""
+    def propose(self, state: BatchState) -> int | np.ndarray | BatchDecision:
+        """The step's K (an int), one K per slot of ``state.slots``, or a :class:`BatchDecision`."""
 
     def observe(self, step: BatchStep) -> None:  # noqa: B027  (optional hook, like Controller.keep_drafting)
         """Learn from the verified step (default: nothing)."""

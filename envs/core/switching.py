@@ -7,8 +7,8 @@ the engine charges them:
 
 * ``per_switch_ms``: a fixed cost each time the tier changes (inference-lab's ``SwitchConstraints`` cost per
   switch; a graph swap, a re-plan of the draft buffers);
-* ``cooldown_steps``: after a switch the tier is held that many steps (inference-lab's cooldown in rounds): drafts
-  are cut to the held tier and a step that wants less still runs at the held tier (its draft phase is the tier's);
+* ``cooldown_steps``: after a switch the tier is held that many steps (inference-lab's cooldown in rounds): the step
+  runs at the held tier whatever it asked (every sequence drafts the tier; verification is cut to it);
 * ``captured`` with ``outside_slowdown``: the tiers captured as CUDA graphs (SGLang runs only captured tiers); a
   step at a tier outside them runs eager/piecewise, its time multiplied by ``outside_slowdown``. vLLM's batch-size
   table forces a FULL -> PIECEWISE graph downgrade measured at -14% single-stream (vllm#49548): a slowdown of

@@ -157,7 +157,7 @@ class BatchReplay:
         self._pos_sum = 0  # ... and of their flat positions
         self._linear = profile.linear is not None
         self.switch = None if switch_costs is None or switch_costs.free else switch_costs
-        self._tier, self._since_switch = -1, 0
+        self._tier, self._since_switch = -1, 1 << 30  # no switch yet: no cooldown
         self._admit()
 
     # ------------------------------------------------------------------------------------------ admission
@@ -273,8 +273,8 @@ class BatchReplay:
         sw = self.switch
         if sw is not None:
             if self._tier >= 0 and kdraft != self._tier and self._since_switch < sw.cooldown_steps:
-                kdraft = self._tier  # held: drafts cut to the tier, the draft phase is the tier's
-                drafted = np.minimum(drafted, kdraft)
+                kdraft = self._tier  # held: the step runs at the tier (every sequence drafts it), verifies <= it
+                drafted = np.full(b, kdraft, dtype=np.int64)
                 cap = np.minimum(cap, drafted)
             switched = self._tier >= 0 and kdraft != self._tier
             self._since_switch = 0 if switched else self._since_switch + 1

@@ -568,7 +568,7 @@ for _row in (
     Entry("table", "batch", "rule", _table, "table:[[start,end,K],...]|FILE (a vLLM table)", level="batch"),
     Entry("goodput", "batch", "rule", _no_arg(GoodputRule), "goodput", _const("goodput"), level="batch"),
     Entry("per-seq", "batch", "rule", _per_seq, "per-seq:SPEC (a chain controller per sequence)",
-          _const("per-seq:marginal"), level="batch"),
+          _const("per-seq:assc"), level="batch"),
     Entry("vllm-adaptive", "batch", "rule", lambda a, k: VLLMAdaptiveVerification(make_estimator(a, "ema")),
           "vllm-adaptive[:ema|pos-ema|logistic] (vLLM adaptive verification)", _const("vllm-adaptive:ema",
                                                                                      "vllm-adaptive:logistic"),

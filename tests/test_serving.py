@@ -254,3 +254,35 @@ def test_every_new_rule_serves_a_workload(mix_workload):
         sim = BatchReplay(mix_workload, H100, 16, requests=np.arange(40), seed=0)
         sim.run(make(spec, 8, kinds=("batch",)))
         assert sim.done and sim.tokens == mix_workload.lengths[:40].sum(), spec
+
+
+# ---------------------------------------------------------------------------------------------- the sweep
+def test_sweep_json_schema_table_and_plot(tmp_path, capsys):
+    """``specgym tune sweep`` writes rows with controller, concurrency, tok_s, vs_best_fixed and CI bounds; the
+    vLLM rule's rows start with vllm-adaptive; the best fixed K is the best static K of the cell."""
+    import json
+
+    from specgym.cli import main
+
+    out = tmp_path / "sweep.json"
+    rc = main(["tune", "sweep", "--profile", "h100-llama31-8b", "--concurrency", "1,8", "--controllers",
+               "vllm-adaptive,budget:pos-ema,sglang-adaptive", "--replications", "2", "--k-max", "4",
+               "--json", str(out)])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert res["schema"] == "specgym-serving-sweep/1" and res["concurrencies"] == [1, 8]
+    assert (tmp_path / "sweep.png").stat().st_size > 1000
+    names = {r["controller"] for r in res["rows"]}
+    assert any(n.startswith("vllm-adaptive") for n in names) and "oracle-clairvoyant" in names
+    for r in res["rows"]:
+        assert {"controller", "concurrency", "tok_s", "vs_best_fixed", "ci95_low", "ci95_high"} <= set(r)
+        if not r["controller"].startswith("best-fixed"):
+            assert r["ci95_low"] <= r["vs_best_fixed"] <= r["ci95_high"]
+    for cell in res["cells"].values():
+        per = cell["per_replication_tok_s"]
+        totals = [sum(per[f"static:{k}"]) for k in range(5)]
+        assert cell["best_fixed_k"] == int(np.argmax(totals))
+        assert cell["oracle_headroom"] >= 1.0  # the clairvoyant oracle never loses to a fixed K
+    text = capsys.readouterr().out
+    assert "| controller | c=1 | c=8 |" in text and "best-fixed" in text
+    assert main(["tune", "sweep", "--profile", "h100-llama31-8b", "--json", str(out)]) != 0  # no overwrite

@@ -1,0 +1,178 @@
+"""Serving sweep: batch controllers across concurrencies, against the best fixed K at each (closed loop, paired CIs).
+
+At each concurrency ``c`` a replication draws ``max(3c, 24)`` requests of the workload (a seed per concurrency and
+replication draws them and the acceptance draws) and serves them in a closed loop with every controller, every
+static K in ``0..k_max`` and the clairvoyant oracle. The figure is the **steady-state** throughput: tokens per second
+up to the step in which the last request entered (after it the batch drains, a tail no serving engine has). The
+best fixed K at ``c`` is the static K with the most tokens/s summed over the replications (in hindsight); every
+ratio is paired across replications (:class:`~specgym.eval.stats.PairedBootstrap`, 95% percentile interval).
+
+The **clairvoyant oracle** (``oracle-clairvoyant``, replay only) reads the replay's runs: each step every request
+verifies (and drafts) exactly the drafts that will be accepted, up to ``k_max``. It maximises every step's tokens
+per second (more verified-and-accepted tokens always raise a step's rate) and bounds what any allocator of
+per-request budgets can reach step by step; its ratio to the best fixed K is the cell's headroom.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specgym.agents.specs import Resolved, resolve
+from specgym.envs.core.batch import BatchController, BatchDecision, BatchState
+from specgym.envs.core.batch_cost import BatchCostProfile
+from specgym.envs.core.switching import SwitchCosts
+from specgym.envs.engines.batch_engine import BatchReplay
+from specgym.envs.workloads.trace_format import Workload
+from specgym.eval.stats import PairedBootstrap
+
+ORACLE = "oracle-clairvoyant"
+SCHEMA = "specgym-serving-sweep/1"
+
+
+class ClairvoyantBudget(BatchController):
+    """Verifies exactly the drafts each request will have accepted (reads the replay: an oracle, replay only)."""
+
+    name = ORACLE
+    family = "oracle"
+
+    def __init__(self, replay: BatchReplay):
+        self.replay = replay
+
+    def propose(self, state: BatchState) -> BatchDecision:
+        sim = self.replay
+        v = np.minimum(sim.runs[sim.pos[state.slots]], self.k_max)
+        return BatchDecision(v, v)
+
+
+def steady_throughput(sim: BatchReplay, ctrl: BatchController) -> float:
+    """Serve until the last request entered; tokens per second up to then."""
+    ctrl.reset(sim.profile, sim.k_max)
+    n = len(sim.requests)
+    while sim.next_req < n and not sim.done:
+        ctrl.observe(sim.step(ctrl.propose(sim.state())))
+    return sim.tokens / sim.now_ms * 1000.0
+
+
+def sweep(workload: Workload, profile: BatchCostProfile, concurrencies: Sequence[int],
+          specs: Sequence[str | BatchController | Resolved], replications: int = 5, k_max: int = 12,
+          split: str = "all", seed: int = 0, switch_costs: SwitchCosts | None = None,
+          progress: Any = None) -> dict[str, Any]:
+    """Every controller at every concurrency against the best fixed K there (module docstring)."""
+    pool = workload.split_indices(split)
+    named = [(r.spec, r.controller) for r in resolve(specs, k_max, kinds=("batch",))
+             if not r.spec.startswith("static:")]
+    statics = [f"static:{k}" for k in range(k_max + 1)]
+    rows: list[dict[str, Any]] = []
+    cells: dict[str, Any] = {}
+    boot = PairedBootstrap(replications, 2000, seed=0)
+    t_start = time.perf_counter()
+    for c in concurrencies:
+        thr: dict[str, list[float]] = {s: [] for s in [*statics, *(n for n, _ in named), ORACLE]}
+        for rep in range(replications):
+            rng = np.random.default_rng([seed, int(c), rep])
+            size = min(max(3 * int(c), 24), len(pool))
+            reqs = rng.choice(pool, size=size, replace=False)
+            oseed = int(rng.integers(2**31))
+
+            def replay() -> BatchReplay:
+                return BatchReplay(workload, profile, int(c), requests=reqs, k_max=k_max, seed=oseed,
+                                   switch_costs=switch_costs)
+
+            for k in range(k_max + 1):
+                sim = replay()
+                thr[f"static:{k}"].append(steady_throughput(sim, _Static(k)))
+            for name, ctrl in named:
+                thr[name].append(steady_throughput(replay(), ctrl))
+            sim = replay()
+            thr[ORACLE].append(steady_throughput(sim, ClairvoyantBudget(sim)))
+            if progress is not None:
+                progress(c, rep)
+        arr = {s: np.asarray(v) for s, v in thr.items()}
+        best_k = int(np.argmax([arr[s].sum() for s in statics]))
+        best = arr[f"static:{best_k}"]
+        cells[str(c)] = {"best_fixed_k": best_k, "best_fixed_tok_s": float(best.mean()),
+                         "oracle_headroom": float(arr[ORACLE].sum() / best.sum()),
+                         "per_replication_tok_s": {s: v for s, v in thr.items()}}
+        for s in [f"best-fixed:{best_k}", *(n for n, _ in named), ORACLE]:
+            v = best if s.startswith("best-fixed") else arr[s]
+            ci = boot.ratio_ci(v, best) if s != f"best-fixed:{best_k}" else (1.0, 1.0)
+            rows.append({"controller": s, "concurrency": int(c), "tok_s": float(v.mean()),
+                         "vs_best_fixed": float(v.sum() / best.sum()),
+                         "ci95_low": float(ci[0]) if ci else None, "ci95_high": float(ci[1]) if ci else None,
+                         "wins_vs_best_fixed": int((v > best).sum()), "best_fixed_k": best_k})
+    return {"schema": SCHEMA, "workload": workload.name, "synthetic": workload.is_synthetic,
+            "profile": profile.name, "concurrencies": [int(c) for c in concurrencies],
+            "controllers": [n for n, _ in named], "replications": replications, "k_max": k_max,
+            "switch_costs": None if switch_costs is None else switch_costs.__dict__.copy(),
+            "measure": "closed loop, steady state (until the last request entered), tokens/s",
+            "rows": rows, "cells": cells, "seconds": time.perf_counter() - t_start}
+
+
+class _Static(BatchController):
+    def __init__(self, k: int):
+        self.k = k
+        self.name = f"static:{k}"
+
+    def propose(self, state: BatchState) -> int:
+        return self.k
+
+
+def table_lines(res: dict[str, Any]) -> list[str]:
+    """One markdown table: a row per controller, a column per concurrency (ratio to the best fixed K [95% CI])."""
+    concs = res["concurrencies"]
+    by = {(r["controller"].split(":")[0] if r["controller"].startswith("best-fixed") else r["controller"],
+           r["concurrency"]): r for r in res["rows"]}
+    names = ["best-fixed", *res["controllers"], ORACLE]
+    out = ["| controller | " + " | ".join(f"c={c}" for c in concs) + " |",
+           "|---|" + "---:|" * len(concs)]
+    for n in names:
+        cells = []
+        for c in concs:
+            r = by[(n, c)]
+            if n == "best-fixed":
+                cells.append(f"K={r['best_fixed_k']}: {r['tok_s']:.0f} tok/s")
+            else:
+                lo, hi = r["ci95_low"], r["ci95_high"]
+                ci = f" [{lo:.3f}, {hi:.3f}]" if lo is not None else ""
+                cells.append(f"{r['vs_best_fixed']:.3f}x{ci}")
+        out.append(f"| {n} | " + " | ".join(cells) + " |")
+    return out
+
+
+def plot(res: dict[str, Any], path: Path, overwrite: bool = False) -> Path:
+    """Ratio to the best fixed K against concurrency, one line per controller (matplotlib PNG, written atomically)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from specgym.io import atomic_write_bytes
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    concs = res["concurrencies"]
+    for name in [*res["controllers"], ORACLE]:
+        rows = [next(r for r in res["rows"] if r["controller"] == name and r["concurrency"] == c) for c in concs]
+        y = [r["vs_best_fixed"] for r in rows]
+        line = ax.plot(concs, y, marker="o", label=name, linestyle="--" if name == ORACLE else "-")
+        if rows[0]["ci95_low"] is not None:
+            ax.fill_between(concs, [r["ci95_low"] for r in rows], [r["ci95_high"] for r in rows], alpha=0.15,
+                            color=line[0].get_color())
+    ax.axhline(1.0, color="grey", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("concurrency (closed loop)")
+    ax.set_ylabel("tokens/s vs the best fixed K at that concurrency")
+    label = "SYNTHETIC workload" if res["synthetic"] else "replay of published traces"
+    ax.set_title(f"{res['workload']} on {res['profile']} ({label})", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    return atomic_write_bytes(path, buf.getvalue(), overwrite=overwrite)

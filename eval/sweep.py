@@ -15,6 +15,7 @@ per-request budgets can reach step by step; its ratio to the best fixed K is the
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +30,7 @@ from specgym.envs.core.switching import SwitchCosts
 from specgym.envs.engines.batch_engine import BatchReplay
 from specgym.envs.workloads.trace_format import Workload
 from specgym.eval.stats import PairedBootstrap
+from specgym.io import atomic_write_bytes
 
 ORACLE = "oracle-clairvoyant"
 SCHEMA = "specgym-serving-sweep/1"
@@ -151,8 +153,6 @@ def plot(res: dict[str, Any], path: Path, overwrite: bool = False) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from specgym.io import atomic_write_bytes
-
     fig, ax = plt.subplots(figsize=(7, 4.5))
     concs = res["concurrencies"]
     for name in [*res["controllers"], ORACLE]:
@@ -170,8 +170,6 @@ def plot(res: dict[str, Any], path: Path, overwrite: bool = False) -> Path:
     ax.set_title(f"{res['workload']} on {res['profile']} ({label})", fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    import io
-
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120)
     plt.close(fig)

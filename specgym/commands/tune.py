@@ -14,8 +14,10 @@ from specgym.baselines.batch_rules import BatchSizeTable
 from specgym.commands.args import float_range, int_range, k_max_type, nonneg_int, positive_int
 from specgym.envs.core.batch_cost import Roofline, load_batch_profile, roofline_profile, save_batch_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.core.switching import SwitchCosts
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.eval.batch_eval import compare
+from specgym.eval.sweep import plot, sweep, table_lines
 from specgym.eval.tune import describe, tune_vllm
 from specgym.io import atomic_write_text, check_output
 from specgym.paths import default_workload_name
@@ -141,9 +143,6 @@ def _concurrencies(text: str) -> list[int]:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from specgym.envs.core.switching import SwitchCosts
-    from specgym.eval.sweep import plot, sweep, table_lines
-
     png = args.plot or (args.json.with_suffix(".png") if args.json is not None else None)
     for path in (args.json, png):
         if path is not None:

@@ -9,13 +9,13 @@ verification drafts the full K and verifies a budget split across the requests; 
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
 
 from specgym.envs.core.batch_cost import BatchCostProfile
-from specgym.envs.core.economics import best_k_for_costs
 
 
 @dataclass(slots=True)
@@ -126,6 +126,7 @@ BATCH_FEATURE_DOCS = (
     "K maximising b * E(K) / step_time(b, K) under the slow acceptance estimate, / k_max (the goodput rule's K)",
 )
 _LOG512 = 9.0
+_LOG1P512 = math.log1p(512.0)
 
 
 class BatchFeatureTracker:
@@ -133,6 +134,7 @@ class BatchFeatureTracker:
 
     def __init__(self, k_max: int):
         self.k_max = int(k_max)
+        self._ks1 = np.arange(1, self.k_max + 2)
         self.profile: BatchCostProfile | None = None
         self.reset(None)
 
@@ -158,17 +160,20 @@ class BatchFeatureTracker:
 
     def goodput_k(self, b: int) -> int:
         """The goodput rule's K at batch size ``b`` under the slow acceptance estimate."""
-        return best_k_for_costs(min(self.acc_s / self.jud_s, 0.999), self._costs(b)[3])
+        alpha = min(self.acc_s / self.jud_s, 0.999)  # best_k_for_costs inlined: the env's hot path
+        return int(np.argmax((1.0 - alpha ** self._ks1) / (1.0 - alpha) / self._costs(b)[3]))
 
     def update(self, step: BatchStep) -> None:
         """Fold one verified step in."""
-        k = self.k_max
-        self.last_k = float(step.planned_k.mean()) / k
-        self.last_acc = float(step.accepted.mean()) / k
-        if step.planned_k.sum() == 0:
+        k, b = self.k_max, step.batch
+        planned = int(step.planned_k.sum())
+        accepted = int(step.accepted.sum())
+        self.last_k = planned / b / k
+        self.last_acc = accepted / b / k
+        if planned == 0:
             return
-        a = float(step.accepted.sum()) / step.batch
-        j = float(np.minimum(step.accepted + 1, step.planned_k).sum()) / step.batch
+        a = accepted / b
+        j = float(np.minimum(step.accepted + 1, step.planned_k).sum()) / b
         self.acc_f, self.jud_f = 0.5 * self.acc_f + 0.5 * a, 0.5 * self.jud_f + 0.5 * j
         self.acc_s, self.jud_s = 0.9 * self.acc_s + 0.1 * a, 0.9 * self.jud_s + 0.1 * j
 
@@ -176,7 +181,7 @@ class BatchFeatureTracker:
         """The observation before a step."""
         draft, slope, over, _ = self._costs(state.batch)
         return np.array([
-            min(np.log2(state.batch) / _LOG512, 1.0), min(np.log1p(state.queue) / np.log1p(512.0), 1.0),
-            min(np.log2(max(state.concurrency, 1)) / _LOG512, 1.0), self.acc_f / self.jud_f, self.acc_s / self.jud_s,
+            min(math.log2(state.batch) / _LOG512, 1.0), min(math.log1p(state.queue) / _LOG1P512, 1.0),
+            min(math.log2(max(state.concurrency, 1)) / _LOG512, 1.0), self.acc_f / self.jud_f, self.acc_s / self.jud_s,
             self.last_k, self.last_acc, draft, slope, over, self.goodput_k(state.batch) / self.k_max,
         ], dtype=np.float32)

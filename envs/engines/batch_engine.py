@@ -63,6 +63,10 @@ def mixed_schedule(rng: np.random.Generator, profile: BatchCostProfile, max_batc
     return [(float(rng.uniform(min_steps, max_steps)) * t1, int(rng.choice(sizes))) for _ in range(segments)]
 
 
+_NONE = np.zeros(0, dtype=np.int64)
+_NONE.flags.writeable = False
+
+
 def with_capture_sizes(profile: BatchCostProfile, sizes: Sequence[int]) -> BatchCostProfile:
     """``profile`` with its batched tokens padded to the CUDA-graph capture ``sizes`` (a linear profile only)."""
     lin = profile.linear
@@ -156,6 +160,8 @@ class BatchReplay:
         self._kv0_sum = 0  # sum over the slots in flight of kv0 (their KV = kv0 + flat position)
         self._pos_sum = 0  # ... and of their flat positions
         self._linear = profile.linear is not None
+        if profile.linear is not None:
+            self._price = profile.linear.batch_step_pricer(self._priced_as)
         self.switch = None if switch_costs is None or switch_costs.free else switch_costs
         self._tier, self._since_switch = -1, 1 << 30  # no switch yet: no cooldown
         self._admit()
@@ -228,13 +234,17 @@ class BatchReplay:
     # ------------------------------------------------------------------------------------------ one step
     def state(self) -> BatchState:
         """What a controller knows before the next step (the slots of newly admitted requests are reported once)."""
-        if not (self.slot_req >= 0).any() and not self.done:  # open loop, idle until the next arrival
-            self.now_ms = max(self.now_ms, float(self.arrival_ms[self.next_req]))
-            self._admit()
         if self._dirty:
             self._refresh()
+        if len(self._act) == 0 and self.next_req < self._n:  # open loop, idle until the next arrival
+            self.now_ms = max(self.now_ms, float(self.arrival_ms[self.next_req]))
+            self._admit()
+            self._refresh()
         act = self._act
-        new, self._new = np.asarray(self._new, dtype=np.int64), []
+        if self._new:
+            new, self._new = np.asarray(self._new, dtype=np.int64), []
+        else:
+            new = _NONE
         return BatchState(len(act), self.queue, self.concurrency(), act, new, self._kv0_sum + self._pos_sum)
 
     def step(self, k: int | np.ndarray | BatchDecision) -> BatchStep:
@@ -248,9 +258,10 @@ class BatchReplay:
             self.state()
             act = self._act
             b = len(act)
-        queue = self.queue
+        queue = self._n - self.next_req if self.arrival_rate is None else self.queue
         pos, end = self.pos[act], self.slot_end[act]
-        left = end - pos - 1
+        left = end - pos
+        left -= 1
         if isinstance(k, BatchDecision):
             verify, draft = k.verify, k.draft
         else:
@@ -283,13 +294,14 @@ class BatchReplay:
         ncap = int(cap.sum())
         if self._linear:
             kv = self._kv0_sum + self._pos_sum
-            t = float(self.profile.step_ms(kv, ncap + b, kdraft, self._priced_as, speculative=kdraft > 0))
+            t = self._price(kv, ncap + b, kdraft)
         else:
             t = self._grid_ms(b, ncap, drafted, kdraft)
         if sw is not None:
             t = t * sw.slowdown(kdraft) + (sw.per_switch_ms if switched else 0.0)
         total = ncap + b if ncap == 0 else int(accepted.sum()) + b
-        newpos = pos + accepted + 1
+        newpos = pos + accepted
+        newpos += 1
         self.pos[act] = newpos
         self._pos_sum += total
         self.now_ms += t
@@ -317,8 +329,11 @@ class BatchReplay:
         _, verify, overhead = row(b)
         if kdraft == 0:
             return float(verify[0]) + self.profile.step_overhead_ms
-        drafting = np.bincount(drafted, minlength=kdraft + 1)[::-1].cumsum()[::-1]  # sequences with draft >= j
-        t = sum(row(int(n))[0] for n in drafting[1:].tolist())
+        if int(drafted.min()) == kdraft:  # every sequence drafts the same: b at each position
+            t = sum([row(b)[0]] * kdraft)
+        else:
+            drafting = np.bincount(drafted, minlength=kdraft + 1)[::-1].cumsum()[::-1]  # sequences with draft >= j
+            t = sum(row(int(n))[0] for n in drafting[1:].tolist())
         n_eff = ncap / b + 1.0  # mean tokens verified per sequence
         lo = int(n_eff)
         w = n_eff - lo

@@ -15,6 +15,10 @@ from those labels.
   seen so far (the last 50,000). vLLM's input, the top-2 logit margin, is not in these traces; the inputs here
   (a documented substitution) are what a scheduler knows of the request: the EMA (0.8 on the history) of its
   labels' mean per step and its last step's labels' mean. Before the first fit the pooled ``pos-ema`` answers.
+* ``predictor:NAME`` -- specgym's acceptance predictor on the drafter's own signals of the tokens it drafts this
+  step (:attr:`~specgym.envs.core.batch.BatchState.draft_view`; the engine is given the predictor's probabilities
+  over the trace, :meth:`DraftView.workload_signal`): what a token-level stop sees while drafting. It needs a trace
+  with draft signals (the recorded midpair; the published EAGLE traces have none).
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from specgym.envs.core.batch import BatchStep
+from specgym.catalogue import resolve as resolve_shipped
+from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor, workload_predictions
+from specgym.envs.core.batch import BatchState, BatchStep
 from specgym.errors import SpecgymError
 
 
@@ -52,6 +58,9 @@ class AcceptanceEstimator(ABC):
 
     def admit(self, new_slots: np.ndarray) -> None:  # noqa: B027  (optional hook)
         """Requests entered these slots (default: nothing)."""
+
+    def see(self, state: BatchState) -> None:  # noqa: B027  (optional hook)
+        """The state before the step (default: nothing)."""
 
     @abstractmethod
     def confidences(self, slots: np.ndarray) -> np.ndarray:
@@ -185,12 +194,42 @@ class OnlineLogistic(AcceptanceEstimator):
         self.w = w
 
 
+class DraftView(AcceptanceEstimator):
+    """specgym's acceptance predictor on this step's drafts (module docstring)."""
+
+    def __init__(self, predictor: AcceptancePredictor, label: str):
+        self.predictor = predictor
+        self.name = f"predictor:{label}"
+        self._view: np.ndarray | None = None
+
+    def workload_signal(self, workload: object) -> np.ndarray:
+        """The signal the engine must be given: the predictor's probability at every position of ``workload``."""
+        return workload_predictions(self.predictor, workload)
+
+    def see(self, state: BatchState) -> None:
+        if state.draft_view is None:
+            raise SpecgymError(f"{self.name}: the engine reports no draft view (give BatchReplay draft_signal="
+                               f"estimator.workload_signal(workload); specgym tune sweep does)")
+        self._view = state.draft_view
+
+    def confidences(self, slots: np.ndarray) -> np.ndarray:
+        assert self._view is not None
+        return self._view[:, :self.width]
+
+    def update(self, step: BatchStep) -> None:
+        pass
+
+
 ESTIMATORS = {"ema": EmaPerRequest, "pos-ema": EmaPerPosition, "logistic": OnlineLogistic}
 
 
 def make_estimator(name: str | None, default: str = "ema") -> AcceptanceEstimator:
-    """An estimator by name (``ema``, ``pos-ema``, ``logistic``)."""
-    key = (name or default).strip().lower()
-    if key not in ESTIMATORS:
-        raise SpecgymError(f"unknown acceptance estimator {key!r}; valid: {', '.join(ESTIMATORS)}")
-    return ESTIMATORS[key]()
+    """An estimator by name (``ema``, ``pos-ema``, ``logistic``, ``predictor:NAME|FILE``)."""
+    key = (name or default).strip()
+    if key.lower().startswith("predictor:"):
+        arg = key.split(":", 1)[1]
+        return DraftView(load_predictor(resolve_shipped("predictor", arg)), arg)
+    if key.lower() not in ESTIMATORS:
+        raise SpecgymError(f"unknown acceptance estimator {key!r}; valid: {', '.join(ESTIMATORS)}, "
+                           f"predictor:NAME|FILE")
+    return ESTIMATORS[key.lower()]()

@@ -47,6 +47,7 @@ class BudgetAllocator(BatchController):
         est, k, n = self.estimator, self.k_max, state.batch
         if len(state.new_slots):
             est.admit(state.new_slots)
+        est.see(state)
         if k == 0:
             return BatchDecision(0, 0)
         order, top = top_slots(survival(est.confidences(state.slots)))

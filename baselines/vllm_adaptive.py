@@ -72,6 +72,7 @@ class VLLMAdaptiveVerification(BatchController):
         est, k, n = self.estimator, self.k, state.batch
         if len(state.new_slots):
             est.admit(state.new_slots)
+        est.see(state)
         if k == 0:
             return BatchDecision(0, 0)
         order, top = top_slots(survival(est.confidences(state.slots)))

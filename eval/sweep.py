@@ -66,8 +66,12 @@ def sweep(workload: Workload, profile: BatchCostProfile, concurrencies: Sequence
           progress: Any = None) -> dict[str, Any]:
     """Every controller at every concurrency against the best fixed K there (module docstring)."""
     pool = workload.split_indices(split)
-    named = [(r.spec, r.controller) for r in resolve(specs, k_max, kinds=("batch",))
+    named = [(r.spec, r.controller) for r in resolve(specs, k_max, workload, kinds=("batch",))
              if not r.spec.startswith("static:")]
+    signals: dict[str, np.ndarray | None] = {}  # the draft view an estimator reads (a predictor's probabilities)
+    for name, ctrl in named:
+        fn = getattr(getattr(ctrl, "estimator", None), "workload_signal", None)
+        signals[name] = fn(workload) if fn is not None else None
     statics = [f"static:{k}" for k in range(k_max + 1)]
     rows: list[dict[str, Any]] = []
     cells: dict[str, Any] = {}
@@ -81,15 +85,15 @@ def sweep(workload: Workload, profile: BatchCostProfile, concurrencies: Sequence
             reqs = rng.choice(pool, size=size, replace=False)
             oseed = int(rng.integers(2**31))
 
-            def replay() -> BatchReplay:
+            def replay(signal: np.ndarray | None = None) -> BatchReplay:
                 return BatchReplay(workload, profile, int(c), requests=reqs, k_max=k_max, seed=oseed,
-                                   switch_costs=switch_costs)
+                                   switch_costs=switch_costs, draft_signal=signal)
 
             for k in range(k_max + 1):
                 sim = replay()
                 thr[f"static:{k}"].append(steady_throughput(sim, _Static(k)))
             for name, ctrl in named:
-                thr[name].append(steady_throughput(replay(), ctrl))
+                thr[name].append(steady_throughput(replay(signals[name]), ctrl))
             sim = replay()
             thr[ORACLE].append(steady_throughput(sim, ClairvoyantBudget(sim)))
             if progress is not None:

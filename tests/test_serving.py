@@ -286,3 +286,31 @@ def test_sweep_json_schema_table_and_plot(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "| controller | c=1 | c=8 |" in text and "best-fixed" in text
     assert main(["tune", "sweep", "--profile", "h100-llama31-8b", "--json", str(out)]) != 0  # no overwrite
+
+
+def test_draft_view_and_the_predictor_fed_rules():
+    """The engine reports a per-position signal of the next k_max drafts (0 past a request's end); the predictor
+    estimator reads the shipped predictor's probabilities there; without the view it refuses in one line."""
+    from specgym.envs.workloads.trace_format import cached_workload
+
+    wl = cached_workload("midpair-greedy")
+    reqs = np.arange(6)
+    sig = np.arange(int(wl.offsets[-1]), dtype=np.float64)  # position ids: the view must read them back
+    sim = BatchReplay(wl, A100, 3, requests=reqs, seed=0, k_max=4, draft_signal=sig)
+    st = sim.state()
+    starts = wl.offsets[reqs[:3]]
+    assert st.draft_view is not None and st.draft_view[:, 0].tolist() == starts.tolist()
+    assert (np.diff(st.draft_view, axis=1) == 1).all()
+    rule = make("budget:predictor:midpair", 4, kinds=("batch",))
+    with pytest.raises(SpecgymError, match="no draft view"):
+        BatchReplay(wl, A100, 3, requests=reqs, k_max=4).run(rule)
+    p = rule.estimator.workload_signal(wl)
+    assert p.shape == (int(wl.offsets[-1]),) and 0.0 <= p.min() and p.max() <= 1.0
+    y = wl.p_accept > 0.5
+    assert p[y].mean() > p[~y].mean() + 0.3  # the predictor separates accepted from rejected drafts
+    for spec in ("budget:predictor:midpair", "vllm-adaptive:predictor:midpair"):
+        sim = BatchReplay(wl, A100, 4, requests=reqs, seed=0, k_max=4, draft_signal=p)
+        sim.run(make(spec, 4, kinds=("batch",)))
+        assert sim.done and sim.tokens == wl.lengths[reqs].sum()
+    with pytest.raises(SpecgymError, match="one value per position"):
+        BatchReplay(wl, A100, 3, requests=reqs, draft_signal=np.zeros(5))

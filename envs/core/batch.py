@@ -29,6 +29,9 @@ class BatchState:
         slots: The slots in flight, in the order a per-sequence K array must follow.
         new_slots: Slots whose request entered since the last step (per-sequence controllers reset them).
         kv_tokens: Tokens in the KV cache over the whole batch (what a scheduler knows; 0 when not reported).
+        draft_view: ``(batch, k_max)`` a per-position signal of the tokens each sequence would draft next (e.g. an
+            acceptance predictor's probability from the drafter's own signals, as a token-level stop sees them
+            while drafting), when the engine was given one; ``None`` otherwise.
     """
 
     batch: int
@@ -37,6 +40,7 @@ class BatchState:
     slots: np.ndarray
     new_slots: np.ndarray
     kv_tokens: int = 0
+    draft_view: np.ndarray | None = None
 
 
 @dataclass(slots=True)

@@ -94,12 +94,15 @@ class BatchReplay:
         switch_costs: What changing the step's K tier costs (:mod:`specgym.envs.core.switching`; ``None``: free).
         capture_sizes: CUDA-graph capture sizes the batched tokens are padded to (a linear profile only; ``None``:
             the profile's own).
+        draft_signal: A per-position signal over the workload's flat positions (e.g. an acceptance predictor's
+            probabilities), reported to controllers as :attr:`BatchState.draft_view`.
     """
 
     def __init__(self, workload: Workload, profile: BatchCostProfile, concurrency: int | Sequence[tuple[float, int]]
                  = 1, arrival_rate: float | None = None, requests: Sequence[int] | np.ndarray | None = None,
                  k_max: int = DEFAULT_K_MAX, seed: int = 0, drafter: str | None = None,
-                 switch_costs: SwitchCosts | None = None, capture_sizes: Sequence[int] | None = None):
+                 switch_costs: SwitchCosts | None = None, capture_sizes: Sequence[int] | None = None,
+                 draft_signal: np.ndarray | None = None):
         self.workload = workload
         if capture_sizes is not None:
             profile = with_capture_sizes(profile, capture_sizes)
@@ -123,6 +126,14 @@ class BatchReplay:
             p_all = workload.require("p_accept", "batch replay")
             self.runs = per_position_runs(np.concatenate([p_all[sl] for sl in spans]), offsets,
                                           workload.request_id[self.requests], seed)
+        self.draft_signal: np.ndarray | None = None
+        if draft_signal is not None:
+            sig = np.asarray(draft_signal, dtype=np.float64)
+            if sig.shape != (int(workload.offsets[-1]),):
+                raise SpecgymError(f"batch replay: draft_signal needs one value per position of the workload "
+                                   f"({int(workload.offsets[-1])}), got shape {sig.shape}")
+            self.draft_signal = np.concatenate([sig[sl] for sl in spans])
+        self._ahead = np.arange(self.k_max)[None, :]
         self.kv0 = workload.prompt_len[self.requests].astype(np.int64) - offsets[:-1]  # KV = kv0 + flat position
         self.schedule = [(float("inf"), int(concurrency))] if isinstance(concurrency, (int, np.integer)) else \
             [(float(d), int(c)) for d, c in concurrency]
@@ -245,7 +256,12 @@ class BatchReplay:
             new, self._new = np.asarray(self._new, dtype=np.int64), []
         else:
             new = _NONE
-        return BatchState(len(act), self.queue, self.concurrency(), act, new, self._kv0_sum + self._pos_sum)
+        view = None
+        if self.draft_signal is not None:  # the next k_max positions of each sequence (0 past its end)
+            idx = self.pos[act][:, None] + self._ahead
+            view = np.where(idx < self.slot_end[act][:, None], self.draft_signal[np.minimum(idx, len(
+                self.draft_signal) - 1)], 0.0)
+        return BatchState(len(act), self.queue, self.concurrency(), act, new, self._kv0_sum + self._pos_sum, view)
 
     def step(self, k: int | np.ndarray | BatchDecision) -> BatchStep:
         """Play one step: ``k`` is the batch's K, one K per slot of :attr:`active_slots` (in that order), or a

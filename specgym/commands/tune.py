@@ -148,10 +148,10 @@ def _sweep(args: argparse.Namespace) -> int:
         if path is not None:
             check_output(path, args.force, "file")
     switch = SwitchCosts.parse(args.switch_costs)
-    specs = resolve(split_specs(args.controllers), k_max=args.k_max, kinds=("batch",)).rows
     profile = load_batch_profile(args.profile)
     profile.check_k_max(args.k_max)
     wl = cached_workload(args.workload or default_workload_name())
+    specs = resolve(split_specs(args.controllers), k_max=args.k_max, workload=wl, kinds=("batch",)).rows
     res = sweep(wl, profile, args.concurrency, specs, args.replications, args.k_max, args.split, args.seed,
                 None if switch.free else switch,
                 progress=lambda c, rep: print(f"  concurrency {c}: replication {rep + 1}/{args.replications}",

@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from specgym.agents.specs import make
 from specgym.envs.core.batch import BatchDecision
 from specgym.envs.core.batch_cost import load_batch_profile
 from specgym.envs.engines.batch_engine import BatchReplay
-from specgym.envs.gym.batch_env import SpecDecodeBatchEnv
 from specgym.envs.workloads.synthetic import generate_workload
 from specgym.eval.bench.common import print_table, versus
 
@@ -23,8 +23,8 @@ CONCURRENCY = 64
 def env_steps_per_s(wl: Any, profile: Any, seconds: float = 1.0) -> tuple[float, float]:
     """``(steps per second, seconds per reset)`` of the batch env at a fixed concurrency 64 with a fixed action (the
     env's own cost; the resets, which draw a new episode's runs, are timed apart)."""
-    env = SpecDecodeBatchEnv(workload=wl, batch_profile=profile, requests=wl.n_requests, concurrency=CONCURRENCY,
-                             max_batch=CONCURRENCY, split="all")
+    env = gym.make("specgym/SpecDecodeBatch-v0", workload=wl, batch_profile=profile, requests=wl.n_requests,
+                   concurrency=CONCURRENCY, max_batch=CONCURRENCY, split="all").unwrapped  # the env, no wrappers
     steps, stepping, resets, resetting = 0, 0.0, 0, 0.0
     while stepping < seconds:
         t0 = time.perf_counter()

@@ -10,7 +10,10 @@ ratio is paired across replications (:class:`~specgym.eval.stats.PairedBootstrap
 The **clairvoyant oracle** (``oracle-clairvoyant``, replay only) reads the replay's runs: each step every request
 verifies (and drafts) exactly the drafts that will be accepted, up to ``k_max``. It maximises every step's tokens
 per second (more verified-and-accepted tokens always raise a step's rate) and bounds what any allocator of
-per-request budgets can reach step by step; its ratio to the best fixed K is the cell's headroom.
+per-request budgets can reach step by step; its ratio to the best fixed K is the cell's headroom. Under switch costs
+it drafts ``k_max`` every step (one tier, never switching; verification still exact).
+
+Controllers that take the engine's switch costs (an attribute ``switch_costs``, specgym's allocator) are told them.
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ class ClairvoyantBudget(BatchController):
     def propose(self, state: BatchState) -> BatchDecision:
         sim = self.replay
         v = np.minimum(sim.runs[sim.pos[state.slots]], self.k_max)
-        return BatchDecision(v, v)
+        # under switch costs: one tier, k_max drafted every step (an oracle of verification only)
+        return BatchDecision(v, v if sim.switch is None else self.k_max)
 
 
 def steady_throughput(sim: BatchReplay, ctrl: BatchController) -> float:
@@ -70,6 +74,8 @@ def sweep(workload: Workload, profile: BatchCostProfile, concurrencies: Sequence
              if not r.spec.startswith("static:")]
     signals: dict[str, np.ndarray | None] = {}  # the draft view an estimator reads (a predictor's probabilities)
     for name, ctrl in named:
+        if hasattr(ctrl, "switch_costs"):  # a controller that prices tier switches is told the engine's
+            ctrl.switch_costs = switch_costs
         fn = getattr(getattr(ctrl, "estimator", None), "workload_signal", None)
         signals[name] = fn(workload) if fn is not None else None
     statics = [f"static:{k}" for k in range(k_max + 1)]

@@ -73,7 +73,8 @@ class BatchStep:
         finished: Requests that finished in this step.
         drafted: Draft tokens proposed per sequence, ``(batch,)`` (``None``: ``planned_k``, nothing drafted beyond
             the verified prefix).
-        tier: The step's K tier (its longest draft, after any cooldown) and ``switched``: whether it changed tier.
+        tier: The step's K tier (the longest draft asked for, after any cooldown; with switch costs off, the longest
+            draft run) and ``switched``: whether it changed tier.
     """
 
     batch: int

@@ -1,9 +1,9 @@
 """Switch costs of a serving engine: changing a step's K tier is not free.
 
 A serving engine runs each step as a CUDA graph captured for a number of speculative tokens; the **tier** of a step
-is its longest draft (the K the step runs as; verification trimmed inside a tier, as vLLM's adaptive verification
-does, keeps the tier). Three published effects, one record (:class:`SwitchCosts`), paid by every controller because
-the engine charges them:
+is the longest draft it asks for (the K the step runs as, whether or not a request near its end drafts that many;
+verification trimmed inside a tier, as vLLM's adaptive verification does, keeps the tier). Three published effects,
+one record (:class:`SwitchCosts`), paid by every controller because the engine charges them:
 
 * ``per_switch_ms``: a fixed cost each time the tier changes (inference-lab's ``SwitchConstraints`` cost per
   switch; a graph swap, a re-plan of the draft buffers);

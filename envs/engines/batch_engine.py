@@ -283,29 +283,35 @@ class BatchReplay:
         else:
             verify, draft = k, None
         if isinstance(verify, (int, np.integer)):
-            cap = np.minimum(left, min(max(int(verify), 0), self.k_max))
+            tier = min(max(int(verify), 0), self.k_max)
+            cap = np.minimum(left, tier)
         else:
             cap = np.clip(np.asarray(verify, dtype=np.int64), 0, self.k_max)
             if cap.shape != (b,):
                 raise SpecgymError(f"batch replay: expected one K per sequence in flight ({b}), got shape "
                                    f"{cap.shape}")
+            tier = int(cap.max())
             np.minimum(cap, left, out=cap)
         if draft is None:
             drafted = cap
         else:
-            drafted = np.minimum(np.clip(np.asarray(draft, dtype=np.int64), 0, self.k_max), left)
-            drafted = np.maximum(np.broadcast_to(drafted, (b,)), cap)
+            drafted = np.clip(np.asarray(draft, dtype=np.int64), 0, self.k_max)
+            tier = max(tier, int(drafted.max()))
+            drafted = np.maximum(np.broadcast_to(np.minimum(drafted, left), (b,)), cap)
         kdraft = int(drafted.max())
         switched = False
         sw = self.switch
-        if sw is not None:
-            if self._tier >= 0 and kdraft != self._tier and self._since_switch < sw.cooldown_steps:
-                kdraft = self._tier  # held: the step runs at the tier (every sequence drafts it), verifies <= it
-                drafted = np.full(b, kdraft, dtype=np.int64)
+        if sw is not None:  # the tier is the K asked for (a request's end does not change the graph)
+            if self._tier >= 0 and tier != self._tier and self._since_switch < sw.cooldown_steps:
+                tier = self._tier  # held: the step runs at the tier (every sequence drafts it), verifies <= it
+                drafted = np.minimum(left, tier)
                 cap = np.minimum(cap, drafted)
-            switched = self._tier >= 0 and kdraft != self._tier
+                kdraft = int(drafted.max())
+            switched = self._tier >= 0 and tier != self._tier
             self._since_switch = 0 if switched else self._since_switch + 1
-            self._tier = kdraft
+            self._tier = tier
+        else:
+            tier = kdraft
         accepted = np.minimum(self.runs[pos], cap)
         ncap = int(cap.sum())
         if self._linear:
@@ -314,7 +320,7 @@ class BatchReplay:
         else:
             t = self._grid_ms(b, ncap, drafted, kdraft)
         if sw is not None:
-            t = t * sw.slowdown(kdraft) + (sw.per_switch_ms if switched else 0.0)
+            t = t * sw.slowdown(tier) + (sw.per_switch_ms if switched else 0.0)
         total = ncap + b if ncap == 0 else int(accepted.sum()) + b
         newpos = pos + accepted
         newpos += 1
@@ -336,7 +342,7 @@ class BatchReplay:
         self.tokens += total
         if nfin or self._pending():
             self._admit()
-        return BatchStep(b, queue, act, cap, accepted, total, t, nfin, drafted, kdraft, switched)
+        return BatchStep(b, queue, act, cap, accepted, total, t, nfin, drafted, tier, switched)
 
     def _grid_ms(self, b: int, ncap: int, drafted: np.ndarray, kdraft: int) -> float:
         """A step priced on a grid profile: one draft forward per draft position over the sequences still drafting,

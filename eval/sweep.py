@@ -8,9 +8,10 @@ best fixed K at ``c`` is the static K with the most tokens/s summed over the rep
 ratio is paired across replications (:class:`~specgym.eval.stats.PairedBootstrap`, 95% percentile interval).
 
 The **clairvoyant oracle** (``oracle-clairvoyant``, replay only) reads the replay's runs: each step every request
-verifies (and drafts) exactly the drafts that will be accepted, up to ``k_max``. It maximises every step's tokens
-per second (more verified-and-accepted tokens always raise a step's rate) and bounds what any allocator of
-per-request budgets can reach step by step; its ratio to the best fixed K is the cell's headroom. Under switch costs
+verifies (and drafts) exactly the drafts that will be accepted, up to ``k_max``: no verified token is wasted. Its
+ratio to the best fixed K is the cell's headroom. It is a clairvoyant *greedy* reference, not a bound: where each
+draft position costs a forward of its own (a grid profile, drafting on a CPU), skipping some accepted tokens can
+pay, and an allocator may beat it. Under switch costs
 it drafts ``k_max`` every step (one tier, never switching; verification still exact).
 
 Controllers that take the engine's switch costs (an attribute ``switch_costs``, specgym's allocator) are told them.

@@ -5,7 +5,8 @@ replication draws them and the acceptance draws) and serves them in a closed loo
 static K in ``0..k_max`` and the clairvoyant oracle. The figure is the **steady-state** throughput: tokens per second
 up to the step in which the last request entered (after it the batch drains, a tail no serving engine has). The
 best fixed K at ``c`` is the static K with the most tokens/s summed over the replications (in hindsight); every
-ratio is paired across replications (:class:`~specgym.eval.stats.PairedBootstrap`, 95% percentile interval).
+ratio is paired across replications (:class:`~specgym.eval.stats.PairedBootstrap`, 95% percentile interval). Each
+row also carries the median TPOT of the requests finished in the window (mean over replications).
 
 The **clairvoyant oracle** (``oracle-clairvoyant``, replay only) reads the replay's runs: each step every request
 verifies (and drafts) exactly the drafts that will be accepted, up to ``k_max``: no verified token is wasted. Its
@@ -65,6 +66,13 @@ def steady_throughput(sim: BatchReplay, ctrl: BatchController) -> float:
     return sim.tokens / sim.now_ms * 1000.0
 
 
+def median_tpot_ms(sim: BatchReplay) -> float:
+    """Median TPOT of the requests that finished (in the steady-state window)."""
+    tpot = sim.tpot_ms()
+    done = tpot[np.isfinite(tpot)]
+    return float(np.median(done)) if len(done) else float("nan")
+
+
 def sweep(workload: Workload, profile: BatchCostProfile, concurrencies: Sequence[int],
           specs: Sequence[str | BatchController | Resolved], replications: int = 5, k_max: int = 12,
           split: str = "all", seed: int = 0, switch_costs: SwitchCosts | None = None,
@@ -86,6 +94,7 @@ def sweep(workload: Workload, profile: BatchCostProfile, concurrencies: Sequence
     t_start = time.perf_counter()
     for c in concurrencies:
         thr: dict[str, list[float]] = {s: [] for s in [*statics, *(n for n, _ in named), ORACLE]}
+        tpot: dict[str, list[float]] = {s: [] for s in thr}
         for rep in range(replications):
             rng = np.random.default_rng([seed, int(c), rep])
             size = min(max(3 * int(c), 24), len(pool))
@@ -99,10 +108,14 @@ def sweep(workload: Workload, profile: BatchCostProfile, concurrencies: Sequence
             for k in range(k_max + 1):
                 sim = replay()
                 thr[f"static:{k}"].append(steady_throughput(sim, _Static(k)))
+                tpot[f"static:{k}"].append(median_tpot_ms(sim))
             for name, ctrl in named:
-                thr[name].append(steady_throughput(replay(signals[name]), ctrl))
+                sim = replay(signals[name])
+                thr[name].append(steady_throughput(sim, ctrl))
+                tpot[name].append(median_tpot_ms(sim))
             sim = replay()
             thr[ORACLE].append(steady_throughput(sim, ClairvoyantBudget(sim)))
+            tpot[ORACLE].append(median_tpot_ms(sim))
             if progress is not None:
                 progress(c, rep)
         arr = {s: np.asarray(v) for s, v in thr.items()}
@@ -113,11 +126,13 @@ def sweep(workload: Workload, profile: BatchCostProfile, concurrencies: Sequence
                          "per_replication_tok_s": {s: v for s, v in thr.items()}}
         for s in [f"best-fixed:{best_k}", *(n for n, _ in named), ORACLE]:
             v = best if s.startswith("best-fixed") else arr[s]
+            key = f"static:{best_k}" if s.startswith("best-fixed") else s
             ci = boot.ratio_ci(v, best) if s != f"best-fixed:{best_k}" else (1.0, 1.0)
             rows.append({"controller": s, "concurrency": int(c), "tok_s": float(v.mean()),
                          "vs_best_fixed": float(v.sum() / best.sum()),
                          "ci95_low": float(ci[0]) if ci else None, "ci95_high": float(ci[1]) if ci else None,
-                         "wins_vs_best_fixed": int((v > best).sum()), "best_fixed_k": best_k})
+                         "wins_vs_best_fixed": int((v > best).sum()), "best_fixed_k": best_k,
+                         "tpot_ms_median": float(np.nanmean(tpot[key]))})
     return {"schema": SCHEMA, "workload": workload.name, "synthetic": workload.is_synthetic,
             "profile": profile.name, "concurrencies": [int(c) for c in concurrencies],
             "controllers": [n for n, _ in named], "replications": replications, "k_max": k_max,

@@ -275,7 +275,9 @@ def test_sweep_json_schema_table_and_plot(tmp_path, capsys):
     names = {r["controller"] for r in res["rows"]}
     assert any(n.startswith("vllm-adaptive") for n in names) and "oracle-clairvoyant" in names
     for r in res["rows"]:
-        assert {"controller", "concurrency", "tok_s", "vs_best_fixed", "ci95_low", "ci95_high"} <= set(r)
+        assert {"controller", "concurrency", "tok_s", "vs_best_fixed", "ci95_low", "ci95_high", "tpot_ms_median"} \
+            <= set(r)
+        assert r["tpot_ms_median"] > 0
         if not r["controller"].startswith("best-fixed"):
             assert r["ci95_low"] <= r["vs_best_fixed"] <= r["ci95_high"]
     for cell in res["cells"].values():

@@ -15,6 +15,10 @@ draft position costs a forward of its own (a grid profile, drafting on a CPU), s
 pay, and an allocator may beat it. Under switch costs
 it drafts ``k_max`` every step (one tier, never switching; verification still exact).
 
+The **request-rates oracle** (``oracle-request-rates``, replay only) is specgym's allocator told, in hindsight, each
+request's own acceptance by position (``P(run >= j + 1 | run >= j)`` over all its starts): what knowing every
+request's acceptance profile, but none of its steps, is worth. Its ratio is the cell's ``request_rates_headroom``.
+
 Controllers that take the engine's switch costs (an attribute ``switch_costs``, specgym's allocator) are told them.
 """
 
@@ -29,7 +33,9 @@ from typing import Any
 import numpy as np
 
 from specgym.agents.specs import Resolved, resolve
-from specgym.envs.core.batch import BatchController, BatchDecision, BatchState
+from specgym.baselines.acceptance_estimators import AcceptanceEstimator
+from specgym.baselines.budget_allocator import BudgetAllocator
+from specgym.envs.core.batch import BatchController, BatchDecision, BatchState, BatchStep
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.switching import SwitchCosts
 from specgym.envs.engines.batch_engine import BatchReplay
@@ -38,6 +44,7 @@ from specgym.eval.stats import PairedBootstrap
 from specgym.io import atomic_write_bytes
 
 ORACLE = "oracle-clairvoyant"
+REQUEST_ORACLE = "oracle-request-rates"
 SCHEMA = "specgym-serving-sweep/1"
 
 
@@ -55,6 +62,32 @@ class ClairvoyantBudget(BatchController):
         v = np.minimum(sim.runs[sim.pos[state.slots]], self.k_max)
         # under switch costs: one tier, k_max drafted every step (an oracle of verification only)
         return BatchDecision(v, v if sim.switch is None else self.k_max)
+
+
+class RequestRates(AcceptanceEstimator):
+    """Each request's own acceptance by position in hindsight: ``P(run >= j + 1 | run >= j)`` over all of its starts
+    (reads the replay; knows every request's acceptance profile, none of its steps)."""
+
+    name = "request-rates"
+
+    def __init__(self, replay: BatchReplay):
+        self.replay = replay
+
+    def reset(self, slots: int, width: int) -> None:
+        super().reset(slots, width)
+        sim = self.replay
+        self.table = np.zeros((len(sim.requests), width))
+        j = np.arange(width)
+        for r in range(len(sim.requests)):
+            runs = np.minimum(sim.runs[sim.start[r]:sim.end[r]], width)
+            reach = (runs[:, None] >= j).sum(axis=0)
+            self.table[r] = np.where(reach > 0, (runs[:, None] >= j + 1).sum(axis=0) / np.maximum(reach, 1), 0.0)
+
+    def confidences(self, slots: np.ndarray) -> np.ndarray:
+        return self.table[self.replay.slot_req[slots]]
+
+    def update(self, step: BatchStep) -> None:
+        pass
 
 
 def steady_throughput(sim: BatchReplay, ctrl: BatchController) -> float:
@@ -93,7 +126,7 @@ def sweep(workload: Workload, profile: BatchCostProfile, concurrencies: Sequence
     boot = PairedBootstrap(replications, 2000, seed=0)
     t_start = time.perf_counter()
     for c in concurrencies:
-        thr: dict[str, list[float]] = {s: [] for s in [*statics, *(n for n, _ in named), ORACLE]}
+        thr: dict[str, list[float]] = {s: [] for s in [*statics, *(n for n, _ in named), ORACLE, REQUEST_ORACLE]}
         tpot: dict[str, list[float]] = {s: [] for s in thr}
         for rep in range(replications):
             rng = np.random.default_rng([seed, int(c), rep])
@@ -116,6 +149,9 @@ def sweep(workload: Workload, profile: BatchCostProfile, concurrencies: Sequence
             sim = replay()
             thr[ORACLE].append(steady_throughput(sim, ClairvoyantBudget(sim)))
             tpot[ORACLE].append(median_tpot_ms(sim))
+            sim = replay()
+            thr[REQUEST_ORACLE].append(steady_throughput(sim, BudgetAllocator(RequestRates(sim), switch_costs)))
+            tpot[REQUEST_ORACLE].append(median_tpot_ms(sim))
             if progress is not None:
                 progress(c, rep)
         arr = {s: np.asarray(v) for s, v in thr.items()}
@@ -123,8 +159,9 @@ def sweep(workload: Workload, profile: BatchCostProfile, concurrencies: Sequence
         best = arr[f"static:{best_k}"]
         cells[str(c)] = {"best_fixed_k": best_k, "best_fixed_tok_s": float(best.mean()),
                          "oracle_headroom": float(arr[ORACLE].sum() / best.sum()),
+                         "request_rates_headroom": float(arr[REQUEST_ORACLE].sum() / best.sum()),
                          "per_replication_tok_s": {s: v for s, v in thr.items()}}
-        for s in [f"best-fixed:{best_k}", *(n for n, _ in named), ORACLE]:
+        for s in [f"best-fixed:{best_k}", *(n for n, _ in named), ORACLE, REQUEST_ORACLE]:
             v = best if s.startswith("best-fixed") else arr[s]
             key = f"static:{best_k}" if s.startswith("best-fixed") else s
             ci = boot.ratio_ci(v, best) if s != f"best-fixed:{best_k}" else (1.0, 1.0)
@@ -155,7 +192,7 @@ def table_lines(res: dict[str, Any]) -> list[str]:
     concs = res["concurrencies"]
     by = {(r["controller"].split(":")[0] if r["controller"].startswith("best-fixed") else r["controller"],
            r["concurrency"]): r for r in res["rows"]}
-    names = ["best-fixed", *res["controllers"], ORACLE]
+    names = ["best-fixed", *res["controllers"], ORACLE, REQUEST_ORACLE]
     out = ["| controller | " + " | ".join(f"c={c}" for c in concs) + " |",
            "|---|" + "---:|" * len(concs)]
     for n in names:
@@ -181,10 +218,10 @@ def plot(res: dict[str, Any], path: Path, overwrite: bool = False) -> Path:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     concs = res["concurrencies"]
-    for name in [*res["controllers"], ORACLE]:
+    for name in [*res["controllers"], ORACLE, REQUEST_ORACLE]:
         rows = [next(r for r in res["rows"] if r["controller"] == name and r["concurrency"] == c) for c in concs]
         y = [r["vs_best_fixed"] for r in rows]
-        line = ax.plot(concs, y, marker="o", label=name, linestyle="--" if name == ORACLE else "-")
+        line = ax.plot(concs, y, marker="o", label=name, linestyle="--" if name.startswith("oracle") else "-")
         if rows[0]["ci95_low"] is not None:
             ax.fill_between(concs, [r["ci95_low"] for r in rows], [r["ci95_high"] for r in rows], alpha=0.15,
                             color=line[0].get_color())

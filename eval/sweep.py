@@ -109,7 +109,7 @@ def median_tpot_ms(sim: BatchReplay) -> float:
 def sweep(workload: Workload, profile: BatchCostProfile, concurrencies: Sequence[int],
           specs: Sequence[str | BatchController | Resolved], replications: int = 5, k_max: int = 12,
           split: str = "all", seed: int = 0, switch_costs: SwitchCosts | None = None,
-          progress: Any = None) -> dict[str, Any]:
+          progress: Any = None, capture_sizes: Sequence[int] | None = None) -> dict[str, Any]:
     """Every controller at every concurrency against the best fixed K there (module docstring)."""
     pool = workload.split_indices(split)
     named = [(r.spec, r.controller) for r in resolve(specs, k_max, workload, kinds=("batch",))
@@ -136,7 +136,7 @@ def sweep(workload: Workload, profile: BatchCostProfile, concurrencies: Sequence
 
             def replay(signal: np.ndarray | None = None) -> BatchReplay:
                 return BatchReplay(workload, profile, int(c), requests=reqs, k_max=k_max, seed=oseed,
-                                   switch_costs=switch_costs, draft_signal=signal)
+                                   switch_costs=switch_costs, draft_signal=signal, capture_sizes=capture_sizes)
 
             for k in range(k_max + 1):
                 sim = replay()
@@ -174,6 +174,7 @@ def sweep(workload: Workload, profile: BatchCostProfile, concurrencies: Sequence
             "profile": profile.name, "concurrencies": [int(c) for c in concurrencies],
             "controllers": [n for n, _ in named], "replications": replications, "k_max": k_max,
             "switch_costs": None if switch_costs is None else switch_costs.__dict__.copy(),
+            "capture_sizes": None if capture_sizes is None else [int(x) for x in capture_sizes],
             "measure": "closed loop, steady state (until the last request entered), tokens/s",
             "rows": rows, "cells": cells, "seconds": time.perf_counter() - t_start}
 

@@ -317,3 +317,18 @@ def test_draft_view_and_the_predictor_fed_rules():
         assert sim.done and sim.tokens == wl.lengths[reqs].sum()
     with pytest.raises(SpecgymError, match="one value per position"):
         BatchReplay(wl, A100, 3, requests=reqs, draft_signal=np.zeros(5))
+
+
+def test_sweep_with_switch_costs_and_capture_sizes(mix_workload):
+    """Every row of a sweep under switch costs and CUDA-graph padding is priced by the same engine; the padded
+    sweep is never faster than the unpadded one for a fixed K (padding only adds tokens)."""
+    from specgym.eval.sweep import sweep
+
+    kw = dict(concurrencies=[4], specs=["budget:pos-ema"], replications=2, k_max=4)
+    plain = sweep(mix_workload, H100, **kw)  # type: ignore[arg-type]
+    padded = sweep(mix_workload, H100, capture_sizes=[16, 32, 64], switch_costs=SwitchCosts(0.5, 1), **kw)  # type: ignore[arg-type]
+    assert padded["capture_sizes"] == [16, 32, 64] and padded["switch_costs"]["per_switch_ms"] == 0.5
+    for k in range(5):
+        a = plain["cells"]["4"]["per_replication_tok_s"][f"static:{k}"]
+        b = padded["cells"]["4"]["per_replication_tok_s"][f"static:{k}"]
+        assert all(y <= x + 1e-9 for x, y in zip(a, b)), k

@@ -19,6 +19,7 @@ from specgym.envs.workloads.trace_format import cached_workload
 from specgym.eval.batch_eval import compare
 from specgym.eval.sweep import plot, sweep, table_lines
 from specgym.eval.tune import describe, tune_vllm
+from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text, check_output
 from specgym.paths import default_workload_name
 
@@ -93,6 +94,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--split", default="all", choices=("train", "val", "test", "all"), help="(default all)")
     w.add_argument("--switch-costs", default="off",
                    help="what a K-tier switch costs: ms=X,cooldown=N,captured=0-1-3,slowdown=F (default off)")
+    w.add_argument("--capture-sizes", type=_concurrencies, default=None,
+                   help="CUDA-graph capture sizes the batched tokens are padded to, e.g. 1,2,4,8,16,32,64,128,256,512 "
+                        "(a linear profile such as h100-llama31-8b; default: the profile's own)")
     w.add_argument("--seed", type=nonneg_int, default=0, help="seed of requests and draws (default %(default)s)")
     w.add_argument("--json", type=Path, default=None, help="write the result as JSON here")
     w.add_argument("--plot", type=Path, default=None, help="write a PNG plot here (default: next to --json)")
@@ -150,12 +154,15 @@ def _sweep(args: argparse.Namespace) -> int:
     switch = SwitchCosts.parse(args.switch_costs)
     profile = load_batch_profile(args.profile)
     profile.check_k_max(args.k_max)
+    if args.capture_sizes is not None and profile.linear is None:
+        raise SpecgymError(f"--capture-sizes: batch profile {profile.name!r} is a grid; capture sizes pad a linear "
+                           f"profile's batched tokens (e.g. h100-llama31-8b)")
     wl = cached_workload(args.workload or default_workload_name())
     specs = resolve(split_specs(args.controllers), k_max=args.k_max, workload=wl, kinds=("batch",)).rows
     res = sweep(wl, profile, args.concurrency, specs, args.replications, args.k_max, args.split, args.seed,
                 None if switch.free else switch,
                 progress=lambda c, rep: print(f"  concurrency {c}: replication {rep + 1}/{args.replications}",
-                                              file=sys.stderr))
+                                              file=sys.stderr), capture_sizes=args.capture_sizes)
     print(f"{wl.label} on {profile.name}: closed loop, steady-state tokens/s vs the best fixed K at each concurrency "
           f"(K in 0..{args.k_max}, in hindsight), paired 95% CIs over {args.replications} replications"
           + ("" if switch.free else f"; switch costs {args.switch_costs}") + f" ({res['seconds']:.0f} s)")

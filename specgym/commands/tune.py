@@ -1,6 +1,7 @@
 """``specgym tune``: serving at concurrency. ``tune vllm`` computes vLLM's Dynamic SD batch-size table from your
 traces and hardware profile; ``tune roofline`` writes a batched profile from public hardware numbers; ``tune compare``
-runs batch controllers on a mixed-concurrency workload with paired confidence intervals."""
+runs batch controllers on a mixed-concurrency workload with paired confidence intervals; ``tune sweep`` runs them at
+each of several concurrencies against the best fixed K there (:mod:`specgym.eval.sweep`)."""
 
 from __future__ import annotations
 

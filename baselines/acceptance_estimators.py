@@ -15,6 +15,11 @@ from those labels.
   seen so far (the last 50,000). vLLM's input, the top-2 logit margin, is not in these traces; the inputs here
   (a documented substitution) are what a scheduler knows of the request: the EMA (0.8 on the history) of its
   labels' mean per step and its last step's labels' mean. Before the first fit the pooled ``pos-ema`` answers.
+
+Labels only come from verified drafts, so an estimator that predicts rejection could keep a rule at plain steps
+for ever (vLLM's confidences come from drafts it always makes). ``pos-ema`` after a step without labels, and
+``logistic``'s inputs for a request that verified nothing, drift back toward their prior (0.7) at their EMA rate:
+a rule stuck at plain decoding retries.
 * ``predictor:NAME`` -- specgym's acceptance predictor on the drafter's own signals of the tokens it drafts this
   step (:attr:`~specgym.envs.core.batch.BatchState.draft_view`; the engine is given the predictor's probabilities
   over the trace, :meth:`DraftView.workload_signal`): what a token-level stop sees while drafting. It needs a trace
@@ -114,11 +119,15 @@ class EmaPerPosition(AcceptanceEstimator):
         label, seen = step_labels(step, self.width)
         n = seen.sum(axis=0)
         has = n > 0
+        if not has.any():  # nothing verified: drift back to the prior, so that a rule stuck at plain steps retries
+            self.rate = self.beta * self.rate + (1.0 - self.beta) * self.prior
+            return
         mean = label.sum(axis=0)[has] / n[has]
         self.rate[has] = self.beta * self.rate[has] + (1.0 - self.beta) * mean
 
 
 _NF = 3  # inputs of the online logistic model (the intercept included)
+_PRIOR = 0.7  # a request's label mean before any evidence
 
 
 class OnlineLogistic(AcceptanceEstimator):
@@ -133,8 +142,8 @@ class OnlineLogistic(AcceptanceEstimator):
         super().reset(slots, width)
         self.pooled = EmaPerPosition()
         self.pooled.reset(slots, width)
-        self.ema = np.full(slots, 0.7)  # the request's own EMA of its labels' mean
-        self.last = np.full(slots, 0.7)  # its last step's labels' mean (accepted share of the observed positions)
+        self.ema = np.full(slots, _PRIOR)  # the request's own EMA of its labels' mean
+        self.last = np.full(slots, _PRIOR)  # its last step's labels' mean (accepted share of the observed positions)
         self.w: np.ndarray | None = None  # (_NF, width) once fitted
         self._x: list[np.ndarray] = []
         self._y: list[np.ndarray] = []
@@ -143,7 +152,7 @@ class OnlineLogistic(AcceptanceEstimator):
         self.steps = 0
 
     def admit(self, new_slots: np.ndarray) -> None:
-        self.ema[new_slots] = self.last[new_slots] = 0.7
+        self.ema[new_slots] = self.last[new_slots] = _PRIOR
 
     def _features(self, slots: np.ndarray) -> np.ndarray:
         return np.stack([np.ones(len(slots)), self.ema[slots], self.last[slots]], axis=1)
@@ -168,6 +177,9 @@ class OnlineLogistic(AcceptanceEstimator):
         s = step.slots[has]
         self.ema[s] = self.alpha * self.ema[s] + (1.0 - self.alpha) * share
         self.last[s] = share
+        idle = step.slots[~has]  # verified nothing: drift back to the prior (a request stuck at plain steps retries)
+        self.ema[idle] = self.alpha * self.ema[idle] + (1.0 - self.alpha) * _PRIOR
+        self.last[idle] = self.alpha * self.last[idle] + (1.0 - self.alpha) * _PRIOR
         self.steps += 1
         if self.steps % self.refit_every == 0 and self._n:
             self._refit()

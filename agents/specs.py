@@ -33,7 +33,12 @@ from specgym.baselines.planned_stop import make_planned
 from specgym.baselines.predicted_marginal import make_predicted
 from specgym.agents.traits import Traits
 from specgym.baselines.assc import ASSC
+from specgym.baselines.acceptance_estimators import make_estimator
 from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule, PerSequence, StaticK
+from specgym.baselines.budget_allocator import BudgetAllocator
+from specgym.baselines.sglang_adaptive import SGLangAdaptiveSpec
+from specgym.baselines.trtllm_offswitch import TRTLLMOffSwitch
+from specgym.baselines.vllm_adaptive import VLLMAdaptiveVerification
 from specgym.baselines.confidence import ConfidenceStop
 from specgym.baselines.cumulative import CumulativeStop
 from specgym.baselines.entropy import EntropyStop
@@ -498,6 +503,15 @@ def _per_seq(arg: str | None, k_max: int) -> PerSequence:
     return PerSequence(lambda: make(arg, k_max), f"per-seq:{arg}")
 
 
+def _trtllm_off(arg: str | None, k_max: int) -> TRTLLMOffSwitch:
+    if arg is None:
+        return TRTLLMOffSwitch(min(3, k_max), 32)
+    parts = arg.split(":")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts) or int(parts[0]) > k_max or int(parts[1]) < 1:
+        raise SpecgymError(f"trtllm-off needs K:MAX_CONCURRENCY with K in 0..{k_max}, e.g. trtllm-off:3:32")
+    return TRTLLMOffSwitch(int(parts[0]), int(parts[1]))
+
+
 def _fixed_all(traits: Traits, k_max: int) -> list[str]:
     return [f"fixed:{k}" for k in range(1, k_max + 1)]
 
@@ -554,7 +568,18 @@ for _row in (
     Entry("table", "batch", "rule", _table, "table:[[start,end,K],...]|FILE (a vLLM table)", level="batch"),
     Entry("goodput", "batch", "rule", _no_arg(GoodputRule), "goodput", _const("goodput"), level="batch"),
     Entry("per-seq", "batch", "rule", _per_seq, "per-seq:SPEC (a chain controller per sequence)",
-          _const("per-seq:marginal"), level="batch"),
+          _const("per-seq:assc"), level="batch"),
+    Entry("vllm-adaptive", "batch", "rule", lambda a, k: VLLMAdaptiveVerification(make_estimator(a, "ema")),
+          "vllm-adaptive[:ema|pos-ema|logistic|predictor:NAME] (vLLM adaptive verification)",
+          lambda t, k: ["vllm-adaptive:ema", "vllm-adaptive:logistic",
+                        *(f"vllm-adaptive:predictor:{p}" for p in t.predictors)], level="batch"),
+    Entry("sglang-adaptive", "batch", "rule", _no_arg(SGLangAdaptiveSpec), "sglang-adaptive (SGLang EMA tiers)",
+          _const("sglang-adaptive"), level="batch"),
+    Entry("trtllm-off", "batch", "rule", _trtllm_off, "trtllm-off[:K:MAX_CONCURRENCY]", _const("trtllm-off:3:32"),
+          level="batch"),
+    Entry("budget", "batch", "predictor", lambda a, k: BudgetAllocator(make_estimator(a, "logistic")),
+          "budget[:logistic|ema|pos-ema|predictor:NAME] (specgym's allocator)",
+          lambda t, k: ["budget:logistic", *(f"budget:predictor:{p}" for p in t.predictors)], level="batch"),
     Entry("ppo", "batch", "learned", _batch_policy, "ppo:NAME|DIR (exported batch policy)", level="batch"),
 ):
     TABLE[(_row.kind, _row.prefix)] = _row

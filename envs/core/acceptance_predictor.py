@@ -501,3 +501,26 @@ def load_predictor(path: str | Path) -> AcceptancePredictor:
             raise SpecgymError(f"{p}: not valid JSON ({exc})") from None
         pred = _LOADED[key] = AcceptancePredictor.from_dict(data, where=str(p))
     return pred
+
+
+def workload_predictions(pred: AcceptancePredictor, wl: Any) -> np.ndarray:
+    """The predictor's acceptance probability at every position of ``wl`` (flat, the workload's layout), from the
+    trace's recorded draft signals (the model of its fallback chain that the workload can feed).
+
+    Raises:
+        SpecgymError: ``wl`` comes from another pair, or no model of the chain fits its signals.
+    """
+    use, _ = pred.for_source(SignalSource.of_workload(wl))
+    if use is None:
+        raise SpecgymError(f"predictor {pred.name!r}: workload {wl.name!r} lacks the signals of every model of its "
+                           f"chain")
+    n = int(wl.offsets[-1])
+    reqs = np.repeat(np.arange(len(wl.offsets) - 1), np.diff(wl.offsets))
+    position = np.arange(n) - np.asarray(wl.offsets)[reqs]
+    x = design_matrix(use.groups, wl.require("draft_conf", "the predictor"), wl.require("draft_entropy",
+                      "the predictor"), position, np.asarray(wl.temperature, dtype=np.float64)[reqs],
+                      getattr(wl, "draft_topk", None), getattr(wl, "lookup_len", None),
+                      getattr(wl, "lookup_agree", None), getattr(wl, "hidden_sketch", None))
+    if x is None:
+        raise SpecgymError(f"predictor {use.name!r}: workload {wl.name!r} lacks a signal it reads")
+    return use.predict_matrix(x)

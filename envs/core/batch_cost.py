@@ -142,6 +142,38 @@ class BatchCostProfile:
             raise SpecgymError(f"batch profile {self.name!r} is a grid: it prices no KV cache (step_time)")
         return self.linear.batch_step_ms(kv_tokens, batched_tokens, drafted, drafter, speculative)
 
+    def budget_step_ms(self, b: int, kv_tokens: int, verified: np.ndarray, drafted: np.ndarray | int,
+                       draft_counts: np.ndarray | None = None, drafter: str | None = None) -> np.ndarray:
+        """Step times of candidate allocations of one step of ``b`` sequences (what the budget rules maximise over).
+
+        Args:
+            b: Sequences in the step.
+            kv_tokens: Tokens in the batch's KV cache (a linear profile prices them; a grid does not).
+            verified: ``(m,)`` draft tokens verified over the batch in each candidate.
+            drafted: The longest draft of each candidate (``(m,)`` or one int).
+            draft_counts: ``(m, d)``: sequences drafting position ``j + 1`` in each candidate (a grid prices one
+                draft forward of that many sequences per position); ``None``: all ``b`` draft ``drafted``.
+            drafter: The drafter (a linear profile's pricing name; ``None``: its default).
+        """
+        verified = np.asarray(verified, dtype=np.float64)
+        drafted = np.broadcast_to(np.asarray(drafted, dtype=np.float64), verified.shape)
+        if self.linear is not None:
+            spec = self.linear.batch_step_ms(kv_tokens, b + verified, drafted, drafter, True)
+            plain = self.linear.batch_step_ms(kv_tokens, b, 0, drafter, False)
+            return np.where(drafted > 0, spec, plain)
+        _, row, overhead = self.row(b)
+        verify = np.interp(1.0 + verified / b, np.arange(1, len(row) + 1), row)
+        if draft_counts is None:
+            draft = drafted * self.draft(b)
+        else:
+            grid = self._b  # type: ignore[attr-defined]
+            dr = self._draft  # type: ignore[attr-defined]
+            counts = np.asarray(draft_counts, dtype=np.float64)
+            per = np.interp(counts, grid, dr) if len(grid) > 1 else np.full(counts.shape, dr[0])
+            draft = np.where(counts > 0, per, 0.0).sum(axis=1)
+        spec = draft + verify + overhead + self.step_overhead_ms
+        return np.where(drafted > 0, spec, row[0] + self.step_overhead_ms)
+
     @classmethod
     def from_linear(cls, profile: CostProfile, batch_sizes: tuple[int, ...] = tuple(2 ** i for i in range(10)))\
             -> BatchCostProfile:

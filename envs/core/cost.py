@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -391,6 +392,20 @@ class CostProfile:
                                  self.draft_cost(drafter) if speculative else None, self.round_overhead_ms,
                                  self.step_overhead_ms)
         return base + per_kv * kv_tokens
+
+    def batch_step_pricer(self, drafter: str | None = None) -> Callable[[int, int, int], float]:
+        """:meth:`batch_step_ms` for one drafter as a scalar function ``price(kv_tokens, batched_tokens, drafted)``
+        (a plain step when ``drafted`` is 0), the lookups done once: the batch replay's hot path."""
+        fwd = self._forward("the batched form")
+        dc = self.draft_cost(drafter)
+        over, step_over, per_kv = self.round_overhead_ms, self.step_overhead_ms, fwd.per_kv_ms
+
+        def price(kv_tokens: int, batched_tokens: int, drafted: int) -> float:
+            base, kv_ms = step_cost(fwd.base_ms(batched_tokens), per_kv, drafted, dc if drafted > 0 else None, over,
+                                    step_over)
+            return float(base + kv_ms * kv_tokens)
+
+        return price
 
     def copies(self, b: int) -> CostProfile:
         """A round of ``b`` identical sequences in lockstep as a single-request profile (a linear profile only):

@@ -160,10 +160,11 @@ class SchedulerHook:
             new = np.asarray(self._new, dtype=np.int64)
             self._new = []
             limit = self._pending[1] if self._pending is not None else batch
-            k = self.controller.propose(BatchState(batch, queue, limit, slots, new))
-            if isinstance(k, np.ndarray):
+            proposed = self.controller.propose(BatchState(batch, queue, limit, slots, new))
+            if not isinstance(proposed, (int, np.integer)):
                 raise ValueError(f"{self.controller.name}: vLLM drafts one K per step for the whole batch "
                                  "(SchedulerOutput.num_spec_tokens_to_schedule); per-sequence K is not supported")
+            k = int(proposed)
         else:
             k = self.num_spec_tokens
         return int(min(max(int(k), 0), self.num_spec_tokens))

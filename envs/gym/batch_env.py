@@ -118,7 +118,7 @@ class SpecDecodeBatchEnv(EnvShell):
         k = self._check_action(action)
         st = self.replay.step(k)
         self.tracker.update(st)
-        plain_rate = st.batch / self.profile.verify(st.batch, 1)
+        plain_rate = st.batch / self.profile.row(st.batch)[1][0]  # verify(b, 1), cached per batch size
         reward = (st.produced - st.time_ms * plain_rate) / st.batch
         done = self.replay.done
         info = {"k": k, "batch": st.batch, "produced": st.produced, "time_ms": st.time_ms,

@@ -20,6 +20,7 @@ SECTIONS: dict[str, str] = {
     "policy": "specgym.eval.bench.policy:policy_section",
     "live": "specgym.eval.bench.live:live_section",
     "batch": "specgym.eval.bench.batch:batch_section",
+    "serving": "specgym.eval.bench.serving:serving_section",
     "predictor": "specgym.eval.bench.predictor:predictor_section",
     "tree": "specgym.eval.bench.tree:tree_section",
     "scale": "specgym.eval.bench.scale:scale_section",

@@ -1,6 +1,7 @@
 """``specgym tune``: serving at concurrency. ``tune vllm`` computes vLLM's Dynamic SD batch-size table from your
 traces and hardware profile; ``tune roofline`` writes a batched profile from public hardware numbers; ``tune compare``
-runs batch controllers on a mixed-concurrency workload with paired confidence intervals."""
+runs batch controllers on a mixed-concurrency workload with paired confidence intervals; ``tune sweep`` runs them at
+each of several concurrencies against the best fixed K there (:mod:`specgym.eval.sweep`)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ from specgym.baselines.batch_rules import BatchSizeTable
 from specgym.commands.args import float_range, int_range, k_max_type, nonneg_int, positive_int
 from specgym.envs.core.batch_cost import Roofline, load_batch_profile, roofline_profile, save_batch_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.core.switching import SwitchCosts
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.eval.batch_eval import compare
+from specgym.eval.sweep import plot, sweep, table_lines
 from specgym.eval.tune import describe, tune_vllm
+from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text, check_output
 from specgym.paths import default_workload_name
 
@@ -77,6 +81,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--force", action="store_true", help="overwrite --out")
     c.set_defaults(func=_compare)
 
+    w = tsub.add_parser("sweep", help="batch controllers across concurrencies vs the best fixed K at each (closed "
+                                      "loop, paired CIs, the clairvoyant oracle's headroom)")
+    w.add_argument("--workload", default=None, help="workload name or path (default: the default workload)")
+    w.add_argument("--profile", required=True, help="batched cost profile: name (e.g. h100-llama31-8b) or JSON path")
+    w.add_argument("--concurrency", type=_concurrencies, default=[1, 4, 16, 64, 128, 256],
+                   help="comma-separated concurrencies (default 1,4,16,64,128,256)")
+    w.add_argument("--controllers", default="all",
+                   help=f"comma-separated batch controller specs, 'all' = every batch controller; "
+                        f"{usage_line(('batch',))} (static K are always run: the best fixed K; default %(default)s)")
+    w.add_argument("--replications", type=positive_int, default=5, help="request sets per concurrency (default 5)")
+    w.add_argument("--k-max", type=k_max_type, default=12, help="largest K (default %(default)s)")
+    w.add_argument("--split", default="all", choices=("train", "val", "test", "all"), help="(default all)")
+    w.add_argument("--switch-costs", default="off",
+                   help="what a K-tier switch costs: ms=X,cooldown=N,captured=0-1-3,slowdown=F (default off)")
+    w.add_argument("--capture-sizes", type=_concurrencies, default=None,
+                   help="CUDA-graph capture sizes the batched tokens are padded to, e.g. 1,2,4,8,16,32,64,128,256,512 "
+                        "(a linear profile such as h100-llama31-8b; default: the profile's own)")
+    w.add_argument("--seed", type=nonneg_int, default=0, help="seed of requests and draws (default %(default)s)")
+    w.add_argument("--json", type=Path, default=None, help="write the result as JSON here")
+    w.add_argument("--plot", type=Path, default=None, help="write a PNG plot here (default: next to --json)")
+    w.add_argument("--force", action="store_true", help="overwrite --json and --plot")
+    w.set_defaults(func=_sweep)
+
 
 def _write(path: Path | None, data: dict, force: bool) -> None:
     if path is not None:
@@ -107,6 +134,44 @@ def _roofline(args: argparse.Namespace) -> int:
     knee = args.peak_tflops * 1e12 * args.efficiency / (2 * args.bandwidth_gb_s * 1e9 / args.bytes_per_param)
     print(f"wrote {args.out}: one target step {prof.verify(1, 1):.3f} ms, draft {prof.draft(1):.3f} ms; verification "
           f"turns compute-bound beyond ~{knee:.0f} tokens per forward (batch x (K + 1))")
+    return 0
+
+
+def _concurrencies(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not out or any(c < 1 or c > 4096 for c in out):
+        raise argparse.ArgumentTypeError(f"concurrencies must be 1..4096, got {text!r}")
+    return sorted(set(out))
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    png = args.plot or (args.json.with_suffix(".png") if args.json is not None else None)
+    for path in (args.json, png):
+        if path is not None:
+            check_output(path, args.force, "file")
+    switch = SwitchCosts.parse(args.switch_costs)
+    profile = load_batch_profile(args.profile)
+    profile.check_k_max(args.k_max)
+    if args.capture_sizes is not None and profile.linear is None:
+        raise SpecgymError(f"--capture-sizes: batch profile {profile.name!r} is a grid; capture sizes pad a linear "
+                           f"profile's batched tokens (e.g. h100-llama31-8b)")
+    wl = cached_workload(args.workload or default_workload_name())
+    specs = resolve(split_specs(args.controllers), k_max=args.k_max, workload=wl, kinds=("batch",)).rows
+    res = sweep(wl, profile, args.concurrency, specs, args.replications, args.k_max, args.split, args.seed,
+                None if switch.free else switch,
+                progress=lambda c, rep: print(f"  concurrency {c}: replication {rep + 1}/{args.replications}",
+                                              file=sys.stderr), capture_sizes=args.capture_sizes)
+    print(f"{wl.label} on {profile.name}: closed loop, steady-state tokens/s vs the best fixed K at each concurrency "
+          f"(K in 0..{args.k_max}, in hindsight), paired 95% CIs over {args.replications} replications"
+          + ("" if switch.free else f"; switch costs {args.switch_costs}") + f" ({res['seconds']:.0f} s)")
+    print("\n".join(table_lines(res)))
+    _write(args.json, res, args.force)
+    if png is not None:
+        plot(res, png, overwrite=args.force)
+        print(f"wrote {png}")
     return 0
 
 

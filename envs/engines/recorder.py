@@ -43,7 +43,7 @@ from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.lookup import LOOKUP_MAX_N, lookup_columns
 from specgym.envs.core.signals import TOPK, projection_to_meta, sketch_projection
 from specgym.envs.engines.draft_stats import draft_stats, token_rank, top_probs
-from specgym.envs.engines.live_engine import LiveEngine, LivePair
+from specgym.envs.engines.live_engine import LiveEngine, LivePair, encode_prompt
 from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS, chunks, write_dataset
 from specgym.envs.workloads.loops import loop_summary
 from specgym.envs.workloads.prompts import PromptSpec
@@ -187,7 +187,7 @@ class Recorder:
     def generate(self, spec: PromptSpec, n: int, temperature: float, seed: int) -> dict[str, Any]:
         """One request's completion (exact speculative decoding at the fixed ``gen_k``), without trace columns."""
         tok = self.pair.tokenizer
-        prompt_ids = tok(spec.text, add_special_tokens=False)["input_ids"]
+        prompt_ids = encode_prompt(tok, spec.text)
         if not prompt_ids:
             raise SpecgymError(f"prompt {spec.request_id!r}: encodes to zero tokens")
         rseed = (seed * 1_000_003 + zlib.crc32(spec.request_id.encode())) & 0x7FFFFFFF
@@ -348,7 +348,7 @@ def record_workload(
     rec = Recorder(pair, gen_k=gen_k, hidden_sketch=hidden_sketch)
     for spec in prompts:
         n = spec.max_new_tokens or hi
-        plen = len(pair.tokenizer(spec.text, add_special_tokens=False)["input_ids"])
+        plen = len(encode_prompt(pair.tokenizer, spec.text))
         if plen + n > rec.engine.context:
             raise SpecgymError(
                 f"prompt {spec.request_id!r}: {plen} prompt tokens + {n} new tokens exceed the models' context of "

@@ -21,7 +21,7 @@ from gymnasium import spaces
 
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.features import FeatureTracker, feature_bounds
-from specgym.envs.engines.live_engine import LiveEngine, LiveRequest, load_pair
+from specgym.envs.engines.live_engine import LiveEngine, LiveRequest, encode_prompt, load_pair
 from specgym.envs.gym.shell import EnvShell
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.workloads.prompts import read_prompts
@@ -96,7 +96,7 @@ class SpecDecodeLiveEnv(EnvShell):
         text = (options or {}).get("prompt")
         if text is None:
             text = self.prompts[int(self.np_random.integers(len(self.prompts)))]
-        ids = self.pair.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = encode_prompt(self.pair.tokenizer, text)
         sample_seed = int(self.np_random.integers(2**31))
         self.req = self.engine.start(ids, int(self.config["max_new_tokens"]), float(self.config["temperature"]),
                                      seed=sample_seed)

@@ -52,7 +52,7 @@ from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals
 from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
-from specgym.envs.engines.live_engine import LiveEngine, load_pair
+from specgym.envs.engines.live_engine import LiveEngine, encode_prompt, load_pair
 from specgym.envs.engines.profiler import extend_tree_verify, hardware_description, interleaved_ms, measure_profile
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload
@@ -206,7 +206,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                            f"pair with specgym record, e.g. --workload {pair_name}-greedy)")
 
     def encode(rows: np.ndarray) -> tuple[list[list[int]], list[int]]:
-        ids = [pair.tokenizer(texts[r], add_special_tokens=False)["input_ids"] for r in rows]
+        ids = [encode_prompt(pair.tokenizer, texts[r]) for r in rows]
         return ids, [int(wl.lengths[r]) if max_new_tokens is None else max_new_tokens for r in rows]
 
     requests = _pick(wl, "test", per_category)

@@ -1,0 +1,98 @@
+"""Any Hugging Face pair (issue 30): tiny RANDOMLY-INITIALISED pairs of six architectures built in the tests
+(tests/hf_pairs.py): unsupported families, BOS handling, a user's pair's profile, the live bench's pair, the test
+matrix (record, replay, live greedy equality, live tree equality, ``generate()`` equality).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import hf_pairs  # noqa: E402
+from specgym.cli import main  # noqa: E402
+from specgym.envs.engines import live_engine  # noqa: E402
+from specgym.envs.engines.live_engine import encode_prompt, load_pair  # noqa: E402
+from specgym.errors import SpecgymError  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def other_families(tmp_path_factory):
+    """A tiny T5 (encoder-decoder) and a tiny Mamba (state-space) with the toy tokenizer."""
+    from transformers import MambaConfig, MambaForCausalLM, T5Config, T5ForConditionalGeneration
+
+    root = tmp_path_factory.mktemp("families")
+    tok = hf_pairs.tokenizer(False)
+    torch.manual_seed(0)
+    models = {"t5": T5ForConditionalGeneration(T5Config(vocab_size=len(tok), d_model=32, d_ff=64, num_layers=1,
+                                                          num_heads=2, d_kv=16, decoder_start_token_id=0)),
+              "mamba": MambaForCausalLM(MambaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1,
+                                                    state_size=4))}
+    for name, model in models.items():
+        model.save_pretrained(str(root / name))
+        tok.save_pretrained(str(root / name))
+    return root
+
+
+def test_unsupported_families_are_one_line_errors(other_families, tmp_path_factory, capsys, one_line_error):
+    d, _ = hf_pairs.cached_pair("gpt2", tmp_path_factory)
+    t5 = other_families / "t5"
+    capsys.readouterr()  # the fixtures' progress bars
+    assert main(["generate", "--draft", str(d), "--target", str(t5), "--prompt", "def f", "--max-new-tokens", "4"]) \
+        != 0
+    one_line_error(capsys, "model family 't5'", "encoder-decoder", "not supported", "decoder-only causal LMs")
+    with pytest.raises(SpecgymError, match=r"model family 'mamba' \(state-space.*specgym runs decoder-only"):
+        load_pair(str(d), str(other_families / "mamba"))
+
+
+def test_a_family_without_a_croppable_cache_is_caught_at_load(other_families, tmp_path_factory, monkeypatch):
+    """Not in the known list: the cached-decode probe at load refuses it (Mamba used to fail at the first step)."""
+    monkeypatch.setattr(live_engine, "_RECURRENT", ())
+    d, _ = hf_pairs.cached_pair("gpt2", tmp_path_factory)
+    with pytest.raises(SpecgymError, match=r"--target .*model family 'mamba' \(its cache cannot be cropped"):
+        load_pair(str(d), str(other_families / "mamba"))
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral", "gpt2"])
+def test_prompts_are_encoded_as_the_tokenizer_does(arch, tmp_path_factory):
+    d, t = hf_pairs.cached_pair(arch, tmp_path_factory)
+    pair = load_pair(str(d), str(t), fast_kernels=False)
+    ids = encode_prompt(pair.tokenizer, "def f(x):")
+    plain = pair.tokenizer("def f(x):", add_special_tokens=False)["input_ids"]
+    if arch in hf_pairs.BOS_ARCHS:  # Llama/Mistral-style: BOS first, as their tokenizers do by default
+        assert ids == [pair.tokenizer.bos_token_id] + plain
+    else:
+        assert ids == plain
+
+
+def test_the_recorder_and_the_live_env_encode_with_bos(tmp_path_factory, tmp_path):
+    from specgym.envs.core.cost import CostProfile
+    from specgym.envs.engines.recorder import record_workload
+    from specgym.envs.gym.live_env import SpecDecodeLiveEnv
+    from specgym.envs.workloads.prompts import PromptSpec
+
+    d, t = hf_pairs.cached_pair("llama", tmp_path_factory)
+    pair = load_pair(str(d), str(t))
+    prof = CostProfile(name="flat", draft_ms=1.0, verify_ms=(10.0,) * 17, source="synthetic")
+    prompts = [PromptSpec("p0", "def f(x):", "code")]
+    wl, _ = record_workload(pair, prompts, tmp_path / "w.parquet", "8", 0.0, prof, name="w")
+    assert wl.prompt_len[0] == len(pair.tokenizer("def f(x):", add_special_tokens=False)["input_ids"]) + 1
+    env = SpecDecodeLiveEnv(draft=str(d), target=str(t), prompts=["def f(x):"], max_new_tokens=4)
+    env.reset(seed=0)
+    assert env.req is not None and env.req.prompt[0] == pair.tokenizer.bos_token_id
+
+
+def test_generate_on_a_users_pair_measures_its_profile(tmp_path_factory, capsys):
+    d, t = hf_pairs.cached_pair("qwen2", tmp_path_factory)
+    capsys.readouterr()
+    assert main(["generate", "--draft", str(d), "--target", str(t), "--prompt", "def f(x):", "--max-new-tokens",
+                 "12", "--controller", "marginal", "--json"]) == 0
+    out = capsys.readouterr()
+    assert "costs were measured on this machine now" in out.err and "placeholder" not in out.err
+    res = json.loads(out.out)
+    assert res["greedy_identical"] is True and res["tokens"] == 12

@@ -6,6 +6,7 @@ matrix (record, replay, live greedy equality, live tree equality, ``generate()``
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +97,52 @@ def test_generate_on_a_users_pair_measures_its_profile(tmp_path_factory, capsys)
     assert "costs were measured on this machine now" in out.err and "placeholder" not in out.err
     res = json.loads(out.out)
     assert res["greedy_identical"] is True and res["tokens"] == 12
+
+
+TEXTS = ["def f(x):\n", "the cat sat ", "for i in range(", "x = y + ", "print(a, b)", "import os\n"]
+
+
+def record(arch: str, tmp_path_factory, temperature: float = 0.0, hidden_sketch: int = 0, k: int = 2):
+    """A small recorded trace of ``arch``'s pair (6 prompts, 24 tokens each; splits 0.5/0/0.5), cached per session."""
+    from specgym.envs.core.cost import CostProfile
+    from specgym.envs.engines.recorder import record_workload
+    from specgym.envs.workloads.prompts import PromptSpec
+
+    key = (arch, temperature, hidden_sketch, k)
+    if key not in _TRACES:
+        d, t = hf_pairs.cached_pair(arch, tmp_path_factory)
+        pair = load_pair(str(d), str(t))
+        prof = CostProfile(name="flat", draft_ms=1.0, verify_ms=tuple(10.0 + 0.2 * n for n in range(17)),
+                           source="synthetic")
+        prompts = [PromptSpec(f"p{i}", text, ("code", "prose")[i % 2]) for i, text in enumerate(TEXTS)]
+        out = tmp_path_factory.mktemp(f"trace-{arch}") / "w.parquet"
+        wl, _ = record_workload(pair, prompts, out, 24, temperature, prof, name=f"{arch}-w", seed=1, gen_k=k,
+                                split_fractions=(0.5, 0.0, 0.5), hidden_sketch=hidden_sketch)
+        _TRACES[key] = (pair, wl, out)
+    return _TRACES[key]
+
+
+_TRACES: dict[tuple, tuple] = {}
+
+
+def test_live_bench_decodes_with_the_pair_the_trace_was_recorded_from(tmp_path_factory, tmp_path):
+    from rich.console import Console
+
+    from specgym.eval.bench.live import run_live_bench
+
+    pair, wl, path = record("llama", tmp_path_factory)
+    kw = dict(per_category=1, repeats=1, specs=["fixed:2"], profile="cpu-tinypair", resamples=50, max_new_tokens=8,
+              hf_generate=False, micro_repeats=2)
+    r = run_live_bench(Console(file=open(tmp_path / "out.txt", "w"), width=200), workload=str(path), **kw)
+    assert r["target"] == pair.target_name and r["draft"] == pair.draft_name  # was: the shipped midpair
+    assert all(row["greedy_identical"] for row in r["rows"])
+    moved = tmp_path / "elsewhere"
+    Path(pair.target_name).parent.rename(moved)
+    try:
+        with pytest.raises(SpecgymError, match="was recorded from .* --live-draft and --live-target"):
+            run_live_bench(Console(file=open(tmp_path / "out2.txt", "w")), workload=str(path), **kw)
+        r = run_live_bench(Console(file=open(tmp_path / "out3.txt", "w"), width=200), workload=str(path),
+                           draft=str(moved / "draft"), target=str(moved / "target"), **kw)
+        assert r["target"] == str(moved / "target")
+    finally:
+        moved.rename(Path(pair.target_name).parent)

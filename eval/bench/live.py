@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,7 +62,7 @@ from specgym.errors import SpecgymError
 from specgym.eval.runner import run_controller
 from specgym.eval.stats import PairedBootstrap
 from specgym.eval.tree_runner import run_live_tree, run_tree_controller
-from specgym.paths import default_pair_name, portable_name
+from specgym.paths import DATA_DIR, default_pair_name, portable_name
 
 #: Defaults sized for about +-2% intervals in ~15 minutes on a 2-core CI-class machine (see the README).
 DEFAULT_PER_CATEGORY = 10
@@ -164,17 +165,39 @@ def _pick(wl: Any, split: str, per_category: int) -> np.ndarray:
     return np.asarray(chosen, dtype=np.int64)
 
 
+def recorded_pair(wl: Any) -> tuple[str, str] | None:
+    """The draft and target folders a recorded workload names (shipped models resolved in this install), or
+    ``None`` when it names none; named models that are not here raise one line saying how to pass them."""
+    src = getattr(wl, "source", None) or {}
+    draft, target = src.get("draft_model"), src.get("target_model")
+    if not draft or not target:
+        return None
+    found = []
+    for name in (draft, target):
+        shipped = DATA_DIR / name
+        if (shipped / "config.json").exists():
+            found.append(str(shipped))
+        elif (Path(name) / "config.json").exists():
+            found.append(str(name))
+        else:
+            raise SpecgymError(f"live bench: workload {wl.name} was recorded from draft {draft} and target {target}; "
+                               f"{name} is not here: pass the pair with --live-draft and --live-target")
+    return found[0], found[1]
+
+
 def run_live_bench(console: Any, pair_name: str | None = None, workload: str | None = None,
                    per_category: int = DEFAULT_PER_CATEGORY, repeats: int = DEFAULT_REPEATS,
                    specs: list[str] | None = None, threads: int = 1, max_new_tokens: int | None = None,
                    profile: str | None = None, calibration_prompts: int = DEFAULT_CALIBRATION_PROMPTS,
-                   resamples: int = 2000, hf_generate: bool = True, micro_repeats: int = 40) -> dict[str, Any]:
+                   resamples: int = 2000, hf_generate: bool = True, micro_repeats: int = 40,
+                   draft: str | None = None, target: str | None = None) -> dict[str, Any]:
     """Run the live benchmark; returns every figure (also printed as a table).
 
     Args:
         console: A rich console.
-        pair_name: Shipped pair (default: the default pair).
+        pair_name: Shipped pair (default: the pair ``workload`` was recorded from, else the default pair).
         workload: Workload recorded from the pair (default ``PAIR-greedy``).
+        draft, target: A user's pair (model folders or hub names), instead of the one the workload names.
         per_category: Test prompts per category.
         repeats: Times each (prompt, controller) runs; a prompt's time is the median.
         specs: Controller specs (default: plain, fixed K = 1..6, every baseline and shipped policy).
@@ -194,12 +217,24 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     t_start = time.perf_counter()
-    pair_name = pair_name or default_pair_name()
-    draft_dir, target_dir = catalogue.pair_models(pair_name)
-    pair = load_pair(str(draft_dir), str(target_dir))
+    if (draft is None) != (target is None):
+        raise SpecgymError("live bench: give both --live-draft and --live-target, or neither")
+    if workload is None:
+        pair_name = pair_name or default_pair_name()
+        workload = f"{pair_name}-greedy"
+    wl = cached_workload(workload)
+    if draft is None and target is None:
+        if pair_name is not None:
+            draft_dir, target_dir = catalogue.pair_models(pair_name)
+            draft, target = str(draft_dir), str(target_dir)
+        else:  # the pair the trace was recorded from: a user's trace is never decoded with the shipped pair
+            draft, target = recorded_pair(wl) or tuple(str(p) for p in catalogue.pair_models(default_pair_name()))
+    pair_name = pair_name or Path(str(target)).parent.name or str(target)
+    pair = load_pair(str(draft), str(target))
+    console.print(f"pair: draft {portable_name(pair.draft_name)}, target {portable_name(pair.target_name)}",
+                  highlight=False)
     console.print(pair.kernel_summary(), highlight=False)
     k_max = DEFAULT_K_MAX
-    wl = cached_workload(workload or f"{pair_name}-greedy")
     texts = wl.prompt_text or []
     if not texts:
         raise SpecgymError(f"live bench: workload {wl.name} stores no prompt texts (pick a workload recorded from the "
@@ -380,7 +415,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     if hf_generate:  # transformers' assisted generation drafts chains: the best chain controller
         hf = _hf_generate(pair, prompts[:6], lengths[:6], make(best_chain.controller, k_max), prof)
     result = {
-        "pair": pair_name, "dtypes": pair.dtypes, "packed_linears": pair.packed,
+        "pair": pair_name, "draft": portable_name(pair.draft_name), "target": portable_name(pair.target_name),
+        "dtypes": pair.dtypes, "packed_linears": pair.packed,
         "kernels": {role: plan.to_dict() for role, plan in pair.kernels.items()},
         "target_forward_ms": {"1": fwd[1], "2": fwd[2]},
         "profile": prof.to_dict(), "profile_note": prof_note, "micro_profile": micro.to_dict(),
@@ -473,8 +509,8 @@ def _hf_generate(pair: Any, prompts: list[list[int]], lengths: list[int], contro
 
 
 def live_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
-    """``live``: the sim-to-real benchmark on the shipped default pair, on the test prompts of ``workload`` (a
-    workload recorded from that pair; skipped without torch/transformers)."""
+    """``live``: the sim-to-real benchmark on the test prompts of ``workload``, decoded by the pair it was recorded
+    from (or ``--live-draft``/``--live-target``; skipped without torch/transformers)."""
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -485,5 +521,6 @@ def live_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     r = run_live_bench(console, workload=workload, repeats=getattr(args, "live_repeats", DEFAULT_REPEATS),
                        per_category=getattr(args, "live_prompts", DEFAULT_PER_CATEGORY),
                        profile=getattr(args, "live_profile", None),
-                       specs=check_live_specs(specs) if specs else None)
+                       specs=check_live_specs(specs) if specs else None,
+                       draft=getattr(args, "live_draft", None), target=getattr(args, "live_target", None))
     return {"live": r}

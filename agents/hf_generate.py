@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals
+from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile, placeholder_profile
 from specgym.envs.core.lookup import NGramIndex
@@ -210,7 +210,8 @@ def generate_with_controller(target: Any, draft: Any, input_ids: Any, controller
     # a predictor-reading controller: another pair's predictor is refused; no hidden sketch here, so a predictor
     # reading it uses its fallback (said once, as a warning)
     source = SignalSource.of_engine("transformers' generate()", getattr(draft, "name_or_path", None),
-                                    getattr(target, "name_or_path", None), True)
+                                    getattr(target, "name_or_path", None), True,
+                                    signatures=(model_signature(draft.config), model_signature(target.config)))
     for note in bind_signals([controller], source):
         warnings.warn(note, stacklevel=2)
 

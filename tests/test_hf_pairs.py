@@ -6,6 +6,8 @@ matrix (record, replay, live greedy equality, live tree equality, ``generate()``
 from __future__ import annotations
 
 import json
+
+import numpy as np
 from pathlib import Path
 
 import pytest
@@ -146,3 +148,56 @@ def test_live_bench_decodes_with_the_pair_the_trace_was_recorded_from(tmp_path_f
         assert r["target"] == str(moved / "target")
     finally:
         moved.rename(Path(pair.target_name).parent)
+
+
+def test_a_predictor_refuses_another_architecture_behind_a_shipped_looking_name(tmp_path, capsys, one_line_error):
+    """A Llama pair in folders named like the shipped midpair's (``.../models/midpair/{draft,target}``): the names
+    match, the configs do not; the midpair predictor refuses its trace and its live engine (was: fed unchecked)."""
+    from specgym.envs.core.acceptance_predictor import SignalSource, model_signature
+    from specgym.envs.core.cost import CostProfile
+    from specgym.envs.engines.recorder import record_workload
+    from specgym.envs.workloads.prompts import PromptSpec
+    from specgym.catalogue import resolve
+    from specgym.envs.core.acceptance_predictor import load_predictor
+
+    d, t = hf_pairs.build_pair("llama", tmp_path / "models" / "midpair")
+    pair = load_pair(str(d), str(t))
+    prof = CostProfile(name="flat", draft_ms=1.0, verify_ms=(10.0,) * 17, source="synthetic")
+    prompts = [PromptSpec(f"p{i}", text) for i, text in enumerate(TEXTS)]
+    record_workload(pair, prompts, tmp_path / "w.parquet", 12, 0.0, prof, name="w", gen_k=2, hidden_sketch=16,
+                    split_fractions=(0.5, 0.0, 0.5))
+    capsys.readouterr()
+    assert main(["eval", "--workload", str(tmp_path / "w.parquet"), "--controllers", "predicted:midpair",
+                 "--out", str(tmp_path / "ev")]) != 0
+    one_line_error(capsys, "predictor 'midpair'", "gpt2", "llama", "another model's")
+    pred = load_predictor(resolve("predictor", "midpair"))
+    live = SignalSource.of_engine("the live engine", str(d), str(t), True, None,
+                                  signatures=(model_signature(pair.draft.config), model_signature(pair.target.config)))
+    with pytest.raises(SpecgymError, match="llama"):
+        pred.for_source(live)
+
+
+def test_tree_predicted_falls_back_where_predicted_does():
+    """A midpair trace without the hidden sketch and the lookup agreement: no model of the predictor's chain fits;
+    predicted: estimates from calibrated confidence, and tree-predicted now does too (was: refused)."""
+    import dataclasses
+
+    from specgym.agents.specs import make
+    from specgym.envs.core.acceptance_predictor import SignalSource
+    from specgym.envs.core.cost import load_profile
+    from specgym.envs.engines.tree_engine import TreeEngine
+    from specgym.envs.workloads.trace_format import cached_workload
+    from specgym.eval.tree_runner import run_tree_controller
+
+    wl = cached_workload("midpair-greedy").subset(list(range(0, 1200, 15)))
+    meta = {k: v for k, v in wl.signal_meta.items() if k != "hidden_sketch"}
+    wl = dataclasses.replace(wl, hidden_sketch=None, lookup_agree=None, signal_meta=meta)
+    prof = load_profile("cpu-midpair")
+    chain = make("predicted:midpair", 8)
+    assert "calibrated confidence" in (chain.bind_signals(SignalSource.of_workload(wl)) or "")
+    tree = make("tree-predicted:midpair", 8, kinds=("tree",))
+    tree.prepare(wl, prof)
+    assert tree.active is None and "calibrated confidence" in tree.signal_note
+    assert np.all((tree._accept >= 0) & (tree._accept <= 1)) and tree._accept.std() > 0
+    res = run_tree_controller(TreeEngine(wl, prof), wl.split_indices("test"), tree)
+    assert res is not None

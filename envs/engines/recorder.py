@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from specgym.envs.core.acceptance_predictor import model_signature
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.lookup import LOOKUP_MAX_N, lookup_columns
 from specgym.envs.core.signals import TOPK, projection_to_meta, sketch_projection
@@ -410,7 +411,10 @@ def record_workload(
         completions.append(d.pop("completion"))
         requests.append(d)
     source = {"kind": "recorded", "draft_model": portable_name(pair.draft_name),
-              "target_model": portable_name(pair.target_name), "temperature": temperature,
+              "target_model": portable_name(pair.target_name),
+              "draft_signature": model_signature(pair.draft.config),
+              "target_signature": model_signature(pair.target.config),
+              "temperature": temperature,
               "max_new_tokens": str(max_new_tokens), "seed": seed, "generator": f"live engine, fixed K={gen_k}",
               "device": pair.device, "dtype": pair.dtypes, "split_fractions": list(split_fractions or DEFAULT_SPLITS),
               "prompts": portable_name(prompts_path) if prompts_path else None}

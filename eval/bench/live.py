@@ -49,7 +49,7 @@ from specgym.agents.specs import EVAL_KINDS, Traits, all_specs, build, expand, k
 from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_static import StaticTree
 import specgym.catalogue as catalogue
-from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals
+from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
 from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
@@ -284,7 +284,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
 
     live_source = SignalSource.of_engine(f"the live engine on {pair_name}", portable_name(pair.draft_name),
                                          portable_name(pair.target_name), eng.signals, eng.sketch,
-                                         (wl.signal_meta.get("hidden_sketch") or {}).get("seed"))
+                                         (wl.signal_meta.get("hidden_sketch") or {}).get("seed"),
+                                         (model_signature(pair.draft.config), model_signature(pair.target.config)))
     notes: set[str] = set()
 
     def _make(spec: str) -> Any:

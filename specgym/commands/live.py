@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from specgym.agents.specs import build, kind_of
 from specgym.commands.args import k_max_type, nonneg_int, positive_int, temperature_type
 from specgym.console import make_progress
-from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals
+from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
 from specgym.envs.core.batch_cost import save_batch_profile
 from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile, save_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
@@ -150,7 +150,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     profile = _profile_for(args, pair, profile)
     engine = LiveEngine.from_pair(pair, k_max=args.k_max, profile=profile, timing=args.clock)
     source = SignalSource.of_engine(f"the live engine on {_pair_paths(args)[2]}", portable_name(pair.draft_name),
-                                    portable_name(pair.target_name), engine.signals, engine.sketch)
+                                    portable_name(pair.target_name), engine.signals, engine.sketch,
+                                    signatures=(model_signature(pair.draft.config),
+                                                model_signature(pair.target.config)))
     for note in bind_signals([(spec, controller)], source):  # another pair's predictor: refused here
         print(f"specgym generate: note: {note}", file=sys.stderr)
     ids = encode_prompt(pair.tokenizer, args.prompt)

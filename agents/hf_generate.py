@@ -55,11 +55,25 @@ from specgym.errors import SpecgymError
 try:  # transformers is an optional dependency (extra "hf")
     import torch
     from transformers.generation.candidate_generator import AssistedCandidateGenerator
+    from transformers.generation.logits_process import LogitsProcessor, LogitsProcessorList
     from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 except ImportError:  # pragma: no cover - reported by generate_with_controller
     AssistedCandidateGenerator = object  # type: ignore[misc,assignment]
+    LogitsProcessor = object  # type: ignore[misc,assignment]
     StoppingCriteria = object  # type: ignore[misc,assignment]
     StoppingCriteriaList = None  # type: ignore[assignment,misc]
+
+
+class _TokenizerSpace(LogitsProcessor):
+    """Scores only the first ``vocab`` ids: a target padded past its tokenizer never emits a padding row's id
+    (the live engine's token space too; greedy output is plain generate()'s wherever that picks no padding id)."""
+
+    def __init__(self, vocab: int):
+        self.vocab = int(vocab)
+
+    def __call__(self, input_ids, scores):
+        scores[:, self.vocab:] = float("-inf")
+        return scores
 
 
 class _ControllerStop(StoppingCriteria):
@@ -105,8 +119,9 @@ class ControllerCandidateGenerator(AssistedCandidateGenerator):
     """
 
     def __init__(self, *args, controller: Controller, k_max: int = DEFAULT_K_MAX, profile: CostProfile | None = None,
-                 rounds: list | None = None, temperature: float = 0.0, **kwargs):
+                 rounds: list | None = None, temperature: float = 0.0, target_vocab: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
+        self.target_vocab = int(target_vocab)
         self.k_max = k_max
         self.rounds = rounds
         # the controller alone decides: no built-in schedule, no confidence-threshold stopping
@@ -150,7 +165,14 @@ class ControllerCandidateGenerator(AssistedCandidateGenerator):
         index.commit()
         self._rows = self._new_rows(self._cap)
         self._signals = SignalColumns(*self._rows)
-        return super().get_candidates(input_ids, **kwargs)
+        ids, logits = super().get_candidates(input_ids, **kwargs)
+        if logits is not None and self.target_vocab and logits.shape[-1] < self.target_vocab:
+            # a padded target (more embedding rows, same tokenizer): the draft never proposes the extra ids
+            import torch
+
+            pad = logits.new_full((*logits.shape[:-1], self.target_vocab - logits.shape[-1]), float("-inf"))
+            logits = torch.cat([logits, pad], dim=-1)
+        return ids, logits
 
     def _prepare_generation_args(self, input_ids, min_new_tokens: int, max_new_tokens: int) -> dict:
         args = super()._prepare_generation_args(input_ids, min_new_tokens, max_new_tokens)
@@ -215,16 +237,36 @@ def generate_with_controller(target: Any, draft: Any, input_ids: Any, controller
     for note in bind_signals([controller], source):
         warnings.warn(note, stacklevel=2)
 
+    # a target padded past the tokenizer (more embedding rows) is the same token space: transformers compares the
+    # configs' vocab sizes, so the draft's config states the target's for the call, and its logits are padded
+    d_cfg, t_vocab = draft.config.get_text_config(), _vocab_rows(target)
+    d_vocab = d_cfg.vocab_size
+    if _vocab_rows(draft) > t_vocab:
+        raise SpecgymError(f"generate_with_controller: the draft scores {_vocab_rows(draft)} tokens, the target only "
+                           f"{t_vocab}; the draft's vocabulary must not exceed the target's")
+
     def factory(generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model=None,
                 **_ignored):
         return ControllerCandidateGenerator(
             input_ids=input_ids, assistant_model=assistant_model, generation_config=generation_config,
             model_kwargs=model_kwargs, inputs_tensor=inputs_tensor, logits_processor=logits_processor,
             controller=controller, k_max=k_max, profile=profile, rounds=rounds, temperature=temperature,
+            target_vocab=t_vocab,
         )
 
+    if _vocab_rows(draft) < t_vocab:
+        procs = LogitsProcessorList(generate_kwargs.pop("logits_processor", None) or [])
+        procs.append(_TokenizerSpace(_vocab_rows(draft)))
+        generate_kwargs["logits_processor"] = procs
     target._get_candidate_generator = factory
     try:
+        d_cfg.vocab_size = target.config.get_text_config().vocab_size
         return target.generate(input_ids, assistant_model=draft, **generate_kwargs)
     finally:
+        d_cfg.vocab_size = d_vocab
         del target._get_candidate_generator
+
+
+def _vocab_rows(model: Any) -> int:
+    """Rows of the model's output layer: the token ids it scores."""
+    return int(model.get_output_embeddings().weight.shape[0])

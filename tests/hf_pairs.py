@@ -81,6 +81,8 @@ def models(arch: str, vocab: int, seed: int = 0, draft_noise: float = 0.3, head_
     target = AutoModelForCausalLM.from_config(config(arch, TARGET_LAYERS, target_vocab or vocab)).eval()
     with torch.no_grad():
         target.get_output_embeddings().weight.normal_(0.0, head_scale)
+        if target_vocab:  # padding rows past the tokenizer score nothing (zero logits), as untrained rows do
+            target.get_output_embeddings().weight[vocab:] = 0.0
     draft = AutoModelForCausalLM.from_config(config(arch, DRAFT_LAYERS, vocab)).eval()
     keep = {f".{i}." for i in range(DRAFT_LAYERS)}
     dsd = draft.state_dict()

@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 import hf_pairs  # noqa: E402
 from specgym.cli import main  # noqa: E402
 from specgym.envs.engines import live_engine  # noqa: E402
-from specgym.envs.engines.live_engine import encode_prompt, load_pair  # noqa: E402
+from specgym.envs.engines.live_engine import LiveEngine, encode_prompt, load_pair  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
 
 torch.set_num_threads(1)
@@ -201,3 +201,26 @@ def test_tree_predicted_falls_back_where_predicted_does():
     assert np.all((tree._accept >= 0) & (tree._accept <= 1)) and tree._accept.std() > 0
     res = run_tree_controller(TreeEngine(wl, prof), wl.split_indices("test"), tree)
     assert res is not None
+
+
+def test_a_padded_target_vocabulary_runs_in_generate(tmp_path_factory):
+    """Same tokenizer, the target with 14 more embedding rows: the engine and transformers' generate() (was:
+    refused as 'different tokenizers') give plain greedy decoding's tokens; sampling runs too."""
+    from specgym import make_controller
+    from specgym.agents.hf_generate import generate_with_controller
+
+    d, t = hf_pairs.cached_pair("llama", tmp_path_factory, target_vocab=len(hf_pairs.tokenizer(True)) + 14)
+    pair = load_pair(str(d), str(t))
+    pair.draft.generation_config.eos_token_id = None
+    ids = torch.tensor([encode_prompt(pair.tokenizer, "def f(x):\n")])
+    kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False, eos_token_id=None,
+              pad_token_id=1)
+    ref = pair.target.generate(ids, **kw)
+    out = generate_with_controller(pair.target, pair.draft, ids, make_controller("fixed:3", 8), **kw)
+    assert torch.equal(out, ref)
+    assert pair.draft.config.vocab_size == len(hf_pairs.tokenizer(True))  # restored after the call
+    assert LiveEngine.from_pair(pair).run_request(ids[0].tolist(), 3, 24).tokens == ref[0, ids.shape[1]:].tolist()
+    torch.manual_seed(0)
+    sampled = generate_with_controller(pair.target, pair.draft, ids, make_controller("fixed:3", 8),
+                                       **{**kw, "do_sample": True, "temperature": 0.8})
+    assert sampled.shape[1] == ids.shape[1] + 24

@@ -224,3 +224,92 @@ def test_a_padded_target_vocabulary_runs_in_generate(tmp_path_factory):
     sampled = generate_with_controller(pair.target, pair.draft, ids, make_controller("fixed:3", 8),
                                        **{**kw, "do_sample": True, "temperature": 0.8})
     assert sampled.shape[1] == ids.shape[1] + 24
+
+
+# ------------------------------------------------------------------------------------------------ the test matrix
+# Per architecture: record (greedy with the hidden sketch, T=0.8), replay of the greedy trace equal to live round by
+# round, live greedy output equal to plain decoding (Mistral past its sliding window), live tree verification equal
+# to plain decoding where the lean forward runs the family, transformers' generate() equal to plain generate().
+N_LIVE = 40  # > hf_pairs.SLIDING_WINDOW with the prompt: Mistral decodes past its window
+
+
+@pytest.mark.parametrize("arch", hf_pairs.ARCHS)
+def test_matrix_record_and_replay(arch, tmp_path_factory):
+    from specgym.envs.core.cost import CostProfile
+    from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.envs.workloads.trace_format import load_workload
+
+    pair, wl, path = record(arch, tmp_path_factory, hidden_sketch=8)
+    back = load_workload(path)
+    assert back.n_requests == len(TEXTS) and back.hidden_sketch is not None and back.hidden_sketch.shape[1] == 8
+    assert np.array_equal(back.p_accept == 1, back.draft_token == back.token_id)
+    assert 0.0 < float(back.p_accept.mean()) < 1.0  # drafts are accepted and rejected
+    assert back.source["draft_signature"]["model_type"] == pair.draft.config.model_type
+    prof = CostProfile(name="flat", draft_ms=1.0, verify_ms=tuple(10.0 + 0.2 * n for n in range(17)),
+                       source="synthetic")
+    live = LiveEngine.from_pair(pair, k_max=8, timing=prof)
+    replay = TraceEngine(back, prof, k_max=8, seed=0)
+    rounds = 0
+    for r in range(back.n_requests):
+        ids = encode_prompt(pair.tokenizer, back.prompt_text[r])
+        assert len(ids) == int(back.prompt_len[r])
+        assert live.run_request(ids, 2, int(back.lengths[r])).tokens == back.token_id[back.span(r)].tolist()
+        for k in (1, 4):
+            res = live.run_request(ids, k, int(back.lengths[r]))
+            rr = replay.start(r)
+            for out in res.rounds:
+                assert rr.position == out.position
+                assert rr.verify(out.planned_k, out.drafted).accepted == out.accepted, (arch, r, k, out)
+                rounds += 1
+    assert rounds > 20
+    _, sampled, _ = record(arch, tmp_path_factory, temperature=0.8)
+    assert np.all((sampled.p_accept >= 0) & (sampled.p_accept <= 1)) and sampled.n_positions == back.n_positions
+
+
+@pytest.mark.parametrize("arch", hf_pairs.ARCHS)
+def test_matrix_live_greedy_and_tree_equal_plain(arch, tmp_path_factory):
+    from specgym import make_controller
+    from specgym.envs.core.tree import TreeShape
+    from specgym.envs.engines.live_tree import LiveTreeRequest
+
+    d, t = hf_pairs.cached_pair(arch, tmp_path_factory)
+    pair = load_pair(str(d), str(t))
+    eng = LiveEngine.from_pair(pair, k_max=8)
+    for text in TEXTS[:2]:
+        ids = encode_prompt(pair.tokenizer, text)
+        plain = eng.run_plain(ids, N_LIVE).tokens
+        for c in (1, 5, make_controller("marginal", 8)):
+            assert eng.run_request(ids, c, N_LIVE).tokens == plain, (arch, text, c)
+        if eng.lean:
+            for widths in ((2, 2, 1), (3, 1)):
+                req = LiveTreeRequest(eng, ids, N_LIVE)
+                while not req.done:
+                    req.play_tree(TreeShape.from_widths(widths))
+                assert req.tree_result.tokens == plain, (arch, widths)
+    assert eng.lean == (arch in ("gpt2",) + LEAN_ARCHS)
+
+
+#: Families the lean forward runs besides GPT-2 (live tree verification needs it).
+LEAN_ARCHS: tuple[str, ...] = ()
+
+
+@pytest.mark.parametrize("arch", hf_pairs.ARCHS)
+def test_matrix_generate_equals_plain_generate(arch, tmp_path_factory):
+    from specgym import make_controller
+    from specgym.agents.hf_generate import generate_with_controller
+
+    d, t = hf_pairs.cached_pair(arch, tmp_path_factory)
+    pair = load_pair(str(d), str(t), fast_kernels=False)
+    pair.draft.generation_config.eos_token_id = None  # the live engine never stops at EOS either
+    for text in TEXTS[:2]:
+        ids = torch.tensor([encode_prompt(pair.tokenizer, text)])
+        kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=N_LIVE, do_sample=False, eos_token_id=None,
+                  pad_token_id=1)
+        ref = pair.target.generate(ids, **kw)
+        rounds: list = []
+        out = generate_with_controller(pair.target, pair.draft, ids, make_controller("fixed:3", 8), rounds=rounds,
+                                       **kw)
+        assert torch.equal(out, ref), arch
+        assert sum(r.produced for r in rounds) == N_LIVE
+        live = LiveEngine.from_pair(pair).run_request(ids[0].tolist(), 3, N_LIVE).tokens
+        assert live == ref[0, ids.shape[1]:].tolist()

@@ -34,6 +34,10 @@ the prefix is the correct one, so the signals equal the recorder's (up to float 
 
 Each model runs in its own dtype (e.g. draft float32, target bfloat16 where the CPU has native bf16): speedups are
 measured against plain decoding of the same target in the same dtype.
+Greedy outputs equal plain decoding's token for token in float32. In bfloat16 (or float16) the target's
+multi-token verify forward rounds differently from its one-token forward, so where two logits nearly tie the
+argmax can differ between them and a greedy output can differ from plain decoding's (measured on tiny random
+pairs: README, *Any Hugging Face pair*).
 
 Timing: ``timing="wall"`` measures each round with ``time.perf_counter`` (CUDA-synchronised on GPU);
 ``timing="cpu"`` measures the calling thread's CPU time (``time.thread_time``): on a CPU shared with other jobs it

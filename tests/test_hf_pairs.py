@@ -290,7 +290,7 @@ def test_matrix_live_greedy_and_tree_equal_plain(arch, tmp_path_factory):
 
 
 #: Families the lean forward runs besides GPT-2 (live tree verification needs it).
-LEAN_ARCHS: tuple[str, ...] = ()
+LEAN_ARCHS: tuple[str, ...] = ("llama", "qwen2", "mistral")
 
 
 @pytest.mark.parametrize("arch", hf_pairs.ARCHS)

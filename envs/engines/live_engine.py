@@ -12,12 +12,12 @@ so any :class:`Controller` drives either through :func:`~specgym.envs.core.reque
   resample from ``normalize(max(0, p - q))``, bonus token from ``p``), so outputs are distributed as the target's;
 * the round produces ``accepted + 1`` tokens.
 
-KV caches: both models keep a ``DynamicCache`` (GPT-2 models: the lean forward's ``KVCache``, with less per-call
-overhead, :mod:`~specgym.envs.engines.lean_forward`). The target cache always holds every token but the last one; each
-round feeds ``[last, d_1..d_drafted]`` and crops the rejected suffix afterwards. The draft cache holds a prefix of
-the accepted sequence and catches up (feeding one or two tokens) at the start of the next round. In transformers
-5.x ``DynamicCache.crop(n)`` takes ``n <= 0`` = the number of tokens to remove (a positive value raises), and the
-model forward takes ``cache=`` (``past_key_values=`` is deprecated).
+KV caches: both models keep a ``DynamicCache`` (GPT-2 and Llama-family models: the lean forward's ``KVCache``, with less
+per-call overhead, :mod:`~specgym.envs.engines.lean_forward`). The target cache always holds every token but the last
+one; each round feeds ``[last, d_1..d_drafted]`` and crops the rejected suffix afterwards. The draft cache holds a
+prefix of the accepted sequence and catches up (feeding one or two tokens) at the start of the next round. In
+transformers 5.x ``DynamicCache.crop(n)`` takes ``n <= 0`` = the number of tokens to remove (a positive value raises),
+and the model forward takes ``cache=`` (``past_key_values=`` is deprecated).
 
 Draft features of each drafted token (``RoundOutcome.draft_conf`` / ``draft_entropy``) come from
 :func:`~specgym.envs.engines.draft_stats.draft_stats`, the definition the recorder uses for trace columns.
@@ -380,8 +380,9 @@ class LiveEngine:
         profile: Cost profile controllers see in their :class:`RequestContext` (defaults to ``timing`` when it is
             a profile, else a flat placeholder: pass a measured profile to cost-aware controllers).
         eos_token_id: Used only with ``stop_at_eos``.
-        lean: Run GPT-2 models through :mod:`specgym.envs.engines.lean_forward` (same logits up to float rounding,
-            far less per-call overhead); other models always use the transformers forward.
+        lean: Run GPT-2 and Llama-family models (llama, qwen2, mistral) through
+            :mod:`specgym.envs.engines.lean_forward` (same logits up to float rounding, far less per-call overhead);
+            other models always use the transformers forward.
         signals: Compute the pre-verification signals of each draft token (:class:`DraftSignals` in the round
             records); ``False`` leaves them ``None`` (the recorder's generation pass).
         sketch: Projection ``(hidden, D)`` of the draft's last hidden state (``signals.hidden_sketch``); ``None`` =

@@ -36,7 +36,6 @@ expose the draft's hidden states to a stopping criterion): ``hidden_sketch`` is 
 from __future__ import annotations
 
 import copy
-import time
 import warnings
 from typing import Any
 
@@ -49,6 +48,7 @@ from specgym.envs.core.lookup import NGramIndex
 from specgym.envs.core.request import Episode
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome
 from specgym.envs.core.signals import TOPK, DraftSignals, SignalColumns
+from specgym.envs.engines.clock import timed
 from specgym.envs.engines.draft_stats import draft_stats, top_probs
 from specgym.errors import SpecgymError
 
@@ -150,7 +150,7 @@ class ControllerCandidateGenerator(AssistedCandidateGenerator):
 
     def get_candidates(self, input_ids, **kwargs):
         """Ask the controller for K, clip it, and draft up to that many tokens."""
-        self._t0 = time.perf_counter()
+        self._t0 = timed(self.assistant_model.device)  # the previous round's kernels done
         k = self.episode.propose()
         cur = int(input_ids.shape[-1])
         self._position = cur - self.prompt_len
@@ -191,8 +191,9 @@ class ControllerCandidateGenerator(AssistedCandidateGenerator):
         """Report the verified round to the controller (instead of transformers' heuristic)."""
         drafted = int(scores.shape[1]) - 1
         accepted = int(num_matches)
+        round_ms = (timed(self.assistant_model.device) - self._t0) * 1000.0
         outcome = RoundOutcome(
-            self._position, self._cap, drafted, accepted, accepted + 1, (time.perf_counter() - self._t0) * 1000.0,
+            self._position, self._cap, drafted, accepted, accepted + 1, round_ms,
             np.asarray(self._conf[:drafted], dtype=np.float32), np.asarray(self._ent[:drafted], dtype=np.float32),
             done=int(input_ids.shape[-1]) >= self.main_model_max_length,
             signals=DraftSignals(self._signals, 0, min(drafted, len(self._conf))),

@@ -176,7 +176,9 @@ class LeanLlama:
             pos = torch.arange(size, device=self.embed.device)[None]
             probe = torch.zeros(1, dtype=self.embed.dtype, device=self.embed.device)
             cos, sin = self.rotary(probe, pos)
-            self._cos, self._sin = cos[0], sin[0]
+            half = cos.shape[-1] // 2
+            # rotate_half(x) * sin == roll(x, half) * signed_sin with the first half of sin negated
+            self._cos, self._sin = cos[0], torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)
         return self._cos, self._sin
 
     def __call__(self, ids: list[int], cache: KVCache, hidden: bool = False, positions: list[int] | None = None,
@@ -212,8 +214,8 @@ class LeanLlama:
             q = attn.q_proj(h).view(n, H, hd).transpose(0, 1)
             k = attn.k_proj(h).view(n, KV, hd).transpose(0, 1)
             v = attn.v_proj(h).view(n, KV, hd).transpose(0, 1)
-            q = q * cos + torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin
-            k = k * cos + torch.cat((-k[..., half:], k[..., :half]), dim=-1) * sin
+            q = q * cos + q.roll(half, -1) * sin
+            k = k * cos + k.roll(half, -1) * sin
             cache.k[li, :, start:end] = k
             cache.v[li, :, start:end] = v
             w = self.windows[li]
@@ -232,9 +234,12 @@ class LeanLlama:
 
 
 def _rms(x: Any, weight: Any, eps: float) -> Any:
-    """transformers' ``LlamaRMSNorm``: normalised in float32, scaled by the weight in the input's dtype."""
+    """transformers' ``LlamaRMSNorm``: normalised in float32, scaled by the weight in the input's dtype (float32:
+    torch's fused ``rms_norm``, the same arithmetic up to float rounding)."""
     import torch
 
+    if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
     return weight * h.to(x.dtype)

@@ -44,6 +44,7 @@ from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.lookup import LOOKUP_MAX_N, lookup_columns
 from specgym.envs.core.signals import TOPK, projection_to_meta, sketch_projection
 from specgym.envs.engines.draft_stats import draft_stats, token_rank, top_probs
+from specgym.envs.engines.clock import host_generator
 from specgym.envs.engines.live_engine import LiveEngine, LivePair, encode_prompt
 from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS, chunks, write_dataset
 from specgym.envs.workloads.loops import loop_summary
@@ -131,8 +132,7 @@ def trace_columns_batch(draft: Any, target: Any, items: Sequence[tuple[Sequence[
         tokens = torch.tensor(list(completion), dtype=torch.long, device=t_logits.device)
         gen = None
         if temperature > 0:
-            gen = torch.Generator(device=d_logits.device)
-            gen.manual_seed(int(seed))
+            gen = host_generator(seed)  # on the host: the trace does not depend on the device
         d = draft_stats(d_logits, temperature, generator=gen)
         lp = torch.log_softmax(t_logits / temperature if temperature > 0 else t_logits, -1)
         p = lp.exp()

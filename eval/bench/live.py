@@ -52,6 +52,7 @@ import specgym.catalogue as catalogue
 from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
 from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.engines.clock import syncer, timed
 from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
 from specgym.envs.engines.live_engine import LiveEngine, encode_prompt, load_pair
 from specgym.envs.engines.profiler import extend_tree_verify, hardware_description, interleaved_ms, measure_profile
@@ -153,7 +154,7 @@ def engine_forward_ms(engine: Any, model: Any, rows: tuple[int, ...] = (1, 2), c
             ids = [(3 * t) % (engine.vocab - 1) + 1 for t in range(r)]
             return lambda: (engine.forward(model, ids, cache), cache.crop(-r))
 
-        ms = interleaved_ms([call(r) for r in rows], repeats, 4, lambda: None)
+        ms = interleaved_ms([call(r) for r in rows], repeats, 4, syncer(engine.device))
     return dict(zip(rows, ms))
 
 
@@ -190,7 +191,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                    specs: list[str] | None = None, threads: int = 1, max_new_tokens: int | None = None,
                    profile: str | None = None, calibration_prompts: int = DEFAULT_CALIBRATION_PROMPTS,
                    resamples: int = 2000, hf_generate: bool = True, micro_repeats: int = 40,
-                   draft: str | None = None, target: str | None = None) -> dict[str, Any]:
+                   draft: str | None = None, target: str | None = None, device: str = "cpu") -> dict[str, Any]:
     """Run the live benchmark; returns every figure (also printed as a table).
 
     Args:
@@ -198,6 +199,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         pair_name: Shipped pair (default: the pair ``workload`` was recorded from, else the default pair).
         workload: Workload recorded from the pair (default ``PAIR-greedy``).
         draft, target: A user's pair (model folders or hub names), instead of the one the workload names.
+        device: Where the pair runs (``cpu``, ``cuda``, ``cuda:1`` ...; rounds are timed device-synchronised).
         per_category: Test prompts per category.
         repeats: Times each (prompt, controller) runs; a prompt's time is the median.
         specs: Controller specs (default: plain, fixed K = 1..6, every baseline and shipped policy).
@@ -230,7 +232,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         else:  # the pair the trace was recorded from: a user's trace is never decoded with the shipped pair
             draft, target = recorded_pair(wl) or tuple(str(p) for p in catalogue.pair_models(default_pair_name()))
     pair_name = pair_name or Path(str(target)).parent.name or str(target)
-    pair = load_pair(str(draft), str(target))
+    pair = load_pair(str(draft), str(target), device=device)
     console.print(f"pair: draft {portable_name(pair.draft_name)}, target {portable_name(pair.target_name)}",
                   highlight=False)
     console.print(pair.kernel_summary(), highlight=False)
@@ -266,7 +268,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         prof_note = f"profile {prof.name} (given: {profile})"
     else:
         fit = calibrate(probe, cal_ids, cal_len, k_max, name=f"fitted-{pair_name}", temperature=cal_temp,
-                        hardware=hardware_description("cpu", pair.dtypes))
+                        hardware=hardware_description(str(pair.target.device), pair.dtypes))
         prof, fit_summary = fit.profile, fit.summary()
         prof_note = f"profile fitted on this machine now (controllers decide with it): {fit_summary}"
     if tree_specs:
@@ -489,18 +491,19 @@ def _hf_generate(pair: Any, prompts: list[list[int]], lengths: list[int], contro
     plain_ms = assisted_ms = 0.0
     identical = True
     for ids, n in zip(prompts, lengths):
-        x = torch.tensor([ids])
+        x = torch.tensor([ids], device=pair.target.device)
         kw = dict(attention_mask=torch.ones_like(x), max_new_tokens=n, min_new_tokens=n, do_sample=False,
                   eos_token_id=None, pad_token_id=pair.tokenizer.pad_token_id)
-        t0 = time.perf_counter()
+        dev = pair.target.device
+        t0 = timed(dev)
         ref = pair.target.generate(x, **kw)
-        plain_ms += (time.perf_counter() - t0) * 1000
+        plain_ms += (timed(dev) - t0) * 1000
         draft_eos = pair.draft.generation_config.eos_token_id
         pair.draft.generation_config.eos_token_id = None  # the assistant would stop at its own EOS
         try:
-            t0 = time.perf_counter()
+            t0 = timed(dev)
             out = generate_with_controller(pair.target, pair.draft, x, controller, profile=profile, **kw)
-            assisted_ms += (time.perf_counter() - t0) * 1000
+            assisted_ms += (timed(dev) - t0) * 1000
         finally:
             pair.draft.generation_config.eos_token_id = draft_eos
         identical &= bool(torch.equal(out, ref))
@@ -523,5 +526,6 @@ def live_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
                        per_category=getattr(args, "live_prompts", DEFAULT_PER_CATEGORY),
                        profile=getattr(args, "live_profile", None),
                        specs=check_live_specs(specs) if specs else None,
-                       draft=getattr(args, "live_draft", None), target=getattr(args, "live_target", None))
+                       draft=getattr(args, "live_draft", None), target=getattr(args, "live_target", None),
+                       device=getattr(args, "live_device", None) or "cpu")
     return {"live": r}

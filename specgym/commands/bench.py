@@ -47,6 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="live section: your draft model (folder or hub name; default: the pair the workload was "
                         "recorded from)")
     p.add_argument("--live-target", default=None, help="live section: your target model (with --live-draft)")
+    p.add_argument("--live-device", default="cpu", help="live section: cpu, cuda, cuda:1 ... (default %(default)s)")
     p.add_argument("--policy", default=None, help="exported policy for the 'policy' section (name or folder)")
     p.add_argument("--scale-requests", type=positive_int, default=1_000_000,
                    help="scale section: requests of the synthetic sharded workload (default %(default)s)")
@@ -111,6 +112,8 @@ def _run(args: argparse.Namespace) -> int:
         load_profile(args.live_profile)  # a bad name fails before anything runs
     if args.live_controllers:
         check_live_specs(args.live_controllers)
+    if not args.live_device.startswith(("cpu", "cuda")):
+        raise SpecgymError(f"--live-device {args.live_device!r}: expected cpu, cuda or cuda:N")
     if (args.live_draft is None) != (args.live_target is None):
         raise SpecgymError("give both --live-draft and --live-target, or neither")
     if any(s.startswith("specdecode") for s in sections):

@@ -232,4 +232,4 @@ clean:
 # GPU: a measured profile, a small greedy and sampled recording (the sampled one compared with the CPU's), the live
 # bench for plain, fixed K 2/4, marginal and the static tree 2-2-1, transformers' generate(); one JSON (< 8 min)
 gpu-check: $(STAMP)
-	$(LIVE_ENV) $(PY) -m specgym.eval.gpu_check --device cuda --out out/gpu-check.json
+	$(SPECGYM) gpu-check --device cuda --out out/gpu-check.json

@@ -14,13 +14,13 @@ On the shipped midpair pair, on the given device (``--device cuda`` by default):
    category of ``midpair-greedy`` (the tree through live tree verification), every greedy output checked against
    plain decoding, with transformers' ``generate()`` plain and assisted.
 
-``--device cpu --quick`` runs the same steps at a toy size on the CPU (the test suite's dry run). Every figure is a
-measurement on the device named in the JSON; nothing here has been run on a GPU until the README says so.
+``specgym gpu-check`` runs it (``make gpu-check``: ``--device cuda``); ``--device cpu --quick`` runs the same steps
+at a toy size on the CPU (the test suite's dry run). Every figure is a measurement on the device named in the JSON;
+nothing here has been run on a GPU until the README says so.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import sys
@@ -28,8 +28,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specgym.errors import SpecgymError
-from specgym.io import atomic_write_text, check_output
+from rich.console import Console
+
+import specgym.catalogue as catalogue
+from specgym.envs.engines.live_engine import encode_prompt, load_pair
+from specgym.envs.engines.profiler import measure_profile
+from specgym.envs.engines.recorder import record_workload
+from specgym.envs.workloads.prompts import read_prompts
+from specgym.eval.bench.live import run_live_bench
+from specgym.io import atomic_write_text
+from specgym.paths import default_pair_name
 
 #: Seconds the whole check must stay under on a GPU.
 BUDGET_S = 480
@@ -50,15 +58,6 @@ def device_info(device: str) -> dict[str, Any]:
 def run_check(device: str, out: Path, quick: bool = False, console: Any = None) -> dict[str, Any]:
     """Run every step; returns the figures (also written to ``out``, atomically)."""
     import torch
-    from rich.console import Console
-
-    import specgym.catalogue as catalogue
-    from specgym.envs.engines.live_engine import encode_prompt, load_pair
-    from specgym.envs.engines.profiler import measure_profile
-    from specgym.envs.engines.recorder import record_workload
-    from specgym.envs.workloads.prompts import read_prompts
-    from specgym.eval.bench.live import run_live_bench
-    from specgym.paths import default_pair_name
 
     console = console or Console(file=sys.stderr)
     torch.set_num_threads(1)
@@ -116,33 +115,3 @@ def run_check(device: str, out: Path, quick: bool = False, console: Any = None) 
     figures["within_budget"] = steps["total_s"] < BUDGET_S
     atomic_write_text(out, json.dumps(figures, indent=2, default=float) + "\n", overwrite=True)
     return figures
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m specgym.eval.gpu_check [--device cuda] [--out out/gpu-check.json] [--quick]``."""
-    p = argparse.ArgumentParser(prog="gpu-check", description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cuda", help="cuda, cuda:1 ..., or cpu (default %(default)s)")
-    p.add_argument("--out", type=Path, default=Path("out/gpu-check.json"), help="the JSON (default %(default)s)")
-    p.add_argument("--quick", action="store_true", help="toy sizes (the CPU dry run of the test suite)")
-    args = p.parse_args(argv)
-    try:
-        if not args.device.startswith(("cpu", "cuda")):
-            raise SpecgymError(f"--device {args.device!r}: expected cuda, cuda:N or cpu")
-        if args.device.startswith("cuda"):
-            import torch
-
-            if not torch.cuda.is_available():
-                raise SpecgymError(f"--device {args.device}: CUDA is not available on this machine (torch "
-                                   f"{torch.__version__}; the check needs a CUDA build of torch and a GPU)")
-        out = check_output(args.out, True, "file", "--out")
-        figures = run_check(args.device, out, args.quick)
-    except SpecgymError as exc:
-        print(f"gpu-check: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"wrote {out}: {figures['machine'].get('gpu', figures['machine']['device'])}, "
-          f"{figures['seconds']['total_s']:.0f} s (budget {BUDGET_S} s)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

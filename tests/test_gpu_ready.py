@@ -42,10 +42,10 @@ def test_sampled_requests_draw_on_the_host(tmp_path):
 
 @pytest.mark.slow
 def test_gpu_check_dry_run_on_the_cpu(tmp_path, capsys):
-    from specgym.eval.gpu_check import main
+    from specgym.cli import main
 
     out = tmp_path / "gpu-check.json"
-    assert main(["--device", "cpu", "--quick", "--out", str(out)]) == 0
+    assert main(["gpu-check", "--device", "cpu", "--quick", "--out", str(out)]) == 0
     figures = json.loads(out.read_text())
     assert figures["machine"]["device"] == "cpu" and figures["quick"] is True
     assert figures["record"]["requests"] == 2 and figures["record"]["positions"] > 0
@@ -56,11 +56,12 @@ def test_gpu_check_dry_run_on_the_cpu(tmp_path, capsys):
 
 
 def test_gpu_check_refuses_a_missing_gpu_in_one_line(tmp_path, capsys):
-    from specgym.eval.gpu_check import main
+    from specgym.cli import main
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    assert main(["--out", str(tmp_path / "x.json")]) == 2
+    capsys.readouterr()
+    assert main(["gpu-check", "--out", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "CUDA is not available" in err
     assert not (tmp_path / "x.json").exists()

@@ -322,3 +322,17 @@ def test_readme_states_exactness_in_float32_and_no_gpu_run():
     assert "tested token for token in float32" in text and "Exactness is a float32 property" in text
     assert "bfloat16" in text.split("Exactness is a float32 property")[1][:400]
     assert "It has not been run on a GPU" in text
+
+
+def test_a_broken_model_folder_is_one_line(tmp_path_factory, tmp_path):
+    """A config transformers reads but weights it cannot build into the model: a one-line error, no traceback."""
+    import shutil
+
+    d, t = hf_pairs.cached_pair("qwen2", tmp_path_factory)
+    broken = tmp_path / "target"
+    shutil.copytree(t, broken)
+    cfg = json.loads((broken / "config.json").read_text())
+    cfg["hidden_size"] = 48  # the stored weights are 32 wide
+    (broken / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(SpecgymError, match=r"--target .*: cannot load model|--target .*model family"):
+        load_pair(str(d), str(broken))

@@ -155,7 +155,7 @@ def check_family(name: str, role: str, ref: str) -> Any:
     try:
         cfg = AutoConfig.from_pretrained(ref)
     except (OSError, ValueError, KeyError) as exc:
-        raise SpecgymError(f"--{role} {name}: cannot load model config ({str(exc).splitlines()[0]})") from None
+        raise SpecgymError(f"--{role} {name}: cannot load model config ({_first_line(exc)})") from None
     family = str(getattr(cfg, "model_type", "") or type(cfg).__name__)
     if getattr(cfg, "is_encoder_decoder", False):
         raise unsupported_family(name, role, family, "encoder-decoder")
@@ -196,21 +196,30 @@ def load_model(name: str, role: str, device: str = "cpu", dtype: str = "float32"
     try:
         model = AutoModelForCausalLM.from_pretrained(ref, dtype=dt)
     except OSError as exc:
-        raise SpecgymError(f"--{role} {name}: cannot load model ({str(exc).splitlines()[0]})") from None
+        raise SpecgymError(f"--{role} {name}: cannot load model ({_first_line(exc)})") from None
     except (ValueError, KeyError) as exc:  # no causal-LM class for this config
-        raise unsupported_family(name, role, family, f"no causal LM: {str(exc).splitlines()[0][:120]}") from None
+        raise unsupported_family(name, role, family, f"no causal LM: {_first_line(exc)[:120]}") from None
+    except Exception as exc:  # noqa: BLE001 - a folder transformers cannot build (mismatched shapes, missing code)
+        raise SpecgymError(f"--{role} {name}: cannot load model ({type(exc).__name__}: {_first_line(exc)})") from None
     try:
         model = model.to(device).eval()  # type: ignore[arg-type]  # transformers stub of .to
         with torch.inference_mode():
             model(input_ids=torch.zeros((1, 2), dtype=torch.long, device=device))
     except (RuntimeError, TypeError) as exc:
         raise SpecgymError(f"--{role} {name}: cannot run in {dtype_name(dtype)} on {device} "
-                           f"({str(exc).splitlines()[0]})") from None
+                           f"({_first_line(exc)})") from None
+    except Exception as exc:  # noqa: BLE001 - a forward that fails otherwise: the family cannot run here
+        raise unsupported_family(name, role, family, f"its forward fails: {type(exc).__name__}") from None
     try:
         _probe_cache(model, device)
     except Exception as exc:  # noqa: BLE001 - any failure of a cached decode step means the family cannot run
         raise unsupported_family(name, role, family, f"its cache cannot be cropped: {type(exc).__name__}") from None
     return model
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def load_tokenizer(name: str, role: str):
@@ -220,8 +229,8 @@ def load_tokenizer(name: str, role: str):
     ref = resolve_model_path(name, role)
     try:
         return AutoTokenizer.from_pretrained(ref)
-    except (OSError, ValueError) as exc:
-        raise SpecgymError(f"--{role} {name}: cannot load tokenizer ({str(exc).splitlines()[0]})") from None
+    except Exception as exc:  # noqa: BLE001 - OSError, ValueError, a broken tokenizer file: one line either way
+        raise SpecgymError(f"--{role} {name}: cannot load tokenizer ({_first_line(exc)})") from None
 
 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:

@@ -20,7 +20,7 @@ VLLM_PIP    := $(VLLM_PY) -m pip install --quiet --no-index --no-deps --find-lin
 PKG_FILES := $(shell find specgym envs agents baselines training eval data -type f -not -path '*/__pycache__/*' \
                -not -name '*.pyc' 2>/dev/null | LC_ALL=C sort)
 
-.PHONY: install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
+.PHONY: gpu-check install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
         models-midpair models-tinypair predictors profile record record-midpair record-midpair-greedy record-midpair-t08 record-tinypair clean FORCE
 
 $(VENV)/.files: FORCE
@@ -227,3 +227,9 @@ record-tinypair: $(STAMP)  # ~12 min
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .venv-vllm.log .venv-vllm.unavailable build runs out .pytest_cache .hypothesis
+
+# --- the GPU check (issue 30): on a machine with CUDA (a CUDA build of torch 2.13.0), the shipped midpair pair on the
+# GPU: a measured profile, a small greedy and sampled recording (the sampled one compared with the CPU's), the live
+# bench for plain, fixed K 2/4, marginal and the static tree 2-2-1, transformers' generate(); one JSON (< 8 min)
+gpu-check: $(STAMP)
+	$(SPECGYM) gpu-check --device cuda --out out/gpu-check.json

@@ -36,30 +36,44 @@ expose the draft's hidden states to a stopping criterion): ``hidden_sketch`` is 
 from __future__ import annotations
 
 import copy
-import time
 import warnings
 from typing import Any
 
 import numpy as np
 
-from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals
+from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile, placeholder_profile
 from specgym.envs.core.lookup import NGramIndex
 from specgym.envs.core.request import Episode
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome
 from specgym.envs.core.signals import TOPK, DraftSignals, SignalColumns
+from specgym.envs.engines.clock import timed
 from specgym.envs.engines.draft_stats import draft_stats, top_probs
 from specgym.errors import SpecgymError
 
 try:  # transformers is an optional dependency (extra "hf")
     import torch
     from transformers.generation.candidate_generator import AssistedCandidateGenerator
+    from transformers.generation.logits_process import LogitsProcessor, LogitsProcessorList
     from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 except ImportError:  # pragma: no cover - reported by generate_with_controller
     AssistedCandidateGenerator = object  # type: ignore[misc,assignment]
+    LogitsProcessor = object  # type: ignore[misc,assignment]
     StoppingCriteria = object  # type: ignore[misc,assignment]
     StoppingCriteriaList = None  # type: ignore[assignment,misc]
+
+
+class _TokenizerSpace(LogitsProcessor):
+    """Scores only the first ``vocab`` ids: a target padded past its tokenizer never emits a padding row's id
+    (the live engine's token space too; greedy output is plain generate()'s wherever that picks no padding id)."""
+
+    def __init__(self, vocab: int):
+        self.vocab = int(vocab)
+
+    def __call__(self, input_ids, scores):
+        scores[:, self.vocab:] = float("-inf")
+        return scores
 
 
 class _ControllerStop(StoppingCriteria):
@@ -105,8 +119,9 @@ class ControllerCandidateGenerator(AssistedCandidateGenerator):
     """
 
     def __init__(self, *args, controller: Controller, k_max: int = DEFAULT_K_MAX, profile: CostProfile | None = None,
-                 rounds: list | None = None, temperature: float = 0.0, **kwargs):
+                 rounds: list | None = None, temperature: float = 0.0, target_vocab: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
+        self.target_vocab = int(target_vocab)
         self.k_max = k_max
         self.rounds = rounds
         # the controller alone decides: no built-in schedule, no confidence-threshold stopping
@@ -135,7 +150,7 @@ class ControllerCandidateGenerator(AssistedCandidateGenerator):
 
     def get_candidates(self, input_ids, **kwargs):
         """Ask the controller for K, clip it, and draft up to that many tokens."""
-        self._t0 = time.perf_counter()
+        self._t0 = timed(self.assistant_model.device)  # the previous round's kernels done
         k = self.episode.propose()
         cur = int(input_ids.shape[-1])
         self._position = cur - self.prompt_len
@@ -150,7 +165,14 @@ class ControllerCandidateGenerator(AssistedCandidateGenerator):
         index.commit()
         self._rows = self._new_rows(self._cap)
         self._signals = SignalColumns(*self._rows)
-        return super().get_candidates(input_ids, **kwargs)
+        ids, logits = super().get_candidates(input_ids, **kwargs)
+        if logits is not None and self.target_vocab and logits.shape[-1] < self.target_vocab:
+            # a padded target (more embedding rows, same tokenizer): the draft never proposes the extra ids
+            import torch
+
+            pad = logits.new_full((*logits.shape[:-1], self.target_vocab - logits.shape[-1]), float("-inf"))
+            logits = torch.cat([logits, pad], dim=-1)
+        return ids, logits
 
     def _prepare_generation_args(self, input_ids, min_new_tokens: int, max_new_tokens: int) -> dict:
         args = super()._prepare_generation_args(input_ids, min_new_tokens, max_new_tokens)
@@ -169,8 +191,9 @@ class ControllerCandidateGenerator(AssistedCandidateGenerator):
         """Report the verified round to the controller (instead of transformers' heuristic)."""
         drafted = int(scores.shape[1]) - 1
         accepted = int(num_matches)
+        round_ms = (timed(self.assistant_model.device) - self._t0) * 1000.0
         outcome = RoundOutcome(
-            self._position, self._cap, drafted, accepted, accepted + 1, (time.perf_counter() - self._t0) * 1000.0,
+            self._position, self._cap, drafted, accepted, accepted + 1, round_ms,
             np.asarray(self._conf[:drafted], dtype=np.float32), np.asarray(self._ent[:drafted], dtype=np.float32),
             done=int(input_ids.shape[-1]) >= self.main_model_max_length,
             signals=DraftSignals(self._signals, 0, min(drafted, len(self._conf))),
@@ -210,9 +233,18 @@ def generate_with_controller(target: Any, draft: Any, input_ids: Any, controller
     # a predictor-reading controller: another pair's predictor is refused; no hidden sketch here, so a predictor
     # reading it uses its fallback (said once, as a warning)
     source = SignalSource.of_engine("transformers' generate()", getattr(draft, "name_or_path", None),
-                                    getattr(target, "name_or_path", None), True)
+                                    getattr(target, "name_or_path", None), True,
+                                    signatures=(model_signature(draft.config), model_signature(target.config)))
     for note in bind_signals([controller], source):
         warnings.warn(note, stacklevel=2)
+
+    # a target padded past the tokenizer (more embedding rows) is the same token space: transformers compares the
+    # configs' vocab sizes, so the draft's config states the target's for the call, and its logits are padded
+    d_cfg, t_vocab = draft.config.get_text_config(), _vocab_rows(target)
+    d_vocab = d_cfg.vocab_size
+    if _vocab_rows(draft) > t_vocab:
+        raise SpecgymError(f"generate_with_controller: the draft scores {_vocab_rows(draft)} tokens, the target only "
+                           f"{t_vocab}; the draft's vocabulary must not exceed the target's")
 
     def factory(generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model=None,
                 **_ignored):
@@ -220,10 +252,22 @@ def generate_with_controller(target: Any, draft: Any, input_ids: Any, controller
             input_ids=input_ids, assistant_model=assistant_model, generation_config=generation_config,
             model_kwargs=model_kwargs, inputs_tensor=inputs_tensor, logits_processor=logits_processor,
             controller=controller, k_max=k_max, profile=profile, rounds=rounds, temperature=temperature,
+            target_vocab=t_vocab,
         )
 
+    if _vocab_rows(draft) < t_vocab:
+        procs = LogitsProcessorList(generate_kwargs.pop("logits_processor", None) or [])
+        procs.append(_TokenizerSpace(_vocab_rows(draft)))
+        generate_kwargs["logits_processor"] = procs
     target._get_candidate_generator = factory
     try:
+        d_cfg.vocab_size = target.config.get_text_config().vocab_size
         return target.generate(input_ids, assistant_model=draft, **generate_kwargs)
     finally:
+        d_cfg.vocab_size = d_vocab
         del target._get_candidate_generator
+
+
+def _vocab_rows(model: Any) -> int:
+    """Rows of the model's output layer: the token ids it scores."""
+    return int(model.get_output_embeddings().weight.shape[0])

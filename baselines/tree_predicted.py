@@ -103,6 +103,24 @@ def predicted_accept(workload: Any, predictor: AcceptancePredictor) -> np.ndarra
     return predictor.predict_matrix(x)
 
 
+def calibrated_confidence(workload: Any, split: str = "train", bins: int = 20) -> np.ndarray:
+    """The draft's top-1 confidence mapped to the acceptance rate observed at that confidence on ``split``'s
+    positions (equal-width bins, each shrunk toward the split's mean by one pseudo-position): the acceptance a
+    predictor-less tree prices with."""
+    conf = np.clip(np.asarray(workload.require("draft_conf", "calibrated confidence"), np.float64), 0.0, 1.0)
+    accept = np.asarray(workload.require("p_accept", "calibrated confidence"), np.float64)
+    rows = np.concatenate([np.arange(workload.offsets[r], workload.offsets[r + 1])
+                           for r in workload.split_indices(split).tolist()] or [np.zeros(0, np.int64)])
+    if not len(rows):
+        raise SpecgymError(f"workload {workload.name!r}: its {split!r} split is empty: tree-predicted fits on it")
+    which = np.minimum((conf * bins).astype(np.int64), bins - 1)
+    mean = float(accept[rows].mean())
+    total = np.bincount(which[rows], weights=accept[rows], minlength=bins)
+    count = np.bincount(which[rows], minlength=bins)
+    table = (total + mean) / (count + 1.0)
+    return table[which].astype(np.float64)
+
+
 def fit_tables(workload: Any, accept: np.ndarray, split: str = "train") -> SpineTables:
     """Fit :class:`SpineTables` on ``split``'s positions (``accept`` = :func:`predicted_accept`)."""
     if workload.target_rank is None or workload.draft_topk is None or workload.lookup_len is None:
@@ -211,7 +229,7 @@ class PredictedTree(TreeController):
 
     def __init__(self, predictor: AcceptancePredictor, name: str, k_max: int = DEFAULT_K_MAX):
         self.predictor = predictor
-        self.active = predictor
+        self.active: AcceptancePredictor | None = predictor
         self.name = name
         self.k_max = int(k_max)
         self.tables: SpineTables | None = None
@@ -222,19 +240,18 @@ class PredictedTree(TreeController):
 
     def bind_signals(self, src: SignalSource) -> str | None:
         """The model of the predictor's chain that ``src`` feeds (the same check and fallback as ``predicted:``);
-        without any, a one-line error: the tree's widths need a predicted acceptance."""
+        where none fits, the tree's acceptance is the draft's confidence calibrated on the train split (as
+        ``predicted:`` falls back to calibrated confidence), with the same note."""
         active, note = self.predictor.for_source(src)
-        if active is None:
-            raise SpecgymError(f"{self.name}: {note}; a tree needs the predictor's probabilities (evaluate "
-                               f"predicted:{self.predictor.name} instead)")
-        self.active, self.signal_note = active, note
+        self.active, self.signal_note = active, note  # None: calibrated confidence, as predicted: falls back to
         return note
 
     def prepare(self, workload: Any, profile: Any) -> None:
         """Predict the acceptance at every position and fit the tables on the train split (the predictor fitted
         to the workload first: :meth:`bind_signals`; its note is kept in :attr:`signal_note`)."""
         self.bind_signals(SignalSource.of_workload(workload))
-        self._accept = predicted_accept(workload, self.active)
+        self._accept = predicted_accept(workload, self.active) if self.active is not None else \
+            calibrated_confidence(workload, "train")
         self.tables = fit_tables(workload, self._accept, "train")
         self._workload = workload
 

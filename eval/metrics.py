@@ -10,7 +10,8 @@ at a time.
 * ``draft_waste`` = (drafted - accepted) / drafted over the run.
 * ``tpot_ms`` per request = T_req / N_req; mean and p99 over requests.
 * ``oracle_ratio`` = T_oracle / T (1.0 = perfect); ``headroom_closed`` = (T_bestfixed - T) / (T_bestfixed -
-  T_oracle), undefined (None) when the best fixed K already equals the oracle.
+  T_oracle), undefined (None) when the oracle is less than :data:`MIN_HEADROOM` (0.5%) faster than the best fixed K:
+  a share of a gap that small is noise (a controller 1% off a 0.001% gap would read -100,000%).
 * Against the informed oracle (knows p_accept, not the draws): ``informed_ratio`` = T_informed / T (may exceed 1 by
   luck of the draws: the informed oracle is optimal in expectation), ``headroom_closed_informed`` = (T_bestfixed -
   T) / (T_bestfixed - T_informed), and ``prediction_decision_tok_s`` = informed tok/s - tok/s, the part of the
@@ -64,11 +65,17 @@ class Figures:
         return out
 
 
+#: The smallest gap between the best fixed K and an oracle, as a share of the best fixed K's time, that a headroom
+#: share is computed over.
+MIN_HEADROOM = 0.005
+
+
 def headroom_closed(t_best: float, t: float, t_ref: float) -> float | None:
     """``(T_bestfixed - T) / (T_bestfixed - T_ref)``: the share of the gap to a reference (an oracle) closed; None
-    when the reference is not faster than the best fixed K."""
+    when the reference is less than :data:`MIN_HEADROOM` of the best fixed K's time faster than it (no headroom to
+    share out: the ratio of two near-equal times' difference is noise)."""
     gap = t_best - t_ref
-    return (t_best - t) / gap if gap > 1e-9 * t_best else None
+    return (t_best - t) / gap if gap > MIN_HEADROOM * t_best else None
 
 
 def _figures(name: str, tokens: np.ndarray, time_ms: np.ndarray, refs: References,

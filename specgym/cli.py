@@ -29,6 +29,7 @@ SUBCOMMAND_MODULES = (
     "specgym.commands.tune",
     "specgym.commands.bench",
     "specgym.commands.demo",
+    "specgym.commands.gpu_check",
 )
 
 

@@ -16,7 +16,7 @@ from specgym.envs.core.controller import Controller  # noqa: E402
 from specgym import make_controller  # noqa: E402
 from specgym.envs.core.cost import CostProfile  # noqa: E402
 from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
-from specgym.envs.engines.model_loading import check_same_tokenizer, load_pair  # noqa: E402
+from specgym.envs.engines.model_loading import check_same_tokenizer, encode_prompt, load_pair  # noqa: E402
 from specgym.envs.core.rounds import DraftStep  # noqa: E402
 from specgym.training.lm_pair.toy import save_toy_pair, toy_models, toy_tokenizer  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
@@ -170,7 +170,7 @@ def test_replay_equals_live(toy, tmp_path):
     ctls = ["fixed:2", "fixed:5", "assc", "hf-heuristic", "confidence", "cumulative", "entropy", "random"]
     n_rounds = 0
     for r, spec in enumerate(specs):
-        ids = pair.tokenizer(spec.text, add_special_tokens=False)["input_ids"]
+        ids = encode_prompt(pair.tokenizer, spec.text)
         for c in ctls:
             ctl = RandomK(r) if c == "random" else make_controller(c, 8)
             res = live.run_request(ids, ctl, int(wl.lengths[r]))
@@ -262,7 +262,7 @@ def test_bf16_target_is_exact_in_the_dtype_that_verifies(tmp_path):
     assert wl.source["dtype"] == "float32/bfloat16"
     replay = TraceEngine(wl, PROFILE, k_max=8, seed=0)
     for r, spec in enumerate(specs):
-        ids = pair.tokenizer(spec.text, add_special_tokens=False)["input_ids"]
+        ids = encode_prompt(pair.tokenizer, spec.text)
         for c in ("fixed:4", "confidence", "random"):
             ctl = RandomK(r) if c == "random" else make_controller(c, 8)
             res = eng.run_request(ids, ctl, 40)
@@ -302,7 +302,7 @@ def test_shipped_pair_greedy_matches_generate(name):
     assert pair.target.dtype == torch.float32
     assert pair.target.config.eos_token_id == pair.tokenizer.eos_token_id != 50256
     eng = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE)
-    ids = pair.tokenizer("def parse(self, text):\n", add_special_tokens=False)["input_ids"]
+    ids = encode_prompt(pair.tokenizer, "def parse(self, text):\n")
     for spec in ("fixed:4", "marginal"):
         res = eng.run_request(ids, make_controller(spec, 8), 64)
         assert res.tokens == _greedy_reference(pair.target, ids, 64), spec
@@ -325,7 +325,7 @@ def test_shipped_recorded_trace_replays_live(name):
     picked = [int(next(r for r in test if wl.category[r] == cat)) for cat in wl.categories()]
     n_rounds = 0
     for r in picked:
-        ids = pair.tokenizer(wl.prompt_text[r], add_special_tokens=False)["input_ids"]
+        ids = encode_prompt(pair.tokenizer, wl.prompt_text[r])
         assert len(ids) == int(wl.prompt_len[r])
         for c in ("fixed:3", "marginal", "random"):
             ctl = RandomK(r) if c == "random" else make_controller(c, 8)
@@ -406,7 +406,7 @@ def test_online_signals_equal_the_recorders(tmp_path):
     live = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE, sketch=wl.sketch_projection())
     compared = 0
     for r, spec in enumerate(specs):
-        ids = pair.tokenizer(spec.text, add_special_tokens=False)["input_ids"]
+        ids = encode_prompt(pair.tokenizer, spec.text)
         for c in ("fixed:4", "fixed:8", "random"):
             ctl = StepLog(r) if c == "random" else make_controller(c, 8)
             res = live.run_request(ids, ctl, 50)
@@ -443,7 +443,7 @@ def test_shipped_pair_online_signals_equal_the_recorders(name, tmp_path):
     live = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE, sketch=wl.sketch_projection())
     compared = 0
     for r, spec in enumerate(specs):
-        ids = pair.tokenizer(spec.text, add_special_tokens=False)["input_ids"]
+        ids = encode_prompt(pair.tokenizer, spec.text)
         for c in ("fixed:3", "marginal", "random"):
             ctl = RandomK(r) if c == "random" else make_controller(c, 8)
             res = live.run_request(ids, ctl, 48)

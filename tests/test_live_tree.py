@@ -17,7 +17,7 @@ from specgym.agents.specs import make  # noqa: E402
 from specgym.envs.core.cost import CostProfile  # noqa: E402
 from specgym.envs.core.tree import TreeShape  # noqa: E402
 from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
-from specgym.envs.engines.model_loading import load_pair  # noqa: E402
+from specgym.envs.engines.model_loading import encode_prompt, load_pair  # noqa: E402
 from specgym.envs.engines.live_tree import LiveTreeRequest, ancestor_matrix, tree_parents  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
 from specgym.eval.tree_runner import run_live_tree  # noqa: E402
@@ -194,7 +194,7 @@ def _shipped(name: str):
 def test_shipped_pair_tree_greedy_equals_plain(name):
     pair = load_pair(str(MODELS_DIR / name / "draft"), str(MODELS_DIR / name / "target"))
     eng = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE)
-    ids = pair.tokenizer("def parse(self, text):\n", add_special_tokens=False)["input_ids"]
+    ids = encode_prompt(pair.tokenizer, "def parse(self, text):\n")
     ref = eng.run_plain(ids, 48).tokens
     for w in [(1,), (2, 2, 1), (3, 2, 1)]:
         res = _play(eng, ids, TreeShape.from_widths(w), 48).tree_result
@@ -217,7 +217,7 @@ def test_tree_replay_equals_live_round_by_round(name):
     picked = [int(next(r for r in test if wl.category[r] == cat)) for cat in wl.categories()]
     n_rounds = wide = 0
     for r in picked:
-        ids = pair.tokenizer(wl.prompt_text[r], add_special_tokens=False)["input_ids"]
+        ids = encode_prompt(pair.tokenizer, wl.prompt_text[r])
         for tree in (TreeShape.from_widths((2, 2, 1)), TreeShape.from_widths((3, 2, 1)), TreeShape.from_widths((4, 2)),
                      TreeShape.chain(4)):
             res = _play(live, ids, tree, 48).tree_result
@@ -319,7 +319,7 @@ def test_tree_ppo_live_equals_plain(name):
         pytest.skip("shipped midpair-tree policy absent")
     pair = load_pair(str(MODELS_DIR / name / "draft"), str(MODELS_DIR / name / "target"))
     eng = LiveEngine.from_pair(pair, k_max=8, timing=PROFILE)
-    ids = pair.tokenizer("def parse(self, text):\n", add_special_tokens=False)["input_ids"]
+    ids = encode_prompt(pair.tokenizer, "def parse(self, text):\n")
     ctrl = make("tree-ppo:midpair-tree", 8, kinds=("tree",))
     res = run_live_tree(eng, ids, ctrl, 48)
     assert res.tokens == eng.run_plain(ids, 48).tokens

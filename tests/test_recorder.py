@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from specgym.envs.core.cost import CostProfile, load_profile  # noqa: E402
-from specgym.envs.engines.model_loading import load_pair  # noqa: E402
+from specgym.envs.engines.model_loading import encode_prompt, load_pair  # noqa: E402
 from specgym.envs.engines.profiler import measure_profile  # noqa: E402
 from specgym.commands.args import parse_length  # noqa: E402
 from specgym.envs.engines.recorder import RecordingSpec, record_workload  # noqa: E402
@@ -73,7 +73,7 @@ def _check_signal_columns(pair, wl, temperature):
         np.testing.assert_allclose(wl.draft_topk[:, 0], wl.draft_conf, rtol=1e-5)
     for r in range(wl.n_requests):
         sl = wl.span(r)
-        prompt = pair.tokenizer(wl.prompt_text[r], add_special_tokens=False)["input_ids"]
+        prompt = encode_prompt(pair.tokenizer, wl.prompt_text[r])
         lens, toks, agree = lookup_columns(prompt, wl.token_id[sl].tolist(), wl.draft_token[sl])
         np.testing.assert_array_equal(wl.lookup_len[sl], lens)
         np.testing.assert_array_equal(wl.lookup_token[sl], toks)
@@ -88,7 +88,7 @@ def test_hidden_sketch_and_ranks_from_the_draft(pair, tmp_path):
     back = load_workload(tmp_path / "s.parquet")
     proj = back.sketch_projection()
     assert proj.shape == (pair.draft.config.n_embd, 6) and back.hidden_sketch.shape == (back.n_positions, 6)
-    prompt = pair.tokenizer(TEXTS[0], add_special_tokens=False)["input_ids"]
+    prompt = encode_prompt(pair.tokenizer, TEXTS[0])
     comp = back.token_id[back.span(0)].tolist()
     with torch.no_grad():
         out = pair.draft(torch.tensor([prompt + comp[:-1]]), output_hidden_states=True)

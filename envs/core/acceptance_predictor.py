@@ -35,7 +35,10 @@ predictor is a function of one pair's signals. Its metadata names the pair it wa
 :func:`~specgym.envs.core.signals.sketch_identity`). A :class:`SignalSource` describes what a workload or a live
 engine feeds it. Then:
 
-* another pair (both sides known) is refused in one line: its probabilities are another model's;
+* another pair (both sides known) is refused in one line: its probabilities are another model's; names are not
+  enough (two folders may share a name): where both sides' configs can be read (a recorded workload's
+  ``draft_signature``/``target_signature``, a model folder on this machine, shipped models by their data path), the
+  architecture, width, depth and vocabulary of each model must agree too (:func:`model_signature`);
 * a source without one of the predictor's groups, or with a different hidden sketch (another projection, width or
   seed), is served by the first predictor of its fallback chain that it can feed, with one note; where none fits,
   the controller estimates acceptance from calibrated confidence (``marginal``'s estimate), with one note;
@@ -59,6 +62,7 @@ from specgym.envs.core.signals import sketch_identity, sketch_identity_from_meta
 from specgym.envs.core.stopping_plan import ContinuationModel
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text
+from specgym.paths import DATA_DIR
 
 PREDICTOR_VERSION = 1
 SIGNAL_GROUPS = ("conf", "shape", "position", "lookup", "hidden")
@@ -82,6 +86,42 @@ def _model_name(name: Any) -> str | None:
         return None
     text = str(name).strip()
     return os.path.normpath(text) if text else None
+
+
+def model_signature(config: Any) -> dict[str, Any]:
+    """What identifies a model's shape for signal compatibility: family, width, depth, vocabulary (``config``: a
+    transformers config or its ``config.json`` dict)."""
+    get = config.get if isinstance(config, dict) else (lambda k, d=None: getattr(config, k, d))
+
+    def first(*keys: str) -> int | None:
+        for k in keys:
+            v = get(k, None)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return int(v)
+        return None
+
+    return {"model_type": get("model_type", None), "hidden_size": first("hidden_size", "n_embd", "d_model"),
+            "layers": first("num_hidden_layers", "n_layer", "num_layers"), "vocab_size": first("vocab_size")}
+
+
+def signature_of(name: str | None) -> dict[str, Any] | None:
+    """:func:`model_signature` of a model folder a metadata name points to (a shipped ``models/...`` name resolves
+    in this install's data), or None where no config can be read (a hub name, a folder not on this machine)."""
+    if not name:
+        return None
+    for folder in (DATA_DIR / name, Path(name)):
+        try:
+            cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(cfg, dict):
+            return model_signature(cfg)
+    return None
+
+
+def _describe(sig: dict[str, Any]) -> str:
+    return f"{sig.get('model_type')}, hidden {sig.get('hidden_size')}, {sig.get('layers')} layers, vocab " \
+           f"{sig.get('vocab_size')}"
 
 
 def same_model(a: str | None, b: str | None) -> bool:
@@ -110,6 +150,12 @@ class SignalSource:
     target: str | None
     groups: tuple[str, ...]
     sketch: dict[str, Any] | None = None
+    signatures: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)
+
+    def signature(self, role: str) -> dict[str, Any] | None:
+        """The ``draft``/``target`` model's :func:`model_signature`: the recorded one, else its folder's."""
+        sig = self.signatures[0 if role == "draft" else 1]
+        return sig if sig is not None else signature_of(self.draft if role == "draft" else self.target)
 
     @classmethod
     def of_workload(cls, wl: Any) -> SignalSource:
@@ -121,19 +167,24 @@ class SignalSource:
         meta = (wl.signal_meta or {}).get("hidden_sketch")
         sketch = sketch_identity_from_meta(meta, where) if meta is not None and "hidden" in groups else None
         recorded = source.get("kind") == "recorded"
+        sigs = tuple(source.get(f"{r}_signature") if recorded and isinstance(source.get(f"{r}_signature"), dict)
+                     else None for r in ("draft", "target"))
         return cls(where, _model_name(source.get("draft_model")) if recorded else None,
-                   _model_name(source.get("target_model")) if recorded else None, groups, sketch)
+                   _model_name(source.get("target_model")) if recorded else None, groups, sketch,
+                   (sigs[0], sigs[1]))
 
     @classmethod
     def of_engine(cls, where: str, draft: str | None, target: str | None, signals: bool,
-                  sketch: np.ndarray | None = None, sketch_seed: int | None = None) -> SignalSource:
-        """The source of a live engine: every group when it computes signals, ``hidden`` with a sketch."""
+                  sketch: np.ndarray | None = None, sketch_seed: int | None = None,
+                  signatures: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)) -> SignalSource:
+        """The source of a live engine: every group when it computes signals, ``hidden`` with a sketch
+        (``signatures``: the loaded models' :func:`model_signature`, else read from their folders)."""
         groups = ("conf", "position") + (("shape", "lookup") if signals else ())
         if signals and sketch is not None:
             groups += ("hidden",)
         ident = sketch_identity(sketch, sketch_seed) if signals and sketch is not None else None
         return cls(where, _model_name(draft), _model_name(target),
-                   tuple(g for g in SIGNAL_GROUPS if g in groups), ident)
+                   tuple(g for g in SIGNAL_GROUPS if g in groups), ident, signatures)
 
 
 def group_columns(groups: tuple[str, ...], hidden_dim: int = 0) -> list[str]:
@@ -355,6 +406,14 @@ class AcceptancePredictor:
                     f"predictor {self.name!r} was trained on the {role} model {mine}, {src.where} comes from "
                     f"{theirs}: its probabilities are another model's (train one on this pair: specgym predictor "
                     f"train --workload W --out P.json)")
+            mine_sig = (self.meta or {}).get(f"{role}_signature") or signature_of(mine)
+            theirs_sig = src.signature(role)
+            if mine_sig and theirs_sig and any(mine_sig.get(k) is not None and theirs_sig.get(k) is not None
+                                               and mine_sig[k] != theirs_sig[k] for k in mine_sig):
+                raise SpecgymError(
+                    f"predictor {self.name!r} was trained on the {role} model {mine} ({_describe(mine_sig)}), "
+                    f"{src.where} comes from a {_describe(theirs_sig)} model: its probabilities and hidden sketch "
+                    f"are another model's (train one on this pair: specgym predictor train --workload W --out P.json)")
         why = self._missing(src)
         if why is None:
             return self, None

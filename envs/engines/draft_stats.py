@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from specgym.envs.core.signals import TOPK
+from specgym.envs.engines.clock import host_multinomial
 
 
 class DraftStats(NamedTuple):
@@ -44,7 +45,8 @@ def draft_stats(logits: Any, temperature: float, tokens: Any = None, generator: 
         temperature: 0 = greedy (argmax), > 0 = sample from ``softmax(logits / T)``.
         tokens: The tokens actually proposed (``(n,)``), when the caller already chose them; otherwise they are
             chosen here.
-        generator: ``torch.Generator`` for sampling.
+        generator: ``torch.Generator`` for sampling; a CPU one (:func:`~specgym.envs.engines.clock.host_generator`)
+            samples on the host whatever the logits' device, so a seed gives the same tokens on a GPU.
     """
     import torch
 
@@ -54,7 +56,7 @@ def draft_stats(logits: Any, temperature: float, tokens: Any = None, generator: 
     logp = torch.log_softmax(x, -1)
     probs = logp.exp()
     if tokens is None:
-        tokens = torch.argmax(x, -1) if temperature == 0 else torch.multinomial(probs, 1, generator=generator)[:, 0]
+        tokens = torch.argmax(x, -1) if temperature == 0 else host_multinomial(probs, generator)[:, 0]
     conf = probs.gather(1, tokens.view(-1, 1))[:, 0].clamp(0.0, 1.0)
     entropy = (-(probs * logp).sum(-1)).clamp_min(0.0)
     return DraftStats(tokens, probs, conf, entropy)

@@ -18,9 +18,10 @@ The kernels (each computes ``y = x W^T + b``; outputs equal up to float rounding
 * ``packed``: oneDNN's linear on a weight pre-packed once in its blocked layout (CPU builds with oneDNN only).
 
 :func:`pack_linears` swaps a float32 CPU model's linear layers (``nn.Linear`` and GPT-2's ``Conv1D``) for
-:class:`KernelLinear` modules; :func:`select_kernels` measures and sets each row count's kernel, then frees the
-layouts no row count uses. Plans are cached per architecture in the process, so loading the same pair twice measures
-once. Elsewhere (GPU, half precision, no oneDNN) nothing changes.
+:class:`KernelLinear` modules that keep the layers' own parameters (the model stays an ordinary model: same state dict,
+``save_pretrained`` output and ``.to(dtype/device)``); :func:`select_kernels` measures and sets each row count's
+kernel, then frees the layouts no row count uses. Plans are cached per architecture in the process, so loading the
+same pair twice measures once. Elsewhere (GPU, half precision, no oneDNN) nothing changes.
 """
 
 from __future__ import annotations
@@ -55,39 +56,97 @@ def _kernel_linear_class() -> type:
     class KernelLinear(torch.nn.Module):
         """``y = x W^T + b`` with the kernel of each row count set by :func:`select_kernels`.
 
-        Until a plan is set it behaves as the old fixed rule: ``gemm`` for one row, ``packed`` for several.
+        The layer keeps the replaced layer's own ``weight`` and ``bias`` parameters, in their own layout (``(out, in)``
+        for ``nn.Linear``, ``(in, out)`` for GPT-2's ``Conv1D``: ``transposed``), so the model's state dict, weight
+        tying, ``save_pretrained`` and ``.to(dtype/device)`` are those of the original model. The other layouts a kernel
+        needs (a contiguous copy, oneDNN's packed weight) are caches outside the state dict, built when first used and
+        dropped whenever the weight changes (a new dtype or device, an in-place update). Away from float32 on the CPU
+        the layer computes what the original layer did. Until a plan is set it behaves as the old fixed rule: ``gemm``
+        for one row, ``packed`` for several.
         """
 
-        def __init__(self, weight: Any, bias: Any) -> None:
+        def __init__(self, weight: Any, bias: Any, transposed: bool = False) -> None:
             super().__init__()
-            self.weight = weight.detach().contiguous()
-            self.bias = None if bias is None else bias.detach().contiguous()
-            self.in_features = self.weight.shape[1]
-            self.weight_t: Any = self.weight.t().contiguous()
-            self.packed: Any = torch.ops.mkldnn._reorder_linear_weight(self.weight, _BATCH_HINT)
+            self.weight = weight if isinstance(weight, torch.nn.Parameter) else \
+                torch.nn.Parameter(weight.detach().contiguous(), requires_grad=False)
+            self.bias = bias if bias is None or isinstance(bias, torch.nn.Parameter) else \
+                torch.nn.Parameter(bias.detach().contiguous(), requires_grad=False)
+            self.transposed = bool(transposed)
+            self.in_features = int(self.weight.shape[0 if transposed else 1])
+            self.out_features = int(self.weight.shape[1 if transposed else 0])
             self.by_rows: list[str] = ["gemm", "gemm", "packed"]  # index = rows (0 unused); longer rows: last entry
             self.forced: str | None = None  # set while measuring
+            self._key: tuple = ()
+            self.weight_oi: Any = None  # (out, in) contiguous: gemm
+            self.weight_t: Any = None  # (in, out) contiguous: gemm_t
+            self.packed: Any = None  # oneDNN blocked layout: packed
+            self._fast = False
+
+        def _refresh(self) -> None:
+            """Drop the derived layouts of a weight that changed; note whether the fast kernels apply to it."""
+            w = self.weight
+            self._key = (w.data_ptr(), w._version, w.dtype, w.device)
+            self.weight_oi = self.weight_t = self.packed = None
+            self._fast = w.device.type == "cpu" and w.dtype == torch.float32 and packing_available() and \
+                (self.bias is None or (self.bias.dtype == w.dtype and self.bias.device == w.device))
+
+        def layout(self, kernel: str) -> Any:
+            """The weight in the layout ``kernel`` reads (built on first use)."""
+            w = self.weight.detach()
+            if kernel == "packed":
+                if self.packed is None:
+                    oi = w.t().contiguous() if self.transposed else w.contiguous()
+                    self.packed = torch.ops.mkldnn._reorder_linear_weight(oi, _BATCH_HINT)
+                return self.packed
+            if kernel == "gemm_t":
+                if self.weight_t is None:
+                    self.weight_t = w if self.transposed else w.t().contiguous()
+                return self.weight_t
+            if self.weight_oi is None:
+                self.weight_oi = w.t().contiguous() if self.transposed else w
+            return self.weight_oi
 
         def forward(self, x: Any) -> Any:
+            w = self.weight
+            if self._key[:2] != (w.data_ptr(), w._version) or self._key[2] != w.dtype or self._key[3] != w.device:
+                self._refresh()
             rows = x.reshape(-1, self.in_features)
+            if not self._fast or rows.dtype != w.dtype:  # what nn.Linear / Conv1D compute
+                if self.transposed:
+                    y = rows @ w if self.bias is None else torch.addmm(self.bias, rows, w)
+                else:
+                    y = F.linear(rows, w, self.bias)
+                return y.view(*x.shape[:-1], y.shape[-1])
             r = rows.shape[0]
             kernel = self.forced or self.by_rows[min(r, len(self.by_rows) - 1)]
             if kernel == "packed":
-                y = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
+                y = torch.ops.mkldnn._linear_pointwise(rows, self.layout("packed"), self.bias, "none", [], "")
             elif kernel == "gemm_t":
-                y = rows @ self.weight_t if self.bias is None else torch.addmm(self.bias, rows, self.weight_t)
+                wt = self.layout("gemm_t")
+                y = rows @ wt if self.bias is None else torch.addmm(self.bias, rows, wt)
             else:
-                y = F.linear(rows, self.weight, self.bias)
+                y = F.linear(rows, self.layout("gemm"), self.bias)
             return y.view(*x.shape[:-1], y.shape[-1])
 
         def set_plan(self, by_rows: list[str]) -> None:
-            """Use ``by_rows[r]`` for ``r`` rows (the last entry beyond); free the layouts no row count uses."""
+            """Use ``by_rows[r]`` for ``r`` rows (the last entry beyond); build the layouts they read, free the rest."""
             self.by_rows = list(by_rows)
             used = set(by_rows[1:])
+            w = self.weight
+            if self._key != (w.data_ptr(), w._version, w.dtype, w.device):
+                self._refresh()
+            if self._fast:
+                for kernel in used:
+                    self.layout(kernel)
             if "gemm_t" not in used:
                 self.weight_t = None
             if "packed" not in used:
                 self.packed = None
+            if "gemm" not in used:
+                self.weight_oi = None
+
+        def extra_repr(self) -> str:
+            return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
     return KernelLinear
 
@@ -95,11 +154,12 @@ def _kernel_linear_class() -> type:
 _CLASS: dict[str, type] = {}
 
 
-def kernel_linear(weight: Any, bias: Any) -> Any:
-    """A :class:`KernelLinear` module over ``weight`` ``(out, in)`` and ``bias``."""
+def kernel_linear(weight: Any, bias: Any, transposed: bool = False) -> Any:
+    """A :class:`KernelLinear` module over ``weight`` (``(out, in)``; ``(in, out)`` with ``transposed``) and
+    ``bias``; parameters are kept as they are (the same objects), tensors become parameters."""
     if "cls" not in _CLASS:
         _CLASS["cls"] = _kernel_linear_class()
-    return _CLASS["cls"](weight, bias)
+    return _CLASS["cls"](weight, bias, transposed)
 
 
 def kernel_modules(model: Any) -> list[Any]:
@@ -130,13 +190,12 @@ def pack_linears(model: Any) -> int:
     for parent in model.modules():
         for name, child in parent.named_children():
             if isinstance(child, torch.nn.Linear):
-                swaps.append((parent, name, child.weight, child.bias))
+                swaps.append((parent, name, child.weight, child.bias, False))
             elif isinstance(child, conv_types):  # Conv1D stores W as (in, out)
                 conv: Any = child
-                swaps.append((parent, name, conv.weight.t(), conv.bias))
-    with torch.no_grad():
-        for parent, name, w, b in swaps:
-            setattr(parent, name, kernel_linear(w, b))
+                swaps.append((parent, name, conv.weight, conv.bias, True))
+    for parent, name, w, b, transposed in swaps:  # the layers' own parameters: the state dict is unchanged
+        setattr(parent, name, kernel_linear(w, b, transposed))
     return len(swaps)
 
 

@@ -8,8 +8,16 @@ packed modules and activation; scaled-dot-product attention) over a preallocated
 costs a fraction of that and a target step a little less. Logits equal the transformers forward up to float
 rounding (``tests/test_live_engine.py``).
 
-It applies to GPT-2 (``model_type == "gpt2"``) without cross-attention or the optional attention rescalings; for any
-other model :func:`lean_runner` returns ``None`` and the engine keeps the transformers forward.
+It applies to GPT-2 (``model_type == "gpt2"``) without cross-attention or the optional attention rescalings, and
+with :class:`LeanLlama` to the Llama family (``llama``, ``qwen2``, ``mistral``): RMSNorm, rotary position embeddings
+(the model's own rotary module computes the cos/sin tables, so scaled RoPE variants with static frequencies are
+covered), grouped-query attention (SDPA's ``enable_gqa``), the gated SiLU MLP, and sliding-window attention (Mistral's
+on every layer, Qwen2's on the layers its ``layer_types`` name). Both take tree-attention masks and position ids,
+so live tree verification runs on both. For any other model (or a dynamic RoPE, whose frequencies depend on the
+sequence length) :func:`lean_runner` returns ``None`` and the engine keeps the transformers forward.
+
+The cache grows on demand (doubling, up to the model's context), so a model with a 128k context does not allocate it
+up front.
 """
 
 from __future__ import annotations
@@ -24,12 +32,29 @@ class KVCache:
     :meth:`crop` (``n <= 0`` removes ``-n`` tokens).
     """
 
-    def __init__(self, layers: int, heads: int, capacity: int, head_dim: int, dtype: Any, device: Any):
+    def __init__(self, layers: int, heads: int, capacity: int, head_dim: int, dtype: Any, device: Any,
+                 initial: int | None = None):
         import torch
 
-        self.k = torch.zeros(layers, heads, capacity, head_dim, dtype=dtype, device=device)
+        self.capacity = int(capacity)
+        first = self.capacity if initial is None else max(1, min(int(initial), self.capacity))
+        self.k = torch.zeros(layers, heads, first, head_dim, dtype=dtype, device=device)
         self.v = torch.zeros_like(self.k)
         self.length = 0
+
+    def ensure(self, end: int) -> None:
+        """Room for ``end`` tokens (the storage doubles, up to :attr:`capacity`)."""
+        have = self.k.shape[2]
+        if end <= have:
+            return
+        import torch
+
+        size = min(self.capacity, max(end, 2 * have))
+        k = torch.zeros(*self.k.shape[:2], size, self.k.shape[3], dtype=self.k.dtype, device=self.k.device)
+        v = torch.zeros_like(k)
+        k[:, :, :have] = self.k
+        v[:, :, :have] = self.v
+        self.k, self.v = k, v
 
     def get_seq_length(self) -> int:
         """Tokens held."""
@@ -111,9 +136,149 @@ class LeanGPT2:
         return (self.lm_head(h), h) if hidden else self.lm_head(h)
 
 
-def lean_runner(model: Any) -> LeanGPT2 | None:
-    """A :class:`LeanGPT2` for a GPT-2 model whose forward it reproduces; ``None`` for any other model."""
+class LeanLlama:
+    """Cached forward of a loaded Llama-family causal LM (``llama``, ``qwen2``, ``mistral``; eval mode) over a
+    :class:`KVCache` holding the key/value heads (grouped-query attention)."""
+
+    #: Tokens of cache allocated up front (it grows on demand).
+    INITIAL_CACHE = 512
+
+    def __init__(self, model: Any):
+        cfg = model.config
+        inner = model.model
+        self.rotary = inner.rotary_emb
+        self.layers = list(inner.layers)
+        self.embed = inner.embed_tokens.weight
+        self.norm = inner.norm
+        self.lm_head = model.lm_head
+        self.heads = int(cfg.num_attention_heads)
+        self.kv_heads = int(getattr(cfg, "num_key_value_heads", None) or self.heads)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads)
+        self.capacity = int(cfg.max_position_embeddings)
+        self.scale = self.head_dim ** -0.5
+        self.eps = [float(layer.input_layernorm.variance_epsilon) for layer in self.layers]
+        self.windows = _windows(cfg, len(self.layers))
+        self._cos: Any = None
+        self._sin: Any = None
+
+    def new_cache(self) -> KVCache:
+        """An empty cache for one sequence (room grows up to ``max_position_embeddings`` tokens)."""
+        return KVCache(len(self.layers), self.kv_heads, self.capacity, self.head_dim, self.embed.dtype,
+                       self.embed.device, initial=min(self.capacity, self.INITIAL_CACHE))
+
+    def _tables(self, end: int) -> tuple[Any, Any]:
+        """The rotary cos/sin tables ``(positions, head_dim)`` for positions ``0 .. end - 1`` at least."""
+        import torch
+
+        if self._cos is None or self._cos.shape[0] < end or self._cos.dtype != self.embed.dtype \
+                or self._cos.device != self.embed.device:
+            size = min(self.capacity, max(end, 2 * (0 if self._cos is None else self._cos.shape[0]), 256))
+            pos = torch.arange(size, device=self.embed.device)[None]
+            probe = torch.zeros(1, dtype=self.embed.dtype, device=self.embed.device)
+            cos, sin = self.rotary(probe, pos)
+            half = cos.shape[-1] // 2
+            # rotate_half(x) * sin == roll(x, half) * signed_sin with the first half of sin negated
+            self._cos, self._sin = cos[0], torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)
+        return self._cos, self._sin
+
+    def __call__(self, ids: list[int], cache: KVCache, hidden: bool = False, positions: list[int] | None = None,
+                 mask: Any = None) -> Any:
+        """As :meth:`LeanGPT2.__call__`: logits ``(len(ids), V)`` (with ``hidden``, also the last hidden state after
+        the final norm); ``positions`` and ``mask`` replace the causal defaults (tree attention)."""
+        import torch
+        import torch.nn.functional as F
+
+        start, n = cache.length, len(ids)
+        end = start + n
+        if end > self.capacity:
+            raise ValueError(f"sequence of {end} tokens exceeds the model's context of {self.capacity}")
+        if positions is not None and max(positions) >= self.capacity:
+            raise ValueError(f"position {max(positions)} exceeds the model's context of {self.capacity}")
+        cache.ensure(end)
+        dev = self.embed.device
+        cos_t, sin_t = self._tables(end if positions is None else max(end, max(positions) + 1))
+        if positions is None:
+            cos, sin = cos_t[start:end], sin_t[start:end]
+        else:
+            idx = torch.tensor(positions, device=dev)
+            cos, sin = cos_t[idx], sin_t[idx]
+        x = self.embed[torch.tensor(ids, device=dev)]
+        if mask is None and n > 1:  # query i (position start + i) sees keys 0 .. start + i
+            mask = torch.ones(n, end, dtype=torch.bool, device=dev).tril(diagonal=start)
+        masks = {w: _window_mask(mask, w, start, n, positions, dev) for w in set(self.windows)}
+        H, KV, hd = self.heads, self.kv_heads, self.head_dim
+        half = hd // 2
+        for li, layer in enumerate(self.layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            h = _rms(x, layer.input_layernorm.weight, self.eps[li])
+            q = attn.q_proj(h).view(n, H, hd).transpose(0, 1)
+            k = attn.k_proj(h).view(n, KV, hd).transpose(0, 1)
+            v = attn.v_proj(h).view(n, KV, hd).transpose(0, 1)
+            q = q * cos + q.roll(half, -1) * sin
+            k = k * cos + k.roll(half, -1) * sin
+            cache.k[li, :, start:end] = k
+            cache.v[li, :, start:end] = v
+            w = self.windows[li]
+            m = masks[w]
+            lo = 0
+            if w is not None and m is None and end > w:  # one causal row: only the window's keys
+                lo = end - w
+            att = F.scaled_dot_product_attention(q[None], cache.k[li, :, lo:end][None], cache.v[li, :, lo:end][None],
+                                                 attn_mask=m, scale=self.scale, enable_gqa=KV != H)[0]
+            x = x + attn.o_proj(att.transpose(0, 1).reshape(n, H * hd))
+            h = _rms(x, layer.post_attention_layernorm.weight, self.eps[li])
+            x = x + mlp.down_proj(mlp.act_fn(mlp.gate_proj(h)) * mlp.up_proj(h))
+        cache.length = end
+        h = _rms(x, self.norm.weight, float(self.norm.variance_epsilon))
+        return (self.lm_head(h), h) if hidden else self.lm_head(h)
+
+
+def _rms(x: Any, weight: Any, eps: float) -> Any:
+    """transformers' ``LlamaRMSNorm``: normalised in float32, scaled by the weight in the input's dtype (float32:
+    torch's fused ``rms_norm``, the same arithmetic up to float rounding)."""
+    import torch
+
+    if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def _windows(cfg: Any, layers: int) -> list[int | None]:
+    """Each layer's attention window (None = full attention): Mistral's ``sliding_window`` on every layer, Qwen2's on
+    the layers ``layer_types`` marks ``sliding_attention``, none for Llama."""
+    window = getattr(cfg, "sliding_window", None)
+    if not window:
+        return [None] * layers
+    types = getattr(cfg, "layer_types", None)
+    if types is None:
+        return [int(window)] * layers if cfg.model_type == "mistral" else [None] * layers
+    return [int(window) if t == "sliding_attention" else None for t in types[:layers]]
+
+
+def _window_mask(mask: Any, window: int | None, start: int, n: int, positions: list[int] | None, dev: Any) -> Any:
+    """``mask`` further limited to keys within ``window`` positions of each query (a key at position ``j`` is seen
+    from position ``i`` iff ``i - j < window``, transformers' sliding-window rule); None where nothing is masked."""
+    if window is None or (mask is None and n == 1):
+        return mask  # one causal row: the caller slices the window's keys
+    import torch
+
+    end = start + n
+    qpos = torch.arange(start, end, device=dev) if positions is None else torch.tensor(positions, device=dev)
+    kpos = torch.cat([torch.arange(start, device=dev), qpos])
+    near = (qpos[:, None] - kpos[None, :]) < window
+    return near if mask is None else mask & near
+
+
+_LLAMA_FAMILY = ("llama", "qwen2", "mistral")
+
+
+def lean_runner(model: Any) -> LeanGPT2 | LeanLlama | None:
+    """A lean runner for a GPT-2 or Llama-family model whose forward it reproduces; ``None`` for any other model."""
     cfg = getattr(model, "config", None)
+    if cfg is not None and getattr(cfg, "model_type", None) in _LLAMA_FAMILY:
+        return _llama_runner(model, cfg)
     if cfg is None or getattr(cfg, "model_type", None) != "gpt2" or not hasattr(model, "transformer"):
         return None
     if (getattr(cfg, "add_cross_attention", False) or not getattr(cfg, "scale_attn_weights", True)
@@ -121,3 +286,24 @@ def lean_runner(model: Any) -> LeanGPT2 | None:
             or cfg.n_embd % cfg.n_head):
         return None
     return LeanGPT2(model)
+
+
+def _llama_runner(model: Any, cfg: Any) -> LeanLlama | None:
+    """A :class:`LeanLlama` where its arithmetic is the model's: the standard layer layout, static RoPE frequencies,
+    SiLU gating, the eager/SDPA attention of the standard modules."""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if inner is None or layers is None or not hasattr(inner, "rotary_emb") or not hasattr(model, "lm_head"):
+        return None
+    rope = (getattr(cfg, "rope_parameters", None) or {}).get("rope_type", "default")
+    if rope not in ("default", "linear", "llama3", "yarn"):  # dynamic / longrope: frequencies follow the length
+        return None
+    act = getattr(cfg, "hidden_act", "silu")
+    if act not in ("silu", "swish") or getattr(cfg, "pretraining_tp", 1) not in (1, None):
+        return None
+    for layer in layers:
+        if not all(hasattr(layer, a) for a in ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")):
+            return None
+        if not all(hasattr(layer.mlp, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")):
+            return None
+    return LeanLlama(model)

@@ -12,12 +12,12 @@ so any :class:`Controller` drives either through :func:`~specgym.envs.core.reque
   resample from ``normalize(max(0, p - q))``, bonus token from ``p``), so outputs are distributed as the target's;
 * the round produces ``accepted + 1`` tokens.
 
-KV caches: both models keep a ``DynamicCache`` (GPT-2 models: the lean forward's ``KVCache``, with less per-call
-overhead, :mod:`~specgym.envs.engines.lean_forward`). The target cache always holds every token but the last one; each
-round feeds ``[last, d_1..d_drafted]`` and crops the rejected suffix afterwards. The draft cache holds a prefix of
-the accepted sequence and catches up (feeding one or two tokens) at the start of the next round. In transformers
-5.x ``DynamicCache.crop(n)`` takes ``n <= 0`` = the number of tokens to remove (a positive value raises), and the
-model forward takes ``cache=`` (``past_key_values=`` is deprecated).
+KV caches: both models keep a ``DynamicCache`` (GPT-2 and Llama-family models: the lean forward's ``KVCache``, with less
+per-call overhead, :mod:`~specgym.envs.engines.lean_forward`). The target cache always holds every token but the last
+one; each round feeds ``[last, d_1..d_drafted]`` and crops the rejected suffix afterwards. The draft cache holds a
+prefix of the accepted sequence and catches up (feeding one or two tokens) at the start of the next round. In
+transformers 5.x ``DynamicCache.crop(n)`` takes ``n <= 0`` = the number of tokens to remove (a positive value raises),
+and the model forward takes ``cache=`` (``past_key_values=`` is deprecated).
 
 Draft features of each drafted token (``RoundOutcome.draft_conf`` / ``draft_entropy``) come from
 :func:`~specgym.envs.engines.draft_stats.draft_stats`, the definition the recorder uses for trace columns.
@@ -34,8 +34,13 @@ the prefix is the correct one, so the signals equal the recorder's (up to float 
 
 Each model runs in its own dtype (e.g. draft float32, target bfloat16 where the CPU has native bf16): speedups are
 measured against plain decoding of the same target in the same dtype.
+Greedy outputs equal plain decoding's token for token in float32. In bfloat16 (or float16) the target's
+multi-token verify forward rounds differently from its one-token forward, so where two logits nearly tie the
+argmax can differ between them and a greedy output can differ from plain decoding's (measured on tiny random
+pairs: README, *Any Hugging Face pair*).
 
-Timing: ``timing="wall"`` measures each round with ``time.perf_counter`` (CUDA-synchronised on GPU);
+Timing: ``timing="wall"`` measures each round with ``time.perf_counter``, the device synchronised before every
+clock read (:mod:`~specgym.envs.engines.clock`: CUDA, MPS, XPU);
 ``timing="cpu"`` measures the calling thread's CPU time (``time.thread_time``): on a CPU shared with other jobs it
 excludes the time the process was preempted, and with one torch thread it is the compute the round cost (CPU
 device only); passing a :class:`CostProfile` prices each round with the cost model (deterministic, for tests and
@@ -62,6 +67,7 @@ from specgym.envs.core.lookup import NGramIndex
 from specgym.envs.core.request import KeepDrafting, Request, drive
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome, check_k_max
 from specgym.envs.core.signals import TOPK, DraftSignals, SignalColumns
+from specgym.envs.engines.clock import host_generator, host_multinomial, host_uniform, synchronize
 from specgym.envs.engines.draft_stats import draft_stats, top_probs
 from specgym.envs.engines.lean_forward import lean_runner
 from specgym.envs.engines.model_loading import LivePair, context_limit
@@ -118,8 +124,9 @@ class LiveEngine:
         profile: Cost profile controllers see in their :class:`RequestContext` (defaults to ``timing`` when it is
             a profile, else a flat placeholder: pass a measured profile to cost-aware controllers).
         eos_token_id: Used only with ``stop_at_eos``.
-        lean: Run GPT-2 models through :mod:`specgym.envs.engines.lean_forward` (same logits up to float rounding,
-            far less per-call overhead); other models always use the transformers forward.
+        lean: Run GPT-2 and Llama-family models (llama, qwen2, mistral) through
+            :mod:`specgym.envs.engines.lean_forward` (same logits up to float rounding, far less per-call overhead);
+            other models always use the transformers forward.
         signals: Compute the pre-verification signals of each draft token (:class:`DraftSignals` in the round
             records); ``False`` leaves them ``None`` (the recorder's generation pass).
         sketch: Projection ``(hidden, D)`` of the draft's last hidden state (``signals.hidden_sketch``); ``None`` =
@@ -148,9 +155,10 @@ class LiveEngine:
         self.profile = profile
         self.eos_token_id = eos_token_id
         self.device = target.device
-        self._cuda = self.device.type == "cuda"
-        if timing == "cpu" and self._cuda:
-            raise SpecgymError("timing='cpu' measures CPU time and is meaningless on a CUDA device; use 'wall'")
+        self._accelerated = self.device.type != "cpu"
+        if timing == "cpu" and self._accelerated:
+            raise SpecgymError(f"timing='cpu' measures CPU time and is meaningless on a {self.device.type} device; use "
+                               f"'wall'")
         self._clock = time.thread_time if timing == "cpu" else time.perf_counter
         self.vocab = min(draft.get_output_embeddings().weight.shape[0], target.get_output_embeddings().weight.shape[0])
         self._torch = torch
@@ -175,8 +183,9 @@ class LiveEngine:
         return RequestContext(request_id, category, float(temperature), int(prompt_len), self.k_max, self.profile)
 
     def _sync(self) -> None:
-        if self._cuda:
-            self._torch.cuda.synchronize()
+        """Wait for the device before a clock is read (:func:`~specgym.envs.engines.clock.synchronize`)."""
+        if self._accelerated:
+            synchronize(self.device)
 
     @property
     def lean(self) -> bool:
@@ -292,10 +301,7 @@ class LiveRequest(Request):
         self.temperature = float(temperature)
         self.context = engine.context_for(request_id, len(self.prompt), self.temperature, category)
         self.greedy = temperature == 0
-        self.gen = None
-        if not self.greedy:
-            self.gen = torch.Generator(device=engine.device)
-            self.gen.manual_seed(int(seed))
+        self.gen = None if self.greedy else host_generator(seed)  # on the host: traces do not depend on the device
         self.stop_at_eos = stop_at_eos
         self.position = 0
         self.done = False
@@ -388,13 +394,13 @@ class LiveRequest(Request):
             x = drafts[accepted]
             p, q = p_all[accepted], q_probs[accepted]
             px, qx = float(p[x]), float(q[x])
-            u = float(torch.rand((), generator=gen, device=eng.device))
+            u = host_uniform(gen)
             if qx > 0 and u < min(1.0, px / qx):
                 continue
             resid = torch.clamp(p - q, min=0)
             s = float(resid.sum())
-            return accepted, int(torch.multinomial(resid / s if s > 0 else p, 1, generator=gen))
-        return drafted, int(torch.multinomial(p_all[drafted], 1, generator=gen))
+            return accepted, int(host_multinomial(resid / s if s > 0 else p, gen))
+        return drafted, int(host_multinomial(p_all[drafted], gen))
 
     def _play(self, cap: int, keep_drafting: KeepDrafting | None) -> RoundOutcome:
         eng, seq = self.engine, self.seq
@@ -402,6 +408,7 @@ class LiveRequest(Request):
         r0 = eng._clock()
         drafts, q_probs, confs, ents, sig = self._draft(cap, keep_drafting) if cap > 0 else \
             ([], [], [], [], self._signal_rows(0))
+        eng._sync()  # the drafting phase's kernels have finished: its time is the work, not the launches
         draft_phase_ms = (eng._clock() - r0) * 1000.0
         drafted = len(drafts)
         accepted, extra = self._verify(drafts, q_probs)

@@ -1,8 +1,8 @@
 """Live tree verification: a rank-defined draft tree per round, every node verified in one target forward.
 
-A :class:`LiveTreeRequest` plays the tree rounds of :mod:`specgym.envs.core.tree` on a real pair (greedy, GPT-2
-models through the lean forward, :mod:`~specgym.envs.engines.lean_forward`). One round with a :class:`TreeShape`
-clipped to depth ``D = min(depth, N - i - 1)``:
+A :class:`LiveTreeRequest` plays the tree rounds of :mod:`specgym.envs.core.tree` on a real pair (greedy, GPT-2 and
+Llama-family models through the lean forward, :mod:`~specgym.envs.engines.lean_forward`). One round with a
+:class:`TreeShape` clipped to depth ``D = min(depth, N - i - 1)``:
 
 * **draft, one batched forward per depth**: the draft's cache first catches up with the accepted sequence (its last
   row is the root's distribution); the root's top-``c`` tokens are its children. For ``d = 1 .. D - 1`` the nodes of
@@ -21,9 +21,9 @@ clipped to depth ``D = min(depth, N - i - 1)``:
   rest (the draft cache holds the accepted nodes it was fed, depths ``< D``; it catches up next round).
 
 Node ``v``'s slot is ``prefix_len + v`` because :class:`TreeShape` numbers nodes breadth-first, so each depth is a
-contiguous block. Refused with one line: sampling (``temperature > 0``: tree rejection sampling is not implemented
-here, the replay refuses it too) and models the lean forward does not run (non-GPT-2). Timing as the chain engine:
-measured, or priced by :meth:`CostProfile.tree_round_time` when the engine's ``timing`` is a profile.
+contiguous block. Refused with one line: sampling (``temperature > 0``: tree rejection sampling is not implemented here,
+the replay refuses it too) and models the lean forward does not run (neither GPT-2 nor the Llama family). Timing as the
+chain engine: measured, or priced by :meth:`CostProfile.tree_round_time` when the engine's ``timing`` is a profile.
 
 **EAGLE-2 live** (:meth:`LiveTreeRequest.play_eagle`): the dynamic tree chosen from the draft's real probabilities
 at every frontier node (exact; the replay of the same rule models off-path scores and is approximate). Only the
@@ -113,8 +113,8 @@ class LiveTreeRequest(LiveRequest):
     def __init__(self, engine: LiveEngine, prompt_ids: Sequence[int], max_new_tokens: int, stop_at_eos: bool = False,
                  request_id: str = "live", category: str = "live"):
         if not engine.lean:
-            raise SpecgymError("live tree verification needs the lean forward (GPT-2 draft and target, lean=True); "
-                               "other models decode chains only")
+            raise SpecgymError("live tree verification needs the lean forward (GPT-2 or Llama-family draft and "
+                               "target: llama, qwen2, mistral; lean=True); other models decode chains only")
         super().__init__(engine, prompt_ids, max_new_tokens, 0.0, 0, stop_at_eos, request_id, category)
         draft, target = engine._lean[id(engine.draft)], engine._lean[id(engine.target)]
         assert draft is not None and target is not None  # engine.lean

@@ -73,28 +73,92 @@ def _cpu_flag(flag: str) -> bool:
         return False
 
 
+#: What the engine runs, for the error naming an unsupported family.
+SUPPORTED_FAMILIES = ("decoder-only causal LMs with a key/value cache transformers can crop (tested: gpt2, llama, "
+                      "qwen2, mistral, gpt_neox, phi)")
+#: State-space and recurrent families: they load as causal LMs but keep a recurrent state, not a croppable cache.
+_RECURRENT = ("mamba", "mamba2", "falcon_mamba", "rwkv", "recurrent_gemma", "xlstm", "jamba", "zamba", "zamba2",
+              "bamba", "falcon_h1", "granitemoehybrid", "nemotron_h", "lfm2")
+
+
+def unsupported_family(name: str, role: str, family: str, why: str) -> SpecgymError:
+    """The one-line error of a model family the engine cannot run: names the family and what is supported."""
+    return SpecgymError(f"--{role} {name}: model family {family!r} ({why}) is not supported; specgym runs "
+                        f"{SUPPORTED_FAMILIES}")
+
+
+def check_family(name: str, role: str, ref: str) -> Any:
+    """The model's config, after refusing families the engine cannot run (before any weight is loaded)."""
+    from transformers import AutoConfig
+
+    try:
+        cfg = AutoConfig.from_pretrained(ref)
+    except (OSError, ValueError, KeyError) as exc:
+        raise SpecgymError(f"--{role} {name}: cannot load model config ({_first_line(exc)})") from None
+    family = str(getattr(cfg, "model_type", "") or type(cfg).__name__)
+    if getattr(cfg, "is_encoder_decoder", False):
+        raise unsupported_family(name, role, family, "encoder-decoder")
+    if family in _RECURRENT:
+        raise unsupported_family(name, role, family, "state-space/recurrent, no key/value cache")
+    return cfg
+
+
+def _probe_cache(model: Any, device: str) -> None:
+    """Decode two tokens through a ``DynamicCache``, crop one and decode it again: the engine's cache moves."""
+    import torch
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    x = torch.zeros((1, 3), dtype=torch.long, device=device)
+    with torch.inference_mode():
+        model(input_ids=x[:, :2], cache=cache, use_cache=True)
+        cache.crop(-1)
+        if cache.get_seq_length() != 1:
+            raise RuntimeError("the cache did not crop")
+        model(input_ids=x[:, 1:3], cache=cache, use_cache=True)
+
+
 def load_model(name: str, role: str, device: str = "cpu", dtype: str = "float32"):
     """Load a causal LM for inference (eval mode) in ``dtype`` on ``device``; check that it runs there.
 
-    A dtype the device cannot compute in raises one clear line naming the model, the dtype and the device.
+    A dtype the device cannot compute in raises one clear line naming the model, the dtype and the device; a model
+    family the engine cannot run (encoder-decoder, state-space, no croppable cache) one line naming the family and
+    what is supported.
     """
     import torch
     from transformers import AutoModelForCausalLM
 
     ref = resolve_model_path(name, role)
     dt = torch_dtype(dtype, f"--{role}-dtype")
+    cfg = check_family(name, role, ref)
+    family = str(getattr(cfg, "model_type", "") or type(cfg).__name__)
     try:
         model = AutoModelForCausalLM.from_pretrained(ref, dtype=dt)
     except OSError as exc:
-        raise SpecgymError(f"--{role} {name}: cannot load model ({str(exc).splitlines()[0]})") from None
+        raise SpecgymError(f"--{role} {name}: cannot load model ({_first_line(exc)})") from None
+    except (ValueError, KeyError) as exc:  # no causal-LM class for this config
+        raise unsupported_family(name, role, family, f"no causal LM: {_first_line(exc)[:120]}") from None
+    except Exception as exc:  # noqa: BLE001 - a folder transformers cannot build (mismatched shapes, missing code)
+        raise SpecgymError(f"--{role} {name}: cannot load model ({type(exc).__name__}: {_first_line(exc)})") from None
     try:
         model = model.to(device).eval()  # type: ignore[arg-type]  # transformers stub of .to
         with torch.inference_mode():
             model(input_ids=torch.zeros((1, 2), dtype=torch.long, device=device))
     except (RuntimeError, TypeError) as exc:
         raise SpecgymError(f"--{role} {name}: cannot run in {dtype_name(dtype)} on {device} "
-                           f"({str(exc).splitlines()[0]})") from None
+                           f"({_first_line(exc)})") from None
+    except Exception as exc:  # noqa: BLE001 - a forward that fails otherwise: the family cannot run here
+        raise unsupported_family(name, role, family, f"its forward fails: {type(exc).__name__}") from None
+    try:
+        _probe_cache(model, device)
+    except Exception as exc:  # noqa: BLE001 - any failure of a cached decode step means the family cannot run
+        raise unsupported_family(name, role, family, f"its cache cannot be cropped: {type(exc).__name__}") from None
     return model
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def load_tokenizer(name: str, role: str):
@@ -104,8 +168,15 @@ def load_tokenizer(name: str, role: str):
     ref = resolve_model_path(name, role)
     try:
         return AutoTokenizer.from_pretrained(ref)
-    except (OSError, ValueError) as exc:
-        raise SpecgymError(f"--{role} {name}: cannot load tokenizer ({str(exc).splitlines()[0]})") from None
+    except Exception as exc:  # noqa: BLE001 - OSError, ValueError, a broken tokenizer file: one line either way
+        raise SpecgymError(f"--{role} {name}: cannot load tokenizer ({_first_line(exc)})") from None
+
+
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    """A prompt's token ids as the tokenizer encodes it by default: with the special tokens it adds (the BOS token
+    of Llama- and Mistral-style tokenizers; nothing for GPT-2's). Every live path (record, generate, the live env,
+    the live bench) encodes prompts here, so a trace and its live replay see the same ids."""
+    return [int(t) for t in tokenizer(text)["input_ids"]]
 
 
 def check_same_tokenizer(tok_draft, tok_target, draft_name: str = "draft", target_name: str = "target") -> None:

@@ -34,6 +34,7 @@ from typing import Any
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile
 from specgym.envs.core.tree import TreeShape
+from specgym.envs.engines.clock import syncer
 from specgym.envs.engines.draft_stats import draft_stats
 from specgym.envs.engines.live_engine import LiveEngine
 from specgym.envs.engines.model_loading import LivePair
@@ -159,7 +160,7 @@ def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats:
             f"context of {engine.context}"
         )
     dev = engine.device
-    sync = (lambda: torch.cuda.synchronize()) if dev.type == "cuda" else (lambda: None)
+    sync = syncer(dev)
     gen = torch.Generator().manual_seed(0)
     ctx_ids = torch.randint(2, engine.vocab, (1, context), generator=gen).to(dev)
     with torch.inference_mode():  # the engine's own forward and caches (the lean path for GPT-2)
@@ -245,7 +246,7 @@ def measure_batch_profile(pair: LivePair, batch_sizes: tuple[int, ...], k_max: i
     clk = time.thread_time if clock == "cpu" else time.perf_counter
     engine = LiveEngine.from_pair(pair, k_max=k_max, timing=clock)
     dev = engine.device
-    sync = (lambda: torch.cuda.synchronize()) if dev.type == "cuda" else (lambda: None)
+    sync = syncer(dev)
     gen = torch.Generator().manual_seed(0)
     drafts, verifies = [], []
     with torch.inference_mode():

@@ -40,12 +40,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from specgym.envs.core.acceptance_predictor import model_signature
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.lookup import LOOKUP_MAX_N, lookup_columns
 from specgym.envs.core.signals import TOPK, projection_to_meta, sketch_projection
 from specgym.envs.engines.draft_stats import draft_stats, token_rank, top_probs
+from specgym.envs.engines.clock import host_generator
 from specgym.envs.engines.live_engine import LiveEngine
-from specgym.envs.engines.model_loading import LivePair
+from specgym.envs.engines.model_loading import LivePair, encode_prompt
 from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS, chunks, write_dataset
 from specgym.envs.workloads.loops import loop_summary
 from specgym.envs.workloads.prompts import PromptSpec
@@ -162,8 +164,7 @@ def trace_columns_batch(draft: Any, target: Any, items: Sequence[tuple[Sequence[
         tokens = torch.tensor(list(completion), dtype=torch.long, device=t_logits.device)
         gen = None
         if temperature > 0:
-            gen = torch.Generator(device=d_logits.device)
-            gen.manual_seed(int(seed))
+            gen = host_generator(seed)  # on the host: the trace does not depend on the device
         d = draft_stats(d_logits, temperature, generator=gen)
         lp = torch.log_softmax(t_logits / temperature if temperature > 0 else t_logits, -1)
         p = lp.exp()
@@ -219,7 +220,7 @@ class Recorder:
     def generate(self, spec: PromptSpec, n: int, temperature: float, seed: int) -> dict[str, Any]:
         """One request's completion (exact speculative decoding at the fixed ``gen_k``), without trace columns."""
         tok = self.pair.tokenizer
-        prompt_ids = tok(spec.text, add_special_tokens=False)["input_ids"]
+        prompt_ids = encode_prompt(tok, spec.text)
         if not prompt_ids:
             raise SpecgymError(f"prompt {spec.request_id!r}: encodes to zero tokens")
         rseed = (seed * 1_000_003 + zlib.crc32(spec.request_id.encode())) & 0x7FFFFFFF
@@ -369,7 +370,7 @@ def record_workload(pair: LivePair, prompts: Sequence[PromptSpec], out: str | Pa
     rec = Recorder(pair, gen_k=gen_k, hidden_sketch=spec.hidden_sketch)
     for prompt in prompts:
         n = prompt.max_new_tokens or hi
-        plen = len(pair.tokenizer(prompt.text, add_special_tokens=False)["input_ids"])
+        plen = len(encode_prompt(pair.tokenizer, prompt.text))
         if plen + n > rec.engine.context:
             raise SpecgymError(
                 f"prompt {prompt.request_id!r}: {plen} prompt tokens + {n} new tokens exceed the models' context of "
@@ -431,7 +432,10 @@ def record_workload(pair: LivePair, prompts: Sequence[PromptSpec], out: str | Pa
         completions.append(d.pop("completion"))
         requests.append(d)
     source = {"kind": "recorded", "draft_model": portable_name(pair.draft_name),
-              "target_model": portable_name(pair.target_name), "temperature": temperature,
+              "target_model": portable_name(pair.target_name),
+              "draft_signature": model_signature(pair.draft.config),
+              "target_signature": model_signature(pair.target.config),
+              "temperature": temperature,
               "max_new_tokens": spec.length_text, "seed": seed, "generator": f"live engine, fixed K={gen_k}",
               "device": pair.device, "dtype": pair.dtypes,
               "split_fractions": list(spec.split_fractions or DEFAULT_SPLITS),

@@ -14,6 +14,8 @@ happen on construction.
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,12 +24,13 @@ from gymnasium import spaces
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.core.features import FeatureTracker, feature_bounds
 from specgym.envs.engines.live_engine import LiveEngine, LiveRequest
-from specgym.envs.engines.model_loading import load_pair
+from specgym.envs.engines.model_loading import encode_prompt, load_pair
+from specgym.envs.engines.profiler import measure_profile
 from specgym.envs.gym.shell import EnvShell
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.workloads.prompts import read_prompts
 from specgym.errors import SpecgymError
-from specgym.paths import MODELS_DIR, PROFILES_DIR, default_pair_name, pair_profile
+from specgym.paths import DEFAULT_PAIRS, MODELS_DIR, default_pair_name, pair_profile
 
 ENV_ID = "specgym/SpecDecodeLive-v1"
 
@@ -47,9 +50,10 @@ class SpecDecodeLiveEnv(EnvShell):
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
-        """Every configuration key with its default (models: the default shipped pair and its measured profile)."""
+        """Every configuration key with its default (models: the default shipped pair). ``profile`` None: a shipped
+        pair's measured profile, another pair's costs measured on this machine when the env is made (a warning says
+        so): a pair is never priced with another pair's costs."""
         pair = default_pair_name()
-        profile = pair_profile(pair)
         return {
             "draft": str(MODELS_DIR / pair / "draft"),
             "target": str(MODELS_DIR / pair / "target"),
@@ -59,7 +63,7 @@ class SpecDecodeLiveEnv(EnvShell):
             "k_max": DEFAULT_K_MAX,
             "k_min": 0,
             "timing": "profile",
-            "profile": str(profile if profile is not None else PROFILES_DIR / "cpu-tinypair.json"),
+            "profile": None,
             "device": "cpu",
             "dtype": "float32",
         }
@@ -68,7 +72,7 @@ class SpecDecodeLiveEnv(EnvShell):
         self._merge_config(config, overrides, render_mode)
         cfg = self.config
         prof = cfg["profile"]
-        self.profile = prof if isinstance(prof, CostProfile) else load_profile(prof)
+        given = prof if isinstance(prof, CostProfile) or prof is None else load_profile(prof)
         timing = cfg["timing"]
         if timing not in ("profile", "wall", "cpu"):
             raise SpecgymError(f"timing must be 'profile', 'wall' or 'cpu', got {timing!r}")
@@ -76,6 +80,7 @@ class SpecDecodeLiveEnv(EnvShell):
         self.k_max, self.k_min = int(cfg["k_max"]), int(cfg["k_min"])
         if not 0 <= self.k_min <= self.k_max:
             raise SpecgymError(f"k_min must be in [0, k_max={self.k_max}], got {self.k_min}")
+        self.profile = given if given is not None else self._pair_profile(cfg["draft"], cfg["target"])
         self.engine = LiveEngine.from_pair(self.pair, k_max=self.k_max, profile=self.profile,
                                            timing=self.profile if timing == "profile" else timing)
         self.t_ar = self.profile.t_ar_ms
@@ -91,13 +96,26 @@ class SpecDecodeLiveEnv(EnvShell):
         self.prompts = list(prompts)
         self.req: LiveRequest | None = None
 
+    def _pair_profile(self, draft: str, target: str) -> CostProfile:
+        """The shipped measured profile of a shipped pair; for any other pair its costs measured now."""
+        for name in DEFAULT_PAIRS:
+            if _same_path(draft, MODELS_DIR / name / "draft") and _same_path(target, MODELS_DIR / name / "target"):
+                shipped = pair_profile(name)
+                if shipped is not None:
+                    return load_profile(shipped)
+        prof = measure_profile(self.pair, k_max=self.k_max, repeats=12, warmup=3, name="measured-now")
+        warnings.warn(f"{self.config_name}: no profile for the pair {draft} / {target}: its costs were measured on "
+                      f"this machine now (draft {prof.draft_ms:.2f} ms, verify {prof.verify_ms[0]:.2f} ms); pass "
+                      "profile= to reuse a saved one", stacklevel=3)
+        return prof
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Prefill a prompt; returns ``(observation, info)``."""
         super().reset(seed=seed)
         text = (options or {}).get("prompt")
         if text is None:
             text = self.prompts[int(self.np_random.integers(len(self.prompts)))]
-        ids = self.pair.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = encode_prompt(self.pair.tokenizer, text)
         sample_seed = int(self.np_random.integers(2**31))
         self.req = self.engine.start(ids, int(self.config["max_new_tokens"]), float(self.config["temperature"]),
                                      seed=sample_seed)
@@ -122,3 +140,10 @@ class SpecDecodeLiveEnv(EnvShell):
         if self.render_mode != "ansi" or self.req is None:
             return None
         return self.pair.tokenizer.decode(self.req.result.tokens)
+
+
+def _same_path(a: str | Path, b: Path) -> bool:
+    try:
+        return Path(a).expanduser().resolve() == b.resolve()
+    except OSError:
+        return False

@@ -28,6 +28,7 @@ SECTIONS: dict[str, str] = {
     "specdecode-eval": "specgym.eval.bench.specdecode:specdecode_eval_section",
     "vllm": "specgym.eval.bench.vllm:vllm_section",
     "guard": "specgym.eval.bench.guard:guard_section",
+    "families": "specgym.eval.bench.families:families_section",
 }
 DEFAULT_SECTIONS = ("load", "env", "vector", "controllers", "eval", "policy", "batch", "predictor", "tree")
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,12 +49,13 @@ from specgym.agents.specs import EVAL_KINDS, Traits, all_specs, build, expand, k
 from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_static import StaticTree
 import specgym.catalogue as catalogue
-from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals
+from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
 from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.engines.clock import syncer, timed
 from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
 from specgym.envs.engines.live_engine import LiveEngine
-from specgym.envs.engines.model_loading import load_pair
+from specgym.envs.engines.model_loading import encode_prompt, load_pair
 from specgym.envs.engines.profiler import extend_tree_verify, hardware_description, interleaved_ms, measure_profile
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload
@@ -62,7 +64,7 @@ from specgym.errors import SpecgymError
 from specgym.eval.runner import run_controller
 from specgym.eval.stats import PairedBootstrap
 from specgym.eval.tree_runner import run_live_tree, run_tree_controller
-from specgym.paths import default_pair_name, portable_name
+from specgym.paths import DATA_DIR, default_pair_name, portable_name
 
 #: Defaults sized for about +-2% intervals in ~15 minutes on a 2-core CI-class machine (see the README).
 DEFAULT_PER_CATEGORY = 10
@@ -153,7 +155,7 @@ def engine_forward_ms(engine: Any, model: Any, rows: tuple[int, ...] = (1, 2), c
             ids = [(3 * t) % (engine.vocab - 1) + 1 for t in range(r)]
             return lambda: (engine.forward(model, ids, cache), cache.crop(-r))
 
-        ms = interleaved_ms([call(r) for r in rows], repeats, 4, lambda: None)
+        ms = interleaved_ms([call(r) for r in rows], repeats, 4, syncer(engine.device))
     return dict(zip(rows, ms))
 
 
@@ -165,17 +167,40 @@ def _pick(wl: Any, split: str, per_category: int) -> np.ndarray:
     return np.asarray(chosen, dtype=np.int64)
 
 
+def recorded_pair(wl: Any) -> tuple[str, str] | None:
+    """The draft and target folders a recorded workload names (shipped models resolved in this install), or
+    ``None`` when it names none; named models that are not here raise one line saying how to pass them."""
+    src = getattr(wl, "source", None) or {}
+    draft, target = src.get("draft_model"), src.get("target_model")
+    if not draft or not target:
+        return None
+    found = []
+    for name in (draft, target):
+        shipped = DATA_DIR / name
+        if (shipped / "config.json").exists():
+            found.append(str(shipped))
+        elif (Path(name) / "config.json").exists():
+            found.append(str(name))
+        else:
+            raise SpecgymError(f"live bench: workload {wl.name} was recorded from draft {draft} and target {target}; "
+                               f"{name} is not here: pass the pair with --live-draft and --live-target")
+    return found[0], found[1]
+
+
 def run_live_bench(console: Any, pair_name: str | None = None, workload: str | None = None,
                    per_category: int = DEFAULT_PER_CATEGORY, repeats: int = DEFAULT_REPEATS,
                    specs: list[str] | None = None, threads: int = 1, max_new_tokens: int | None = None,
                    profile: str | None = None, calibration_prompts: int = DEFAULT_CALIBRATION_PROMPTS,
-                   resamples: int = 2000, hf_generate: bool = True, micro_repeats: int = 40) -> dict[str, Any]:
+                   resamples: int = 2000, hf_generate: bool = True, micro_repeats: int = 40,
+                   draft: str | None = None, target: str | None = None, device: str = "cpu") -> dict[str, Any]:
     """Run the live benchmark; returns every figure (also printed as a table).
 
     Args:
         console: A rich console.
-        pair_name: Shipped pair (default: the default pair).
+        pair_name: Shipped pair (default: the pair ``workload`` was recorded from, else the default pair).
         workload: Workload recorded from the pair (default ``PAIR-greedy``).
+        draft, target: A user's pair (model folders or hub names), instead of the one the workload names.
+        device: Where the pair runs (``cpu``, ``cuda``, ``cuda:1`` ...; rounds are timed device-synchronised).
         per_category: Test prompts per category.
         repeats: Times each (prompt, controller) runs; a prompt's time is the median.
         specs: Controller specs (default: plain, fixed K = 1..6, every baseline and shipped policy).
@@ -195,19 +220,31 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     t_start = time.perf_counter()
-    pair_name = pair_name or default_pair_name()
-    draft_dir, target_dir = catalogue.pair_models(pair_name)
-    pair = load_pair(str(draft_dir), str(target_dir))
+    if (draft is None) != (target is None):
+        raise SpecgymError("live bench: give both --live-draft and --live-target, or neither")
+    if workload is None:
+        pair_name = pair_name or default_pair_name()
+        workload = f"{pair_name}-greedy"
+    wl = cached_workload(workload)
+    if draft is None and target is None:
+        if pair_name is not None:
+            draft_dir, target_dir = catalogue.pair_models(pair_name)
+            draft, target = str(draft_dir), str(target_dir)
+        else:  # the pair the trace was recorded from: a user's trace is never decoded with the shipped pair
+            draft, target = recorded_pair(wl) or tuple(str(p) for p in catalogue.pair_models(default_pair_name()))
+    pair_name = pair_name or Path(str(target)).parent.name or str(target)
+    pair = load_pair(str(draft), str(target), device=device)
+    console.print(f"pair: draft {portable_name(pair.draft_name)}, target {portable_name(pair.target_name)}",
+                  highlight=False)
     console.print(pair.kernel_summary(), highlight=False)
     k_max = DEFAULT_K_MAX
-    wl = cached_workload(workload or f"{pair_name}-greedy")
     texts = wl.prompt_text or []
     if not texts:
         raise SpecgymError(f"live bench: workload {wl.name} stores no prompt texts (pick a workload recorded from the "
                            f"pair with specgym record, e.g. --workload {pair_name}-greedy)")
 
     def encode(rows: np.ndarray) -> tuple[list[list[int]], list[int]]:
-        ids = [pair.tokenizer(texts[r], add_special_tokens=False)["input_ids"] for r in rows]
+        ids = [encode_prompt(pair.tokenizer, texts[r]) for r in rows]
         return ids, [int(wl.lengths[r]) if max_new_tokens is None else max_new_tokens for r in rows]
 
     requests = _pick(wl, "test", per_category)
@@ -232,7 +269,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         prof_note = f"profile {prof.name} (given: {profile})"
     else:
         fit = calibrate(probe, cal_ids, cal_len, k_max, name=f"fitted-{pair_name}", temperature=cal_temp,
-                        hardware=hardware_description("cpu", pair.dtypes))
+                        hardware=hardware_description(str(pair.target.device), pair.dtypes))
         prof, fit_summary = fit.profile, fit.summary()
         prof_note = f"profile fitted on this machine now (controllers decide with it): {fit_summary}"
     if tree_specs:
@@ -250,7 +287,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
 
     live_source = SignalSource.of_engine(f"the live engine on {pair_name}", portable_name(pair.draft_name),
                                          portable_name(pair.target_name), eng.signals, eng.sketch,
-                                         (wl.signal_meta.get("hidden_sketch") or {}).get("seed"))
+                                         (wl.signal_meta.get("hidden_sketch") or {}).get("seed"),
+                                         (model_signature(pair.draft.config), model_signature(pair.target.config)))
     notes: set[str] = set()
 
     def _make(spec: str) -> Any:
@@ -381,7 +419,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     if hf_generate:  # transformers' assisted generation drafts chains: the best chain controller
         hf = _hf_generate(pair, prompts[:6], lengths[:6], make(best_chain.controller, k_max), prof)
     result = {
-        "pair": pair_name, "dtypes": pair.dtypes, "packed_linears": pair.packed,
+        "pair": pair_name, "draft": portable_name(pair.draft_name), "target": portable_name(pair.target_name),
+        "dtypes": pair.dtypes, "packed_linears": pair.packed,
         "kernels": {role: plan.to_dict() for role, plan in pair.kernels.items()},
         "target_forward_ms": {"1": fwd[1], "2": fwd[2]},
         "profile": prof.to_dict(), "profile_note": prof_note, "micro_profile": micro.to_dict(),
@@ -453,18 +492,19 @@ def _hf_generate(pair: Any, prompts: list[list[int]], lengths: list[int], contro
     plain_ms = assisted_ms = 0.0
     identical = True
     for ids, n in zip(prompts, lengths):
-        x = torch.tensor([ids])
+        x = torch.tensor([ids], device=pair.target.device)
         kw = dict(attention_mask=torch.ones_like(x), max_new_tokens=n, min_new_tokens=n, do_sample=False,
                   eos_token_id=None, pad_token_id=pair.tokenizer.pad_token_id)
-        t0 = time.perf_counter()
+        dev = pair.target.device
+        t0 = timed(dev)
         ref = pair.target.generate(x, **kw)
-        plain_ms += (time.perf_counter() - t0) * 1000
+        plain_ms += (timed(dev) - t0) * 1000
         draft_eos = pair.draft.generation_config.eos_token_id
         pair.draft.generation_config.eos_token_id = None  # the assistant would stop at its own EOS
         try:
-            t0 = time.perf_counter()
+            t0 = timed(dev)
             out = generate_with_controller(pair.target, pair.draft, x, controller, profile=profile, **kw)
-            assisted_ms += (time.perf_counter() - t0) * 1000
+            assisted_ms += (timed(dev) - t0) * 1000
         finally:
             pair.draft.generation_config.eos_token_id = draft_eos
         identical &= bool(torch.equal(out, ref))
@@ -474,8 +514,8 @@ def _hf_generate(pair: Any, prompts: list[list[int]], lengths: list[int], contro
 
 
 def live_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
-    """``live``: the sim-to-real benchmark on the shipped default pair, on the test prompts of ``workload`` (a
-    workload recorded from that pair; skipped without torch/transformers)."""
+    """``live``: the sim-to-real benchmark on the test prompts of ``workload``, decoded by the pair it was recorded
+    from (or ``--live-draft``/``--live-target``; skipped without torch/transformers)."""
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -486,5 +526,7 @@ def live_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     r = run_live_bench(console, workload=workload, repeats=getattr(args, "live_repeats", DEFAULT_REPEATS),
                        per_category=getattr(args, "live_prompts", DEFAULT_PER_CATEGORY),
                        profile=getattr(args, "live_profile", None),
-                       specs=check_live_specs(specs) if specs else None)
+                       specs=check_live_specs(specs) if specs else None,
+                       draft=getattr(args, "live_draft", None), target=getattr(args, "live_target", None),
+                       device=getattr(args, "live_device", None) or "cpu")
     return {"live": r}

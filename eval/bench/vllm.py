@@ -103,7 +103,7 @@ def tokenized(workload: Workload, indices: np.ndarray, tokenizer_file: Path, max
     assert workload.prompt_text is not None and workload.token_id is not None  # check_workload
     prompts, lengths, ref = [], [], []
     for r in indices.tolist():
-        ids = tok.encode(workload.prompt_text[r], add_special_tokens=False).ids
+        ids = tok.encode(workload.prompt_text[r]).ids
         if len(ids) != int(workload.prompt_len[r]):
             raise SpecgymError(f"workload {workload.name!r}, request {workload.request_id[r]}: the prompt tokenizes "
                                f"to {len(ids)} tokens, the recording says {workload.prompt_len[r]} (another "

@@ -43,6 +43,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--live-profile", default=None,
                    help="live section: cost profile (name or path) for controllers and the replay prediction "
                         "(default: fit one to the engine's rounds on this machine first)")
+    p.add_argument("--live-draft", default=None,
+                   help="live section: your draft model (folder or hub name; default: the pair the workload was "
+                        "recorded from)")
+    p.add_argument("--live-target", default=None, help="live section: your target model (with --live-draft)")
+    p.add_argument("--live-device", default="cpu", help="live section: cpu, cuda, cuda:1 ... (default %(default)s)")
     p.add_argument("--policy", default=None, help="exported policy for the 'policy' section (name or folder)")
     p.add_argument("--scale-requests", type=positive_int, default=1_000_000,
                    help="scale section: requests of the synthetic sharded workload (default %(default)s)")
@@ -107,6 +112,10 @@ def _run(args: argparse.Namespace) -> int:
         load_profile(args.live_profile)  # a bad name fails before anything runs
     if args.live_controllers:
         check_live_specs(args.live_controllers)
+    if not args.live_device.startswith(("cpu", "cuda")):
+        raise SpecgymError(f"--live-device {args.live_device!r}: expected cpu, cuda or cuda:N")
+    if (args.live_draft is None) != (args.live_target is None):
+        raise SpecgymError("give both --live-draft and --live-target, or neither")
     if any(s.startswith("specdecode") for s in sections):
         if args.data is None:
             raise SpecgymError("--sections specdecode-bench/specdecode-eval need --data DIR (a copy of "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -19,14 +20,14 @@ from specgym.commands.args import (
     k_max_type, nonneg_int, parse_length, parse_splits, positive_int, temperature_type,
 )
 from specgym.console import make_progress
-from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals
+from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
 from specgym.envs.core.batch_cost import save_batch_profile
 from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile, load_profile, save_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.calibration import calibrate
 from specgym.envs.engines.distributed import record_distributed, require_ray
 from specgym.envs.engines.live_engine import LiveEngine
-from specgym.envs.engines.model_loading import dtype_name, load_pair
+from specgym.envs.engines.model_loading import dtype_name, encode_prompt, load_pair
 from specgym.envs.engines.profiler import (
     extend_tree_verify, hardware_description, measure_batch_profile, measure_profile,
 )
@@ -108,11 +109,28 @@ def _load_pair(args: argparse.Namespace):
 
 
 def _profile_or_none(args: argparse.Namespace):
-    """``--profile``, else the pair's shipped measured profile, else None (controllers get a placeholder)."""
+    """``--profile``; else, for the shipped pair, its shipped measured profile; else None (a user's pair: measured
+    once it loads, :func:`_profile_for`)."""
     if args.profile:
         return load_profile(args.profile)
+    if args.draft is not None:  # a user's pair: never another pair's profile, whatever its folder is called
+        return None
     shipped = pair_profile(_pair_paths(args)[2])
     return load_profile(shipped) if shipped else None
+
+
+def _profile_for(args: argparse.Namespace, pair, profile, command: str = "generate", tree_nodes: int = 0):
+    """The profile controllers price rounds with: the given one, else this pair's costs measured on this machine
+    now (said on stderr), never a flat placeholder."""
+    if profile is not None:
+        return profile
+    t0 = time.perf_counter()
+    prof = measure_profile(pair, k_max=args.k_max, repeats=12, warmup=3, name="measured-now", clock=args.clock,
+                           tree_nodes=tree_nodes)
+    print(f"specgym {command}: note: no --profile for this pair: its costs were measured on this machine now "
+          f"({time.perf_counter() - t0:.1f} s; draft {prof.draft_ms:.2f} ms, verify {prof.verify_ms[0]:.2f} ms; "
+          f"save one with specgym profile and pass --profile to reuse it)", file=sys.stderr)
+    return prof
 
 
 # ----------------------------------------------------------------------------------------------------- generate
@@ -130,12 +148,15 @@ def _generate(args: argparse.Namespace) -> int:
     profile = _profile_or_none(args)
     _setup(args)
     pair = _load_pair(args)
+    profile = _profile_for(args, pair, profile)
     engine = LiveEngine.from_pair(pair, k_max=args.k_max, profile=profile, timing=args.clock)
     source = SignalSource.of_engine(f"the live engine on {_pair_paths(args)[2]}", portable_name(pair.draft_name),
-                                    portable_name(pair.target_name), engine.signals, engine.sketch)
+                                    portable_name(pair.target_name), engine.signals, engine.sketch,
+                                    signatures=(model_signature(pair.draft.config),
+                                                model_signature(pair.target.config)))
     for note in bind_signals([(spec, controller)], source):  # another pair's predictor: refused here
         print(f"specgym generate: note: {note}", file=sys.stderr)
-    ids = pair.tokenizer(args.prompt, add_special_tokens=False)["input_ids"]
+    ids = encode_prompt(pair.tokenizer, args.prompt)
     if not ids:
         raise SpecgymError("--prompt encodes to zero tokens")
     engine.check_request(len(ids), args.max_new_tokens)
@@ -171,6 +192,10 @@ def _generate(args: argparse.Namespace) -> int:
           f"-> speedup {speedup:.2f}x (measured, {args.clock} clock, same pair, {len(spec_res.tokens)} tokens)")
     if args.temperature == 0:
         print(f"greedy output identical to plain decoding: {plain.tokens == spec_res.tokens}")
+        if plain.tokens != spec_res.tokens and pair.dtypes != "float32":
+            print(f"note: token exactness holds in float32; in {pair.dtypes} the multi-token verify forward rounds "
+                  "differently from the one-token forward, so a near-tie can flip (each output is still a greedy "
+                  "decoding of the target at that precision)")
     return 0
 
 
@@ -195,8 +220,9 @@ def _generate_tree(args: argparse.Namespace, spec: str) -> int:
         ctrl.prepare(cached_workload(name), profile)
     _setup(args)
     pair = _load_pair(args)
+    profile = _profile_for(args, pair, profile, tree_nodes=TREE_NODE_LIMIT)
     engine = LiveEngine.from_pair(pair, k_max=args.k_max, profile=profile, timing=args.clock)
-    ids = pair.tokenizer(args.prompt, add_special_tokens=False)["input_ids"]
+    ids = encode_prompt(pair.tokenizer, args.prompt)
     if not ids:
         raise SpecgymError("--prompt encodes to zero tokens")
     engine.check_request(len(ids), args.max_new_tokens)
@@ -382,7 +408,7 @@ def _profile_vllm(args: argparse.Namespace) -> int:
     draft, target, pair = _pair_paths(args)
     prompts_file = args.prompts or catalogue.resolve("prompts", f"{pair}-prompts")
     tok = Tokenizer.from_file(str(Path(target) / "tokenizer.json"))
-    prompts = [tok.encode(p.text, add_special_tokens=False).ids or [0] for p in read_prompts(prompts_file)][:64]
+    prompts = [tok.encode(p.text).ids or [0] for p in read_prompts(prompts_file)][:64]
     prof = measure_vllm_profile(target, draft, prompts, sizes, args.k_max, args.calibration_tokens,
                                 eager=args.eager, name=args.name or out.stem)
     save_batch_profile(prof, out, overwrite=args.force)
@@ -411,7 +437,7 @@ def _fit_rounds(args: argparse.Namespace, pair, out: Path, micro, progress=None)
     engine = LiveEngine.from_pair(pair, k_max=args.k_max, timing=args.clock)
     if args.prompts:
         texts = [p.text for p in read_prompts(args.prompts)][:n]
-        prompts = [pair.tokenizer(t, add_special_tokens=False)["input_ids"] or [0] for t in texts]
+        prompts = [encode_prompt(pair.tokenizer, t) or [0] for t in texts]
     else:
         gen = torch.Generator().manual_seed(0)
         prompts = [torch.randint(1, engine.vocab, (args.context,), generator=gen).tolist() for _ in range(n)]

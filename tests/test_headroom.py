@@ -1,0 +1,29 @@
+"""Fix 9 of issue 30: a headroom share is only computed over a gap worth sharing (was: -69649% in a report)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specgym.eval.metrics import MIN_HEADROOM, headroom_closed
+from specgym.eval.report import headroom_section
+
+
+def test_headroom_share_of_a_real_gap():
+    assert headroom_closed(100.0, 95.0, 90.0) == pytest.approx(0.5)
+    assert headroom_closed(100.0, 104.0, 90.0) == pytest.approx(-0.4)
+
+
+def test_no_share_of_a_gap_within_noise():
+    # the informed oracle 0.001% faster than the best fixed K, a controller 0.7% slower: was -69,649%
+    assert headroom_closed(100.0, 100.7, 99.999) is None
+    assert headroom_closed(100.0, 99.0, 100.0 * (1 - MIN_HEADROOM / 2)) is None
+    assert headroom_closed(100.0, 101.0, 100.5) is None  # an oracle slower than the best fixed K (luck)
+
+
+def test_the_report_prints_a_dash_for_it():
+    report = {"headroom": {"chance_share": None, "clairvoyant_tok_s": 50.0, "informed_tok_s": 40.0,
+                           "best_fixed_tok_s": 40.0, "chance_tok_s": 10.0, "removable_tok_s": 0.0},
+              "rows": [{"controller": "marginal", "throughput_tok_s": 39.7, "prediction_decision_tok_s": 0.3,
+                        "headroom_closed": -0.03, "headroom_closed_informed": headroom_closed(25.0, 25.2, 24.9999)}]}
+    line = headroom_section(report).splitlines()[-1]
+    assert line.endswith("| – |") and "-3.0%" in line

@@ -529,10 +529,6 @@ def _lookup_rule(arg: str | None, k_max: int) -> LookupRule:
     return LookupRule(3 if arg is None else int(arg))
 
 
-def _drafter_marginal(arg: str | None, k_max: int) -> DrafterMarginal:
-    return DrafterMarginal(adapt=0.3 if arg is None else _float(arg, "drafter-marginal ADAPT", 0.0, 1.0))
-
-
 def _fixed_all(traits: Traits, k_max: int) -> list[str]:
     return [f"fixed:{k}" for k in range(1, k_max + 1)]
 
@@ -589,8 +585,8 @@ for _row in (
     Entry("lookup-rule", "drafter", "rule", _lookup_rule,
           "lookup-rule[:N] (n-gram when the last N tokens occurred earlier, else the model drafter at K=10)",
           _const("lookup-rule:3"), needs=("drafters",), level="drafter"),
-    Entry("drafter-marginal", "drafter", "predictor", _drafter_marginal,
-          "drafter-marginal[:ADAPT] (most predicted tokens per ms over every drafter and K)",
+    Entry("drafter-marginal", "drafter", "predictor", _no_arg(DrafterMarginal),
+          "drafter-marginal (most predicted tokens per ms over every drafter and K; fitted on the train split)",
           _const("drafter-marginal"), needs=("drafters",), level="drafter"),
     Entry("drafter-oracle", "drafter", "oracle", None,
           "drafter-oracle (the clairvoyant drafter and K of every round, replay only)", _const("drafter-oracle"),

@@ -19,7 +19,7 @@ from specgym.baselines.drafter_oracle import drafter_oracle_one, drafter_oracle_
 from specgym.baselines.lookup_rule import LookupRule
 from specgym.envs.core.drafter_choice import NO_DRAFTER, DrafterController, DrafterDecision, drive_drafters
 from specgym.envs.core.rounds import RoundStart
-from specgym.envs.core.run_predictor import MAX_RUN, RunPredictor, bucket
+from specgym.envs.core.run_predictor import MAX_RUN, RunPredictor, bucket, recent_code
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.workloads.specdecode import import_file
 from specgym.errors import SpecgymError
@@ -112,7 +112,7 @@ def test_oracle_matches_its_reference_and_beats_every_single_drafter_and_rule(wl
         assert oracle.time_ms[j] == pytest.approx(ref, rel=1e-9)
         assert oracle.rounds[j] == len(plan)
     rivals = [FixedDrafter(d, k) for d in wl.drafter_names for k in range(K_MAX + 1)]
-    rivals += [LookupRule(n) for n in (1, 2, 3)] + [DrafterMarginal(adapt=a) for a in (0.0, 0.3)]
+    rivals += [*(LookupRule(n) for n in (1, 2, 3)), DrafterMarginal()]
     for ctrl in rivals:
         res = run_drafter_controller(engine, reqs, ctrl)
         assert (oracle.time_ms <= res.time_ms * (1 + 1e-9)).all(), ctrl.name
@@ -162,14 +162,16 @@ def test_run_predictor_counts_survival_per_bucket():
 def test_marginal_fits_on_the_train_split_and_prefers_the_better_drafter(wl):
     pred = fit_on_train(wl, wl.profile)
     assert pred.meta["split"] == "train" and pred.meta["positions"] == int(wl.lengths[wl.split_indices("train")].sum())
+    assert 0 < pred.meta["rounds"] < pred.meta["positions"]  # the rollout's round starts
     # a predictor that says n-gram rounds accept everything: the rule drafts n-gram at the largest cap
     sure = RunPredictor(("eagle", "ngram"), {"eagle": np.ones_like(pred.expected["eagle"]),
-                                             "ngram": np.tile(np.arange(1, MAX_RUN + 2, dtype=float), (72, 1))})
-    ctrl = DrafterMarginal(sure, adapt=0.0)
+                                             "ngram": np.tile(np.arange(1, MAX_RUN + 2, dtype=float),
+                                                              (len(pred.expected["eagle"]), 1))})
+    ctrl = DrafterMarginal(sure)
     ctrl.reset(TraceEngine(wl, k_max=K_MAX).context(0), wl.drafter_names)
     assert ctrl.propose(RoundStart(3, 40, 0)) == DrafterDecision("ngram", K_MAX)
     never = RunPredictor(("eagle", "ngram"), {d: np.ones_like(pred.expected["eagle"]) for d in ("eagle", "ngram")})
-    ctrl = DrafterMarginal(never, adapt=0.0)
+    ctrl = DrafterMarginal(never)
     ctrl.reset(TraceEngine(wl, k_max=K_MAX).context(0), wl.drafter_names)
     assert ctrl.propose(RoundStart(3, 40, 0)) == DrafterDecision(NO_DRAFTER, 0)  # nothing pays: a plain step
 
@@ -179,7 +181,7 @@ def test_spec_rows_and_all(wl, tmp_path):
     assert build("lookup-rule:2", K_MAX).controller.n == 2
     assert build("drafter-oracle", K_MAX).controller is None
     for bad, why in (("fixed:x@ngram", "K@DRAFTER"), ("fixed:40@ngram", "K@DRAFTER"), ("lookup-rule:z", "1..4"),
-                     ("drafter-marginal:3", "ADAPT")):
+                     ("drafter-marginal:3", "no argument")):
         with pytest.raises(SpecgymError, match=why):
             build(bad, K_MAX)
     specs, _ = expand("all", K_MAX, Traits.of(wl))
@@ -217,3 +219,15 @@ def test_published_instructcoder_choice_beats_the_best_single_drafter(tmp_path):
     rows = {row["spec"]: row["speedup_vs_best_single_drafter"] for row in rep["rows"]}
     assert rows["lookup-rule:3"] > 1.2 and rows["drafter-marginal"] > 1.2
     assert rows["drafter-oracle"] >= max(rows.values()) - 1e-9
+
+
+def test_run_predictor_recent_round_estimate():
+    """Rollout rounds after an all-accepted round of drafter 0 say longer runs; other codes read the coarse one."""
+    runs = {"a": np.array([1, 1, 1, 1])}
+    pos, lookup = np.zeros(4, np.int64), np.zeros(4, np.int64)
+    hot = recent_code(0, 3, 3)
+    rounds = ({"a": np.full(50, 6)}, np.zeros(50, np.int64), np.zeros(50, np.int64), np.full(50, hot))
+    pred = RunPredictor.fit(runs, lookup, pos, rounds=rounds)
+    assert pred.expected_tokens("a", 0, 0, hot)[6] > 5.0
+    assert pred.expected_tokens("a", 0, 0, 0)[6] == pytest.approx(2.0)
+    assert recent_code(0, 0, 0) == 0 and recent_code(1, 4, 0) != recent_code(1, 4, 2) != recent_code(1, 4, 4)

@@ -234,7 +234,9 @@ def make(spec: str, k_max: int = DEFAULT_K_MAX, kinds: Sequence[str] = ("chain",
 
 
 def _mode_entry(ctrl: Any, entry: Entry) -> Entry:
-    """A learned row's level follows the policy it loaded (K or token mode)."""
+    """A learned row's level follows the policy it loaded (K or token mode; a drafter-mode policy is a drafter row)."""
+    if entry.family == "learned" and isinstance(ctrl, DrafterController):
+        return Entry(**{**entry.__dict__, "kind": "drafter", "level": "drafter"})
     if entry.family == "learned" and entry.kind == "chain":
         level = "token" if getattr(ctrl, "token_level", False) else "k"
         if level != entry.level:
@@ -425,7 +427,7 @@ def _policy(prefix: str) -> Factory:
                                f"{prefix}:runs/NAME/policy")
         artifact = load_policy(catalogue.resolve("policy", arg))
         mode = MODES[artifact.mode]
-        want = {"ppo": ("k", "token", "batch"), "tree-ppo": ("tree",)}[prefix]
+        want = {"ppo": ("k", "token", "batch", "drafter"), "tree-ppo": ("tree",)}[prefix]
         if artifact.mode not in want:
             raise SpecgymError(f"{arg} is a {artifact.mode}-mode policy: name it {mode.spec_prefix}:{arg}"
                                + (" in specgym tune compare" if mode.kind == "batch" else ""))

@@ -200,7 +200,7 @@ class ReplayRequest(Request):
         """What a drafter-choice controller knows before the next round: the position, the KV cache and the
         trace's context lookup there (-1 when the trace has no token ids)."""
         i = self.position
-        return RoundStart(i, self._kv0 + i, -1 if self._lookup is None else int(self._lookup[i]))
+        return RoundStart(i, self._kv0 + i, -1 if self._lookup is None or i >= self.length else int(self._lookup[i]))
 
     def signals(self, position: int, n: int) -> DraftSignals | None:
         """The signals of ``n`` draft tokens proposed from ``position`` (``None`` when the trace has none)."""

@@ -230,6 +230,9 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results:
     best_single = _best_single_drafter(named, results, refs)
     if best_single is not None:  # every row's paired ratio to the best single drafter at its best fixed K
         ratio_refs["speedup_vs_best_single_drafter"] = best_single.time_ms
+    lookup_rule = next(((row.spec, r) for r, row in zip(results, named) if row.spec.startswith("lookup-rule")), None)
+    if lookup_rule is not None:  # and to the (first) lookup rule of the run
+        ratio_refs["speedup_vs_lookup_rule"] = lookup_rule[1].time_ms
     rows = []
     for r, resolved in zip(results, named):
         row = figures(r, refs).to_dict()
@@ -237,6 +240,8 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results:
             row["speedup_vs_best_static_tree"] = float(best_static.time_ms.sum() / r.time_ms.sum())
         if best_single is not None:
             row["speedup_vs_best_single_drafter"] = float(best_single.time_ms.sum() / r.time_ms.sum())
+        if lookup_rule is not None:
+            row["speedup_vs_lookup_rule"] = float(lookup_rule[1].time_ms.sum() / r.time_ms.sum())
         row["spec"] = resolved.spec
         row["token_level"] = resolved.token_level
         row["kind"], row["family"] = resolved.kind, resolved.family
@@ -280,6 +285,7 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results:
         "left_out": list(getattr(named, "notes", [])),
         "best_static_tree": best_static.name if best_static is not None else None,
         "best_single_drafter": best_single.name if best_single is not None else None,
+        "lookup_rule": lookup_rule[0] if lookup_rule is not None else None,
         "max_requests": cfg.max_requests,
         "reference": {"t_ar_ms": refs.t_ar_ms, "best_fixed_k": refs.best_k,
                       "fixed_time_ms": {str(k): refs.t_fixed(k) for k in refs.fixed}},

@@ -21,7 +21,7 @@ from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.workloads.trace_format import cached_workload, open_dataset
 from specgym.errors import SpecgymError
 from specgym.eval.harness import EvalConfig, evaluate, resolve_controllers
-from specgym.eval.report import markdown_table, write_report
+from specgym.eval.report import drafter_section, markdown_table, write_report
 from specgym.eval.streaming import evaluate_streaming
 from specgym.eval.suite import markdown, run_suite
 from specgym.io import atomic_dir, check_output
@@ -142,6 +142,8 @@ def eval_to_folder(workload: str, controllers: str, out: Path | None, *, split: 
     print(f"{meta['label']} — split {meta['split']}, {meta['requests']} requests, profile {report['profile']['name']}, "
           f"seed {report['seed']}")
     print(markdown_table(report))
+    if report.get("best_single_drafter"):
+        print("\n" + drafter_section(report))
     for note in report.get("left_out", []):
         print(f"left out of all: {note}")
     print(f"\nreport: {out}/report.md  (json: report.json{', plots: *.png' if plots else ''})")

@@ -231,3 +231,80 @@ def test_run_predictor_recent_round_estimate():
     assert pred.expected_tokens("a", 0, 0, hot)[6] > 5.0
     assert pred.expected_tokens("a", 0, 0, 0)[6] == pytest.approx(2.0)
     assert recent_code(0, 0, 0) == 0 and recent_code(1, 4, 0) != recent_code(1, 4, 2) != recent_code(1, 4, 4)
+
+
+def test_env_is_check_env_clean_and_replays_as_the_harness(wl, tmp_path):
+    """The registered env passes Gymnasium's checker, and a scripted action sequence in the env costs what the same
+    decisions cost through drive_drafters (one protocol)."""
+    import warnings
+
+    import gymnasium as gym
+    from gymnasium.utils.env_checker import check_env
+
+    from specgym.envs.core.drafter_features import DRAFTER_FEATURE_NAMES, action_of, decision_of, n_actions
+
+    env = gym.make("specgym/SpecDecodeDrafter-v0", workload=wl, split="all", k_max=K_MAX).unwrapped
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(env, skip_render_check=True)
+    assert env.action_space.n == n_actions(K_MAX) and env.observation_space.shape == (len(DRAFTER_FEATURE_NAMES),)
+    for a in range(n_actions(K_MAX)):
+        assert action_of(decision_of(a, wl.drafter_names, K_MAX), wl.drafter_names, K_MAX) == a
+    rng = np.random.default_rng(0)
+    for r in (0, 3):
+        obs, _ = env.reset(seed=1, options={"request": r})
+        actions, time_ms, done = [], 0.0, False
+        while not done:
+            assert env.observation_space.contains(obs)
+            actions.append(int(rng.integers(n_actions(K_MAX))))
+            obs, _, done, _, info = env.step(actions[-1])
+            time_ms += info["time_ms"]
+
+        class Replay(DrafterController):
+            name = "replay"
+
+            def __init__(self):
+                self.i = 0
+
+            def propose(self, start):
+                self.i += 1
+                return decision_of(actions[self.i - 1], self.drafters, K_MAX)
+
+        tot = drive_drafters(Replay(), TraceEngine(wl, k_max=K_MAX).start(r), wl.drafter_names)
+        assert tot.time_ms == pytest.approx(time_ms, rel=1e-12) and tot.rounds == len(actions)
+    one = import_file(synthetic_file(tmp_path / "combined_gsm8k.jsonl", n=4), drafters=("eagle",)).workload
+    with pytest.raises(SpecgymError, match="needs two"):
+        gym.make("specgym/SpecDecodeDrafter-v0", workload=one, split="all")
+
+
+@pytest.mark.slow
+def test_train_export_and_run_a_drafter_policy(wl, tmp_path):
+    """PPO in drafter mode (behaviour-cloned from the marginal rule) trains, exports, and the exported policy runs
+    in the harness as a drafter row, deciding as the env's observations say (the same feature code)."""
+    from specgym.agents.artifact import load_policy
+    from specgym.agents.drafter_policy import DrafterPolicyController
+    from specgym.envs.gym.drafter_env import SpecDecodeDrafterEnv
+    from specgym.envs.workloads.trace_format import save_workload
+    from specgym.training.export import export_run
+    from specgym.training.ppo import TrainRequest, train
+
+    path = save_workload(wl, tmp_path / "w.parquet")
+    tiny = {"n_envs": 2, "n_steps": 256, "batch_size": 128, "n_epochs": 2, "eval_freq": 0, "k_max": K_MAX,
+            "bc_init": "drafter-marginal"}
+    train(TrainRequest(workload=str(path), mode="drafter", out=tmp_path / "run", timesteps=1024, seed=0,
+                       overrides=tiny, quiet=True))
+    out = export_run(tmp_path / "run", tmp_path / "policy")
+    art = load_policy(out)
+    assert art.mode == "drafter"
+    rep = evaluate(EvalConfig(str(path), f"ppo:{out},lookup-rule:3", split="all", k_max=K_MAX, bootstrap=0))
+    rows = {row["spec"]: row for row in rep["rows"]}
+    assert rows[f"ppo:{out}"]["kind"] == "drafter" and rows[f"ppo:{out}"]["family"] == "learned"
+    ctrl = DrafterPolicyController(art, "p")
+    env = SpecDecodeDrafterEnv(workload=wl, split="all", k_max=K_MAX)
+    obs, _ = env.reset(options={"request": 2})
+    env_time, done = 0.0, False
+    while not done:
+        obs, _, done, _, info = env.step(ctrl.network.act(obs))
+        env_time += info["time_ms"]
+    tot = drive_drafters(ctrl, TraceEngine(wl, k_max=K_MAX).start(2), wl.drafter_names)
+    assert tot.time_ms == pytest.approx(env_time, rel=1e-12)

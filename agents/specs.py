@@ -60,6 +60,7 @@ from specgym.envs.core.controller import Controller
 from specgym.envs.core.drafter_choice import DrafterController, parse_drafter_k
 from specgym.envs.core.cost import TREE_NODE_LIMIT
 from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.core.run_predictor import load_run_predictor
 from specgym.envs.core.tree import TreeController, TreeShape
 from specgym.errors import SpecgymError
 
@@ -531,6 +532,14 @@ def _lookup_rule(arg: str | None, k_max: int) -> LookupRule:
     return LookupRule(3 if arg is None else int(arg))
 
 
+def _drafter_marginal(arg: str | None, k_max: int) -> DrafterMarginal:
+    if arg is None:
+        return DrafterMarginal()
+    ctrl = DrafterMarginal(load_run_predictor(arg))
+    ctrl.name = f"drafter-marginal:{arg}"
+    return ctrl
+
+
 def _fixed_all(traits: Traits, k_max: int) -> list[str]:
     return [f"fixed:{k}" for k in range(1, k_max + 1)]
 
@@ -587,8 +596,9 @@ for _row in (
     Entry("lookup-rule", "drafter", "rule", _lookup_rule,
           "lookup-rule[:N] (n-gram when the last N tokens occurred earlier, else the model drafter at K=10)",
           _const("lookup-rule:3"), needs=("drafters",), level="drafter"),
-    Entry("drafter-marginal", "drafter", "predictor", _no_arg(DrafterMarginal),
-          "drafter-marginal (most predicted tokens per ms over every drafter and K; fitted on the train split)",
+    Entry("drafter-marginal", "drafter", "predictor", _drafter_marginal,
+          "drafter-marginal[:FILE] (most predicted tokens per ms over every drafter and K; its run predictor "
+          "fitted on the train split, or FILE from specgym predictor train-runs)",
           _const("drafter-marginal"), needs=("drafters",), level="drafter"),
     Entry("drafter-oracle", "drafter", "oracle", None,
           "drafter-oracle (the clairvoyant drafter and K of every round, replay only)", _const("drafter-oracle"),

@@ -181,7 +181,7 @@ def test_spec_rows_and_all(wl, tmp_path):
     assert build("lookup-rule:2", K_MAX).controller.n == 2
     assert build("drafter-oracle", K_MAX).controller is None
     for bad, why in (("fixed:x@ngram", "K@DRAFTER"), ("fixed:40@ngram", "K@DRAFTER"), ("lookup-rule:z", "1..4"),
-                     ("drafter-marginal:3", "no argument")):
+                     ("drafter-marginal:3", "no such run predictor file")):
         with pytest.raises(SpecgymError, match=why):
             build(bad, K_MAX)
     specs, _ = expand("all", K_MAX, Traits.of(wl))
@@ -308,3 +308,23 @@ def test_train_export_and_run_a_drafter_policy(wl, tmp_path):
         env_time += info["time_ms"]
     tot = drive_drafters(ctrl, TraceEngine(wl, k_max=K_MAX).start(2), wl.drafter_names)
     assert tot.time_ms == pytest.approx(env_time, rel=1e-12)
+
+
+def test_predictor_train_runs_cli_and_the_file_spec(wl, tmp_path):
+    from specgym.cli import main
+    from specgym.envs.core.run_predictor import load_run_predictor
+    from specgym.envs.workloads.trace_format import save_workload
+
+    path = save_workload(wl, tmp_path / "w.parquet")
+    out = tmp_path / "runs.json"
+    assert main(["predictor", "train-runs", "--workload", str(path), "--out", str(out)]) == 0
+    pred = load_run_predictor(out)
+    assert pred.drafters == ("eagle", "ngram") and pred.meta["split"] == "train"
+    assert main(["predictor", "train-runs", "--workload", str(path), "--out", str(out)]) != 0  # no silent overwrite
+    rep = evaluate(EvalConfig(wl, f"drafter-marginal:{out},drafter-marginal", split="test", k_max=K_MAX,
+                              bootstrap=0))
+    times = [row["total_time_ms"] for row in rep["rows"] if row["kind"] == "drafter"]
+    assert times[0] == pytest.approx(times[1], rel=1e-4)  # the file is the fit the rule makes itself
+    (tmp_path / "bad.json").write_text('{"format": "specgym-run-predictor", "drafters": []}')
+    with pytest.raises(SpecgymError, match="bad.json"):
+        build(f"drafter-marginal:{tmp_path / 'bad.json'}", K_MAX)

@@ -16,13 +16,16 @@ Draft confidence and the draft's hidden state are not inputs: SpecDecode-Bench's
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from specgym.errors import SpecgymError
+from specgym.io import atomic_write_text
 
 #: Lookup buckets: match lengths 0..4, then "unknown" (an engine without token ids).
 LOOKUP_BUCKETS = 6
@@ -158,3 +161,20 @@ class RunPredictor:
         if not drafters:
             raise SpecgymError(f"{where}: field 'drafters' is empty")
         return cls(drafters, expected, dict(d.get("meta") or {}))
+
+
+def save_run_predictor(pred: RunPredictor, path: str | Path, overwrite: bool = False) -> Path:
+    """Write a run predictor as JSON (atomically; an existing file only with ``overwrite``)."""
+    return atomic_write_text(Path(path), json.dumps(pred.to_dict()) + "\n", overwrite=overwrite)
+
+
+def load_run_predictor(path: str | Path) -> RunPredictor:
+    """Read a run predictor JSON file; a defect is one line naming the file and the field."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecgymError(f"{path}: no such run predictor file") from None
+    except (OSError, ValueError) as exc:
+        raise SpecgymError(f"{path}: not a readable JSON run predictor ({exc})") from None
+    return RunPredictor.from_dict(data, str(path))

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from specgym.envs.core.cost import CostProfile
+from specgym.envs.core.ngram_proposer import NGRAM_DRAFTER
 from specgym.envs.core.drafter_choice import NO_DRAFTER, DrafterController, DrafterDecision, drive_drafters
 from specgym.envs.core.rounds import RequestContext, RoundOutcome, RoundStart
 from specgym.envs.core.run_predictor import MAX_RUN, RunPredictor, recent_code
@@ -88,7 +89,9 @@ class DrafterMarginal(DrafterController):
         key = (id(prof), k_max, drafter)
         got = self._tables.get(key)
         if got is None:
-            table = prof.round_table(k_max, prof.pricing_drafter(drafter, self._kinds.get(drafter)))
+            kind = self._kinds.get(drafter, "lookup" if drafter == NGRAM_DRAFTER else None)
+            prof = prof.with_drafter(drafter, kind)
+            table = prof.round_table(k_max, prof.pricing_drafter(drafter, kind))
             got = self._tables[key] = (table.base, table.per_kv)
         return got
 

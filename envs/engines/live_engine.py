@@ -532,7 +532,8 @@ class LiveRequest(Request):
     def _play_ngram(self, cap: int, drafter: str) -> RoundOutcome:
         """A round drafted by prompt lookup: vLLM's ``ngram`` proposal of up to ``cap`` tokens (none when the context
         has no match: a plain step), verified by the target in one forward. Priced by the engine's timing: measured,
-        or the profile's ``ngram`` drafter (a profile without one: the verify of the round, no draft phase)."""
+        or the profile's ``ngram`` drafter (a profile without a lookup drafter: no draft cost,
+        :meth:`CostProfile.with_drafter`)."""
         eng = self.engine
         if drafter != NGRAM_DRAFTER:
             raise SpecgymError(f"the live engine serves drafters {', '.join(eng.drafter_names)}, not {drafter!r}")
@@ -549,13 +550,8 @@ class LiveRequest(Request):
         new, accepted, produced, measured_ms = self._commit(drafts[:accepted] + [extra], 0, r0)
         timing = eng.timing
         if isinstance(timing, CostProfile):
-            kv = self.context.prompt_len + i
-            if not drafted:
-                time_ms = timing.round_time(0, kv)
-            elif NGRAM_DRAFTER in timing.drafter_names:
-                time_ms = timing.round_time(drafted, kv, NGRAM_DRAFTER)
-            else:
-                time_ms = timing.round_time(0, kv) + timing.verify(drafted + 1) - timing.verify(1)
+            time_ms = timing.with_drafter(NGRAM_DRAFTER, "lookup").round_time(
+                drafted, self.context.prompt_len + i, NGRAM_DRAFTER if drafted else None)
         else:
             time_ms = measured_ms
         nan = np.full(drafted, np.nan, dtype=np.float32)

@@ -455,6 +455,26 @@ def record_workload(
     return wl, stats
 
 
+def with_ngram_runs(wl: Workload, tokenizer: Any) -> Workload:
+    """A greedy recorded workload with the prompt-lookup drafter's per-start runs added (recomputed from its prompt
+    texts and token ids, as a greedy recording stores them now); a workload that holds them is returned as is."""
+    if NGRAM_DRAFTER in wl.drafter_names:
+        return wl
+    if not bool(np.all(wl.temperature == 0)) or wl.token_id is None or not wl.prompt_text:
+        raise SpecgymError(f"workload {wl.name!r}: the n-gram drafter's runs need a greedy recording with prompt "
+                           f"texts and token ids")
+    runs = np.concatenate([ngram_runs(tokenizer(wl.prompt_text[r], add_special_tokens=False)["input_ids"],
+                                      wl.token_id[wl.span(r)].tolist(), K_MAX_LIMIT, *LiveEngine.ngram_n)
+                           for r in range(wl.n_requests)])
+    lo, hi = LiveEngine.ngram_n
+    drafters = [drafter_entry(IMPLICIT_DRAFTER, "model", "per-position"),
+                drafter_entry(NGRAM_DRAFTER, "lookup", "per-start",
+                              proposer=f"vLLM ngram semantics, prompt_lookup_min {lo}, prompt_lookup_max {hi}",
+                              source="recomputed from the greedy completion's token ids")]
+    cols = {**wl.flat_columns(), f"runs_{NGRAM_DRAFTER}": runs}
+    return wl.with_columns(cols, drafters=drafters)
+
+
 def assemble_recording(name: str, source: dict[str, Any], profile: CostProfile, requests: list[dict[str, Any]],
                        completions: list[Any], seed: int, split_fractions: tuple[float, float, float] | None,
                        extra: dict[str, Any] | None, signal_meta: dict[str, Any]) -> tuple[Workload, dict[str, Any]]:

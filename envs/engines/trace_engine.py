@@ -86,7 +86,8 @@ class TraceEngine:
         table = self._tables.get(name)
         if table is None:
             kind = self.workload.drafter_info(name)["kind"]
-            table = self._tables[name] = self.profile.round_table(self.k_max, self.profile.pricing_drafter(name, kind))
+            prof = self.profile.with_drafter(name, kind)  # prompt lookup on a model-drafter profile: no draft cost
+            table = self._tables[name] = prof.round_table(self.k_max, prof.pricing_drafter(name, kind))
         return table
 
     def _per_start(self, drafter: str) -> bool:

@@ -18,6 +18,12 @@ controller decodes live, with the pair on this machine. What makes the figures t
 * once through transformers' ``generate(assistant_model=...)`` (:func:`generate_with_controller`) with the best
   chain controller, against transformers' own plain ``generate()``.
 
+**Drafter-choice controllers** (the ``drafter`` kind: ``fixed:K@ngram``, ``lookup-rule[:N]``, ``drafter-marginal``;
+greedy workloads) choose each round between the draft model (``draft``) and the engine's prompt-lookup drafter
+(``ngram``, :mod:`~specgym.envs.core.ngram_proposer`) in the same rotation; the workload gains the n-gram drafter's
+per-start runs (recomputed from its token ids, :func:`~specgym.envs.engines.recorder.with_ngram_runs`), which
+``drafter-marginal`` fits on (train split) and the replay prediction reads.
+
 **Tree controllers** (specs starting with ``tree``: ``tree-static:W1-W2-..``, ``tree-sequoia[:BUDGET]``,
 ``tree-eagle[:DEPTH:BEAM:M]`` (exact live; its replay prediction is approximate), ``tree-chain:SPEC``; greedy
 workloads) decode through live tree verification (:mod:`~specgym.envs.engines.live_tree`)
@@ -52,12 +58,15 @@ from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals
 from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
+from specgym.envs.core.drafter_choice import drive_drafters
 from specgym.envs.engines.live_engine import LiveEngine, load_pair
+from specgym.envs.engines.recorder import with_ngram_runs
 from specgym.envs.engines.profiler import extend_tree_verify, hardware_description, interleaved_ms, measure_profile
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
+from specgym.eval.drafter_runner import run_drafter_controller
 from specgym.eval.runner import run_controller
 from specgym.eval.stats import PairedBootstrap
 from specgym.eval.tree_runner import run_live_tree, run_tree_controller
@@ -217,6 +226,9 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     tree_specs = [s for s in specs if kind_of(s) == "tree"]
     if tree_specs:
         check_tree_workload(wl)  # greedy, with ranks: the tree rows' prediction is the tree replay
+    drafter_specs = [s for s in specs if kind_of(s) == "drafter"]
+    if drafter_specs:  # the n-gram drafter's runs: what drafter-choice rows fit on and are predicted with
+        wl = with_ngram_runs(wl, pair.tokenizer)
     probe = LiveEngine.from_pair(pair, k_max=k_max, timing="wall")
     fwd = engine_forward_ms(probe, pair.target)
     console.print(f"target forward through the engine: 1 token {fwd[1]:.3f} ms, 2 tokens {fwd[2]:.3f} ms "
@@ -261,6 +273,10 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
             ctrl.prepare(wl, prof)
             note = getattr(ctrl, "signal_note", None)
             fresh = [f"{spec}: {note}"] if note else []
+        elif row.kind == "drafter":  # fitted on the workload's train split (the run predictor), priced by prof
+            if hasattr(ctrl, "prepare"):
+                ctrl.prepare(wl, prof)
+            fresh = []
         else:
             fresh = bind_signals([(spec, ctrl)], live_source)
         for line in fresh:
@@ -290,6 +306,10 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                 rid, cat = str(wl.request_id[requests[p]]), str(wl.category[requests[p]])
                 if specs[s] in tree_specs:
                     res: Any = run_live_tree(eng, ids, controllers[s], n, request_id=rid, category=cat)
+                elif specs[s] in drafter_specs:  # the draft model or prompt lookup, chosen every round
+                    req = eng.start(ids, n, request_id=rid, category=cat)
+                    drive_drafters(controllers[s], req, eng.drafter_names)
+                    res = req.result
                 else:
                     res = eng.run_request(ids, controllers[s] if specs[s] != "fixed:0" else None, n,
                                           temperature=float(wl.temperature[requests[p]]), seed=int(requests[p]),
@@ -333,6 +353,10 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     def predicted_ms(spec: str) -> tuple[float, float, float]:
         """Replay time of ``spec`` on the measured requests, decisions under ``prof``, priced by ``prof``, by
         ``pricing`` (the same rounds: controllers decide as they did live) and by the micro-benchmarks."""
+        if spec in drafter_specs:  # the replay of the same decisions kind: every drafter's runs, each engine's costs
+            up, pr, mi = (float(run_drafter_controller(TraceEngine(wl, p, k_max, seed=0), requests,
+                                                       _make(spec)).time_ms.sum()) for p in (prof, pricing, micro))
+            return up, pr, mi
         if spec in tree_specs:
             ctrl = _make(spec)
             if isinstance(ctrl, ChainAsTree):  # the width-1 tree is the chain round: predicted as the chain

@@ -70,9 +70,9 @@ class EvalConfig:
 
 
 def resolve_controllers(specs: Specs, k_max: int, workload: Workload | None = None) -> Resolution:
-    """Every controller an evaluation runs, each built once (:func:`specgym.agents.specs.resolve`, chain and tree
-    kinds); with ``workload``, ``all`` means what it means for that workload (its predictors, its tree rows, and a
-    note for each row left out)."""
+    """Every controller an evaluation runs, each built once (:func:`specgym.agents.specs.resolve`, chain, tree and
+    drafter kinds); with ``workload``, ``all`` means what it means for that workload (its predictors, its tree and
+    drafter-choice rows, and a note for each row left out)."""
     return resolve(specs, k_max, workload, EVAL_KINDS)
 
 

@@ -33,9 +33,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate controllers against each other and the oracle")
     p.add_argument("--workload", default=None, help="workload name or .parquet path (default: the default workload)")
     p.add_argument("--controllers", default="all",
-                   help=f"comma-separated controller specs (chain and tree); {usage_line(EVAL_KINDS)} (every "
-                        "baseline + fixed:1..k_max, plus the workload's acceptance-predictor and tree rows where it "
-                        "carries their signals; the report lists what it left out and why). Default: %(default)s")
+                   help=f"comma-separated controller specs (chain, tree and drafter choice); {usage_line(EVAL_KINDS)} "
+                        "(every baseline + fixed:1..k_max, plus the workload's acceptance-predictor, tree and "
+                        "drafter-choice rows where it carries their signals or drafters; the report lists what it "
+                        "left out and why). Default: %(default)s")
     p.add_argument("--split", default="test", choices=("train", "val", "test", "all"),
                    help="which requests (default %(default)s)")
     p.add_argument("--seed", type=nonneg_int, default=0,

@@ -126,4 +126,5 @@ class DrafterMarginal(DrafterController):
 
     def observe(self, outcome: RoundOutcome) -> None:
         """Remember the round's outcome (the next round's recent-round code)."""
-        self._recent = recent_code(self._index.get(outcome.drafter or "", -1), outcome.drafted, outcome.accepted)
+        name = outcome.drafter or self.drafters[0]  # None: the engine's default drafter
+        self._recent = recent_code(self._index.get(name, -1), outcome.drafted, outcome.accepted)

@@ -84,3 +84,18 @@ def test_live_drafter_choice_is_greedy_exact_and_records_the_ngram_drafter(toy):
             assert r.time_ms == pytest.approx(want)  # no draft phase: the verify and the round's overhead
     with pytest.raises(Exception, match="greedy"):
         eng.start(tok("abc")["input_ids"], 5, temperature=0.7).play(3, drafter="ngram")
+
+
+def test_a_default_drafter_round_without_a_name_counts_as_the_default():
+    """A live model round reports drafter None (the engine's default): the features read it as the default drafter,
+    as they read replay's named rounds."""
+    from specgym.envs.core.drafter_features import DrafterFeatureTracker
+    from specgym.envs.core.rounds import RoundOutcome, RoundStart
+
+    named, unnamed = DrafterFeatureTracker(8), DrafterFeatureTracker(8)
+    for tr, drafter in ((named, "draft"), (unnamed, None)):
+        tr.reset(None, ("draft", "ngram"))
+        tr.update(RoundOutcome(0, 4, 4, 4, 5, 1.0, drafter=drafter))
+    start = RoundStart(5, 20, 0)
+    np.testing.assert_array_equal(named.observation(start), unnamed.observation(start))
+    assert unnamed.observation(start)[8] == 0.0  # not the "first round / plain step" code

@@ -84,7 +84,8 @@ class DrafterFeatureTracker:
 
     def update(self, o: RoundOutcome) -> None:
         """Learn a verified round."""
-        s = self._slot.get(o.drafter or "", -1) if o.drafted else -1
+        name = o.drafter or (self.drafters[0] if self.drafters else "")  # None: the engine's default drafter
+        s = self._slot.get(name, -1) if o.drafted else -1
         self._recent = recent_code(s, o.drafted, o.accepted)
         self._since = [n + 1 for n in self._since]
         if s >= 0:

@@ -386,7 +386,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     micro_errors = [abs((r.micro_measured_over_predicted or 1.0) - 1.0) for r in rows]
     upfront_errors = [abs((r.upfront_measured_over_predicted or 1.0) - 1.0) for r in rows]
     best = max(rows, key=lambda r: r.tok_s)
-    chain_rows = [r for r in rows if r.controller not in tree_specs]
+    chain_rows = [r for r in rows if r.controller not in tree_specs and r.controller not in drafter_specs]
     best_chain = max(chain_rows, key=lambda r: r.tok_s)
     tree_vs_chain: dict[str, Any] | None = None
     trees = [r for r in rows if r.controller in tree_specs and not isinstance(_make(r.controller), ChainAsTree)]
@@ -400,6 +400,15 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         ratio = totals[bc] / totals[bt]
         tree_vs_chain = {"tree": best_tree.controller, "chain": best_chain.controller, "ratio": float(ratio),
                          "ci": ci, "verdict": verdict(ci, ratio)}
+    drafter_choice: dict[str, Any] | None = None
+    choosers = [r for r in rows if r.controller in drafter_specs and not r.controller.startswith("fixed:")]
+    if choosers:  # the best single drafter at a fixed K: every fixed row, either drafter (fixed:K, fixed:K@ngram)
+        best_choice = max(choosers, key=lambda r: r.tok_s)
+        bd = specs.index(best_choice.controller)
+        ci = boot.ratio_ci(per_prompt[best_fixed], per_prompt[bd])
+        ratio = totals[best_fixed] / totals[bd]
+        drafter_choice = {"controller": best_choice.controller, "reference": specs[best_fixed], "ratio": float(ratio),
+                          "ci": ci, "verdict": verdict(ci, ratio)}
     hf = None
     if hf_generate:  # transformers' assisted generation drafts chains: the best chain controller
         hf = _hf_generate(pair, prompts[:6], lengths[:6], make(best_chain.controller, k_max), prof)
@@ -411,7 +420,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         "pricing_profile": pricing.to_dict(),
         "workload": wl.name, "prompts": n_p, "tokens": n_tok, "repeats": repeats, "clock": "wall",
         "threads": torch.get_num_threads(), "plain_tok_s": n_tok / totals[plain] * 1000.0,
-        "rows": [asdict(r) for r in rows], "best_fixed_k": int(specs[best_fixed].split(":")[1]),
+        "rows": [asdict(r) for r in rows], "best_fixed_k": int(specs[best_fixed].split(":")[1].partition("@")[0]),
+        "best_fixed": specs[best_fixed], "drafter_choice": drafter_choice,
         "best_fixed_speedup": totals[plain] / totals[best_fixed], "best_controller": best.controller,
         "best_speedup": best.speedup, "prediction_error": {"median": float(np.median(errors)),
                                                            "max": float(np.max(errors)),
@@ -427,7 +437,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     }
     table = Table(title=f"live, {pair_name} ({pair.dtypes}), {n_p} test prompts of {wl.name}, {n_tok} tokens, "
                         f"median of {repeats} per prompt, wall clock, {torch.get_num_threads()} thread(s)")
-    for col in ("controller", "live tok/s", "vs plain", f"vs best fixed (K={result['best_fixed_k']}) [95% CI]",
+    for col in ("controller", "live tok/s", "vs plain", f"vs best fixed ({result['best_fixed']}) [95% CI]",
                 "verdict", "replay prediction tok/s", "live / predicted", "(up-front fit)", "(micro profile)",
                 "acceptance",
                 "greedy = plain"):
@@ -441,7 +451,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                       f"{r.acceptance:.2f}",
                       "n/a (sampling)" if r.greedy_identical is None else str(r.greedy_identical))
     console.print(table)
-    console.print(f"plain decoding {result['plain_tok_s']:.1f} tok/s; best fixed K={result['best_fixed_k']}: "
+    console.print(f"plain decoding {result['plain_tok_s']:.1f} tok/s; best fixed {result['best_fixed']}: "
                   f"{result['best_fixed_speedup']:.3f}x plain; best controller {best.controller}: "
                   f"{best.speedup:.3f}x; replay prediction error |live/predicted - 1|: median "
                   f"{100 * np.median(errors):.1f}%, max {100 * np.max(errors):.1f}% (up-front fit: median "
@@ -453,6 +463,12 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                       "modelled from draft_topk)", highlight=False)
     if shapes:
         console.print("static trees: " + "; ".join(f"{k} = {v}" for k, v in shapes.items()), highlight=False)
+    if drafter_choice is not None:
+        dci = drafter_choice["ci"]
+        console.print(f"drafter choice (live, this machine): fastest drafter-choice row {drafter_choice['controller']} "
+                      f"runs {drafter_choice['ratio']:.3f}x the best single drafter at a fixed K "
+                      f"({drafter_choice['reference']})" + (f" [95% CI {dci[0]:.3f}, {dci[1]:.3f}]" if dci else "")
+                      + f": {drafter_choice['verdict']}", highlight=False)
     if tree_vs_chain is not None:
         tci = tree_vs_chain["ci"]
         console.print(f"tree vs chain (live, this machine): fastest tree {tree_vs_chain['tree']} runs "

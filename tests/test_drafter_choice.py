@@ -328,3 +328,18 @@ def test_predictor_train_runs_cli_and_the_file_spec(wl, tmp_path):
     (tmp_path / "bad.json").write_text('{"format": "specgym-run-predictor", "drafters": []}')
     with pytest.raises(SpecgymError, match="bad.json"):
         build(f"drafter-marginal:{tmp_path / 'bad.json'}", K_MAX)
+
+
+def test_a_drafter_mode_artifact_is_a_drafter_row(wl, tmp_path):
+    """``ppo:DIR`` of a drafter-mode policy builds the exported controller as a drafter row, and it runs in the
+    harness (a random policy: the protocol, not its quality)."""
+    from specgym.agents.artifact import random_artifact, write_artifact
+    from specgym.agents.drafter_policy import DrafterPolicyController
+
+    write_artifact(random_artifact("drafter", k_max=K_MAX), tmp_path / "pol")
+    row = build(f"ppo:{tmp_path / 'pol'}", K_MAX)
+    assert row.kind == "drafter" and row.family == "learned" and isinstance(row.controller, DrafterPolicyController)
+    res = run_drafter_controller(TraceEngine(wl, k_max=K_MAX), wl.split_indices("all"), row.controller)
+    np.testing.assert_array_equal(res.tokens, wl.lengths)
+    with pytest.raises(SpecgymError, match="k_max"):
+        run_drafter_controller(TraceEngine(wl, k_max=4), wl.split_indices("all")[:1], row.controller)

@@ -22,9 +22,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from specgym.agents.batch_policy import BatchPolicyController
+from specgym.agents.drafter_policy import DrafterPolicyController
 from specgym.agents.policy_controller import PolicyController
 from specgym.agents.tree_policy import TreePolicyController
 from specgym.envs.core.batch import BATCH_FEATURE_NAMES
+from specgym.envs.core.drafter_features import DRAFTER_FEATURE_NAMES, DRAFTER_FEATURE_VERSION
+from specgym.envs.core.drafter_features import n_actions as drafter_actions
 from specgym.envs.core.features import FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS, feature_names
 from specgym.errors import SpecgymError
 
@@ -37,8 +40,8 @@ class PolicyMode:
     """One mode of learned decision.
 
     Attributes:
-        name: ``k``, ``token``, ``tree`` or ``batch``.
-        kind: The decision kind of its controllers (``chain``, ``tree``, ``batch``).
+        name: ``k``, ``token``, ``tree``, ``batch`` or ``drafter``.
+        kind: The decision kind of its controllers (``chain``, ``tree``, ``batch``, ``drafter``).
         spec_prefix: The spec prefix of its exported policies (``ppo``, ``tree-ppo``).
         features: ``features(version)`` -> the ordered feature names a policy of this mode observes.
         feature_version: The feature version policies are trained with now.
@@ -78,6 +81,8 @@ class PolicyMode:
             return 2
         if self.action == "tree_widths":
             return len(shapes or [])
+        if self.action == "drafter_cap":
+            return drafter_actions(k_max)
         return k_max - k_min + 1
 
     def action_mapping(self, k_min: int, n_actions: int, shapes: list[list[int]] | None = None) -> dict[str, Any]:
@@ -86,6 +91,10 @@ class PolicyMode:
             return {"type": self.action, "values": ["stop", "continue"]}
         if self.action == "tree_widths":
             return {"type": self.action, "values": [[int(w) for w in s] for s in shapes or []]}
+        if self.action == "drafter_cap":  # 0: plain; then slot s (the engine's drafters in order) with K = 1..k_max
+            k_max = (n_actions - 1) // 2
+            return {"type": self.action, "values": ["plain", *(f"slot{s}:{k}" for s in range(2)
+                                                               for k in range(1, k_max + 1))]}
         return {"type": self.action, "values": list(range(k_min, k_min + n_actions))}
 
 
@@ -116,6 +125,12 @@ MODES: dict[str, PolicyMode] = {m.name: m for m in (
                (BATCH_FEATURE_VERSION,), "draft_cap", lambda art, name, k_max: BatchPolicyController(art, name),
                "specgym/SpecDecodeBatch-v0", "batch.yaml", compared=("goodput",), best_key="speedup_vs_goodput",
                reference="the best static K", decides="it chooses the draft length of each serving step."),
+    PolicyMode("drafter", "drafter", "ppo", lambda version: list(DRAFTER_FEATURE_NAMES), DRAFTER_FEATURE_VERSION,
+               (DRAFTER_FEATURE_VERSION,), "drafter_cap",
+               lambda art, name, k_max: DrafterPolicyController(art, name), "specgym/SpecDecodeDrafter-v0",
+               "drafter.yaml", compared=("lookup-rule:3", "drafter-marginal"),
+               decides="it chooses the drafter (of the engine's first two, or none) and the draft cap of each "
+                       "round."),
 )}
 
 

@@ -4,7 +4,8 @@ A spec names a controller: ``NAME`` or ``NAME:ARG`` (split at the first ``:``), 
 ``ppo:midpair-token``, ``tree-static:2-2-1``, ``table:FILE``. Each row of :data:`TABLE` is an :class:`Entry`:
 
 * ``kind``: the decision it takes, which decides the runner that plays it (``chain``: a draft cap per round, or a
-  stop per draft token; ``tree``: a draft tree per round; ``batch``: the draft length of each serving step);
+  stop per draft token; ``tree``: a draft tree per round; ``batch``: the draft length of each serving step;
+  ``drafter``: the drafter and draft cap of each round, on an engine with several drafters);
 * ``family``: ``fixed``, ``rule`` (an analytic or adaptive baseline), ``predictor`` (a rule on a learned acceptance
   predictor), ``learned`` (an exported policy) or ``oracle`` (a clairvoyant plan: a report row, never deployable);
   plots colour rows by it;
@@ -17,6 +18,9 @@ A spec names a controller: ``NAME`` or ``NAME:ARG`` (split at the first ``:``), 
 spec **once**, and returns :class:`Resolved` rows that carry their entry, so runners dispatch on ``entry.kind``,
 plots colour by ``entry.family`` and reports say which controllers were left out of ``all`` and why. A bad spec is
 one line naming it and listing the valid forms of the kinds asked for. Users add rows with :func:`register`.
+
+A ``@DRAFTER`` in a spec's argument picks the ``drafter`` row of a shared prefix: ``fixed:10@ngram`` is the n-gram
+drafter alone at K = 10, ``fixed:10`` the chain row (the workload's default drafter).
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ from specgym.baselines.trtllm_offswitch import TRTLLMOffSwitch
 from specgym.baselines.vllm_adaptive import VLLMAdaptiveVerification
 from specgym.baselines.confidence import ConfidenceStop
 from specgym.baselines.cumulative import CumulativeStop
+from specgym.baselines.drafter_fixed import FixedDrafter
+from specgym.baselines.drafter_marginal import DrafterMarginal
+from specgym.baselines.lookup_rule import LookupRule
 from specgym.baselines.entropy import EntropyStop
 from specgym.baselines.fixed import FixedK
 from specgym.baselines.hf_heuristic import HFHeuristic
@@ -55,15 +62,17 @@ import specgym.catalogue as catalogue
 from specgym.envs.core.acceptance_predictor import load_predictor
 from specgym.envs.core.batch import BatchController
 from specgym.envs.core.controller import Controller
+from specgym.envs.core.drafter_choice import DrafterController, parse_drafter_k
 from specgym.envs.core.cost import TREE_NODE_LIMIT
 from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.core.run_predictor import load_run_predictor
 from specgym.envs.core.tree import TreeController, TreeShape
 from specgym.errors import SpecgymError
 
 #: Decision kinds, in the order usage lines list them.
-KINDS = ("chain", "tree", "batch")
+KINDS = ("chain", "tree", "batch", "drafter")
 #: What ``specgym eval`` (the replay harness) runs.
-EVAL_KINDS = ("chain", "tree")
+EVAL_KINDS = ("chain", "tree", "drafter")
 FAMILIES = ("fixed", "rule", "predictor", "learned", "oracle")
 
 Factory = Callable[[str | None, int], Any]
@@ -195,6 +204,8 @@ def lookup(spec: str, kinds: Sequence[str] = EVAL_KINDS, k_max: int = DEFAULT_K_
         raise SpecgymError(f"controller spec: expected a string such as 'fixed:4' or 'ppo:NAME', got {spec!r}")
     spec = _policy_dir_spec(spec) or spec.strip()
     prefix, arg = split_spec(spec)
+    if arg is not None and "@" in arg and "drafter" in kinds and ("drafter", prefix) in TABLE:
+        return spec, arg, TABLE[("drafter", prefix)]
     for kind in kinds:
         entry = TABLE.get((kind, prefix))
         if entry is not None:
@@ -229,7 +240,9 @@ def make(spec: str, k_max: int = DEFAULT_K_MAX, kinds: Sequence[str] = ("chain",
 
 
 def _mode_entry(ctrl: Any, entry: Entry) -> Entry:
-    """A learned row's level follows the policy it loaded (K or token mode)."""
+    """A learned row's level follows the policy it loaded (K or token mode; a drafter-mode policy is a drafter row)."""
+    if entry.family == "learned" and isinstance(ctrl, DrafterController):
+        return Entry(**{**entry.__dict__, "kind": "drafter", "level": "drafter"})
     if entry.family == "learned" and entry.kind == "chain":
         level = "token" if getattr(ctrl, "token_level", False) else "k"
         if level != entry.level:
@@ -313,12 +326,15 @@ def entry_of(ctrl: Any, label: str | None = None) -> Entry:
     """The row of an object built outside the table (by its type; a plan row such as ``tree-oracle`` by label)."""
     if ctrl is None:
         return lookup(label or "tree-oracle", KINDS)[2]
-    kind = "tree" if isinstance(ctrl, TreeController) else "batch" if isinstance(ctrl, BatchController) else "chain"
-    if not isinstance(ctrl, (Controller, TreeController, BatchController)):
-        raise SpecgymError(f"{ctrl!r} is not a controller (Controller, TreeController or BatchController)")
+    kind = "tree" if isinstance(ctrl, TreeController) else "batch" if isinstance(ctrl, BatchController) else \
+        "drafter" if isinstance(ctrl, DrafterController) else "chain"
+    if not isinstance(ctrl, (Controller, TreeController, BatchController, DrafterController)):
+        raise SpecgymError(f"{ctrl!r} is not a controller (Controller, TreeController, BatchController or "
+                           f"DrafterController)")
     family = getattr(ctrl, "family", None) or ("fixed" if type(ctrl) is FixedK else
                                                "learned" if hasattr(ctrl, "artifact") else "rule")
-    level = "token" if getattr(ctrl, "token_level", False) else {"tree": "tree", "batch": "batch"}.get(kind, "k")
+    level = "token" if getattr(ctrl, "token_level", False) else {"tree": "tree", "batch": "batch",
+                                                                 "drafter": "drafter"}.get(kind, "k")
     return Entry(getattr(ctrl, "name", "controller"), kind, family, None, "", level=level, builtin=False)
 
 
@@ -417,7 +433,7 @@ def _policy(prefix: str) -> Factory:
                                f"{prefix}:runs/NAME/policy")
         artifact = load_policy(catalogue.resolve("policy", arg))
         mode = MODES[artifact.mode]
-        want = {"ppo": ("k", "token", "batch"), "tree-ppo": ("tree",)}[prefix]
+        want = {"ppo": ("k", "token", "batch", "drafter"), "tree-ppo": ("tree",)}[prefix]
         if artifact.mode not in want:
             raise SpecgymError(f"{arg} is a {artifact.mode}-mode policy: name it {mode.spec_prefix}:{arg}"
                                + (" in specgym tune compare" if mode.kind == "batch" else ""))
@@ -512,6 +528,32 @@ def _trtllm_off(arg: str | None, k_max: int) -> TRTLLMOffSwitch:
     return TRTLLMOffSwitch(int(parts[0]), int(parts[1]))
 
 
+def _fixed_drafter(arg: str | None, k_max: int) -> FixedDrafter:
+    if arg is None:
+        raise SpecgymError(f"fixed needs K@DRAFTER with K in 0..{k_max}, e.g. fixed:10@ngram")
+    k, drafter = parse_drafter_k(arg, k_max)
+    return FixedDrafter(drafter, k)
+
+
+def _fixed_drafter_all(traits: Traits, k_max: int) -> list[str]:
+    """Every drafter but the default (whose fixed K are the chain rows) alone at K = 1..k_max."""
+    return [f"fixed:{k}@{d}" for d in traits.drafters[1:] for k in range(1, k_max + 1)]
+
+
+def _lookup_rule(arg: str | None, k_max: int) -> LookupRule:
+    if arg is not None and not arg.isdigit():
+        raise SpecgymError(f"lookup-rule takes a match length N in 1..4, got {arg!r}")
+    return LookupRule(3 if arg is None else int(arg))
+
+
+def _drafter_marginal(arg: str | None, k_max: int) -> DrafterMarginal:
+    if arg is None:
+        return DrafterMarginal()
+    ctrl = DrafterMarginal(load_run_predictor(arg))
+    ctrl.name = f"drafter-marginal:{arg}"
+    return ctrl
+
+
 def _fixed_all(traits: Traits, k_max: int) -> list[str]:
     return [f"fixed:{k}" for k in range(1, k_max + 1)]
 
@@ -562,6 +604,19 @@ for _row in (
           level="tree"),
     Entry("tree-ppo", "tree", "learned", _policy("tree-ppo"), "tree-ppo:NAME|DIR (exported tree policy)",
           level="tree"),
+    # drafter: the drafter and draft cap of each round (a workload with several drafters)
+    Entry("fixed", "drafter", "fixed", _fixed_drafter, "fixed:K@DRAFTER (one drafter alone)", _fixed_drafter_all,
+          needs=("drafters",), level="drafter"),
+    Entry("lookup-rule", "drafter", "rule", _lookup_rule,
+          "lookup-rule[:N] (n-gram when the last N tokens occurred earlier, else the model drafter at K=10)",
+          _const("lookup-rule:3"), needs=("drafters",), level="drafter"),
+    Entry("drafter-marginal", "drafter", "predictor", _drafter_marginal,
+          "drafter-marginal[:FILE] (most predicted tokens per ms over every drafter and K; its run predictor "
+          "fitted on the train split, or FILE from specgym predictor train-runs)",
+          _const("drafter-marginal"), needs=("drafters",), level="drafter"),
+    Entry("drafter-oracle", "drafter", "oracle", None,
+          "drafter-oracle (the clairvoyant drafter and K of every round, replay only)", _const("drafter-oracle"),
+          needs=("drafters",), level="drafter", live=False),
     # batch: the draft length of each serving step
     Entry("static", "batch", "fixed", _static, "static:K", lambda t, k: [f"static:{i}" for i in range(k + 1)],
           level="batch"),

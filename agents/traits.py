@@ -89,6 +89,7 @@ class Traits:
         recorded: A recorded trace (a predictor of its pair could exist).
         greedy: Every request is greedy.
         known: False for :meth:`anything` (no workload: nothing is noted as missing).
+        drafters: The drafters the trace holds runs of, the default first (the ``drafters`` flag: two or more).
     """
 
     name: str | None
@@ -100,8 +101,9 @@ class Traits:
     recorded: bool = False
     greedy: bool = False
     known: bool = True
+    drafters: tuple[str, ...] = ()
 
-    FLAGS: ClassVar[tuple[str, ...]] = ("conf", "tree", "predictor")
+    FLAGS: ClassVar[tuple[str, ...]] = ("conf", "tree", "predictor", "drafters")
 
     @classmethod
     def anything(cls) -> Traits:
@@ -126,11 +128,13 @@ class Traits:
         return cls(workload.name, getattr(workload, "draft_conf", None) is not None, tree, groups,
                    tuple(c.name for c in chosen), tuple(c.name for c in chosen if c.continuation),
                    recorded=source.get("kind") == "recorded",
-                   greedy=temps is not None and bool((temps == 0).all()))
+                   greedy=temps is not None and bool((temps == 0).all()),
+                   drafters=tuple(getattr(workload, "drafter_names", ())))
 
     def has(self, flag: str) -> bool:
         """Whether the workload offers ``flag`` (one of :data:`FLAGS`)."""
-        return {"conf": self.conf, "tree": self.tree, "predictor": bool(self.predictors)}[flag]
+        return {"conf": self.conf, "tree": self.tree, "predictor": bool(self.predictors),
+                "drafters": len(self.drafters) >= 2}[flag]
 
     def say_missing(self, missing: list[str]) -> bool:
         """Whether leaving a row out for ``missing`` deserves a note (only where the user could have expected it:
@@ -144,5 +148,6 @@ class Traits:
         """Why a row was left out, in words."""
         words = {"conf": "the trace carries no draft confidence or entropy",
                  "tree": "tree replay needs a greedy trace with ranks (trace format v2)",
-                 "predictor": f"no shipped acceptance predictor fits workload {self.name!r} (its pair and signals)"}
+                 "predictor": f"no shipped acceptance predictor fits workload {self.name!r} (its pair and signals)",
+                 "drafters": "drafter choice needs a trace with two or more drafters"}
         return "; ".join(words[m] for m in missing)

@@ -30,6 +30,7 @@ from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.errors import SpecgymError
 from specgym.eval.metrics import category_metrics, figures, headroom_split, oracle_figures
 from specgym.eval.references import INFORMED, References, references
+from specgym.eval.drafter_runner import run_drafter_controller, run_drafter_oracle
 from specgym.eval.runner import RunResult, grouped_notes, run_controller
 from specgym.eval.stats import PairedBootstrap
 from specgym.eval.tree_runner import run_tree_controller, run_tree_oracle
@@ -69,9 +70,9 @@ class EvalConfig:
 
 
 def resolve_controllers(specs: Specs, k_max: int, workload: Workload | None = None) -> Resolution:
-    """Every controller an evaluation runs, each built once (:func:`specgym.agents.specs.resolve`, chain and tree
-    kinds); with ``workload``, ``all`` means what it means for that workload (its predictors, its tree rows, and a
-    note for each row left out)."""
+    """Every controller an evaluation runs, each built once (:func:`specgym.agents.specs.resolve`, chain, tree and
+    drafter kinds); with ``workload``, ``all`` means what it means for that workload (its predictors, its tree and
+    drafter-choice rows, and a note for each row left out)."""
     return resolve(specs, k_max, workload, EVAL_KINDS)
 
 
@@ -152,9 +153,19 @@ def run_controllers(replay: Replay, named: Specs, refs: References,
             results.append(run_controller(replay.engine, requests, row.controller, trace=trace, on_request=tick,
                                           fixed=refs))
             continue
+        if row.kind == "drafter":
+            if row.controller is None:  # a plan row: the clairvoyant drafter choice
+                results.append(run_drafter_oracle(replay.engine, requests, row.spec))
+                if tick is not None:
+                    for _ in requests:
+                        tick()
+            else:
+                results.append(run_drafter_controller(replay.engine, requests, row.controller, trace=trace,
+                                                      on_request=tick))
+            continue
         if row.kind != "tree":
-            raise SpecgymError(f"{row.spec}: a {row.kind} controller; the replay harness runs chain and tree "
-                               f"controllers")
+            raise SpecgymError(f"{row.spec}: a {row.kind} controller; the replay harness runs chain, tree and "
+                               f"drafter controllers")
         if tree_engine is None:
             tree_engine = TreeEngine(replay.workload, replay.profile, replay.engine.k_max)
         if row.controller is None:  # a plan row: the clairvoyant tree oracle
@@ -196,6 +207,16 @@ def _best_static_tree(named: Resolution, results: list[RunResult]) -> RunResult 
     return min(static, key=lambda r: float(r.time_ms.sum())) if static else None
 
 
+def _best_single_drafter(named: Resolution, results: list[RunResult], refs: References) -> RunResult | None:
+    """The fastest single drafter at a fixed K (the default drafter's fixed K references and every
+    ``fixed:K@DRAFTER`` row), when some drafter-choice row ran; else None."""
+    fixed = [r for r, row in zip(results, named) if row.kind == "drafter" and row.family == "fixed"]
+    if not any(row.kind == "drafter" for row in named):
+        return None
+    candidates = fixed + [refs.fixed[k] for k in refs.fixed if k > 0]
+    return min(candidates, key=lambda r: float(r.time_ms.sum()))
+
+
 def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results: list[RunResult],
                     refs: References, traced: dict[str, int]) -> dict[str, Any]:
     """The JSON-ready report of an evaluation: rows by throughput, the oracles, the headroom split, K traces."""
@@ -206,11 +227,21 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results:
     best_static = _best_static_tree(named, results)
     if best_static is not None:  # every row's paired ratio to the fastest static tree
         ratio_refs["speedup_vs_best_static_tree"] = best_static.time_ms
+    best_single = _best_single_drafter(named, results, refs)
+    if best_single is not None:  # every row's paired ratio to the best single drafter at its best fixed K
+        ratio_refs["speedup_vs_best_single_drafter"] = best_single.time_ms
+    lookup_rule = next(((row.spec, r) for r, row in zip(results, named) if row.spec.startswith("lookup-rule")), None)
+    if lookup_rule is not None:  # and to the (first) lookup rule of the run
+        ratio_refs["speedup_vs_lookup_rule"] = lookup_rule[1].time_ms
     rows = []
     for r, resolved in zip(results, named):
         row = figures(r, refs).to_dict()
         if best_static is not None:
             row["speedup_vs_best_static_tree"] = float(best_static.time_ms.sum() / r.time_ms.sum())
+        if best_single is not None:
+            row["speedup_vs_best_single_drafter"] = float(best_single.time_ms.sum() / r.time_ms.sum())
+        if lookup_rule is not None:
+            row["speedup_vs_lookup_rule"] = float(lookup_rule[1].time_ms.sum() / r.time_ms.sum())
         row["spec"] = resolved.spec
         row["token_level"] = resolved.token_level
         row["kind"], row["family"] = resolved.kind, resolved.family
@@ -253,6 +284,8 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results:
         "controllers": [row.spec for row in named],
         "left_out": list(getattr(named, "notes", [])),
         "best_static_tree": best_static.name if best_static is not None else None,
+        "best_single_drafter": best_single.name if best_single is not None else None,
+        "lookup_rule": lookup_rule[0] if lookup_rule is not None else None,
         "max_requests": cfg.max_requests,
         "reference": {"t_ar_ms": refs.t_ar_ms, "best_fixed_k": refs.best_k,
                       "fixed_time_ms": {str(k): refs.t_fixed(k) for k in refs.fixed}},

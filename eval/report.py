@@ -113,6 +113,32 @@ def tree_section(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def drafter_section(report: dict[str, Any]) -> str:
+    """Every drafter-choice row against the best single drafter at its best fixed K and the lookup rule (paired 95%
+    intervals), and the share of the clairvoyant drafter choice's headroom over that single drafter it closes."""
+    best = report["best_single_drafter"]
+    rows = [r for r in report["rows"] if r.get("kind") == "drafter" and r.get("family") != "fixed"]
+    base = next((r for r in report["rows"] if r["spec"] == best), None)
+    oracle = next((r for r in rows if r.get("family") == "oracle"), None)
+    lookup = report.get("lookup_rule")
+    lines = [f"**Drafter choice vs the best single drafter** (`{best}`, the fastest single drafter at a fixed K in "
+             f"this run){f' and vs `{lookup}`' if lookup else ''}; headroom = the share of the clairvoyant choice's "
+             f"gain over `{best}` closed:"]
+    for row in rows:
+        ci = row.get("ci95") or {}
+        lo, hi = ci.get("speedup_vs_best_single_drafter") or (float("nan"), float("nan"))
+        text = f"- {row['controller']}: {row['speedup_vs_best_single_drafter']:.3f}x [{lo:.3f}, {hi:.3f}]"
+        if lookup and "speedup_vs_lookup_rule" in row:
+            llo, lhi = ci.get("speedup_vs_lookup_rule") or (float("nan"), float("nan"))
+            text += f", vs {lookup} {row['speedup_vs_lookup_rule']:.3f}x [{llo:.3f}, {lhi:.3f}]"
+        if oracle is not None and base is not None and row is not oracle:
+            gain = oracle["throughput_tok_s"] - base["throughput_tok_s"]
+            if gain > 0:
+                text += f", headroom closed {(row['throughput_tok_s'] - base['throughput_tok_s']) / gain:+.1%}"
+        lines.append(text)
+    return "\n".join(lines)
+
+
 def left_out_section(report: dict[str, Any]) -> str:
     """The rows ``all`` left out for this workload, and why (a controller that needs a signal the trace lacks is
     never run on a stand-in)."""
@@ -157,6 +183,7 @@ def markdown_report(report: dict[str, Any], plots: bool = True) -> str:
         *([left_out_section(report), ""] if report.get("left_out") else []),
         *([guard_section(report), ""] if any((r.get("guard") or {}).get("handed") for r in report["rows"]) else []),
         *([tree_section(report), ""] if report.get("best_static_tree") else []),
+        *([drafter_section(report), ""] if report.get("best_single_drafter") else []),
         *([headroom_section(report), ""] if "headroom" in report else []),
         *(["## Notes", "", *(f"- {note}" for note in report["notes"]), ""] if report.get("notes") else []),
         *([PLOTS_LINE, ""] if plots else []),

@@ -51,10 +51,12 @@ def evaluate_streaming(workload: str | Path, controllers: str = "all", split: st
     """
     if split not in (*SPLITS, "all"):
         raise SpecgymError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)} or all")
-    trees = [s for s in parse(controllers) if s.lower() != "all" and lookup(s, EVAL_KINDS, k_max)[2].kind != "chain"]
-    if trees:
-        raise SpecgymError(f"--stream: tree controllers ({', '.join(trees)}) need the whole workload; evaluate them "
-                           f"without --stream")
+    kinds = {s: lookup(s, EVAL_KINDS, k_max)[2].kind for s in parse(controllers) if s.lower() != "all"}
+    others = [s for s, k in kinds.items() if k != "chain"]
+    if others:
+        what = " and ".join(sorted({"drafter-choice" if kinds[s] == "drafter" else kinds[s] for s in others}))
+        raise SpecgymError(f"--stream: {what} controllers ({', '.join(others)}) need the whole workload; evaluate "
+                           f"them without --stream")
     shard_iter = iter_workload_shards(workload)
     first = next(shard_iter, None)
     named: Resolution = resolve(controllers, k_max, first, kinds=("chain",))

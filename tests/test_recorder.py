@@ -57,6 +57,16 @@ def test_round_trip(pair, tmp_path, temperature):
     assert not (out.parent / (out.name + ".partial.jsonl")).exists()
     assert stats["positions"] == back.n_positions
     _check_signal_columns(pair, back, temperature)
+    if temperature == 0:  # a greedy recording holds the prompt-lookup drafter's per-start runs, from its token ids
+        from specgym.envs.core.ngram_proposer import ngram_runs
+
+        assert back.drafter_names == ["draft", "ngram"] and back.drafter_info("ngram")["runs"] == "per-start"
+        for r in range(back.n_requests):
+            prompt = pair.tokenizer(back.prompt_text[r], add_special_tokens=False)["input_ids"]
+            np.testing.assert_array_equal(back.runs["ngram"][back.span(r)],
+                                          ngram_runs(prompt, back.token_id[back.span(r)].tolist(), 16))
+    else:
+        assert back.drafter_names == ["draft"] and not back.runs
 
 
 def _check_signal_columns(pair, wl, temperature):

@@ -26,17 +26,21 @@ val than the clone.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from specgym.agents.modes import get_mode
+from specgym.agents.specs import build
 from specgym.agents.specs import make as make_controller
+from specgym.envs.core.drafter_choice import DrafterController, DrafterDecision, drive_drafters
+from specgym.envs.core.drafter_features import DrafterFeatureTracker, action_of
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.token_protocol import TokenProtocol
 from specgym.envs.core.features import FeatureTracker
 from specgym.envs.core.request import drive
-from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
+from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome, RoundStart
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.workloads.domains import DomainDistribution
 from specgym.errors import SpecgymError
@@ -95,6 +99,51 @@ class RecordingController(Controller):
         self.tracker.update(outcome)
 
 
+class DrafterRecorder(DrafterController):
+    """Runs a drafter-choice controller and records (observation, action) at every round, as the drafter env and
+    the exported :class:`~specgym.agents.drafter_policy.DrafterPolicyController` observe."""
+
+    def __init__(self, inner: DrafterController, k_max: int):
+        self.inner, self.k_max = inner, k_max
+        self.name = f"record({inner.name})"
+        self.tracker = DrafterFeatureTracker(k_max)
+        self.obs: list[np.ndarray] = []
+        self.labels: list[int] = []
+
+    def reset(self, ctx: RequestContext, drafters: Sequence[str]) -> None:
+        super().reset(ctx, drafters)
+        self.inner.reset(ctx, drafters)
+        self.tracker.reset(ctx, drafters)
+
+    def propose(self, start: RoundStart) -> DrafterDecision:
+        dec = self.inner.propose(start)
+        self.obs.append(self.tracker.observation(start))
+        self.labels.append(action_of(dec, self.drafters[:2], self.k_max))
+        return dec
+
+    def observe(self, outcome: RoundOutcome) -> None:
+        self.inner.observe(outcome)
+        self.tracker.update(outcome)
+
+
+def drafter_demonstrations(spec: str, workload: Any, k_max: int, split: str = "train") -> tuple[np.ndarray,
+                                                                                                  np.ndarray]:
+    """(observations, actions) of the drafter-choice baseline ``spec`` over ``split`` (per-start runs: one pass)."""
+    if isinstance(workload, DomainDistribution):
+        raise SpecgymError("bc_init: drafter mode trains on one workload (no domains)")
+    inner = build(spec, k_max, ("drafter",)).controller
+    if inner is None:
+        raise SpecgymError(f"bc_init: {spec!r} is a plan row, not a controller")
+    engine = TraceEngine(workload, k_max=k_max)
+    prepare = getattr(inner, "prepare", None)
+    if prepare is not None:
+        prepare(workload, engine.profile)
+    rec = DrafterRecorder(inner, k_max)
+    for r in workload.split_indices(split):
+        drive_drafters(rec, engine.start(int(r)), workload.drafter_names)
+    return np.asarray(rec.obs, np.float32), np.asarray(rec.labels, np.int64)
+
+
 def demonstrations(spec: str, workload: Any, mode: str, k_min: int, k_max: int, passes: int = 2,
                    split: str = "train", seed: int = 0,
                    domain_episodes: int = 1500, predictor: Any = None) -> tuple[np.ndarray, np.ndarray]:
@@ -104,6 +153,8 @@ def demonstrations(spec: str, workload: Any, mode: str, k_min: int, k_max: int, 
     domain_episodes`` episodes are drawn from it as the training env draws them (a workload, a profile, a request
     of its ``split``), so the clone sees the same mix of domains PPO will.
     """
+    if get_mode(mode).kind == "drafter":
+        return drafter_demonstrations(spec, workload, k_max, split)
     inner = make_controller(spec, k_max)
     if get_mode(mode).token_level and not inner.token_level:
         raise SpecgymError(f"bc_init: {spec!r} is not a token-level controller (token mode needs one)")

@@ -17,14 +17,14 @@ from typing import Any
 
 import yaml
 
-from specgym.agents.specs import make as make_controller
+from specgym.agents.specs import build as build_spec
 import specgym.catalogue as catalogue
 from specgym.envs.core.cost import load_profile
 from specgym.envs.core.rounds import K_MAX_LIMIT
 from specgym.errors import SpecgymError
 from specgym.paths import TRAINING_CONFIGS_DIR
 
-MODES = ("k", "token", "batch", "tree")
+MODES = ("k", "token", "batch", "tree", "drafter")
 SHAPINGS = ("draft_cost", "conf_potential")
 
 
@@ -163,7 +163,7 @@ class PPOConfig:
             raise bad("profile_jitter", "and domains exclude each other (the generalist randomises profiles itself)")
         for key, check in (("profile", lambda v: load_profile(v)),  # bad names fail here, before any work
                            ("predictor", lambda v: catalogue.resolve("predictor", v)),
-                           ("bc_init", lambda v: make_controller(v, self.k_max))):
+                           ("bc_init", lambda v: build_spec(v, self.k_max, ("chain", "drafter")))):
             value = getattr(self, key)
             if value is not None:
                 try:

@@ -32,7 +32,8 @@ from specgym.eval.stats import geomean
 
 #: The baselines a validation compares with: (short name in the figures, the baseline's spec).
 COMPARED_BASELINES = (("marginal", "marginal"), ("speclane", "speclane"), ("confidence", "confidence:0.4"),
-                      ("goodput", "goodput"), ("sequoia", "tree-sequoia"))
+                      ("goodput", "goodput"), ("sequoia", "tree-sequoia"), ("lookup-rule", "lookup-rule:3"),
+                      ("drafter-marginal", "drafter-marginal"))
 _LABEL = dict(COMPARED_BASELINES)
 
 #: ``validate(artifact, max_requests) -> result``

@@ -320,6 +320,17 @@ class CostProfile:
         raise SpecgymError(f"cost profile {self.name!r} prices drafters {', '.join(names)}, not {drafter!r}"
                            + (f" (kind {kind!r})" if kind else ""))
 
+    def with_drafter(self, name: str, kind: str | None) -> CostProfile:
+        """This profile, able to price drafter ``name`` of ``kind``: itself when it prices the name or a drafter of
+        that kind (or ``kind`` is not ``lookup``); else, for prompt lookup, a copy that adds ``name`` as a lookup
+        drafter with no draft cost (a search over token ids, no forward: its rounds cost the verify and the
+        overheads), the default drafter unchanged. A profile measured with a model drafter alone (the midpairs')
+        prices a recorded or live n-gram drafter this way."""
+        if kind != "lookup" or name in self.drafter_names or any(dc.kind == "lookup" for _, dc in self.drafters):
+            return self
+        default = self.drafters or ((IMPLICIT_DRAFTER, DraftCost("model", 0.0, self.draft_ms, 0.0, 0.0)),)
+        return replace(self, drafters=(*default, (name, DraftCost("lookup"))))
+
     def verify(self, n: int) -> float:
         """One target forward over ``n >= 1`` new tokens (at an empty cache)."""
         return self.verify_ms[n - 1]

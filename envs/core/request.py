@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specgym.envs.core.controller import Controller
-from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
+from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome, RoundStart
 from specgym.errors import SpecgymError
 
 KeepDrafting = Callable[[DraftStep], bool]
@@ -44,6 +44,10 @@ class Request(ABC):
         if k < 0:
             raise SpecgymError(f"draft length K must be >= 0, got {k}")
         return min(int(k), self.k_max, self.length - self.position - 1)
+
+    def round_start(self) -> RoundStart:
+        """What a drafter-choice controller knows before the next round (no token ids here: lookup -1)."""
+        return RoundStart(self.position, self.context.prompt_len + self.position, -1)
 
     @abstractmethod
     def play(self, k: int, keep_drafting: KeepDrafting | None = None) -> RoundOutcome:

@@ -103,6 +103,7 @@ class RoundOutcome:
         done: True when the request's completion is finished after this round.
         signals: Pre-verification signals of each drafted token (``drafted`` rows,
             :mod:`specgym.envs.core.signals`), or ``None`` when the engine has none.
+        drafter: The drafter that proposed the round's tokens (``None``: the engine's default drafter).
     """
 
     position: int
@@ -115,6 +116,7 @@ class RoundOutcome:
     draft_entropy: np.ndarray = field(default_factory=lambda: _EMPTY)
     done: bool = False
     signals: DraftSignals | None = None
+    drafter: str | None = None
 
     @property
     def forced(self) -> bool:
@@ -123,3 +125,19 @@ class RoundOutcome:
         A ``K = 0`` round that finishes the request started at position ``N - 1``, where every cap clips to 0.
         """
         return self.planned_k == 0 and self.done
+
+
+@dataclass(frozen=True, slots=True)
+class RoundStart:
+    """What a drafter-choice controller knows before a round.
+
+    Attributes:
+        position: Completion position ``i`` of the round.
+        kv: Tokens in the KV cache (``prompt_len + i``).
+        lookup_len: The context lookup at ``i`` (:mod:`specgym.envs.core.lookup`): the longest ``n <= 4`` whose
+            suffix occurred earlier in prompt + completion so far (0: none); -1 when the engine has no token ids.
+    """
+
+    position: int
+    kv: int
+    lookup_len: int

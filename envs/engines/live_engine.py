@@ -62,10 +62,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from specgym.envs.core.controller import Controller
-from specgym.envs.core.cost import CostProfile, placeholder_profile
-from specgym.envs.core.lookup import NGramIndex
+from specgym.envs.core.cost import IMPLICIT_DRAFTER, CostProfile, placeholder_profile
+from specgym.envs.core.lookup import NGramIndex, lookup_brute
+from specgym.envs.core.ngram_proposer import NGRAM_DRAFTER, NGRAM_MAX_N, NGRAM_MIN_N, ngram_propose
 from specgym.envs.core.request import KeepDrafting, Request, drive
-from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome, check_k_max
+from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome, RoundStart, check_k_max
 from specgym.envs.core.signals import TOPK, DraftSignals, SignalColumns
 from specgym.envs.engines.clock import host_generator, host_multinomial, host_uniform, synchronize
 from specgym.envs.engines.draft_stats import draft_stats, top_probs
@@ -169,6 +170,11 @@ class LiveEngine:
         if self.sketch is not None and (self.sketch.ndim != 2 or self.sketch.shape[0] != hidden):
             raise SpecgymError(f"sketch projection has shape {self.sketch.shape}, expected ({hidden}, D) for the "
                                f"draft's hidden size {hidden}")
+
+    #: The drafters a live engine serves, the default first: its draft model, then prompt lookup
+    #: (:mod:`specgym.envs.core.ngram_proposer`, vLLM's ``ngram`` with ``prompt_lookup_min/max`` = ``ngram_n``).
+    drafter_names: tuple[str, ...] = (IMPLICIT_DRAFTER, NGRAM_DRAFTER)
+    ngram_n: tuple[int, int] = (NGRAM_MIN_N, NGRAM_MAX_N)
 
     @classmethod
     def from_pair(cls, pair: LivePair, **kw: Any) -> LiveEngine:
@@ -317,12 +323,53 @@ class LiveRequest(Request):
             engine._sync()
             self.result = LiveResult(tokens=[], prefill_ms=(engine._clock() - t0) * 1000.0)
 
-    def play(self, k: int, keep_drafting: KeepDrafting | None = None) -> RoundOutcome:
-        """Play one round with draft cap ``k``; ``keep_drafting`` may stop after draft token ``j < cap``."""
+    def play(self, k: int, keep_drafting: KeepDrafting | None = None, drafter: str | None = None) -> RoundOutcome:
+        """Play one round with draft cap ``k``; ``keep_drafting`` may stop after draft token ``j < cap``;
+        ``drafter="ngram"`` proposes by prompt lookup instead of the draft model (greedy only)."""
         if self.done:
             raise SpecgymError("request already finished; start a new one")
         with self.engine._torch.inference_mode():
+            if drafter is not None and drafter != IMPLICIT_DRAFTER:
+                return self._play_ngram(self.clip(k), drafter)
             return self._play(self.clip(k), keep_drafting)
+
+    def round_start(self) -> RoundStart:
+        """What a drafter-choice controller knows before the next round: the position, the KV cache and the context
+        lookup of the sequence so far."""
+        n = self.index.lookup()[0] if self.index is not None else lookup_brute(self.seq)[0]
+        return RoundStart(self.position, len(self.seq), int(n))
+
+    def _play_ngram(self, cap: int, drafter: str) -> RoundOutcome:
+        """A round drafted by prompt lookup: vLLM's ``ngram`` proposal of up to ``cap`` tokens (none when the context
+        has no match: a plain step), verified by the target in one forward. Priced by the engine's timing: measured,
+        or the profile's ``ngram`` drafter (a profile without a lookup drafter: no draft cost,
+        :meth:`CostProfile.with_drafter`)."""
+        eng = self.engine
+        if drafter != NGRAM_DRAFTER:
+            raise SpecgymError(f"the live engine serves drafters {', '.join(eng.drafter_names)}, not {drafter!r}")
+        if not self.greedy:
+            raise SpecgymError("the n-gram drafter runs greedy requests only (temperature 0)")
+        i = self.position
+        r0 = eng._clock()
+        drafts = ngram_propose(self.seq, cap, *eng.ngram_n) if cap > 0 else []
+        draft_phase_ms = (eng._clock() - r0) * 1000.0
+        drafted = len(drafts)
+        accepted, extra = self._verify(drafts, [])
+        if drafted > accepted:
+            self.tcache.crop(-(drafted - accepted))
+        new, accepted, produced, measured_ms = self._commit(drafts[:accepted] + [extra], 0, r0)
+        timing = eng.timing
+        if isinstance(timing, CostProfile):
+            time_ms = timing.with_drafter(NGRAM_DRAFTER, "lookup").round_time(
+                drafted, self.context.prompt_len + i, NGRAM_DRAFTER if drafted else None)
+        else:
+            time_ms = measured_ms
+        nan = np.full(drafted, np.nan, dtype=np.float32)
+        outcome = RoundOutcome(i, cap, drafted, accepted, produced, time_ms, nan, nan, done=self.done,
+                               drafter=NGRAM_DRAFTER if drafted else None)
+        self._record(self.result, new, outcome, time_ms)
+        self.result.draft_phase_ms.append(draft_phase_ms)
+        return outcome
 
     def _signal_rows(self, cap: int) -> SignalColumns | None:
         """Zeroed signal arrays for a round of up to ``cap`` draft tokens (``None`` without signals)."""

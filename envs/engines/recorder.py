@@ -17,6 +17,12 @@ then ONE teacher-forced forward of each model over ``prompt + completion`` yield
   ``hidden_sketch=D``, the draft's last hidden state (after the final layer norm) times a fixed projection
   (:func:`~specgym.envs.core.signals.sketch_projection`, stored in the metadata).
 
+A **greedy** recording (every request at T = 0) also holds the per-start runs of the prompt-lookup drafter
+(``runs_ngram``, format v3, drafters ``draft`` (per-position, the default) then ``ngram``): from the token ids alone,
+exactly (:func:`~specgym.envs.core.ngram_proposer.ngram_runs`, vLLM's ``ngram`` proposals of up to 16 tokens with
+the live engine's ``prompt_lookup_min/max``), so the drafter-choice controllers replay on it what the live engine's
+n-gram drafter does.
+
 Prompts: a prompts file (:mod:`specgym.envs.workloads.prompts`).
 
 Trace extraction is batched: the teacher-forced forwards of ``batch`` requests run together (right-padded).
@@ -41,8 +47,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from specgym.envs.core.acceptance_predictor import model_signature
-from specgym.envs.core.cost import CostProfile
+from specgym.envs.core.cost import IMPLICIT_DRAFTER, CostProfile
 from specgym.envs.core.lookup import LOOKUP_MAX_N, lookup_columns
+from specgym.envs.core.ngram_proposer import NGRAM_DRAFTER, ngram_runs
+from specgym.envs.core.rounds import K_MAX_LIMIT
 from specgym.envs.core.signals import TOPK, projection_to_meta, sketch_projection
 from specgym.envs.engines.draft_stats import draft_stats, token_rank, top_probs
 from specgym.envs.engines.clock import host_generator
@@ -51,7 +59,9 @@ from specgym.envs.engines.model_loading import LivePair, encode_prompt
 from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS, chunks, write_dataset
 from specgym.envs.workloads.loops import loop_summary
 from specgym.envs.workloads.prompts import PromptSpec
-from specgym.envs.workloads.trace_format import Workload, assign_splits, save_workload, workload_from_requests
+from specgym.envs.workloads.trace_format import (
+    Workload, assign_splits, drafter_entry, save_workload, workload_from_requests,
+)
 from specgym.errors import SpecgymError
 from specgym.io import check_output, sha256_file
 from specgym.paths import portable_name
@@ -240,7 +250,16 @@ class Recorder:
                                    vocab=self.engine.vocab, sketch=self.sketch)
         self.trace_s += time.perf_counter() - t0
         self.positions += sum(len(r["completion"]) for r in pending)
-        return [{**{k: v for k, v in r.items() if not k.startswith("_")}, **c} for r, c in zip(pending, cols)]
+        return [{**{k: v for k, v in r.items() if not k.startswith("_")}, **c, **self._ngram(r)}
+                for r, c in zip(pending, cols)]
+
+    def _ngram(self, r: dict[str, Any]) -> dict[str, Any]:
+        """A greedy request's per-start runs of the prompt-lookup drafter (exact from its token ids:
+        :func:`~specgym.envs.core.ngram_proposer.ngram_runs`, proposals of up to ``K_MAX_LIMIT`` tokens)."""
+        if r["temperature"] != 0:
+            return {}
+        return {"ngram_runs": ngram_runs(r["_prompt_ids"], r["completion"], K_MAX_LIMIT,
+                                         *self.engine.ngram_n).tolist()}
 
     def signal_meta(self) -> dict[str, Any]:
         """The ``signals`` metadata block of the traces this recorder writes."""
@@ -462,6 +481,26 @@ def record_workload(pair: LivePair, prompts: Sequence[PromptSpec], out: str | Pa
     return wl, stats
 
 
+def with_ngram_runs(wl: Workload, tokenizer: Any) -> Workload:
+    """A greedy recorded workload with the prompt-lookup drafter's per-start runs added (recomputed from its prompt
+    texts and token ids, as a greedy recording stores them now); a workload that holds them is returned as is."""
+    if NGRAM_DRAFTER in wl.drafter_names:
+        return wl
+    if not bool(np.all(wl.temperature == 0)) or wl.token_id is None or not wl.prompt_text:
+        raise SpecgymError(f"workload {wl.name!r}: the n-gram drafter's runs need a greedy recording with prompt "
+                           f"texts and token ids")
+    runs = np.concatenate([ngram_runs(tokenizer(wl.prompt_text[r], add_special_tokens=False)["input_ids"],
+                                      wl.token_id[wl.span(r)].tolist(), K_MAX_LIMIT, *LiveEngine.ngram_n)
+                           for r in range(wl.n_requests)])
+    lo, hi = LiveEngine.ngram_n
+    drafters = [drafter_entry(IMPLICIT_DRAFTER, "model", "per-position"),
+                drafter_entry(NGRAM_DRAFTER, "lookup", "per-start",
+                              proposer=f"vLLM ngram semantics, prompt_lookup_min {lo}, prompt_lookup_max {hi}",
+                              source="recomputed from the greedy completion's token ids")]
+    cols = {**wl.flat_columns(), f"runs_{NGRAM_DRAFTER}": runs}
+    return wl.with_columns(cols, drafters=drafters)
+
+
 def assemble_recording(name: str, source: dict[str, Any], profile: CostProfile, requests: list[dict[str, Any]],
                        completions: list[Any], seed: int, split_fractions: tuple[float, float, float] | None,
                        extra: dict[str, Any] | None, signal_meta: dict[str, Any]) -> tuple[Workload, dict[str, Any]]:
@@ -481,11 +520,22 @@ def assemble_recording(name: str, source: dict[str, Any], profile: CostProfile, 
         "mean_p_accept": float(np.mean(np.concatenate([np.asarray(r["p_accept"]) for r in requests]))),
         "lookup_agree_share": float(np.mean(np.concatenate([np.asarray(r["lookup_agree"]) for r in requests]))),
     }
+    drafters = None
+    if requests and all(r.get("ngram_runs") is not None for r in requests):  # greedy: a second drafter's runs
+        lo, hi = LiveEngine.ngram_n
+        requests = [{**{k: v for k, v in r.items() if k != "ngram_runs"},
+                     "runs": {NGRAM_DRAFTER: np.asarray(r["ngram_runs"], dtype=np.int16)}} for r in requests]
+        drafters = [drafter_entry(IMPLICIT_DRAFTER, "model", "per-position"),
+                    drafter_entry(NGRAM_DRAFTER, "lookup", "per-start",
+                                  proposer=f"vLLM ngram semantics, prompt_lookup_min {lo}, prompt_lookup_max {hi}",
+                                  source="recomputed from the greedy completion's token ids")]
+    else:
+        requests = [{k: v for k, v in r.items() if k != "ngram_runs"} for r in requests]
     wl = workload_from_requests(name, source, profile, requests, split_seed=seed,
                                 split_fractions=split_fractions or DEFAULT_SPLITS,
                                 extra={"loop_share": summary["loop_share"],
                                        "loop_share_by_category": summary["loop_share_by_category"], **(extra or {})},
-                                signal_meta=signal_meta)
+                                signal_meta=signal_meta, drafters=drafters)
     return wl, summary
 
 

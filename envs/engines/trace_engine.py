@@ -44,7 +44,7 @@ import numpy as np
 from specgym.envs.core.cost import CostProfile, RoundTable
 from specgym.envs.core.replay import per_position_runs
 from specgym.envs.core.request import KeepDrafting, Request
-from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome, check_k_max
+from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome, RoundStart, check_k_max
 from specgym.envs.core.signals import DraftSignals
 from specgym.envs.workloads.trace_format import Workload
 from specgym.errors import SpecgymError
@@ -86,7 +86,8 @@ class TraceEngine:
         table = self._tables.get(name)
         if table is None:
             kind = self.workload.drafter_info(name)["kind"]
-            table = self._tables[name] = self.profile.round_table(self.k_max, self.profile.pricing_drafter(name, kind))
+            prof = self.profile.with_drafter(name, kind)  # prompt lookup on a model-drafter profile: no draft cost
+            table = self._tables[name] = prof.round_table(self.k_max, prof.pricing_drafter(name, kind))
         return table
 
     def _per_start(self, drafter: str) -> bool:
@@ -173,7 +174,7 @@ class ReplayRequest(Request):
     """
 
     __slots__ = ("engine", "r", "context", "position", "length", "k_max", "done", "_runs", "_conf", "_ent",
-                 "_times", "_per_kv", "_kv0", "_sig", "_base", "_other")
+                 "_times", "_per_kv", "_kv0", "_sig", "_base", "_other", "_lookup")
 
     def __init__(self, engine: TraceEngine, r: int, runs: np.ndarray):
         wl = engine.workload
@@ -194,6 +195,13 @@ class ReplayRequest(Request):
         self._sig = engine.signals
         self._base = sl.start
         self._other: dict[str, tuple[list[int], list[float], list[float] | None]] = {}
+        self._lookup = wl.lookup_len[sl].tolist() if wl.lookup_len is not None else None
+
+    def round_start(self) -> RoundStart:
+        """What a drafter-choice controller knows before the next round: the position, the KV cache and the
+        trace's context lookup there (-1 when the trace has no token ids)."""
+        i = self.position
+        return RoundStart(i, self._kv0 + i, -1 if self._lookup is None or i >= self.length else int(self._lookup[i]))
 
     def signals(self, position: int, n: int) -> DraftSignals | None:
         """The signals of ``n`` draft tokens proposed from ``position`` (``None`` when the trace has none)."""
@@ -243,6 +251,7 @@ class ReplayRequest(Request):
         """Verify ``drafted`` tokens (``<= cap``) proposed from the current position; advances the request."""
         i = self.position
         if drafter is None or drafter == self.engine.drafter:
+            drafter = self.engine.drafter
             runs, times, per_kv = self._runs, self._times, self._per_kv
         else:
             runs, times, per_kv = self._drafter(drafter)
@@ -256,6 +265,7 @@ class ReplayRequest(Request):
             i, cap, drafted, accepted, produced, time_ms,
             self._conf[i : i + drafted], self._ent[i : i + drafted], self.done,
             None if self._sig is None else DraftSignals(self._sig, self._base + i, self._base + i + drafted),
+            drafter,
         )
 
 

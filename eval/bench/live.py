@@ -18,6 +18,12 @@ controller decodes live, with the pair on this machine. What makes the figures t
 * once through transformers' ``generate(assistant_model=...)`` (:func:`generate_with_controller`) with the best
   chain controller, against transformers' own plain ``generate()``.
 
+**Drafter-choice controllers** (the ``drafter`` kind: ``fixed:K@ngram``, ``lookup-rule[:N]``, ``drafter-marginal``;
+greedy workloads) choose each round between the draft model (``draft``) and the engine's prompt-lookup drafter
+(``ngram``, :mod:`~specgym.envs.core.ngram_proposer`) in the same rotation; the workload gains the n-gram drafter's
+per-start runs (recomputed from its token ids, :func:`~specgym.envs.engines.recorder.with_ngram_runs`), which
+``drafter-marginal`` fits on (train split) and the replay prediction reads.
+
 **Tree controllers** (specs starting with ``tree``: ``tree-static:W1-W2-..``, ``tree-sequoia[:BUDGET]``,
 ``tree-eagle[:DEPTH:BEAM:M]`` (exact live; its replay prediction is approximate), ``tree-chain:SPEC``; greedy
 workloads) decode through live tree verification (:mod:`~specgym.envs.engines.live_tree`)
@@ -54,13 +60,16 @@ from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.clock import syncer, timed
 from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
+from specgym.envs.core.drafter_choice import drive_drafters
 from specgym.envs.engines.live_engine import LiveEngine
 from specgym.envs.engines.model_loading import encode_prompt, load_pair
+from specgym.envs.engines.recorder import with_ngram_runs
 from specgym.envs.engines.profiler import extend_tree_verify, hardware_description, interleaved_ms, measure_profile
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
+from specgym.eval.drafter_runner import run_drafter_controller
 from specgym.eval.runner import run_controller
 from specgym.eval.stats import PairedBootstrap
 from specgym.eval.tree_runner import run_live_tree, run_tree_controller
@@ -255,6 +264,9 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     tree_specs = [s for s in specs if kind_of(s) == "tree"]
     if tree_specs:
         check_tree_workload(wl)  # greedy, with ranks: the tree rows' prediction is the tree replay
+    drafter_specs = [s for s in specs if kind_of(s) == "drafter"]
+    if drafter_specs:  # the n-gram drafter's runs: what drafter-choice rows fit on and are predicted with
+        wl = with_ngram_runs(wl, pair.tokenizer)
     probe = LiveEngine.from_pair(pair, k_max=k_max, timing="wall")
     fwd = engine_forward_ms(probe, pair.target)
     console.print(f"target forward through the engine: 1 token {fwd[1]:.3f} ms, 2 tokens {fwd[2]:.3f} ms "
@@ -300,6 +312,10 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
             ctrl.prepare(wl, prof)
             note = getattr(ctrl, "signal_note", None)
             fresh = [f"{spec}: {note}"] if note else []
+        elif row.kind == "drafter":  # fitted on the workload's train split (the run predictor), priced by prof
+            if hasattr(ctrl, "prepare"):
+                ctrl.prepare(wl, prof)
+            fresh = []
         else:
             fresh = bind_signals([(spec, ctrl)], live_source)
         for line in fresh:
@@ -329,6 +345,10 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                 rid, cat = str(wl.request_id[requests[p]]), str(wl.category[requests[p]])
                 if specs[s] in tree_specs:
                     res: Any = run_live_tree(eng, ids, controllers[s], n, request_id=rid, category=cat)
+                elif specs[s] in drafter_specs:  # the draft model or prompt lookup, chosen every round
+                    req = eng.start(ids, n, request_id=rid, category=cat)
+                    drive_drafters(controllers[s], req, eng.drafter_names)
+                    res = req.result
                 else:
                     res = eng.run_request(ids, controllers[s] if specs[s] != "fixed:0" else None, n,
                                           temperature=float(wl.temperature[requests[p]]), seed=int(requests[p]),
@@ -372,6 +392,10 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     def predicted_ms(spec: str) -> tuple[float, float, float]:
         """Replay time of ``spec`` on the measured requests, decisions under ``prof``, priced by ``prof``, by
         ``pricing`` (the same rounds: controllers decide as they did live) and by the micro-benchmarks."""
+        if spec in drafter_specs:  # the replay of the same decisions kind: every drafter's runs, each engine's costs
+            up, pr, mi = (float(run_drafter_controller(TraceEngine(wl, p, k_max, seed=0), requests,
+                                                       _make(spec)).time_ms.sum()) for p in (prof, pricing, micro))
+            return up, pr, mi
         if spec in tree_specs:
             ctrl = _make(spec)
             if isinstance(ctrl, ChainAsTree):  # the width-1 tree is the chain round: predicted as the chain
@@ -401,7 +425,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     micro_errors = [abs((r.micro_measured_over_predicted or 1.0) - 1.0) for r in rows]
     upfront_errors = [abs((r.upfront_measured_over_predicted or 1.0) - 1.0) for r in rows]
     best = max(rows, key=lambda r: r.tok_s)
-    chain_rows = [r for r in rows if r.controller not in tree_specs]
+    chain_rows = [r for r in rows if r.controller not in tree_specs and r.controller not in drafter_specs]
     best_chain = max(chain_rows, key=lambda r: r.tok_s)
     tree_vs_chain: dict[str, Any] | None = None
     trees = [r for r in rows if r.controller in tree_specs and not isinstance(_make(r.controller), ChainAsTree)]
@@ -415,6 +439,15 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         ratio = totals[bc] / totals[bt]
         tree_vs_chain = {"tree": best_tree.controller, "chain": best_chain.controller, "ratio": float(ratio),
                          "ci": ci, "verdict": verdict(ci, ratio)}
+    drafter_choice: dict[str, Any] | None = None
+    choosers = [r for r in rows if r.controller in drafter_specs and not r.controller.startswith("fixed:")]
+    if choosers:  # the best single drafter at a fixed K: every fixed row, either drafter (fixed:K, fixed:K@ngram)
+        best_choice = max(choosers, key=lambda r: r.tok_s)
+        bd = specs.index(best_choice.controller)
+        ci = boot.ratio_ci(per_prompt[best_fixed], per_prompt[bd])
+        ratio = totals[best_fixed] / totals[bd]
+        drafter_choice = {"controller": best_choice.controller, "reference": specs[best_fixed], "ratio": float(ratio),
+                          "ci": ci, "verdict": verdict(ci, ratio)}
     hf = None
     if hf_generate:  # transformers' assisted generation drafts chains: the best chain controller
         hf = _hf_generate(pair, prompts[:6], lengths[:6], make(best_chain.controller, k_max), prof)
@@ -427,7 +460,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         "pricing_profile": pricing.to_dict(),
         "workload": wl.name, "prompts": n_p, "tokens": n_tok, "repeats": repeats, "clock": "wall",
         "threads": torch.get_num_threads(), "plain_tok_s": n_tok / totals[plain] * 1000.0,
-        "rows": [asdict(r) for r in rows], "best_fixed_k": int(specs[best_fixed].split(":")[1]),
+        "rows": [asdict(r) for r in rows], "best_fixed_k": int(specs[best_fixed].split(":")[1].partition("@")[0]),
+        "best_fixed": specs[best_fixed], "drafter_choice": drafter_choice,
         "best_fixed_speedup": totals[plain] / totals[best_fixed], "best_controller": best.controller,
         "best_speedup": best.speedup, "prediction_error": {"median": float(np.median(errors)),
                                                            "max": float(np.max(errors)),
@@ -443,7 +477,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     }
     table = Table(title=f"live, {pair_name} ({pair.dtypes}), {n_p} test prompts of {wl.name}, {n_tok} tokens, "
                         f"median of {repeats} per prompt, wall clock, {torch.get_num_threads()} thread(s)")
-    for col in ("controller", "live tok/s", "vs plain", f"vs best fixed (K={result['best_fixed_k']}) [95% CI]",
+    for col in ("controller", "live tok/s", "vs plain", f"vs best fixed ({result['best_fixed']}) [95% CI]",
                 "verdict", "replay prediction tok/s", "live / predicted", "(up-front fit)", "(micro profile)",
                 "acceptance",
                 "greedy = plain"):
@@ -457,7 +491,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                       f"{r.acceptance:.2f}",
                       "n/a (sampling)" if r.greedy_identical is None else str(r.greedy_identical))
     console.print(table)
-    console.print(f"plain decoding {result['plain_tok_s']:.1f} tok/s; best fixed K={result['best_fixed_k']}: "
+    console.print(f"plain decoding {result['plain_tok_s']:.1f} tok/s; best fixed {result['best_fixed']}: "
                   f"{result['best_fixed_speedup']:.3f}x plain; best controller {best.controller}: "
                   f"{best.speedup:.3f}x; replay prediction error |live/predicted - 1|: median "
                   f"{100 * np.median(errors):.1f}%, max {100 * np.max(errors):.1f}% (up-front fit: median "
@@ -469,6 +503,12 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                       "modelled from draft_topk)", highlight=False)
     if shapes:
         console.print("static trees: " + "; ".join(f"{k} = {v}" for k, v in shapes.items()), highlight=False)
+    if drafter_choice is not None:
+        dci = drafter_choice["ci"]
+        console.print(f"drafter choice (live, this machine): fastest drafter-choice row {drafter_choice['controller']} "
+                      f"runs {drafter_choice['ratio']:.3f}x the best single drafter at a fixed K "
+                      f"({drafter_choice['reference']})" + (f" [95% CI {dci[0]:.3f}, {dci[1]:.3f}]" if dci else "")
+                      + f": {drafter_choice['verdict']}", highlight=False)
     if tree_vs_chain is not None:
         tci = tree_vs_chain["ci"]
         console.print(f"tree vs chain (live, this machine): fastest tree {tree_vs_chain['tree']} runs "

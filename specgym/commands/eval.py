@@ -21,7 +21,7 @@ from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.workloads.trace_format import cached_workload, open_dataset
 from specgym.errors import SpecgymError
 from specgym.eval.harness import EvalConfig, evaluate, resolve_controllers
-from specgym.eval.report import markdown_table, write_report
+from specgym.eval.report import drafter_section, markdown_table, write_report
 from specgym.eval.streaming import evaluate_streaming
 from specgym.eval.suite import markdown, run_suite
 from specgym.io import atomic_dir, check_output
@@ -33,9 +33,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate controllers against each other and the oracle")
     p.add_argument("--workload", default=None, help="workload name or .parquet path (default: the default workload)")
     p.add_argument("--controllers", default="all",
-                   help=f"comma-separated controller specs (chain and tree); {usage_line(EVAL_KINDS)} (every "
-                        "baseline + fixed:1..k_max, plus the workload's acceptance-predictor and tree rows where it "
-                        "carries their signals; the report lists what it left out and why). Default: %(default)s")
+                   help=f"comma-separated controller specs (chain, tree and drafter choice); {usage_line(EVAL_KINDS)} "
+                        "(every baseline + fixed:1..k_max, plus the workload's acceptance-predictor, tree and "
+                        "drafter-choice rows where it carries their signals or drafters; the report lists what it "
+                        "left out and why). Default: %(default)s")
     p.add_argument("--split", default="test", choices=("train", "val", "test", "all"),
                    help="which requests (default %(default)s)")
     p.add_argument("--seed", type=nonneg_int, default=0,
@@ -142,6 +143,8 @@ def eval_to_folder(workload: str, controllers: str, out: Path | None, *, split: 
     print(f"{meta['label']} — split {meta['split']}, {meta['requests']} requests, profile {report['profile']['name']}, "
           f"seed {report['seed']}")
     print(markdown_table(report))
+    if report.get("best_single_drafter"):
+        print("\n" + drafter_section(report))
     for note in report.get("left_out", []):
         print(f"left out of all: {note}")
     print(f"\nreport: {out}/report.md  (json: report.json{', plots: *.png' if plots else ''})")

@@ -23,7 +23,9 @@ from specgym.console import make_progress
 from specgym.envs.core.acceptance_predictor import (
     MODEL_KINDS, SignalSource, check_groups, load_predictor, save_predictor,
 )
+from specgym.baselines.drafter_marginal import fit_on_train
 from specgym.envs.core.cost import load_profile
+from specgym.envs.core.run_predictor import save_run_predictor
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text, check_output
@@ -66,6 +68,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--out", type=Path, required=True, help="the predictor JSON to write")
     t.add_argument("--force", action="store_true", help="overwrite --out")
     t.set_defaults(func=_train)
+    r = psub.add_parser("train-runs", help="fit the run predictor of drafter choice (every drafter's expected "
+                                           "tokens per round) on a per-start workload's train split")
+    r.add_argument("--workload", required=True, help="workload name or path (two or more drafters' runs)")
+    r.add_argument("--profile", default=None, help="cost profile the fitting rollout is priced with (default: the "
+                                                  "workload's own)")
+    r.add_argument("--out", type=Path, required=True, help="the run predictor JSON to write")
+    r.add_argument("--force", action="store_true", help="overwrite --out")
+    r.set_defaults(func=_train_runs)
     e = psub.add_parser("eval", help="prediction quality and decoding speed of a predictor, ablation, loop split")
     e.add_argument("--predictor", required=True, help="shipped predictor name or predictor JSON path")
     e.add_argument("--workload", default=None, help="workload name or path (default: the default workload)")
@@ -87,6 +97,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _workload(name: str | None):
     return cached_workload(catalogue.resolve("workload", name or default_workload_name()))
+
+
+def _train_runs(args: argparse.Namespace) -> int:
+    """Fit and save the run predictor of ``drafter-marginal`` (:mod:`specgym.envs.core.run_predictor`)."""
+    check_output(args.out, args.force, "file")
+    wl = _workload(args.workload)
+    profile = load_profile(args.profile) if args.profile else wl.profile
+    pred = fit_on_train(wl, profile)
+    save_run_predictor(pred, args.out, overwrite=args.force)
+    print(f"wrote {args.out}: run predictor of drafters {', '.join(pred.drafters)} on {wl.name} (train split: "
+          f"{pred.meta['positions']:,} positions, {pred.meta['rounds']:,} rollout rounds); use it as "
+          f"drafter-marginal:{args.out}")
+    return 0
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -20,11 +20,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``train`` and ``export``."""
     p = sub.add_parser("train", help="train a PPO policy (stable-baselines3) on a workload's train split")
     p.add_argument("--workload", default=None, help="workload name or .parquet path (default: the default workload)")
-    p.add_argument("--mode", choices=("k", "token", "batch", "tree"), default=None,
+    p.add_argument("--mode", choices=("k", "token", "batch", "tree", "drafter"), default=None,
                    help="k: choose K per round; token: continue/stop after each draft token; batch: the K of each "
                         "serving step of a batch (specgym/SpecDecodeBatch-v0); tree: the draft tree of each round "
                         "(specgym/SpecDecodeTree-v0, greedy traces with ranks; priced with gpu-like-published unless "
-                        "--hyperparams profile=...) (default k)")
+                        "--hyperparams profile=...); drafter: the drafter and K of each round "
+                        "(specgym/SpecDecodeDrafter-v0, a workload with two drafters) (default k)")
     p.add_argument("--timesteps", type=positive_int, default=None,
                    help="total env steps, a multiple of the config's n_envs (16); the run stops exactly there "
                         "(default: the config's)")

@@ -1,0 +1,86 @@
+"""Run a drafter-choice controller (or the clairvoyant drafter choice) over requests of a replay engine.
+
+Results are :class:`~specgym.eval.runner.RunResult` records, so drafter-choice rows sit in the same table as the
+chains (``drafted`` / ``accepted`` summed over whichever drafter proposed). A plain :class:`FixedDrafter` replays
+all requests at once (:class:`~specgym.envs.engines.trace_engine.VectorReplay` with its drafter: the same figures
+as the round loop, tested); every other controller runs round by round through
+:func:`~specgym.envs.core.drafter_choice.drive_drafters`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from specgym.baselines.drafter_fixed import FixedDrafter
+from specgym.baselines.drafter_oracle import drafter_oracle_times
+from specgym.envs.core.drafter_choice import DrafterController, drive_drafters
+from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
+from specgym.eval.runner import RunResult
+
+
+def run_drafter_controller(engine: TraceEngine, requests: np.ndarray, ctrl: DrafterController,
+                           trace: Iterable[int] = (), on_request: Callable[[], None] | None = None) -> RunResult:
+    """Serve ``requests`` one at a time with ``ctrl`` (its ``prepare`` on the workload first, if it has one)."""
+    requests = np.asarray(requests, dtype=np.int64)
+    drafters = engine.workload.drafter_names
+    prepare = getattr(ctrl, "prepare", None)
+    if prepare is not None:
+        prepare(engine.workload, engine.profile)
+    trace = set(int(t) for t in trace)
+    if type(ctrl) is FixedDrafter and not trace:
+        engine.workload.drafter_info(ctrl.drafter)  # an unknown drafter: one line
+        v = VectorReplay(engine, requests, drafter=ctrl.drafter)
+        v.run_fixed(min(ctrl.k, engine.k_max))
+        if on_request is not None:
+            for _ in requests:
+                on_request()
+        return RunResult(ctrl.name, requests, v.pos - v.start, v.time_ms.copy(), v.rounds.copy(),
+                         v.drafted_total.copy(), v.accepted_total.copy())
+    n = len(requests)
+    cols = {k: np.zeros(n, np.int64) for k in ("tokens", "rounds", "drafted", "accepted")}
+    time_ms = np.zeros(n)
+    traces: dict[int, list[tuple[int, int, int, int]]] = {}
+    for idx, r in enumerate(requests.tolist()):
+        on_round = None
+        if r in trace:
+            rec = traces[r] = []
+            on_round = lambda o, rec=rec: rec.append((o.position, o.planned_k, o.drafted, o.accepted))  # noqa: E731
+        tot = drive_drafters(ctrl, engine.start(r), drafters, on_round)
+        cols["tokens"][idx], time_ms[idx], cols["rounds"][idx] = tot.tokens, tot.time_ms, tot.rounds
+        cols["drafted"][idx], cols["accepted"][idx] = tot.drafted, tot.accepted
+        if on_request is not None:
+            on_request()
+    return RunResult(ctrl.name, requests, cols["tokens"], time_ms, cols["rounds"], cols["drafted"],
+                     cols["accepted"], traces)
+
+
+def run_drafter_oracle(engine: TraceEngine, requests: np.ndarray, name: str = "drafter-oracle") -> RunResult:
+    """The clairvoyant per-round drafter and K of every request (:mod:`specgym.baselines.drafter_oracle`), played
+    back on the engine so its row carries rounds and drafts as well as time."""
+    requests = np.asarray(requests, dtype=np.int64)
+    wl = engine.workload
+    offsets = np.concatenate([[0], np.cumsum(wl.lengths[requests])]).astype(np.int64)
+    drafters = wl.drafter_names
+    flat = [engine.runs(d) for d in drafters]
+    idx = np.concatenate([np.arange(wl.offsets[r], wl.offsets[r + 1]) for r in requests.tolist()]) \
+        if len(requests) else np.zeros(0, np.int64)
+    runs = [f[idx] for f in flat]
+    tables = [engine.table_for(d) for d in drafters]
+    choice = (np.zeros(len(idx), np.int64), np.zeros(len(idx), np.int64))
+    times = drafter_oracle_times(runs, tables, offsets, engine.k_max, wl.prompt_len[requests], choice)
+    n = len(requests)
+    cols = {k: np.zeros(n, np.int64) for k in ("tokens", "rounds", "drafted", "accepted")}
+    for j in range(n):
+        lo, hi = int(offsets[j]), int(offsets[j + 1])
+        i = 0
+        while i < hi - lo:
+            d, k = int(choice[0][lo + i]), int(choice[1][lo + i])
+            acc = min(int(runs[d][lo + i]), k)
+            cols["rounds"][j] += 1
+            cols["drafted"][j] += k
+            cols["accepted"][j] += acc
+            i += acc + 1
+        cols["tokens"][j] = hi - lo
+    return RunResult(name, requests, cols["tokens"], times, cols["rounds"], cols["drafted"], cols["accepted"])

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from specgym.agents.alloc_policy import ALLOC_FEATURE_NAMES, ALLOC_GAMMAS, AllocPolicyController
 from specgym.agents.batch_policy import BatchPolicyController
 from specgym.agents.policy_controller import PolicyController
 from specgym.agents.tree_policy import TreePolicyController
@@ -30,6 +31,8 @@ from specgym.errors import SpecgymError
 
 #: Feature version of batch-mode policies (their features are :data:`BATCH_FEATURE_NAMES`).
 BATCH_FEATURE_VERSION = 1
+#: Feature version of alloc-mode policies (:data:`~specgym.agents.alloc_policy.ALLOC_FEATURE_NAMES`).
+ALLOC_FEATURE_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,7 @@ class PolicyMode:
     """One mode of learned decision.
 
     Attributes:
-        name: ``k``, ``token``, ``tree`` or ``batch``.
+        name: ``k``, ``token``, ``tree``, ``batch`` or ``alloc``.
         kind: The decision kind of its controllers (``chain``, ``tree``, ``batch``).
         spec_prefix: The spec prefix of its exported policies (``ppo``, ``tree-ppo``).
         features: ``features(version)`` -> the ordered feature names a policy of this mode observes.
@@ -78,6 +81,8 @@ class PolicyMode:
             return 2
         if self.action == "tree_widths":
             return len(shapes or [])
+        if self.action == "budget_gamma":
+            return len(ALLOC_GAMMAS)
         return k_max - k_min + 1
 
     def action_mapping(self, k_min: int, n_actions: int, shapes: list[list[int]] | None = None) -> dict[str, Any]:
@@ -86,6 +91,8 @@ class PolicyMode:
             return {"type": self.action, "values": ["stop", "continue"]}
         if self.action == "tree_widths":
             return {"type": self.action, "values": [[int(w) for w in s] for s in shapes or []]}
+        if self.action == "budget_gamma":
+            return {"type": self.action, "values": list(ALLOC_GAMMAS)}
         return {"type": self.action, "values": list(range(k_min, k_min + n_actions))}
 
 
@@ -116,6 +123,12 @@ MODES: dict[str, PolicyMode] = {m.name: m for m in (
                (BATCH_FEATURE_VERSION,), "draft_cap", lambda art, name, k_max: BatchPolicyController(art, name),
                "specgym/SpecDecodeBatch-v0", "batch.yaml", compared=("goodput",), best_key="speedup_vs_goodput",
                reference="the best static K", decides="it chooses the draft length of each serving step."),
+    PolicyMode("alloc", "batch", "alloc-ppo", lambda version: list(ALLOC_FEATURE_NAMES), ALLOC_FEATURE_VERSION,
+               (ALLOC_FEATURE_VERSION,), "budget_gamma", lambda art, name, k_max: AllocPolicyController(art, name),
+               "specgym/SpecDecodeAlloc-v0", "alloc.yaml", compared=("budget:logistic",),
+               best_key="speedup_vs_budget:logistic", reference="the best static K",
+               decides="it sets each serving step's verification budget (the calibration of the budget rule's "
+                       "survivals); the budget rule splits it across requests and cuts their drafts."),
 )}
 
 

@@ -37,6 +37,7 @@ _ENVS = {
     "specgym/SpecDecodeLive-v1": ("specgym.envs.gym.live_env:SpecDecodeLiveEnv", True),
     "specgym/SpecDecodeBatch-v0": ("specgym.envs.gym.batch_env:SpecDecodeBatchEnv", False),
     "specgym/SpecDecodeTree-v0": ("specgym.envs.gym.tree_env:SpecDecodeTreeEnv", False),
+    "specgym/SpecDecodeAlloc-v0": ("specgym.envs.gym.alloc_env:SpecDecodeAllocEnv", False),
 }
 for _id, (_entry, _nondeterministic) in _ENVS.items():
     if _id not in registry:

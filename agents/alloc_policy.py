@@ -14,7 +14,10 @@ Observation (:data:`ALLOC_FEATURE_NAMES`): the batch features of
 :class:`~specgym.envs.core.batch.BatchFeatureTracker`, plus what the survivals of the step say (the rule's budget
 per slot, the mean survival, the survival of the rule's last verified slot, the mean survival of the first draft
 position). :class:`AllocCore` computes them for the env (``specgym/SpecDecodeAlloc-v0``), behaviour cloning and
-the exported controller alike. The estimator is the budget rule's default, ``logistic``.
+the exported controller alike. The survivals come from the budget rule's default estimator, ``logistic``, or, for
+a run given an acceptance predictor (``--hyperparams predictor=NAME``), from that predictor on the drafter's signals
+of the step's drafts (``budget:predictor:NAME``, the engine's ``draft_view``); the predictor is embedded in the
+exported policy, and the rule with the same estimator is the teacher and the validation reference.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from specgym.agents.policy_controller import PolicyNetwork
-from specgym.baselines.acceptance_estimators import make_estimator
+from specgym.baselines.acceptance_estimators import DraftView, make_estimator
 from specgym.baselines.budget_allocator import BudgetAllocator
 from specgym.envs.core.batch import (BATCH_FEATURE_DOCS, BATCH_FEATURE_NAMES, BatchController, BatchDecision,
                                      BatchFeatureTracker, BatchState, BatchStep)
+from specgym.envs.core.acceptance_predictor import AcceptancePredictor
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.errors import SpecgymError
 
@@ -46,16 +50,28 @@ ALLOC_FEATURE_DOCS = (*BATCH_FEATURE_DOCS, "the budget rule's B / (batch * k_max
                       "mean survival of the first draft position over the batch")
 
 
+def teacher(predictor: AcceptancePredictor | None = None) -> BudgetAllocator:
+    """The budget rule an alloc policy calibrates (its behaviour-cloning teacher and validation reference)."""
+    if predictor is None:
+        return BudgetAllocator(make_estimator(ALLOC_ESTIMATOR))
+    return BudgetAllocator(DraftView(predictor, "policy"))
+
+
 class AllocCore:
     """The budget rule plus the observation of the learned allocator: one object for the env and the controller.
 
     Lifecycle per run: ``reset(profile, k_max)``; per step ``observation(state)`` -> ``decide(action)`` ->
     ``update(step)``.
+
+    Args:
+        k_max: Largest draft per request.
+        predictor: The acceptance predictor behind the survivals (``None``: the ``logistic`` estimator).
     """
 
-    def __init__(self, k_max: int):
+    def __init__(self, k_max: int, predictor: AcceptancePredictor | None = None):
         self.k_max = int(k_max)
-        self.rule = BudgetAllocator(make_estimator(ALLOC_ESTIMATOR))
+        self.predictor = predictor
+        self.rule = teacher(predictor)
         self.tracker = BatchFeatureTracker(self.k_max)
 
     def reset(self, profile: BatchCostProfile, k_max: int) -> None:
@@ -102,13 +118,24 @@ class AllocPolicyController(BatchController):
         self.artifact = artifact
         self.name = name or "alloc-ppo"
         self.network = PolicyNetwork(artifact)
-        self.core = AllocCore(artifact.k_max)
+        self.predictor = (None if artifact.predictor is None else
+                          AcceptancePredictor.from_dict(artifact.predictor, where=f"policy {self.name}"))
+        self.core = AllocCore(artifact.k_max, self.predictor)
+
+    @property
+    def estimator(self) -> object:
+        """The survivals' estimator (a harness gives the engine its ``workload_signal``, as for the rules)."""
+        return self.core.rule.estimator
+
+    def teacher(self) -> BudgetAllocator:
+        """A fresh copy of the rule this policy calibrates."""
+        return teacher(self.predictor)
 
     def reset(self, profile: BatchCostProfile, k_max: int) -> None:
         if k_max < self.artifact.k_max:
             raise SpecgymError(f"policy {self.name} needs k_max >= {self.artifact.k_max}, the engine allows {k_max}")
         super().reset(profile, k_max)
-        self.core = AllocCore(self.artifact.k_max)
+        self.core = AllocCore(self.artifact.k_max, self.predictor)
         self.core.reset(profile, self.artifact.k_max)
 
     def propose(self, state: BatchState) -> BatchDecision:

@@ -51,6 +51,8 @@ class PolicyMode:
         env_id: The Gymnasium id it trains on.
         config: Its hyperparameter file in ``training/configs/``.
         token_level: Its decisions are per draft token (the policy stops drafting; token shaping applies).
+        draft_view: It may read an acceptance predictor through the serving engine's draft view (embedded in the
+            exported policy).
         k_actions: Its action index is a draft cap ``k_min + a`` (SB3 needs ``SB3ActionWrapper``'s ``start=0``).
         compared: The baselines training validation compares it with.
         best_key: The validation figure its best model is kept by.
@@ -70,6 +72,7 @@ class PolicyMode:
     config: str
     token_level: bool = False
     k_actions: bool = False
+    draft_view: bool = False
     compared: tuple[str, ...] = ()
     best_key: str = "speedup_vs_best_fixed"
     reference: str = "the best fixed K"
@@ -125,7 +128,7 @@ MODES: dict[str, PolicyMode] = {m.name: m for m in (
                reference="the best static K", decides="it chooses the draft length of each serving step."),
     PolicyMode("alloc", "batch", "alloc-ppo", lambda version: list(ALLOC_FEATURE_NAMES), ALLOC_FEATURE_VERSION,
                (ALLOC_FEATURE_VERSION,), "budget_gamma", lambda art, name, k_max: AllocPolicyController(art, name),
-               "specgym/SpecDecodeAlloc-v0", "alloc.yaml", compared=("budget:logistic",),
+               "specgym/SpecDecodeAlloc-v0", "alloc.yaml", draft_view=True, compared=("budget:logistic",),
                best_key="speedup_vs_budget", reference="the best static K",
                decides="it sets each serving step's verification budget (the calibration of the budget rule's "
                        "survivals); the budget rule splits it across requests and cuts their drafts."),

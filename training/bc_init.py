@@ -129,9 +129,11 @@ def alloc_demonstrations(spec: str, make_env: Callable[[], Any], episodes: int, 
     """(observations, labels) of the learned allocator's teacher, the budget rule (``gamma = 1``), over
     ``episodes`` episodes of the run's own env (each at the concurrency it draws), so the clone sees the inputs
     PPO will. ``spec`` must name the rule the policy calibrates."""
-    if spec != f"budget:{ALLOC_ESTIMATOR}":
-        raise SpecgymError(f"bc_init: alloc mode calibrates budget:{ALLOC_ESTIMATOR}, its only teacher; got {spec!r}")
     env = make_env()
+    want = f"budget:{ALLOC_ESTIMATOR}" if getattr(env, "predictor", None) is None else "budget:predictor:"
+    if not spec.startswith(want) or (want == "budget:predictor:" and spec == want):
+        raise SpecgymError(f"bc_init: an alloc run calibrates the budget rule with its own estimator ({want}"
+                           f"{'NAME' if want.endswith(':') else ''}, its only teacher); got {spec!r}")
     obs: list[np.ndarray] = []
     for e in range(episodes):
         o, _ = env.reset(seed=seed + 7919 * (e + 1))

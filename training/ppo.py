@@ -141,9 +141,9 @@ def _new_run(req: TrainRequest, run: RunFiles) -> TrainingRun:
     training = TrainingRun(run, cfg, wl)
     pred = training.predictor  # loaded here, once: the run's envs, validations and summary share it
     if pred is not None:
-        if cfg.mode != "token":
-            raise SpecgymError(f"--hyperparams predictor={ppo.predictor}: only --mode token reads an acceptance "
-                               f"predictor (this run is --mode {cfg.mode})")
+        if cfg.mode not in ("token", "alloc"):
+            raise SpecgymError(f"--hyperparams predictor={ppo.predictor}: only --mode token and --mode alloc read "
+                               f"an acceptance predictor (this run is --mode {cfg.mode})")
         for w in getattr(wl, "workloads", None) or [wl]:  # the policy learns from its outputs: no fallback
             pred.for_source(SignalSource.of_workload(w), strict=True)
         cfg.predictor_sha256 = pred.to_dict()["sha256"]

@@ -5,12 +5,15 @@ Registered by ``import specgym`` as ``specgym/SpecDecodeAlloc-v0``.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
 from specgym.agents.alloc_policy import ALLOC_FEATURE_DOCS, ALLOC_FEATURE_NAMES, ALLOC_GAMMAS, AllocCore
+import specgym.catalogue as catalogue
+from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor, workload_predictions
 from specgym.envs.core.batch_cost import BatchCostProfile, load_batch_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX, check_k_max
 from specgym.envs.engines.batch_engine import CONCURRENCIES, BatchReplay
@@ -49,7 +52,8 @@ class SpecDecodeAllocEnv(EnvShell):
 
     ## Arguments
     ``workload``, ``batch_profile`` (name, path or object), ``split``, ``requests``, ``concurrency`` (an int or
-    ``"sampled"``), ``max_batch``, ``k_max``, ``outcome_seed``.
+    ``"sampled"``), ``max_batch``, ``k_max``, ``outcome_seed``, ``predictor`` (an acceptance predictor, name, path or
+    object, whose probabilities on the drafter's signals give the survivals; ``None``: the ``logistic`` estimator).
 
     ## Version History
     * v0: initial release.
@@ -63,13 +67,14 @@ class SpecDecodeAllocEnv(EnvShell):
         """Every configuration key with its default."""
         return {"workload": default_workload_name(), "batch_profile": "batch-a100-7b-roofline", "split": "train",
                 "requests": 96, "concurrency": "sampled", "max_batch": 128, "k_max": DEFAULT_K_MAX,
-                "outcome_seed": None}
+                "outcome_seed": None, "predictor": None}
 
     def __init__(self, config: dict[str, Any] | None = None, **overrides: Any):
         self._merge_config(config, overrides)
         cfg = self.config
         source_key(cfg, "workload", (Workload,), what="alloc env")
         source_key(cfg, "batch_profile", (BatchCostProfile,), what="alloc env")
+        source_key(cfg, "predictor", (AcceptancePredictor,), allow_none=True, what="alloc env")
         int_key(cfg, "requests", 1, what="alloc env")
         int_key(cfg, "max_batch", 1, what="alloc env")
         int_key(cfg, "k_max", -(2**62), what="alloc env")
@@ -90,7 +95,12 @@ class SpecDecodeAllocEnv(EnvShell):
         self.action_space = spaces.Discrete(len(ALLOC_GAMMAS))
         n = len(ALLOC_FEATURE_NAMES)
         self.observation_space = spaces.Box(np.zeros(n, np.float32), np.full(n, 2.0, np.float32), dtype=np.float32)
-        self.core = AllocCore(self.k_max)
+        pred = cfg["predictor"]
+        if isinstance(pred, (str, os.PathLike)):
+            pred = load_predictor(catalogue.resolve("predictor", str(pred)))
+        self.predictor: AcceptancePredictor | None = pred
+        self.signal = None if pred is None else workload_predictions(pred, self.workload)
+        self.core = AllocCore(self.k_max, pred)
         self.replay: BatchReplay | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -104,7 +114,8 @@ class SpecDecodeAllocEnv(EnvShell):
         reqs = rng.choice(self.pool, size=n, replace=False)
         oseed = cfg["outcome_seed"]
         self.replay = BatchReplay(self.workload, self.profile, conc, requests=reqs, k_max=self.k_max,
-                                  seed=int(rng.integers(2**31)) if oseed is None else int(oseed))
+                                  seed=int(rng.integers(2**31)) if oseed is None else int(oseed),
+                                  draft_signal=self.signal)
         self.core.reset(self.profile, self.k_max)
         self.state = self.replay.state()
         return self.core.observation(self.state), {"batch": self.state.batch, "concurrency": conc}

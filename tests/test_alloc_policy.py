@@ -157,3 +157,46 @@ def test_spec_row_resolves_and_runs_in_the_sweep(trained, tmp_path):
                  "--json", str(out)]) == 0
     rows = [r for r in json.loads(out.read_text())["rows"] if r["controller"] == f"alloc-ppo:{pol}"]
     assert [r["concurrency"] for r in rows] == [1, 8] and all(r["tok_s"] > 0 for r in rows)
+
+
+def test_predictor_fed_allocator_teacher_is_budget_predictor_exactly():
+    """With an acceptance predictor the survivals are budget:predictor:NAME's (the engine's draft view): gamma = 1
+    plays that rule step for step, and a policy embedding the predictor validates and serves with its signal."""
+    import dataclasses
+
+    from specgym.agents.artifact import random_artifact
+    from specgym.baselines.acceptance_estimators import make_estimator
+    from specgym.catalogue import resolve
+    from specgym.envs.core.acceptance_predictor import load_predictor, workload_predictions
+    from specgym.envs.workloads.trace_format import cached_workload
+
+    wl = cached_workload("midpair-greedy")
+    profile = load_batch_profile("batch-cpu-midpair")
+    env = gym.make("specgym/SpecDecodeAlloc-v0", workload=wl, batch_profile=profile, k_max=8, concurrency=4,
+                   outcome_seed=2, requests=12, predictor="midpair").unwrapped
+    env.reset(seed=0)
+    done = False
+    while not done:
+        *_, done, _, info = env.step(TEACHER_ACTION)
+    signal = workload_predictions(load_predictor(resolve("predictor", "midpair")), wl)
+    sim = BatchReplay(wl, profile, 4, requests=env.replay.requests, k_max=8, seed=2, draft_signal=signal)
+    sim.run(BudgetAllocator(make_estimator("predictor:midpair")))
+    assert sim.now_ms == pytest.approx(env.replay.now_ms, rel=1e-12) and sim.tokens == env.replay.tokens
+    art = dataclasses.replace(random_artifact("alloc", k_max=8), predictor=env.predictor.to_dict())
+    art.validate()  # an alloc policy may embed its predictor; a batch-mode one may not
+    ctrl = AllocPolicyController(art)
+    served = BatchReplay(wl, profile, 4, requests=env.replay.requests, k_max=8, seed=2,
+                         draft_signal=ctrl.estimator.workload_signal(wl))  # type: ignore[attr-defined]
+    served.run(ctrl)
+    assert served.done and served.throughput() > 0
+    with pytest.raises(SpecgymError, match="predictor"):
+        dataclasses.replace(random_artifact("batch", k_max=8), predictor=env.predictor.to_dict()).validate()
+
+
+def test_bc_teacher_must_be_the_rule_the_run_calibrates(mix_workload):
+    from specgym.training.bc_init import alloc_demonstrations
+
+    obs, labels = alloc_demonstrations("budget:logistic", lambda: _env(mix_workload, max_batch=8), 2)
+    assert obs.shape[1] == len(ALLOC_FEATURE_NAMES) and (labels == TEACHER_ACTION).all()
+    with pytest.raises(SpecgymError, match="teacher"):
+        alloc_demonstrations("goodput", lambda: _env(mix_workload, max_batch=8), 1)

@@ -200,3 +200,18 @@ def test_bc_teacher_must_be_the_rule_the_run_calibrates(mix_workload):
     assert obs.shape[1] == len(ALLOC_FEATURE_NAMES) and (labels == TEACHER_ACTION).all()
     with pytest.raises(SpecgymError, match="teacher"):
         alloc_demonstrations("goodput", lambda: _env(mix_workload, max_batch=8), 1)
+
+
+def test_batch_replay_on_a_linear_profile_pickles(mix_workload):
+    """A training snapshot pickles its envs: a replay priced by a linear profile (its step pricer is a closure)
+    round-trips and continues identically."""
+    import pickle
+
+    sim = BatchReplay(mix_workload, load_batch_profile("h100-llama31-8b"), 8, requests=np.arange(40), k_max=8,
+                      seed=1)
+    for _ in range(5):
+        sim.step(3)
+    copy = pickle.loads(pickle.dumps(sim))
+    sim.run_fixed(3)
+    copy.run_fixed(3)
+    assert (copy.tokens, copy.now_ms) == (sim.tokens, sim.now_ms)

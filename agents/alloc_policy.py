@@ -33,6 +33,7 @@ from specgym.envs.core.batch import (BATCH_FEATURE_DOCS, BATCH_FEATURE_NAMES, Ba
                                      BatchFeatureTracker, BatchState, BatchStep)
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor
 from specgym.envs.core.batch_cost import BatchCostProfile
+from specgym.envs.core.switching import SwitchCosts
 from specgym.errors import SpecgymError
 
 if TYPE_CHECKING:  # the artifact's module imports the mode table, which imports this one
@@ -127,6 +128,15 @@ class AllocPolicyController(BatchController):
         """The survivals' estimator (a harness gives the engine its ``workload_signal``, as for the rules)."""
         return self.core.rule.estimator
 
+    @property
+    def switch_costs(self) -> SwitchCosts | None:
+        """The engine's switch costs, when the allocator is told them (the rule then prices tier changes)."""
+        return self.core.rule.switch_costs
+
+    @switch_costs.setter
+    def switch_costs(self, value: SwitchCosts | None) -> None:
+        self.core.rule.switch_costs = value
+
     def teacher(self) -> BudgetAllocator:
         """A fresh copy of the rule this policy calibrates."""
         return teacher(self.predictor)
@@ -135,7 +145,9 @@ class AllocPolicyController(BatchController):
         if k_max < self.artifact.k_max:
             raise SpecgymError(f"policy {self.name} needs k_max >= {self.artifact.k_max}, the engine allows {k_max}")
         super().reset(profile, k_max)
+        told = self.switch_costs
         self.core = AllocCore(self.artifact.k_max, self.predictor)
+        self.core.rule.switch_costs = told
         self.core.reset(profile, self.artifact.k_max)
 
     def propose(self, state: BatchState) -> BatchDecision:

@@ -215,3 +215,18 @@ def test_batch_replay_on_a_linear_profile_pickles(mix_workload):
     sim.run_fixed(3)
     copy.run_fixed(3)
     assert (copy.tokens, copy.now_ms) == (sim.tokens, sim.now_ms)
+
+
+def test_controller_is_told_the_switch_costs_like_the_rule(mix_workload):
+    """The sweep tells a budget rule the engine's switch costs; the learned allocator's rule is told them too and
+    keeps them across runs."""
+    from specgym.agents.artifact import random_artifact
+    from specgym.envs.core.switching import SwitchCosts
+
+    profile = load_batch_profile("h100-llama31-8b")
+    ctrl = AllocPolicyController(random_artifact("alloc", k_max=8))
+    sw = SwitchCosts(0.5, 2)
+    ctrl.switch_costs = sw
+    sim = BatchReplay(mix_workload, profile, 8, requests=np.arange(40), k_max=8, seed=1, switch_costs=sw)
+    sim.run(ctrl)
+    assert ctrl.core.rule.switch_costs is sw and sim.done

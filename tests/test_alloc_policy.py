@@ -189,6 +189,11 @@ def test_predictor_fed_allocator_teacher_is_budget_predictor_exactly():
                          draft_signal=ctrl.estimator.workload_signal(wl))  # type: ignore[attr-defined]
     served.run(ctrl)
     assert served.done and served.throughput() > 0
+    from specgym.eval.batch_eval import compare  # tune compare gives the engine the estimators' draft signals
+
+    res = compare(wl, profile, [ctrl.teacher(), ctrl], replications=1, requests=12, max_batch=4, split="test",
+                  k_max=8)
+    assert [r["controller"] for r in res["rows"]] == ["budget:predictor:policy", ctrl.name]
     with pytest.raises(SpecgymError, match="predictor"):
         dataclasses.replace(random_artifact("batch", k_max=8), predictor=env.predictor.to_dict()).validate()
 

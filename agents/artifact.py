@@ -114,7 +114,7 @@ class PolicyArtifact:
             raise SpecgymError(f"policy feature list does not match specgym's {self.mode}-mode features "
                                f"(version {version}): retrain and re-export it")
         if self.predictor is not None:
-            if not mode.token_level or version < 4:
+            if not (mode.token_level and version >= 4) and not mode.draft_view:
                 raise SpecgymError(f"policy carries an acceptance predictor, which only token-mode policies of "
                                    f"feature version >= 4 read (this one: {self.mode} mode, version {version})")
             AcceptancePredictor.from_dict(self.predictor, where="policy field 'predictor'")

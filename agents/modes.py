@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from specgym.agents.alloc_policy import ALLOC_FEATURE_NAMES, ALLOC_GAMMAS, AllocPolicyController
 from specgym.agents.batch_policy import BatchPolicyController
 from specgym.agents.drafter_policy import DrafterPolicyController
 from specgym.agents.policy_controller import PolicyController
@@ -33,6 +34,8 @@ from specgym.errors import SpecgymError
 
 #: Feature version of batch-mode policies (their features are :data:`BATCH_FEATURE_NAMES`).
 BATCH_FEATURE_VERSION = 1
+#: Feature version of alloc-mode policies (:data:`~specgym.agents.alloc_policy.ALLOC_FEATURE_NAMES`).
+ALLOC_FEATURE_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class PolicyMode:
     """One mode of learned decision.
 
     Attributes:
-        name: ``k``, ``token``, ``tree``, ``batch`` or ``drafter``.
+        name: ``k``, ``token``, ``tree``, ``batch``, ``drafter`` or ``alloc``.
         kind: The decision kind of its controllers (``chain``, ``tree``, ``batch``, ``drafter``).
         spec_prefix: The spec prefix of its exported policies (``ppo``, ``tree-ppo``).
         features: ``features(version)`` -> the ordered feature names a policy of this mode observes.
@@ -51,6 +54,8 @@ class PolicyMode:
         env_id: The Gymnasium id it trains on.
         config: Its hyperparameter file in ``training/configs/``.
         token_level: Its decisions are per draft token (the policy stops drafting; token shaping applies).
+        draft_view: It may read an acceptance predictor through the serving engine's draft view (embedded in the
+            exported policy).
         k_actions: Its action index is a draft cap ``k_min + a`` (SB3 needs ``SB3ActionWrapper``'s ``start=0``).
         compared: The baselines training validation compares it with.
         best_key: The validation figure its best model is kept by.
@@ -70,6 +75,7 @@ class PolicyMode:
     config: str
     token_level: bool = False
     k_actions: bool = False
+    draft_view: bool = False
     compared: tuple[str, ...] = ()
     best_key: str = "speedup_vs_best_fixed"
     reference: str = "the best fixed K"
@@ -83,6 +89,8 @@ class PolicyMode:
             return len(shapes or [])
         if self.action == "drafter_cap":
             return drafter_actions(k_max)
+        if self.action == "budget_gamma":
+            return len(ALLOC_GAMMAS)
         return k_max - k_min + 1
 
     def action_mapping(self, k_min: int, n_actions: int, shapes: list[list[int]] | None = None) -> dict[str, Any]:
@@ -95,6 +103,8 @@ class PolicyMode:
             k_max = (n_actions - 1) // 2
             return {"type": self.action, "values": ["plain", *(f"slot{s}:{k}" for s in range(2)
                                                                for k in range(1, k_max + 1))]}
+        if self.action == "budget_gamma":
+            return {"type": self.action, "values": list(ALLOC_GAMMAS)}
         return {"type": self.action, "values": list(range(k_min, k_min + n_actions))}
 
 
@@ -131,6 +141,12 @@ MODES: dict[str, PolicyMode] = {m.name: m for m in (
                "drafter.yaml", compared=("lookup-rule:3", "drafter-marginal"),
                decides="it chooses the drafter (of the engine's first two, or none) and the draft cap of each "
                        "round."),
+    PolicyMode("alloc", "batch", "alloc-ppo", lambda version: list(ALLOC_FEATURE_NAMES), ALLOC_FEATURE_VERSION,
+               (ALLOC_FEATURE_VERSION,), "budget_gamma", lambda art, name, k_max: AllocPolicyController(art, name),
+               "specgym/SpecDecodeAlloc-v0", "alloc.yaml", draft_view=True, compared=("budget:logistic",),
+               best_key="speedup_vs_budget", reference="the best static K",
+               decides="it sets each serving step's verification budget (the calibration of the budget rule's "
+                       "survivals); the budget rule splits it across requests and cuts their drafts."),
 )}
 
 

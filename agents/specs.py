@@ -433,7 +433,7 @@ def _policy(prefix: str) -> Factory:
                                f"{prefix}:runs/NAME/policy")
         artifact = load_policy(catalogue.resolve("policy", arg))
         mode = MODES[artifact.mode]
-        want = {"ppo": ("k", "token", "batch", "drafter"), "tree-ppo": ("tree",)}[prefix]
+        want = {"ppo": ("k", "token", "batch", "drafter"), "tree-ppo": ("tree",), "alloc-ppo": ("alloc",)}[prefix]
         if artifact.mode not in want:
             raise SpecgymError(f"{arg} is a {artifact.mode}-mode policy: name it {mode.spec_prefix}:{arg}"
                                + (" in specgym tune compare" if mode.kind == "batch" else ""))
@@ -636,6 +636,8 @@ for _row in (
           "budget[:logistic|ema|pos-ema|predictor:NAME] (specgym's allocator)",
           lambda t, k: ["budget:logistic", *(f"budget:predictor:{p}" for p in t.predictors)], level="batch"),
     Entry("ppo", "batch", "learned", _batch_policy, "ppo:NAME|DIR (exported batch policy)", level="batch"),
+    Entry("alloc-ppo", "batch", "learned", _policy("alloc-ppo"),
+          "alloc-ppo:NAME|DIR (exported learned allocator: the budget of budget:logistic per step)", level="batch"),
 ):
     TABLE[(_row.kind, _row.prefix)] = _row
 

@@ -44,14 +44,20 @@ class BudgetAllocator(BatchController):
         self.tier, self.since = -1, 1 << 30
 
     def propose(self, state: BatchState) -> BatchDecision:
+        self.prepare(state)
+        return self.allocate()
+
+    def prepare(self, state: BatchState) -> None:
+        """Rank the step's slots by survival and price every budget (what :meth:`allocate` chooses from)."""
         est, k, n = self.estimator, self.k_max, state.batch
         if len(state.new_slots):
             est.admit(state.new_slots)
         est.see(state)
+        self.n = n
         if k == 0:
-            return BatchDecision(0, 0)
+            self.top = np.zeros(0)
+            return
         order, top = top_slots(survival(est.confidences(state.slots)))
-        gain = n + np.concatenate(([0.0], np.cumsum(top)))
         depth = order % k + 1  # the draft position each slot needs
         longest = np.concatenate(([0], np.maximum.accumulate(depth)))
         counts = None
@@ -70,9 +76,26 @@ class BudgetAllocator(BatchController):
                 cost = cost + np.where(tier != self.tier, sw.per_switch_ms, 0.0)
                 if self.since < sw.cooldown_steps:  # the engine holds the tier: only allocations within it
                     cost = np.where(tier == self.tier, cost, np.inf)
-        budget = int(np.argmax(gain / cost))
-        verify = prefixes(order, budget, n, k)
+        self.order, self.top, self.cost, self.longest, self.tier_of = order, top, cost, longest, tier
+
+    def best_budget(self, gamma: float = 1.0) -> int:
+        """The budget maximising gain / cost with the survivals raised to ``gamma`` (1: the rule; > 1 trusts the
+        estimator less, < 1 more; the ranking of the slots is the same for every ``gamma``)."""
+        if len(self.top) == 0:
+            return 0
+        top = self.top if gamma == 1.0 else self.top ** gamma
+        gain = self.n + np.concatenate(([0.0], np.cumsum(top)))
+        return int(np.argmax(gain / self.cost))
+
+    def allocate(self, gamma: float = 1.0) -> BatchDecision:
+        """The step's decision at the best budget under ``gamma`` (after :meth:`prepare`)."""
+        if len(self.top) == 0:
+            return BatchDecision(0, 0)
+        n, k = self.n, self.k_max
+        budget = self.best_budget(gamma)
+        verify = prefixes(self.order, budget, n, k)
         draft = verify.copy()
+        tier, longest = self.tier_of, self.longest
         if n and tier[budget] > longest[budget]:  # one request drafts up to the tier the step runs at
             draft[int(np.argmax(verify))] = tier[budget]
         return BatchDecision(verify, draft)

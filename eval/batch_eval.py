@@ -29,6 +29,10 @@ def compare(workload: Workload, profile: BatchCostProfile, specs: Sequence[str |
     """Throughput of every controller in every replication, and paired ratios against ``reference``."""
     pool = workload.split_indices(split)
     named = [(r.spec, r.controller) for r in resolve(specs, k_max, kinds=("batch",))]
+    signals = {}  # the draft view an estimator reads (a predictor's probabilities), as in the sweep
+    for name, ctrl in named:
+        fn = getattr(getattr(ctrl, "estimator", None), "workload_signal", None)
+        signals[name] = fn(workload) if fn is not None else None
     names = [n for n, _ in named]
     reference = reference or names[0]
     thr: dict[str, list[float]] = {n: [] for n in names}
@@ -38,7 +42,8 @@ def compare(workload: Workload, profile: BatchCostProfile, specs: Sequence[str |
         schedule = mixed_schedule(rng, profile, max_batch)
         outcome_seed = int(rng.integers(2**31))
         for name, ctrl in named:
-            sim = BatchReplay(workload, profile, schedule, requests=reqs, k_max=k_max, seed=outcome_seed)
+            sim = BatchReplay(workload, profile, schedule, requests=reqs, k_max=k_max, seed=outcome_seed,
+                              draft_signal=signals[name])
             sim.run(ctrl)
             thr[name].append(sim.throughput())
     arr = {s: np.asarray(v) for s, v in thr.items()}

@@ -38,6 +38,7 @@ _ENVS = {
     "specgym/SpecDecodeBatch-v0": ("specgym.envs.gym.batch_env:SpecDecodeBatchEnv", False),
     "specgym/SpecDecodeTree-v0": ("specgym.envs.gym.tree_env:SpecDecodeTreeEnv", False),
     "specgym/SpecDecodeDrafter-v0": ("specgym.envs.gym.drafter_env:SpecDecodeDrafterEnv", False),
+    "specgym/SpecDecodeAlloc-v0": ("specgym.envs.gym.alloc_env:SpecDecodeAllocEnv", False),
 }
 for _id, (_entry, _nondeterministic) in _ENVS.items():
     if _id not in registry:

@@ -26,11 +26,12 @@ val than the clone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from specgym.agents.alloc_policy import ALLOC_ESTIMATOR, TEACHER_ACTION
 from specgym.agents.modes import get_mode
 from specgym.agents.specs import build
 from specgym.agents.specs import make as make_controller
@@ -171,6 +172,26 @@ def demonstrations(spec: str, workload: Any, mode: str, k_min: int, k_max: int, 
             for r in workload.split_indices(split):
                 drive(rec, engine.start(int(r), seed=seed + 1000 * p + 1))
     return np.asarray(rec.obs, np.float32), np.asarray(rec.labels, np.int64)
+
+
+def alloc_demonstrations(spec: str, make_env: Callable[[], Any], episodes: int, seed: int = 0
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """(observations, labels) of the learned allocator's teacher, the budget rule (``gamma = 1``), over
+    ``episodes`` episodes of the run's own env (each at the concurrency it draws), so the clone sees the inputs
+    PPO will. ``spec`` must name the rule the policy calibrates."""
+    env = make_env()
+    want = f"budget:{ALLOC_ESTIMATOR}" if getattr(env, "predictor", None) is None else "budget:predictor:"
+    if not spec.startswith(want) or (want == "budget:predictor:" and spec == want):
+        raise SpecgymError(f"bc_init: an alloc run calibrates the budget rule with its own estimator ({want}"
+                           f"{'NAME' if want.endswith(':') else ''}, its only teacher); got {spec!r}")
+    obs: list[np.ndarray] = []
+    for e in range(episodes):
+        o, _ = env.reset(seed=seed + 7919 * (e + 1))
+        done = False
+        while not done:
+            obs.append(o)
+            o, _, done, _, _ = env.step(TEACHER_ACTION)
+    return np.asarray(obs, np.float32), np.full(len(obs), TEACHER_ACTION, np.int64)
 
 
 def clone_into(model: Any, venv: Any, obs: np.ndarray, labels: np.ndarray, epochs: int = 10,

@@ -24,7 +24,7 @@ from specgym.envs.core.rounds import K_MAX_LIMIT
 from specgym.errors import SpecgymError
 from specgym.paths import TRAINING_CONFIGS_DIR
 
-MODES = ("k", "token", "batch", "tree", "drafter")
+MODES = ("k", "token", "batch", "tree", "drafter", "alloc")
 SHAPINGS = ("draft_cost", "conf_potential")
 
 
@@ -163,7 +163,7 @@ class PPOConfig:
             raise bad("profile_jitter", "and domains exclude each other (the generalist randomises profiles itself)")
         for key, check in (("profile", lambda v: load_profile(v)),  # bad names fail here, before any work
                            ("predictor", lambda v: catalogue.resolve("predictor", v)),
-                           ("bc_init", lambda v: build_spec(v, self.k_max, ("chain", "drafter")))):
+                           ("bc_init", lambda v: build_spec(v, self.k_max, ("chain", "drafter", "batch")))):
             value = getattr(self, key)
             if value is not None:
                 try:
@@ -309,7 +309,7 @@ def resolve_config(mode: str, workload_name: str, config_file: str | Path | None
     """The hyperparameters of a run: ``default`` <- workload entry of the mode's YAML <- overrides.
 
     Args:
-        mode: ``k``, ``token``, ``batch`` or ``tree``.
+        mode: ``k``, ``token``, ``batch``, ``tree`` or ``alloc``.
         workload_name: Selects the YAML entry (RL-Zoo style); ``default`` applies to every workload.
         config_file: YAML to use instead of the shipped ``training/configs/MODE.yaml``.
         overrides: Command-line ``KEY=VALUE`` pairs (highest priority).

@@ -55,6 +55,8 @@ def make_env_fn(run: TrainingRun, split: str = "train") -> Callable[[], gym.Env]
     if row.kind == "batch":
         bcfg = {"workload": workload, "batch_profile": ppo.batch_profile, "split": split,
                 "requests": ppo.batch_requests, "max_batch": ppo.max_batch, "k_max": ppo.k_max}
+        if row.draft_view:
+            bcfg["predictor"] = run.predictor
         return lambda: gym.make(row.env_id, disable_env_checker=True, config=bcfg).unwrapped
     cfg = env_config(run, training_distribution(rc, workload) if split == "train" else workload, split)
     token_value = None if cfg.get("domains") is not None else float(rc.token_value_resolved)

@@ -43,9 +43,9 @@ from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text, check_output, make_owned_dir, remove_owned, sha256_file
 from specgym.paths import WORKLOADS_DIR
-from specgym.training.bc_init import clone_into, demonstrations
+from specgym.training.bc_init import alloc_demonstrations, clone_into, demonstrations
 from specgym.training.config import PPOConfig, RunConfig, resolve_config
-from specgym.training.env_factory import make_training_env, training_distribution
+from specgym.training.env_factory import make_env_fn, make_training_env, training_distribution
 from specgym.training.rewards import auto_token_value
 from specgym.training.run import RunState, TrainingRun, read_run_state
 from specgym.training.run_folder import RUN_FILES, RunFiles, has_model, load_model, save_checkpoint, write_json
@@ -141,9 +141,9 @@ def _new_run(req: TrainRequest, run: RunFiles) -> TrainingRun:
     training = TrainingRun(run, cfg, wl)
     pred = training.predictor  # loaded here, once: the run's envs, validations and summary share it
     if pred is not None:
-        if cfg.mode != "token":
-            raise SpecgymError(f"--hyperparams predictor={ppo.predictor}: only --mode token reads an acceptance "
-                               f"predictor (this run is --mode {cfg.mode})")
+        if cfg.mode not in ("token", "alloc"):
+            raise SpecgymError(f"--hyperparams predictor={ppo.predictor}: only --mode token and --mode alloc read "
+                               f"an acceptance predictor (this run is --mode {cfg.mode})")
         for w in getattr(wl, "workloads", None) or [wl]:  # the policy learns from its outputs: no fallback
             pred.for_source(SignalSource.of_workload(w), strict=True)
         cfg.predictor_sha256 = pred.to_dict()["sha256"]
@@ -271,8 +271,11 @@ def _train(req: TrainRequest, training: TrainingRun, console: Any) -> dict[str, 
         model = build_model(ppo, venv, seed, run.tb)
         if ppo.bc_init:
             t_bc = time.perf_counter()
-            obs, labels = demonstrations(ppo.bc_init, training_distribution(cfg, wl), cfg.mode, ppo.k_min, ppo.k_max,
-                                         passes=ppo.bc_passes, seed=seed, predictor=training.predictor)
+            if cfg.mode == "alloc":  # the teacher is the budget rule the policy calibrates
+                obs, labels = alloc_demonstrations(ppo.bc_init, make_env_fn(training), ppo.bc_passes, seed)
+            else:
+                obs, labels = demonstrations(ppo.bc_init, training_distribution(cfg, wl), cfg.mode, ppo.k_min,
+                                             ppo.k_max, passes=ppo.bc_passes, seed=seed, predictor=training.predictor)
             bc = clone_into(model, venv, obs, labels, epochs=ppo.bc_epochs, seed=seed)
             bc["seconds"] = round(time.perf_counter() - t_bc, 1)
             state.bc_init = {"spec": ppo.bc_init, **bc}

@@ -33,8 +33,9 @@ from specgym.eval.stats import geomean
 #: The baselines a validation compares with: (short name in the figures, the baseline's spec).
 COMPARED_BASELINES = (("marginal", "marginal"), ("speclane", "speclane"), ("confidence", "confidence:0.4"),
                       ("goodput", "goodput"), ("sequoia", "tree-sequoia"), ("lookup-rule", "lookup-rule:3"),
-                      ("drafter-marginal", "drafter-marginal"))
+                      ("drafter-marginal", "drafter-marginal"), ("budget", "the budget rule"))
 _LABEL = dict(COMPARED_BASELINES)
+_SHORT = {spec: name for name, spec in COMPARED_BASELINES}
 
 #: ``validate(artifact, max_requests) -> result``
 Validator = Callable[[PolicyArtifact, "int | None"], "ValidationResult"]
@@ -183,16 +184,20 @@ def validate_generalist(artifact: PolicyArtifact, cells: list[tuple[str, Workloa
 
 def validate_batch(artifact: PolicyArtifact, workload: Any, profile_name: str, max_batch: int,
                    replications: int = 4) -> ValidationResult:
-    """A batch policy against the goodput rule and the best static K on mixed-concurrency replications (val split)."""
+    """A batch policy against its mode's compared rule (batch: the goodput rule; alloc: the budget rule it
+    calibrates) and the best static K on mixed-concurrency replications (val split)."""
     policy = artifact.row.controller(artifact, "ppo (training)", artifact.k_max)
-    specs: list[Any] = ["goodput", policy, *(f"static:{k}" for k in (0, 1, 2, 4))]
+    teacher = getattr(policy, "teacher", None)  # an alloc policy: the rule it calibrates, with its estimator
+    ref: Any = teacher() if teacher is not None else artifact.row.compared[0]
+    short = "budget" if teacher is not None else _SHORT[ref]
+    specs: list[Any] = [ref, policy, *(f"static:{k}" for k in (0, 1, 2, 4))]
     res = compare(workload, load_batch_profile(profile_name), specs, replications=replications, requests=96,
                   max_batch=max_batch, split="val", k_max=artifact.k_max, seed=12345)
     rows = {r["controller"]: r for r in res["rows"]}
     best_static = max((r for n, r in rows.items() if n.startswith("static:")), key=lambda r: r["tok_s_mean"])
     p = rows[policy.name]
     return ValidationResult(speedup_vs_best_fixed=p["tok_s_mean"] / best_static["tok_s_mean"], split="val",
-                            requests=96 * replications, vs={"goodput": p["vs_reference"]},
+                            requests=96 * replications, vs={short: p["vs_reference"]},
                             throughput_tok_s=p["tok_s_mean"], replications=replications)
 
 

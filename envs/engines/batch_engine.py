@@ -177,6 +177,18 @@ class BatchReplay:
         self._tier, self._since_switch = -1, 1 << 30  # no switch yet: no cooldown
         self._admit()
 
+    def __getstate__(self) -> dict:
+        """Picklable (a training snapshot stores its envs): the linear profile's step pricer, a closure, is rebuilt
+        on load."""
+        state = self.__dict__.copy()
+        state.pop("_price", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self.profile.linear is not None:
+            self._price = self.profile.linear.batch_step_pricer(self._priced_as)
+
     # ------------------------------------------------------------------------------------------ admission
     def concurrency(self) -> int:
         """The closed loop's target concurrency now (the batch limit in open loop)."""

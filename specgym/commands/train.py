@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from specgym.agents.modes import MODES
 from specgym.commands.args import k_max_type, nonneg_int, positive_int
 from specgym.deps import require
 from specgym.errors import SpecgymError
@@ -20,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``train`` and ``export``."""
     p = sub.add_parser("train", help="train a PPO policy (stable-baselines3) on a workload's train split")
     p.add_argument("--workload", default=None, help="workload name or .parquet path (default: the default workload)")
-    p.add_argument("--mode", choices=("k", "token", "batch", "tree", "drafter"), default=None,
+    p.add_argument("--mode", choices=("k", "token", "batch", "tree", "drafter", "alloc"), default=None,
                    help="k: choose K per round; token: continue/stop after each draft token; batch: the K of each "
                         "serving step of a batch (specgym/SpecDecodeBatch-v0); tree: the draft tree of each round "
                         "(specgym/SpecDecodeTree-v0, greedy traces with ranks; priced with gpu-like-published unless "
@@ -121,6 +122,7 @@ def _check_resume_options(args: argparse.Namespace, out: Path) -> None:
 def _export(args: argparse.Namespace) -> int:
     require("train", "training")
     out = export_run(args.run, args.out, which=args.which, overwrite=args.force)
-    spec = "tree-ppo" if json.loads((Path(out) / "policy.json").read_text()).get("mode") == "tree" else "ppo"
+    mode = MODES.get(json.loads((Path(out) / "policy.json").read_text()).get("mode"))
+    spec = mode.spec_prefix if mode else "ppo"
     print(f"exported policy: {out}/policy.json + policy.npz (use it as {spec}:{out})")
     return 0

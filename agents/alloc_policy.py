@@ -29,9 +29,16 @@ import numpy as np
 from specgym.agents.policy_controller import PolicyNetwork
 from specgym.baselines.acceptance_estimators import DraftView, make_estimator
 from specgym.baselines.budget_allocator import BudgetAllocator
-from specgym.envs.core.batch import (BATCH_FEATURE_DOCS, BATCH_FEATURE_NAMES, BatchController, BatchDecision,
-                                     BatchFeatureTracker, BatchState, BatchStep)
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor
+from specgym.envs.core.batch import (
+    BATCH_FEATURE_DOCS,
+    BATCH_FEATURE_NAMES,
+    BatchController,
+    BatchDecision,
+    BatchFeatureTracker,
+    BatchState,
+    BatchStep,
+)
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.switching import SwitchCosts
 from specgym.errors import SpecgymError

@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specgym.envs.core.controller import Controller
-from specgym.envs.core.token_protocol import TokenProtocol
-from specgym.envs.core.acceptance_predictor import AcceptancePredictor
 from specgym.baselines.marginal import MarginalStop
 from specgym.baselines.planned_stop import PlannedStop
+from specgym.envs.core.acceptance_predictor import AcceptancePredictor
+from specgym.envs.core.controller import Controller
 from specgym.envs.core.features import FEATURE_VERSION, FeatureTracker, feature_bounds
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
+from specgym.envs.core.token_protocol import TokenProtocol
 from specgym.errors import SpecgymError
 
 if TYPE_CHECKING:  # the artifact's module imports the mode table, which imports this one

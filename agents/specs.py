@@ -31,39 +31,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import specgym.catalogue as catalogue
 from specgym.agents.artifact import load_policy, policy_mode
 from specgym.agents.modes import MODES
-from specgym.baselines.planned_stop import make_planned
-from specgym.baselines.predicted_marginal import make_predicted
 from specgym.agents.traits import Traits
-from specgym.baselines.assc import ASSC
 from specgym.baselines.acceptance_estimators import make_estimator
+from specgym.baselines.assc import ASSC
 from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule, PerSequence, StaticK
 from specgym.baselines.budget_allocator import BudgetAllocator
-from specgym.baselines.sglang_adaptive import SGLangAdaptiveSpec
-from specgym.baselines.trtllm_offswitch import TRTLLMOffSwitch
-from specgym.baselines.vllm_adaptive import VLLMAdaptiveVerification
 from specgym.baselines.confidence import ConfidenceStop
 from specgym.baselines.cumulative import CumulativeStop
 from specgym.baselines.drafter_fixed import FixedDrafter
 from specgym.baselines.drafter_marginal import DrafterMarginal
-from specgym.baselines.lookup_rule import LookupRule
 from specgym.baselines.entropy import EntropyStop
 from specgym.baselines.fixed import FixedK
 from specgym.baselines.hf_heuristic import HFHeuristic
+from specgym.baselines.lookup_rule import LookupRule
 from specgym.baselines.marginal import MarginalStop
+from specgym.baselines.planned_stop import make_planned
+from specgym.baselines.predicted_marginal import make_predicted
+from specgym.baselines.sglang_adaptive import SGLangAdaptiveSpec
 from specgym.baselines.speclane import SpecLane
 from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_eagle import EagleTree
 from specgym.baselines.tree_predicted import PredictedTree
 from specgym.baselines.tree_static import SequoiaTree, StaticTree
+from specgym.baselines.trtllm_offswitch import TRTLLMOffSwitch
 from specgym.baselines.ucb import UCBBandit
-import specgym.catalogue as catalogue
+from specgym.baselines.vllm_adaptive import VLLMAdaptiveVerification
 from specgym.envs.core.acceptance_predictor import load_predictor
 from specgym.envs.core.batch import BatchController
 from specgym.envs.core.controller import Controller
-from specgym.envs.core.drafter_choice import DrafterController, parse_drafter_k
 from specgym.envs.core.cost import TREE_NODE_LIMIT
+from specgym.envs.core.drafter_choice import DrafterController, parse_drafter_k
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.run_predictor import load_run_predictor
 from specgym.envs.core.tree import TreeController, TreeShape

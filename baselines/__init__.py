@@ -4,7 +4,6 @@ The spec table (strings -> controllers, learned ones included) is :mod:`specgym.
 """
 
 from specgym.baselines.assc import ASSC
-from specgym.envs.core.controller import Controller
 from specgym.baselines.confidence import ConfidenceStop
 from specgym.baselines.cumulative import CumulativeStop
 from specgym.baselines.entropy import EntropyStop
@@ -15,6 +14,7 @@ from specgym.baselines.marginal import MarginalStop
 from specgym.baselines.oracle import oracle_plan, oracle_times, run_lengths
 from specgym.baselines.speclane import SpecLane
 from specgym.baselines.ucb import UCBBandit
+from specgym.envs.core.controller import Controller
 
 __all__ = [
     "ASSC",

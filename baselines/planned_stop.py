@@ -14,8 +14,8 @@ without signals), so on a trace without v2 signals it decides exactly as ``margi
 
 from __future__ import annotations
 
-from specgym.baselines.predicted_marginal import PredictedMarginal
 import specgym.catalogue as catalogue
+from specgym.baselines.predicted_marginal import PredictedMarginal
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor
 from specgym.envs.core.rounds import DraftStep, RequestContext
 from specgym.envs.core.stopping_plan import StoppingPlan

@@ -19,10 +19,10 @@ Predictors: a shipped name (``data/predictors/NAME.json``, e.g. the pair's) or a
 
 from __future__ import annotations
 
+import specgym.catalogue as catalogue
 from specgym.baselines.marginal import MarginalStop
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor, SignalSource, load_predictor
 from specgym.envs.core.rounds import DraftStep
-import specgym.catalogue as catalogue
 from specgym.errors import SpecgymError
 
 

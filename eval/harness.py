@@ -28,9 +28,9 @@ from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.engines.tree_engine import TreeEngine
 from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.errors import SpecgymError
+from specgym.eval.drafter_runner import run_drafter_controller, run_drafter_oracle
 from specgym.eval.metrics import category_metrics, figures, headroom_split, oracle_figures
 from specgym.eval.references import INFORMED, References, references
-from specgym.eval.drafter_runner import run_drafter_controller, run_drafter_oracle
 from specgym.eval.runner import RunResult, grouped_notes, run_controller
 from specgym.eval.stats import PairedBootstrap
 from specgym.eval.tree_runner import run_tree_controller, run_tree_oracle

@@ -7,8 +7,8 @@ integration run too. Requests are served one at a time, in order, so controllers
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np

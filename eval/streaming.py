@@ -29,6 +29,7 @@ from specgym.eval.metrics import figures, oracle_figures
 from specgym.eval.references import INFORMED, References, references
 from specgym.eval.runner import RunResult, concat_runs, grouped_notes, run_controller
 
+
 def evaluate_streaming(workload: str | Path, controllers: str = "all", split: str = "all", seed: int = 0,
                        k_max: int = DEFAULT_K_MAX, profile: str | CostProfile | None = None,
                        on_shard: Callable[[int, int], None] | None = None) -> dict[str, Any]:

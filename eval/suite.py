@@ -33,6 +33,7 @@ from specgym.eval.metrics import figures
 from specgym.eval.references import references
 from specgym.eval.stats import PairedBootstrap, geomean
 
+
 def baseline_specs(k_max: int = DEFAULT_K_MAX) -> list[str]:
     """Every baseline of the suite: the chain ``all`` of a workload-independent cell (the literature's rules,
     ``marginal``, fixed K), plus ``speclane:ratio`` and plain decoding (``fixed:0``)."""

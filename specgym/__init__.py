@@ -6,10 +6,10 @@ import as ``specgym/SpecDecode-v1``, ``specgym/SpecDecodeToken-v1``, ``specgym/S
 and, over real models, ``specgym/SpecDecodeLive-v1``.
 """
 
-from specgym.version import __version__
-
 import os as _os
 from typing import Any
+
+from specgym.version import __version__
 
 # In a source checkout the subpackages live in the top-level folders (envs/, eval/, data/...) that pyproject's
 # package-dir maps onto specgym.*; when the checkout itself is on sys.path (python started in its root), this
@@ -20,11 +20,19 @@ if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(_o
 
 from gymnasium.envs.registration import register, registry  # noqa: E402
 
-from specgym.agents.specs import make as _make_spec  # noqa: E402
 import specgym.catalogue as _catalogue  # noqa: E402
+from specgym.agents.specs import make as _make_spec  # noqa: E402
 from specgym.deps import require as _require  # noqa: E402
 from specgym.envs.core import (  # noqa: E402
-    DEFAULT_K_MAX, Controller, CostProfile, DraftStep, Request, RequestContext, RoundOutcome, drive, load_profile,
+    DEFAULT_K_MAX,
+    Controller,
+    CostProfile,
+    DraftStep,
+    Request,
+    RequestContext,
+    RoundOutcome,
+    drive,
+    load_profile,
 )
 from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay  # noqa: E402
 from specgym.envs.workloads.trace_format import Workload, load_workload, save_workload  # noqa: E402

@@ -14,8 +14,8 @@ import sys
 from collections.abc import Sequence
 
 from specgym.commands.args import Parser
-from specgym.version import __version__
 from specgym.errors import SpecgymError
+from specgym.version import __version__
 
 #: Modules that contribute subcommands, in help order. A module missing its optional dependencies still
 #: registers its parsers; the handler reports what to install.

@@ -104,8 +104,8 @@ def test_batch_env_and_batch_policy(mix_workload):
     from gymnasium.utils.env_checker import check_env
 
     import specgym  # noqa: F401
-    from specgym.agents.batch_policy import BatchPolicyController
     from specgym.agents.artifact import random_artifact
+    from specgym.agents.batch_policy import BatchPolicyController
 
     env = gym.make("specgym/SpecDecodeBatch-v0", workload=mix_workload, batch_profile=A100, requests=24,
                    max_batch=32)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from specgym.envs.core.cost import CostProfile, load_profile, save_profile
 import specgym.catalogue as catalogue
+from specgym.envs.core.cost import CostProfile, load_profile, save_profile
 from specgym.errors import SpecgymError
 
 

@@ -8,11 +8,12 @@ import json
 
 import numpy as np
 import pytest
+from test_runs import per_start_workload
 
+import specgym.catalogue as catalogue
 from specgym.baselines.fixed import FixedK
 from specgym.baselines.informed_oracle import informed_plan, informed_value_one
 from specgym.baselines.oracle import oracle_time_one, oracle_times
-import specgym.catalogue as catalogue
 from specgym.envs.core.batch_cost import load_batch_profile
 from specgym.envs.core.cost import CostProfile, ForwardCost, load_profile
 from specgym.envs.core.economics import RoundCosts
@@ -21,7 +22,6 @@ from specgym.envs.engines.batch_engine import BatchReplay
 from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
 from specgym.errors import SpecgymError
 from specgym.eval.harness import EvalConfig, evaluate
-from test_runs import per_start_workload
 
 H100 = load_profile("h100-llama31-8b")
 # the published constants (seconds), as the shared README states them

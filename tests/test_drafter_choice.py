@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from specdecode_files import request, shared_files, synthetic_file, write_file
+
 from specgym.agents.specs import build, expand, resolve
 from specgym.agents.traits import Traits
 from specgym.baselines.drafter_fixed import FixedDrafter

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import pickle
 import subprocess
@@ -101,8 +100,8 @@ def test_controller_replays_exactly_like_the_env(exported):
     import gymnasium as gym
 
     import specgym  # noqa: F401
-    from specgym.envs.workloads.trace_format import cached_workload
     from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.envs.workloads.trace_format import cached_workload
     from specgym.eval.runner import run_controller
 
     run, art_dir = exported
@@ -229,8 +228,8 @@ def test_the_checksum_covers_every_field_of_the_function(exported, tmp_path, edi
 
 
 def test_shipped_policies_carry_the_function_checksum():
-    from specgym.agents.artifact import list_policies
     import specgym.catalogue as catalogue
+    from specgym.agents.artifact import list_policies
 
     for name in list_policies():
         load_policy(catalogue.resolve("policy", name))

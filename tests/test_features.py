@@ -5,10 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specgym.envs.core.features import (
-    PREDICTOR_FEATURES, ROUND_FEATURES, TOKEN_FEATURES, FeatureTracker, feature_bounds, feature_names,
-)
 from specgym.envs.core.cost import CostProfile
+from specgym.envs.core.features import (
+    PREDICTOR_FEATURES,
+    ROUND_FEATURES,
+    TOKEN_FEATURES,
+    FeatureTracker,
+    feature_bounds,
+    feature_names,
+)
 from specgym.envs.core.rounds import RequestContext, RoundOutcome
 
 

@@ -116,8 +116,8 @@ def test_one_geometric_mean():
 
 
 def test_the_suite_builds_each_controller_once_per_cell(monkeypatch):
-    from specgym.eval import suite as suite_mod
     from specgym.envs.workloads.domains import suite_cells
+    from specgym.eval import suite as suite_mod
 
     calls = []
     real = suite_mod.resolve_controllers

@@ -60,9 +60,9 @@ def test_shipped_pairs_and_prompts_by_name_from_any_folder(tmp_path, monkeypatch
     import pytest
 
     import specgym
+    import specgym.catalogue as catalogue
     from specgym.errors import SpecgymError
     from specgym.paths import WORKLOADS_DIR
-    import specgym.catalogue as catalogue
 
     monkeypatch.chdir(tmp_path)  # not the checkout root
     shipped = WORKLOADS_DIR / "midpair-prompts.jsonl"

@@ -11,7 +11,11 @@ import pytest
 
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.workloads.domains import (
-    Cell, DomainDistribution, ProfileRanges, suite_cells, synthetic_pool,
+    Cell,
+    DomainDistribution,
+    ProfileRanges,
+    suite_cells,
+    synthetic_pool,
 )
 from specgym.envs.workloads.synthetic import generate_workload
 from specgym.errors import SpecgymError
@@ -176,9 +180,9 @@ def test_generalist_training_run(tmp_path):
 def test_policy_card_ships_the_best_seed_on_validation(tmp_path):
     """Two seeds -> the one better on validation is shipped (the suite never picks it); the card reports both seeds
     and the suite's mean and spread; an existing policy folder is refused without --force."""
+    from specgym.commands.policy_card import main as card_main
     from specgym.eval.suite import run_suite
     from specgym.training.export import export_run
-    from specgym.commands.policy_card import main as card_main
     from specgym.training.ppo import TrainRequest, train
 
     runs = []

@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from specgym.agents.hf_generate import generate_with_controller  # noqa: E402
 from specgym import make_controller  # noqa: E402
+from specgym.agents.hf_generate import generate_with_controller  # noqa: E402
 from specgym.envs.core.cost import CostProfile  # noqa: E402
 from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
 from specgym.training.lm_pair.toy import toy_models, toy_tokenizer  # noqa: E402

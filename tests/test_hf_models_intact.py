@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import hf_pairs  # noqa: E402
+
 from specgym.envs.engines import fast_linear  # noqa: E402
 from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
 from specgym.envs.engines.model_loading import load_pair  # noqa: E402

@@ -6,16 +6,16 @@ matrix (record, replay, live greedy equality, live tree equality, ``generate()``
 from __future__ import annotations
 
 import json
-
-import numpy as np
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import hf_pairs  # noqa: E402
+
 from specgym.cli import main  # noqa: E402
 from specgym.envs.engines import model_loading  # noqa: E402
 from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
@@ -170,12 +170,11 @@ def test_live_bench_decodes_with_the_pair_the_trace_was_recorded_from(tmp_path_f
 def test_a_predictor_refuses_another_architecture_behind_a_shipped_looking_name(tmp_path, capsys, one_line_error):
     """A Llama pair in folders named like the shipped midpair's (``.../models/midpair/{draft,target}``): the names
     match, the configs do not; the midpair predictor refuses its trace and its live engine (was: fed unchecked)."""
-    from specgym.envs.core.acceptance_predictor import SignalSource, model_signature
+    from specgym.catalogue import resolve
+    from specgym.envs.core.acceptance_predictor import SignalSource, load_predictor, model_signature
     from specgym.envs.core.cost import CostProfile
     from specgym.envs.engines.recorder import RecordingSpec, record_workload
     from specgym.envs.workloads.prompts import PromptSpec
-    from specgym.catalogue import resolve
-    from specgym.envs.core.acceptance_predictor import load_predictor
 
     d, t = hf_pairs.build_pair("llama", tmp_path / "models" / "midpair")
     pair = load_pair(str(d), str(t))

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import hf_pairs  # noqa: E402
+
 from specgym.envs.engines.lean_forward import LeanLlama, lean_runner  # noqa: E402
 
 torch.set_num_threads(1)

@@ -12,15 +12,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from specgym.envs.core.controller import Controller  # noqa: E402
 from specgym import make_controller  # noqa: E402
+from specgym.envs.core.controller import Controller  # noqa: E402
 from specgym.envs.core.cost import CostProfile  # noqa: E402
+from specgym.envs.core.rounds import DraftStep  # noqa: E402
 from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
 from specgym.envs.engines.model_loading import check_same_tokenizer, encode_prompt, load_pair  # noqa: E402
-from specgym.envs.core.rounds import DraftStep  # noqa: E402
-from specgym.training.lm_pair.toy import save_toy_pair, toy_models, toy_tokenizer  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
 from specgym.paths import MODELS_DIR  # noqa: E402
+from specgym.training.lm_pair.toy import save_toy_pair, toy_models, toy_tokenizer  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -158,8 +158,8 @@ def test_replay_equals_live(toy, tmp_path):
     """The simulator is exact: replaying the recorded greedy trace with the live run's K choices gives identical
     accepted counts round by round (several controllers, random K, token-level stops)."""
     from specgym.envs.engines.recorder import RecordingSpec, record_workload
-    from specgym.envs.workloads.prompts import PromptSpec
     from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.envs.workloads.prompts import PromptSpec
 
     draft_path, target_path = save_toy_pair(tmp_path / "pair", seed=0)
     pair = load_pair(str(draft_path), str(target_path))
@@ -250,8 +250,8 @@ def test_bf16_target_is_exact_in_the_dtype_that_verifies(tmp_path):
     """A float32 draft with a bfloat16 target (per-model dtypes): greedy outputs equal the bf16 target's own greedy
     decoding token for token, and replay of a bf16-recorded trace equals the bf16 live run round by round."""
     from specgym.envs.engines.recorder import RecordingSpec, record_workload
-    from specgym.envs.workloads.prompts import PromptSpec
     from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.envs.workloads.prompts import PromptSpec
 
     d, t = save_toy_pair(tmp_path / "pair", seed=1)
     pair = load_pair(str(d), str(t), draft_dtype="float32", target_dtype="bfloat16")

@@ -12,10 +12,11 @@ import json
 
 import numpy as np
 import pytest
+from synthetic_v2 import PROFILE, v2_workload
 
-from specgym.baselines.predicted_marginal import PredictedMarginal
-from specgym.baselines.marginal import MarginalStop
 from specgym import make_controller
+from specgym.baselines.marginal import MarginalStop
+from specgym.baselines.predicted_marginal import PredictedMarginal
 from specgym.envs.core.acceptance_predictor import (
     AcceptancePredictor,
     check_groups,
@@ -29,8 +30,6 @@ from specgym.envs.core.signals import TOPK
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.errors import SpecgymError
 from specgym.eval.runner import run_controller
-from synthetic_v2 import PROFILE, v2_workload
-
 from specgym.training.predictor import (
     fit_predictor,
     predictor_metrics,

@@ -10,16 +10,16 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from specgym.commands.args import parse_length  # noqa: E402
 from specgym.envs.core.cost import CostProfile, load_profile  # noqa: E402
 from specgym.envs.engines.model_loading import encode_prompt, load_pair  # noqa: E402
 from specgym.envs.engines.profiler import measure_profile  # noqa: E402
-from specgym.commands.args import parse_length  # noqa: E402
 from specgym.envs.engines.recorder import RecordingSpec, record_workload  # noqa: E402
 from specgym.envs.workloads.loops import is_looped  # noqa: E402
 from specgym.envs.workloads.prompts import PromptSpec, read_prompts  # noqa: E402
-from specgym.training.lm_pair.toy import save_toy_pair, toy_models  # noqa: E402
 from specgym.envs.workloads.trace_format import load_workload  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
+from specgym.training.lm_pair.toy import save_toy_pair, toy_models  # noqa: E402
 
 torch.set_num_threads(1)
 PROFILE = CostProfile(name="toy", draft_ms=0.5, verify_ms=tuple(5.0 + 0.1 * n for n in range(17)), source="synthetic")

@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specgym.envs.core.cost import CostProfile
-from specgym.envs.core.rounds import DraftStep
-from specgym.envs.workloads.synthetic import generate_workload, spec_with
 from specgym.envs.core.replay import run_lengths
+from specgym.envs.core.rounds import DraftStep
 from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
+from specgym.envs.workloads.synthetic import generate_workload, spec_with
 from specgym.errors import SpecgymError
 
 PROFILE = CostProfile("flat", draft_ms=1.0, verify_ms=(10.0,) * 17, source="synthetic")

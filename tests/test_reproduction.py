@@ -9,8 +9,8 @@ import json
 
 import numpy as np
 import pytest
-
 from specdecode_files import shared_files, synthetic_file, write_file
+
 from specgym.cli import main
 from specgym.envs.core.cost import load_profile
 from specgym.envs.engines.trace_engine import TraceEngine

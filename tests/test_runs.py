@@ -5,8 +5,8 @@ Every trace here is SYNTHETIC."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import pyarrow.parquet as pq
+import pytest
 
 from specgym.baselines.fixed import FixedK
 from specgym.baselines.oracle import oracle_time_one, oracle_times
@@ -20,7 +20,12 @@ from specgym.envs.core.rounds import DraftStep, RoundOutcome
 from specgym.envs.engines.batch_engine import BatchReplay
 from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
 from specgym.envs.workloads.trace_format import (
-    META_KEY, drafter_entry, load_workload, save_workload, workload_from_requests, workload_to_table,
+    META_KEY,
+    drafter_entry,
+    load_workload,
+    save_workload,
+    workload_from_requests,
+    workload_to_table,
 )
 from specgym.errors import SpecgymError
 from specgym.eval.harness import EvalConfig, evaluate

@@ -7,8 +7,13 @@ import numpy as np
 import pytest
 
 from specgym.agents.specs import make
-from specgym.baselines.acceptance_estimators import (AcceptanceEstimator, EmaPerPosition, EmaPerRequest,
-                                                     OnlineLogistic, step_labels)
+from specgym.baselines.acceptance_estimators import (
+    AcceptanceEstimator,
+    EmaPerPosition,
+    EmaPerRequest,
+    OnlineLogistic,
+    step_labels,
+)
 from specgym.baselines.budget_allocator import BudgetAllocator
 from specgym.baselines.sglang_adaptive import SGLangAdaptiveSpec
 from specgym.baselines.trtllm_offswitch import TRTLLMOffSwitch

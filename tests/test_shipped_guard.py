@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from specgym.agents.artifact import list_policies, load_policy
 import specgym.catalogue as catalogue
+from specgym.agents.artifact import list_policies, load_policy
 from specgym.envs.core.cost import load_profile
 from specgym.eval.bench.guard import steep_verify
 from specgym.eval.harness import open_replay, run_controllers

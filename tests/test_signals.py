@@ -19,7 +19,12 @@ from specgym.envs.core.rounds import DraftStep, RoundOutcome
 from specgym.envs.core.signals import TOPK, projection_to_meta, sketch_projection
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.workloads.trace_format import (
-    FORMAT_VERSION, META_KEY, load_workload, save_workload, workload_from_requests, workload_to_table,
+    FORMAT_VERSION,
+    META_KEY,
+    load_workload,
+    save_workload,
+    workload_from_requests,
+    workload_to_table,
 )
 from specgym.errors import SpecgymError
 

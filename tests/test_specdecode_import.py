@@ -9,8 +9,8 @@ import json
 
 import numpy as np
 import pytest
-
 from specdecode_files import request, shared_files, synthetic_file, write_file
+
 from specgym.cli import main
 from specgym.envs.core.lookup import lookup_brute
 from specgym.envs.engines.trace_engine import TraceEngine

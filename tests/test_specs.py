@@ -10,9 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from synthetic_v2 import v2_workload
 
-from specgym import make_controller
 import specgym.agents.specs as specs
+import specgym.envs.core.acceptance_predictor as acceptance_predictor
+from specgym import make_controller
 from specgym.agents.specs import Traits, all_specs, build, expand, resolve, usage_line
 from specgym.agents.traits import signal_groups
 from specgym.baselines.fixed import FixedK
@@ -20,10 +22,8 @@ from specgym.baselines.marginal import MarginalStop
 from specgym.baselines.tree_static import StaticTree
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.tree import TreeShape
-import specgym.envs.core.acceptance_predictor as acceptance_predictor
 from specgym.errors import SpecgymError
 from specgym.eval.harness import EvalConfig, evaluate
-from synthetic_v2 import v2_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINES = ["marginal", "assc", "speclane", "hf-heuristic", "confidence:0.4", "confidence:adaptive",

@@ -13,10 +13,11 @@ import math
 
 import numpy as np
 import pytest
+from synthetic_v2 import PROFILE, v2_workload
 
-from specgym.baselines.planned_stop import PlannedStop
-from specgym.baselines.marginal import MarginalStop
 from specgym import make_controller
+from specgym.baselines.marginal import MarginalStop
+from specgym.baselines.planned_stop import PlannedStop
 from specgym.envs.core.acceptance_predictor import load_predictor, save_predictor
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.economics import RoundCosts
@@ -25,7 +26,6 @@ from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.errors import SpecgymError
 from specgym.eval.runner import run_controller
 from specgym.training.predictor import fit_continuations, select_predictor
-from synthetic_v2 import PROFILE, v2_workload
 
 COSTS = RoundCosts(CostProfile("steep-test", 0.5, tuple(10.0 + 1.5 * n for n in range(17)), 0.3,
                                source="synthetic"), 4)

@@ -10,7 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from specgym.envs.workloads.trace_format import (
-    META_KEY, load_workload, save_workload, workload_from_requests, workload_to_table,
+    META_KEY,
+    load_workload,
+    save_workload,
+    workload_from_requests,
+    workload_to_table,
 )
 from specgym.errors import SpecgymError
 

@@ -281,9 +281,9 @@ def test_bc_init_clones_the_baseline_rule(tmp_path):
     """bc_init: demonstrations match the rule at every decision, the clone reproduces it, the clone is validated."""
     import numpy as np
 
+    import specgym.catalogue as catalogue
     from specgym.envs.core.features import feature_names
     from specgym.envs.workloads.trace_format import cached_workload
-    import specgym.catalogue as catalogue
     from specgym.training.bc_init import demonstrations
 
     wl = cached_workload(catalogue.resolve("workload", "assc-regimes"))

@@ -11,9 +11,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from specgym import make_controller
-from specgym.agents.specs import Traits, all_specs
+from specgym.agents.specs import Traits, all_specs, make
 from specgym.baselines.tree_eagle import eagle_tree
-from specgym.agents.specs import make
 from specgym.baselines.tree_oracle import tree_oracle_request
 from specgym.baselines.tree_static import expected_accepted, sequoia_tree, sequoia_values
 from specgym.envs.core.cost import CostProfile

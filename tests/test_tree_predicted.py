@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specgym.baselines.tree_predicted import SpineRound, spine_tree
 from specgym.agents.specs import make
+from specgym.baselines.tree_predicted import SpineRound, spine_tree
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.errors import SpecgymError
 

@@ -25,7 +25,11 @@ from specgym.envs.workloads.dataset import merge_workloads  # noqa: E402
 from specgym.envs.workloads.loops import loop_share  # noqa: E402
 from specgym.envs.workloads.prompts import PromptSpec  # noqa: E402
 from specgym.envs.workloads.trace_format import (  # noqa: E402
-    assign_splits, load_workload, open_dataset, save_workload, split_counts,
+    assign_splits,
+    load_workload,
+    open_dataset,
+    save_workload,
+    split_counts,
 )
 from specgym.errors import SpecgymError  # noqa: E402
 from specgym.training.lm_pair.toy import save_toy_pair  # noqa: E402

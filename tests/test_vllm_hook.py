@@ -18,7 +18,14 @@ from specgym.envs.engines.batch_engine import BatchReplay
 from specgym.envs.engines.vllm_engine import external_ids
 from specgym.envs.engines.vllm_hook import SchedulerHook, _Lookup
 from specgym.envs.engines.vllm_profile import (
-    CellTimes, PrefillCost, build_profile, fit_prefill, plain_profile, prefill_excess, steady_steps, step_costs,
+    CellTimes,
+    PrefillCost,
+    build_profile,
+    fit_prefill,
+    plain_profile,
+    prefill_excess,
+    steady_steps,
+    step_costs,
 )
 from specgym.errors import SpecgymError
 from specgym.eval.bench.vllm import truncated

@@ -35,13 +35,13 @@ from specgym.agents.alloc_policy import ALLOC_ESTIMATOR, TEACHER_ACTION
 from specgym.agents.modes import get_mode
 from specgym.agents.specs import build
 from specgym.agents.specs import make as make_controller
+from specgym.envs.core.controller import Controller
 from specgym.envs.core.drafter_choice import DrafterController, DrafterDecision, drive_drafters
 from specgym.envs.core.drafter_features import DrafterFeatureTracker, action_of
-from specgym.envs.core.controller import Controller
-from specgym.envs.core.token_protocol import TokenProtocol
 from specgym.envs.core.features import FeatureTracker
 from specgym.envs.core.request import drive
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome, RoundStart
+from specgym.envs.core.token_protocol import TokenProtocol
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.workloads.domains import DomainDistribution
 from specgym.errors import SpecgymError

@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from specgym.agents.specs import build as build_spec
 import specgym.catalogue as catalogue
+from specgym.agents.specs import build as build_spec
 from specgym.envs.core.cost import load_profile
 from specgym.envs.core.rounds import K_MAX_LIMIT
 from specgym.errors import SpecgymError

@@ -239,8 +239,13 @@ def _train(req: TrainRequest, training: TrainingRun, console: Any) -> dict[str, 
     """The body of :func:`train` once the run folder exists."""
     from stable_baselines3.common.callbacks import CallbackList
 
-    from specgym.training.callbacks import (CheckpointCallback, CriticWarmupCallback, ProgressCallback,
-                                            SpecDecMetricsCallback, ValidationCallback)
+    from specgym.training.callbacks import (
+        CheckpointCallback,
+        CriticWarmupCallback,
+        ProgressCallback,
+        SpecDecMetricsCallback,
+        ValidationCallback,
+    )
 
     run, cfg, wl, state = training.files, training.config, training.workload, training.state
     ppo = cfg.ppo

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from specgym.baselines.marginal import MarginalStop
 from specgym.baselines.planned_stop import PlannedStop
 from specgym.baselines.predicted_marginal import PredictedMarginal
-from specgym.baselines.marginal import MarginalStop
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor, SignalSource
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.workloads.trace_format import Workload

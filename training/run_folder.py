@@ -25,7 +25,6 @@ from typing import Any
 from specgym.errors import SpecgymError
 from specgym.io import atomic_path, atomic_write_text
 
-
 #: What ``specgym train`` writes into a run folder (the marker's list; an exported ``policy/`` has its own marker).
 RUN_FILES = ("config.yaml", "model.zip", "vecnormalize.pkl", "best_model.zip", "best_vecnormalize.pkl", "resume.pkl",
              "state.json", "summary.json", "summary.md", "tb/*")

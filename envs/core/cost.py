@@ -68,9 +68,9 @@ from typing import Any
 
 import numpy as np
 
+import specgym.catalogue as catalogue
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text, read_text
-import specgym.catalogue as catalogue
 
 PROFILE_SOURCES = ("measured", "published", "synthetic")
 #: Largest tree (draft nodes, the root excluded) a profile prices: ``verify_nodes(n)`` for ``n <= 65``.

@@ -21,8 +21,8 @@ per round costs one small object.
 from __future__ import annotations
 
 import base64
-import hashlib
 import binascii
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np

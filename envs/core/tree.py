@@ -23,10 +23,9 @@ width-1 tree ``(1,) * K``: same acceptance, same time.
 
 from __future__ import annotations
 
-from typing import Any
-
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 

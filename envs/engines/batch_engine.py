@@ -37,19 +37,18 @@ when a request enters or leaves).
 from __future__ import annotations
 
 from collections.abc import Sequence
-import numpy as np
-
 from dataclasses import replace
+
+import numpy as np
 
 from specgym.envs.core.batch import BatchController, BatchDecision, BatchState, BatchStep
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.cost import ForwardCost
-from specgym.envs.core.switching import SwitchCosts
 from specgym.envs.core.replay import per_position_runs
 from specgym.envs.core.rounds import DEFAULT_K_MAX, check_k_max
+from specgym.envs.core.switching import SwitchCosts
 from specgym.envs.workloads.trace_format import Workload
 from specgym.errors import SpecgymError
-
 
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 

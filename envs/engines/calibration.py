@@ -19,10 +19,10 @@ request's time is a sum of rounds, so the mean is what predicts it; the trim dro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import time
-from typing import Any
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 

@@ -22,13 +22,12 @@ with ``source="measured"`` and a hardware description (which records the clock).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import dataclasses
 import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 from specgym.envs.core.batch_cost import BatchCostProfile
@@ -37,8 +36,8 @@ from specgym.envs.core.tree import TreeShape
 from specgym.envs.engines.clock import syncer
 from specgym.envs.engines.draft_stats import draft_stats
 from specgym.envs.engines.live_engine import LiveEngine
-from specgym.envs.engines.model_loading import LivePair
 from specgym.envs.engines.live_tree import ancestor_matrix, tree_mask, tree_parents
+from specgym.envs.engines.model_loading import LivePair
 from specgym.errors import SpecgymError
 from specgym.paths import portable_name
 

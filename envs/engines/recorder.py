@@ -39,10 +39,10 @@ import math
 import os
 import time
 import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -52,15 +52,19 @@ from specgym.envs.core.lookup import LOOKUP_MAX_N, lookup_columns
 from specgym.envs.core.ngram_proposer import NGRAM_DRAFTER, ngram_runs
 from specgym.envs.core.rounds import K_MAX_LIMIT
 from specgym.envs.core.signals import TOPK, projection_to_meta, sketch_projection
-from specgym.envs.engines.draft_stats import draft_stats, token_rank, top_probs
 from specgym.envs.engines.clock import host_generator
+from specgym.envs.engines.draft_stats import draft_stats, token_rank, top_probs
 from specgym.envs.engines.live_engine import LiveEngine
 from specgym.envs.engines.model_loading import LivePair, encode_prompt
 from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS, chunks, write_dataset
 from specgym.envs.workloads.loops import loop_summary
 from specgym.envs.workloads.prompts import PromptSpec
 from specgym.envs.workloads.trace_format import (
-    Workload, assign_splits, drafter_entry, save_workload, workload_from_requests,
+    Workload,
+    assign_splits,
+    drafter_entry,
+    save_workload,
+    workload_from_requests,
 )
 from specgym.errors import SpecgymError
 from specgym.io import check_output, sha256_file

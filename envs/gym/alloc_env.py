@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from specgym.agents.alloc_policy import ALLOC_FEATURE_DOCS, ALLOC_FEATURE_NAMES, ALLOC_GAMMAS, AllocCore
 import specgym.catalogue as catalogue
+from specgym.agents.alloc_policy import ALLOC_FEATURE_DOCS, ALLOC_FEATURE_NAMES, ALLOC_GAMMAS, AllocCore
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor, workload_predictions
 from specgym.envs.core.batch_cost import BatchCostProfile, load_batch_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX, check_k_max

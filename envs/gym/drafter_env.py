@@ -7,7 +7,11 @@ from typing import Any
 from gymnasium import spaces
 
 from specgym.envs.core.drafter_features import (
-    DRAFTER_FEATURE_NAMES, DrafterFeatureTracker, decision_of, feature_bounds, n_actions,
+    DRAFTER_FEATURE_NAMES,
+    DrafterFeatureTracker,
+    decision_of,
+    feature_bounds,
+    n_actions,
 )
 from specgym.envs.gym.spec_env import _ReplayEnvBase
 from specgym.errors import SpecgymError

@@ -13,8 +13,8 @@ whose ``load_workload`` reads a folder as well as a file.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,17 @@ import numpy as np
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.workloads.loops import is_looped
 from specgym.envs.workloads.trace_format import (
-    RECORD, RECORD_FORMAT, RECORD_VERSION, ShardedWorkload, ShardInfo, Workload, concat_workloads, load_workload,
-    metadata_difference, open_dataset, save_workload,
+    RECORD,
+    RECORD_FORMAT,
+    RECORD_VERSION,
+    ShardedWorkload,
+    ShardInfo,
+    Workload,
+    concat_workloads,
+    load_workload,
+    metadata_difference,
+    open_dataset,
+    save_workload,
 )
 from specgym.errors import SpecgymError
 from specgym.io import atomic_dir, check_output

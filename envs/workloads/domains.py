@@ -25,7 +25,10 @@ import numpy as np
 import specgym.catalogue as catalogue
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.workloads.synthetic import (
-    CategorySpec, RegimeSpec, SyntheticSpec, generate_workload,
+    CategorySpec,
+    RegimeSpec,
+    SyntheticSpec,
+    generate_workload,
 )
 from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.errors import SpecgymError

@@ -14,7 +14,13 @@ from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.signals import TOPK
 from specgym.envs.workloads.validation import validate_workload
 from specgym.envs.workloads.workload import (
-    META_KEY, POSITION_COLUMNS, REQUEST_COLUMNS, RUNS_PREFIX, SIGNAL_COLUMNS, SUPPORTED_VERSIONS, Workload,
+    META_KEY,
+    POSITION_COLUMNS,
+    REQUEST_COLUMNS,
+    RUNS_PREFIX,
+    SIGNAL_COLUMNS,
+    SUPPORTED_VERSIONS,
+    Workload,
 )
 from specgym.errors import SpecgymError
 from specgym.io import atomic_path

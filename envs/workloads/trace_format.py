@@ -104,13 +104,31 @@ import specgym.catalogue as catalogue
 from specgym.envs.workloads.build import workload_from_requests
 from specgym.envs.workloads.parquet_io import read_workload_file, save_workload, workload_to_table
 from specgym.envs.workloads.sharded import (
-    RECORD, RECORD_FORMAT, RECORD_VERSION, ShardedWorkload, ShardInfo, concat_workloads, load_dataset,
-    metadata_difference, open_dataset,
+    RECORD,
+    RECORD_FORMAT,
+    RECORD_VERSION,
+    ShardedWorkload,
+    ShardInfo,
+    concat_workloads,
+    load_dataset,
+    metadata_difference,
+    open_dataset,
 )
 from specgym.envs.workloads.validation import validate_workload
 from specgym.envs.workloads.workload import (
-    FORMAT_VERSION, META_KEY, POSITION_COLUMNS, REQUEST_COLUMNS, RUNS_PREFIX, SIGNAL_COLUMNS, SOURCE_KINDS, SPLITS,
-    SUPPORTED_VERSIONS, Workload, assign_splits, drafter_entry, split_counts,
+    FORMAT_VERSION,
+    META_KEY,
+    POSITION_COLUMNS,
+    REQUEST_COLUMNS,
+    RUNS_PREFIX,
+    SIGNAL_COLUMNS,
+    SOURCE_KINDS,
+    SPLITS,
+    SUPPORTED_VERSIONS,
+    Workload,
+    assign_splits,
+    drafter_entry,
+    split_counts,
 )
 
 __all__ = [

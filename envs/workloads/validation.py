@@ -9,7 +9,13 @@ from specgym.envs.core.cost import DRAFTER_KINDS
 from specgym.envs.core.lookup import LOOKUP_MAX_N
 from specgym.envs.core.signals import TOPK, projection_from_meta
 from specgym.envs.workloads.workload import (
-    RUNS_DTYPE, RUNS_KINDS, RUNS_PREFIX, SIGNAL_COLUMNS, SOURCE_KINDS, SPLITS, Workload,
+    RUNS_DTYPE,
+    RUNS_KINDS,
+    RUNS_PREFIX,
+    SIGNAL_COLUMNS,
+    SOURCE_KINDS,
+    SPLITS,
+    Workload,
 )
 from specgym.errors import SpecgymError
 

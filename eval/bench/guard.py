@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 from rich.table import Table
 
-from specgym.agents.artifact import list_policies
 import specgym.catalogue as catalogue
+from specgym.agents.artifact import list_policies
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.errors import SpecgymError
 from specgym.eval.harness import open_replay, resolve_controllers, run_controllers

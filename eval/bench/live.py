@@ -50,21 +50,21 @@ from typing import Any
 import numpy as np
 from rich.table import Table
 
+import specgym.catalogue as catalogue
 from specgym.agents.artifact import list_policies
 from specgym.agents.specs import EVAL_KINDS, Traits, all_specs, build, expand, kind_of, make, usage_line
 from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_static import StaticTree
-import specgym.catalogue as catalogue
 from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
 from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile
-from specgym.envs.core.rounds import DEFAULT_K_MAX
-from specgym.envs.engines.clock import syncer, timed
-from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
 from specgym.envs.core.drafter_choice import drive_drafters
+from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
+from specgym.envs.engines.clock import syncer, timed
 from specgym.envs.engines.live_engine import LiveEngine
 from specgym.envs.engines.model_loading import encode_prompt, load_pair
-from specgym.envs.engines.recorder import with_ngram_runs
 from specgym.envs.engines.profiler import extend_tree_verify, hardware_description, interleaved_ms, measure_profile
+from specgym.envs.engines.recorder import with_ngram_runs
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload
 from specgym.envs.workloads.trace_format import cached_workload

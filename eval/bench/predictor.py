@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from specgym.baselines.predicted_marginal import PredictedMarginal
-from specgym.baselines.marginal import MarginalStop
 import specgym.catalogue as catalogue
+from specgym.baselines.marginal import MarginalStop
+from specgym.baselines.predicted_marginal import PredictedMarginal
 from specgym.envs.core.acceptance_predictor import load_predictor
 from specgym.envs.core.rounds import DraftStep
 from specgym.envs.core.signals import DraftSignals

@@ -12,10 +12,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from specgym.agents.traits import Traits
 from specgym.envs.core.cost import load_profile
 from specgym.envs.workloads.trace_format import cached_workload, workload_from_requests
 from specgym.eval.bench.common import print_table, timeit, versus
-from specgym.agents.traits import Traits
 
 TREE_ENV_TARGET = 20_000
 

@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 from rich.table import Table
 
+import specgym.catalogue as catalogue
 from specgym.agents.specs import make
 from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule, StaticK
-import specgym.catalogue as catalogue
 from specgym.envs.core.batch import BatchController
 from specgym.envs.core.batch_cost import BatchCostProfile, load_batch_profile, save_batch_profile
 from specgym.envs.engines.vllm_engine import VllmEngine, VllmEngineConfig, VllmRun, require_vllm
@@ -52,7 +52,6 @@ from specgym.eval.tune import tune_vllm
 from specgym.eval.vllm_replay import predict_run
 from specgym.io import atomic_write_text
 from specgym.paths import default_pair_name
-
 
 #: The name of the profile the section measures (shipped names of batched profiles start with ``batch-``).
 VLLM_PROFILE_NAME = "batch-vllm-cpu-midpair"

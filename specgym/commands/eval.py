@@ -8,16 +8,21 @@ from pathlib import Path
 
 import numpy as np
 from rich.progress import (
-    BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 
+import specgym.catalogue as catalogue
 from specgym.agents.artifact import list_policies
 from specgym.agents.specs import EVAL_KINDS, usage_line
-import specgym.catalogue as catalogue
 from specgym.commands.args import bootstrap_type, k_max_type, nonneg_int, positive_int
 from specgym.console import make_console, make_progress
-from specgym.envs.workloads.domains import suite_cells
 from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.workloads.domains import suite_cells
 from specgym.envs.workloads.trace_format import cached_workload, open_dataset
 from specgym.errors import SpecgymError
 from specgym.eval.harness import EvalConfig, evaluate, resolve_controllers

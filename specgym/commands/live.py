@@ -15,33 +15,41 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+import specgym.catalogue as catalogue
 from specgym.agents.specs import build, kind_of
 from specgym.commands.args import (
-    k_max_type, nonneg_int, parse_length, parse_splits, positive_int, temperature_type,
+    k_max_type,
+    nonneg_int,
+    parse_length,
+    parse_splits,
+    positive_int,
+    temperature_type,
 )
 from specgym.console import make_progress
 from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
 from specgym.envs.core.batch_cost import save_batch_profile
 from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile, load_profile, save_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.core.tree import TreeController
 from specgym.envs.engines.calibration import calibrate
 from specgym.envs.engines.distributed import record_distributed, require_ray
 from specgym.envs.engines.live_engine import LiveEngine
 from specgym.envs.engines.model_loading import dtype_name, encode_prompt, load_pair
 from specgym.envs.engines.profiler import (
-    extend_tree_verify, hardware_description, measure_batch_profile, measure_profile,
+    extend_tree_verify,
+    hardware_description,
+    measure_batch_profile,
+    measure_profile,
 )
 from specgym.envs.engines.recorder import PARTIAL_SUFFIX, RecordingSpec, check_sketch_dim, record_workload
 from specgym.envs.engines.vllm_engine import require_vllm
 from specgym.envs.engines.vllm_profile import measure_vllm_profile
 from specgym.envs.workloads.prompts import read_prompts
-from specgym.envs.core.tree import TreeController
 from specgym.envs.workloads.trace_format import SPLITS, cached_workload
-from specgym.eval.tree_runner import run_live_tree
 from specgym.errors import SpecgymError
+from specgym.eval.tree_runner import run_live_tree
 from specgym.io import check_output, read_text
 from specgym.paths import default_pair_name, pair_profile, portable_name
-import specgym.catalogue as catalogue
 
 
 def _setup(args: argparse.Namespace) -> None:

@@ -16,14 +16,18 @@ import json
 import sys
 from pathlib import Path
 
-from specgym.agents.specs import resolve
 import specgym.catalogue as catalogue
+from specgym.agents.specs import resolve
+from specgym.baselines.drafter_marginal import fit_on_train
 from specgym.commands.args import bootstrap_type, int_range
 from specgym.console import make_progress
 from specgym.envs.core.acceptance_predictor import (
-    MODEL_KINDS, SignalSource, check_groups, load_predictor, save_predictor,
+    MODEL_KINDS,
+    SignalSource,
+    check_groups,
+    load_predictor,
+    save_predictor,
 )
-from specgym.baselines.drafter_marginal import fit_on_train
 from specgym.envs.core.cost import load_profile
 from specgym.envs.core.run_predictor import save_run_predictor
 from specgym.envs.workloads.trace_format import cached_workload

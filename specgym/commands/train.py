@@ -6,12 +6,12 @@ import argparse
 import json
 from pathlib import Path
 
+import specgym.catalogue as catalogue
 from specgym.agents.modes import MODES
 from specgym.commands.args import k_max_type, nonneg_int, positive_int
 from specgym.deps import require
 from specgym.errors import SpecgymError
 from specgym.paths import default_workload_name
-import specgym.catalogue as catalogue
 from specgym.training.config import RunConfig, parse_overrides
 from specgym.training.export import export_run
 from specgym.training.ppo import TrainRequest, train

@@ -17,10 +17,10 @@ from specgym.envs.core.batch_cost import Roofline, load_batch_profile, roofline_
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.switching import SwitchCosts
 from specgym.envs.workloads.trace_format import cached_workload
+from specgym.errors import SpecgymError
 from specgym.eval.batch_eval import compare
 from specgym.eval.sweep import plot, sweep, table_lines
 from specgym.eval.tune import describe, tune_vllm
-from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text, check_output
 from specgym.paths import default_workload_name
 

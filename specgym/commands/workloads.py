@@ -10,18 +10,26 @@ from pathlib import Path
 
 import numpy as np
 
-from specgym.commands.args import MAX_SYNTHETIC_REQUESTS, int_range, nonneg_int
 import specgym.catalogue as catalogue
+from specgym.commands.args import MAX_SYNTHETIC_REQUESTS, int_range, nonneg_int
+from specgym.envs.core.acceptance_predictor import load_predictor
 from specgym.envs.core.batch_cost import load_batch_profile
 from specgym.envs.core.cost import load_profile
-from specgym.envs.core.acceptance_predictor import load_predictor
 from specgym.envs.workloads.dataset import (
-    DEFAULT_SHARD_REQUESTS, check_shard_files, merge_workloads, split_workload,
+    DEFAULT_SHARD_REQUESTS,
+    check_shard_files,
+    merge_workloads,
+    split_workload,
 )
 from specgym.envs.workloads.specdecode import DRAFTERS, check_drafters, import_file, input_files
 from specgym.envs.workloads.synthetic import PRESETS, generate_workload
 from specgym.envs.workloads.trace_format import (
-    META_KEY, SPLITS, Workload, load_workload, open_dataset, save_workload,
+    META_KEY,
+    SPLITS,
+    Workload,
+    load_workload,
+    open_dataset,
+    save_workload,
 )
 from specgym.errors import SpecgymError
 from specgym.io import check_output

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import shutil
+from pathlib import Path
 
 from specgym.training.lm_pair.corpus import log
 from specgym.training.lm_pair.tokenizer import load_tokenizer

@@ -17,7 +17,7 @@ from specgym.baselines.drafter_fixed import FixedDrafter
 from specgym.baselines.drafter_oracle import drafter_oracle_times
 from specgym.envs.core.drafter_choice import DrafterController, drive_drafters
 from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
-from specgym.eval.runner import RunResult
+from specgym.eval.runner import RunResult, serve_one_by_one
 
 
 def run_drafter_controller(engine: TraceEngine, requests: np.ndarray, ctrl: DrafterController,
@@ -38,22 +38,9 @@ def run_drafter_controller(engine: TraceEngine, requests: np.ndarray, ctrl: Draf
                 on_request()
         return RunResult(ctrl.name, requests, v.pos - v.start, v.time_ms.copy(), v.rounds.copy(),
                          v.drafted_total.copy(), v.accepted_total.copy())
-    n = len(requests)
-    cols = {k: np.zeros(n, np.int64) for k in ("tokens", "rounds", "drafted", "accepted")}
-    time_ms = np.zeros(n)
-    traces: dict[int, list[tuple[int, int, int, int]]] = {}
-    for idx, r in enumerate(requests.tolist()):
-        on_round = None
-        if r in trace:
-            rec = traces[r] = []
-            on_round = lambda o, rec=rec: rec.append((o.position, o.planned_k, o.drafted, o.accepted))  # noqa: E731
-        tot = drive_drafters(ctrl, engine.start(r), drafters, on_round)
-        cols["tokens"][idx], time_ms[idx], cols["rounds"][idx] = tot.tokens, tot.time_ms, tot.rounds
-        cols["drafted"][idx], cols["accepted"][idx] = tot.drafted, tot.accepted
-        if on_request is not None:
-            on_request()
-    return RunResult(ctrl.name, requests, cols["tokens"], time_ms, cols["rounds"], cols["drafted"],
-                     cols["accepted"], traces)
+    return serve_one_by_one(ctrl.name, requests,
+                            lambda r, on_round: drive_drafters(ctrl, engine.start(r), drafters, on_round), trace,
+                            on_request)
 
 
 def run_drafter_oracle(engine: TraceEngine, requests: np.ndarray, name: str = "drafter-oracle") -> RunResult:

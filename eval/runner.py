@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -144,6 +144,23 @@ def run_controller(
             for _ in requests:
                 on_request()
         return result
+    return serve_one_by_one(controller.name, requests, lambda r, on_round: drive(controller, engine.start(r), on_round),
+                            trace, on_request, notes)
+
+
+def serve_one_by_one(name: str, requests: np.ndarray, play: Callable[[int, Any], Any], trace: set[int],
+                     on_request: Callable[[], None] | None = None, notes: list[str] | None = None) -> RunResult:
+    """Serve ``requests`` in order, one request's rounds at a time, and sum them into a :class:`RunResult`.
+
+    Args:
+        name: The row's name.
+        requests: Workload request indices.
+        play: ``play(request, on_round)`` runs one request's rounds (calling ``on_round(outcome)`` after each when
+            given) and returns its totals (``tokens``, ``time_ms``, ``rounds``, ``drafted``, ``accepted``).
+        trace: Request indices whose rounds are kept.
+        on_request: Called after each request (progress bars).
+        notes: The controller's notes for the report.
+    """
     n = len(requests)
     tokens = np.zeros(n, np.int64)
     time_ms = np.zeros(n)
@@ -156,9 +173,9 @@ def run_controller(
         if r in trace:
             rec = traces[r] = []
             on_round = lambda o, rec=rec: rec.append((o.position, o.planned_k, o.drafted, o.accepted))  # noqa: E731
-        tot = drive(controller, engine.start(r), on_round)
+        tot = play(r, on_round)
         tokens[idx], time_ms[idx], rounds[idx], drafted[idx], accepted[idx] = (
             tot.tokens, tot.time_ms, tot.rounds, tot.drafted, tot.accepted)
         if on_request is not None:
             on_request()
-    return RunResult(controller.name, requests, tokens, time_ms, rounds, drafted, accepted, traces, notes)
+    return RunResult(name, requests, tokens, time_ms, rounds, drafted, accepted, traces, notes or [])

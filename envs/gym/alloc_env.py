@@ -17,6 +17,7 @@ from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_pre
 from specgym.envs.core.batch_cost import BatchCostProfile, load_batch_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX, check_k_max
 from specgym.envs.engines.batch_engine import CONCURRENCIES, BatchReplay
+from specgym.envs.gym.batch_env import step_reward
 from specgym.envs.gym.config import check_reset_options, int_key, source_key
 from specgym.envs.gym.shell import EnvShell
 from specgym.envs.workloads.trace_format import Workload, cached_workload
@@ -127,8 +128,7 @@ class SpecDecodeAllocEnv(EnvShell):
         a = self._check_action(action)
         st = self.replay.step(self.core.decide(a))
         self.core.update(st)
-        plain_rate = st.batch / self.profile.row(st.batch)[1][0]  # verify(b, 1), cached per batch size
-        reward = (st.produced - st.time_ms * plain_rate) / st.batch
+        reward = step_reward(st, self.profile)
         done = self.replay.done
         info = {"gamma": ALLOC_GAMMAS[a], "batch": st.batch, "produced": st.produced, "time_ms": st.time_ms,
                 "verified": int(st.planned_k.sum()), "finished": st.finished}

@@ -119,8 +119,7 @@ class SpecDecodeBatchEnv(EnvShell):
         k = self._check_action(action)
         st = self.replay.step(k)
         self.tracker.update(st)
-        plain_rate = st.batch / self.profile.row(st.batch)[1][0]  # verify(b, 1), cached per batch size
-        reward = (st.produced - st.time_ms * plain_rate) / st.batch
+        reward = step_reward(st, self.profile)
         done = self.replay.done
         info = {"k": k, "batch": st.batch, "produced": st.produced, "time_ms": st.time_ms,
                 "queue": st.queue, "finished": st.finished}
@@ -131,6 +130,13 @@ class SpecDecodeBatchEnv(EnvShell):
             obs = np.zeros(len(BATCH_FEATURE_NAMES), np.float32)
             info["throughput_tok_s"] = self.replay.throughput()
         return obs, float(reward), done, False, info
+
+
+def step_reward(st: Any, profile: Any) -> float:
+    """A serving step's reward: tokens produced minus what plain decoding of the same batch makes in its time, per
+    sequence (plain decoding's rate from the profile's one-token verify at this batch size, cached per size)."""
+    plain_rate = st.batch / profile.row(st.batch)[1][0]
+    return float((st.produced - st.time_ms * plain_rate) / st.batch)
 
 
 SpecDecodeBatchEnv.__doc__ = (SpecDecodeBatchEnv.__doc__ or "").format(features="\n    ".join(

@@ -14,13 +14,11 @@ from gymnasium import spaces
 import specgym.catalogue as catalogue
 from specgym.agents.alloc_policy import ALLOC_FEATURE_DOCS, ALLOC_FEATURE_NAMES, ALLOC_GAMMAS, AllocCore
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor, workload_predictions
-from specgym.envs.core.batch_cost import BatchCostProfile, load_batch_profile
-from specgym.envs.core.rounds import DEFAULT_K_MAX, check_k_max
+from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.batch_engine import CONCURRENCIES, BatchReplay
-from specgym.envs.gym.batch_env import step_reward
-from specgym.envs.gym.config import check_reset_options, int_key, source_key
+from specgym.envs.gym.batch_env import check_serving_keys, open_serving, step_reward
+from specgym.envs.gym.config import check_reset_options, source_key
 from specgym.envs.gym.shell import EnvShell
-from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.errors import SpecgymError
 from specgym.paths import default_workload_name
 
@@ -73,25 +71,12 @@ class SpecDecodeAllocEnv(EnvShell):
     def __init__(self, config: dict[str, Any] | None = None, **overrides: Any):
         self._merge_config(config, overrides)
         cfg = self.config
-        source_key(cfg, "workload", (Workload,), what="alloc env")
-        source_key(cfg, "batch_profile", (BatchCostProfile,), what="alloc env")
-        source_key(cfg, "predictor", (AcceptancePredictor,), allow_none=True, what="alloc env")
-        int_key(cfg, "requests", 1, what="alloc env")
-        int_key(cfg, "max_batch", 1, what="alloc env")
-        int_key(cfg, "k_max", -(2**62), what="alloc env")
-        int_key(cfg, "outcome_seed", allow_none=True, what="alloc env")
+        check_serving_keys(cfg, self.config_name)
+        source_key(cfg, "predictor", (AcceptancePredictor,), allow_none=True, what=self.config_name)
         conc = cfg["concurrency"]
         if not (conc == "sampled" or (isinstance(conc, int) and not isinstance(conc, bool) and conc >= 1)):
             raise SpecgymError(f"alloc env config concurrency: expected an integer >= 1 or 'sampled', got {conc!r}")
-        wl = cfg["workload"]
-        self.workload: Workload = wl if isinstance(wl, Workload) else cached_workload(wl)
-        bp = cfg["batch_profile"]
-        self.profile = bp if isinstance(bp, BatchCostProfile) else load_batch_profile(bp)
-        self.k_max = check_k_max(cfg["k_max"])
-        self.profile.check_k_max(self.k_max)
-        self.pool = self.workload.split_indices(cfg["split"])
-        if len(self.pool) == 0:
-            raise SpecgymError(f"workload {self.workload.name!r} has no requests in split {cfg['split']!r}")
+        self.workload, self.profile, self.k_max, self.pool = open_serving(cfg)
         self.sizes = [c for c in CONCURRENCIES if c <= int(cfg["max_batch"])] or [1]
         self.action_space = spaces.Discrete(len(ALLOC_GAMMAS))
         n = len(ALLOC_FEATURE_NAMES)

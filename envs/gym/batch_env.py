@@ -68,27 +68,14 @@ class SpecDecodeBatchEnv(EnvShell):
     def __init__(self, config: dict[str, Any] | None = None, **overrides: Any):
         self._merge_config(config, overrides)
         cfg = self.config
-        source_key(cfg, "workload", (Workload,), what="batch env")
-        source_key(cfg, "batch_profile", (BatchCostProfile,), what="batch env")
-        int_key(cfg, "requests", 1, what="batch env")
-        int_key(cfg, "max_batch", 1, what="batch env")
-        int_key(cfg, "k_max", -(2**62), what="batch env")
-        int_key(cfg, "outcome_seed", allow_none=True, what="batch env")
+        check_serving_keys(cfg, self.config_name)
         conc = cfg["concurrency"]
         if not (conc == "mixed" or (isinstance(conc, int) and not isinstance(conc, bool) and conc >= 1)
                 or (isinstance(conc, (list, tuple)) and conc and all(isinstance(s, (list, tuple)) and len(s) == 2
                                                                     for s in conc))):
             raise SpecgymError(f"batch env config concurrency: expected an integer >= 1, [(ms, size), ...] or "
                                f"'mixed', got {conc!r}")
-        wl = cfg["workload"]
-        self.workload: Workload = wl if isinstance(wl, Workload) else cached_workload(wl)
-        bp = cfg["batch_profile"]
-        self.profile = bp if isinstance(bp, BatchCostProfile) else load_batch_profile(bp)
-        self.k_max = check_k_max(cfg["k_max"])
-        self.profile.check_k_max(self.k_max)
-        self.pool = self.workload.split_indices(cfg["split"])
-        if len(self.pool) == 0:
-            raise SpecgymError(f"workload {self.workload.name!r} has no requests in split {cfg['split']!r}")
+        self.workload, self.profile, self.k_max, self.pool = open_serving(cfg)
         self.action_space = spaces.Discrete(self.k_max + 1)
         n = len(BATCH_FEATURE_NAMES)
         self.observation_space = spaces.Box(np.zeros(n, np.float32), np.full(n, 2.0, np.float32), dtype=np.float32)
@@ -130,6 +117,30 @@ class SpecDecodeBatchEnv(EnvShell):
             obs = np.zeros(len(BATCH_FEATURE_NAMES), np.float32)
             info["throughput_tok_s"] = self.replay.throughput()
         return obs, float(reward), done, False, info
+
+
+def check_serving_keys(cfg: dict[str, Any], what: str) -> None:
+    """One-line errors for the configuration keys every serving env shares."""
+    source_key(cfg, "workload", (Workload,), what=what)
+    source_key(cfg, "batch_profile", (BatchCostProfile,), what=what)
+    int_key(cfg, "requests", 1, what=what)
+    int_key(cfg, "max_batch", 1, what=what)
+    int_key(cfg, "k_max", -(2**62), what=what)
+    int_key(cfg, "outcome_seed", allow_none=True, what=what)
+
+
+def open_serving(cfg: dict[str, Any]) -> tuple[Workload, BatchCostProfile, int, np.ndarray]:
+    """A serving env's workload, batch profile, draft cap (checked against the profile) and request pool."""
+    wl = cfg["workload"]
+    workload = wl if isinstance(wl, Workload) else cached_workload(wl)
+    bp = cfg["batch_profile"]
+    profile = bp if isinstance(bp, BatchCostProfile) else load_batch_profile(bp)
+    k_max = check_k_max(cfg["k_max"])
+    profile.check_k_max(k_max)
+    pool = workload.split_indices(cfg["split"])
+    if len(pool) == 0:
+        raise SpecgymError(f"workload {workload.name!r} has no requests in split {cfg['split']!r}")
+    return workload, profile, k_max, pool
 
 
 def step_reward(st: Any, profile: Any) -> float:

@@ -78,7 +78,7 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/specgym bench
 
-# the README's real-vLLM table (~50 min on a quiet machine; two engine constructions, every run inside them)
+# the README's real-vLLM table (19 min measured with no other job running; two engine constructions, every run inside them)
 bench-vllm: $(VLLM_STAMP)
 	nice -n 10 $(VLLM_VENV)/bin/specgym bench --sections vllm --json out/bench-vllm.json
 

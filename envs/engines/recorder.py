@@ -493,7 +493,7 @@ def with_ngram_runs(wl: Workload, tokenizer: Any) -> Workload:
     if not bool(np.all(wl.temperature == 0)) or wl.token_id is None or not wl.prompt_text:
         raise SpecgymError(f"workload {wl.name!r}: the n-gram drafter's runs need a greedy recording with prompt "
                            f"texts and token ids")
-    runs = np.concatenate([ngram_runs(tokenizer(wl.prompt_text[r], add_special_tokens=False)["input_ids"],
+    runs = np.concatenate([ngram_runs(encode_prompt(tokenizer, wl.prompt_text[r]),
                                       wl.token_id[wl.span(r)].tolist(), K_MAX_LIMIT, *LiveEngine.ngram_n)
                            for r in range(wl.n_requests)])
     lo, hi = LiveEngine.ngram_n

@@ -85,37 +85,64 @@ ray.shutdown()
 """
 
 #: The reaper (a separate process, in its own session): it waits until this process closes the pipe — when it
-#: exits, is interrupted or is killed outright (SIGKILL) — then ends every process carrying the session's mark.
+#: exits, is interrupted or is killed outright (SIGKILL) — then ends every process carrying the session's mark
+#: (SIGTERM, SIGKILL after 10 s), until none has been seen for 5 s: a raylet being ended can still start an agent.
 _REAPER = """
-import os, signal, sys, time
+import os, select, signal, sys, time
 token = sys.argv[1]
-sys.stdin.buffer.read()  # EOF: the process that started the cluster is gone (or done)
 me = os.getpid()
-def marked():
-    out = []
+def table():
+    # pid -> (parent pid, start time, marked); a Ray agent rewrites its title over its environment, so it is
+    # found as a child of a marked process, not by its own mark
+    out = {}
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
             continue
         try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
             with open(f"/proc/{name}/environ", "rb") as f:
-                if token.encode() in f.read().split(b"\\0"):
-                    out.append(int(name))
-        except OSError:
-            pass
+                mark = token.encode() in f.read().split(b"\\0")
+        except (OSError, IndexError):
+            continue
+        out[int(name)] = (int(fields[1]), fields[19], mark)
     return out
-deadline = time.monotonic() + 10.0
-sig = signal.SIGTERM
-while True:
-    pids = marked()
-    if not pids:
+known = {}  # pid -> start time of every process of the cluster seen so far
+def track():
+    procs = table()
+    for pid in [pid for pid, t in known.items() if pid not in procs or procs[pid][1] != t]:
+        del known[pid]  # gone, or its pid reused
+    known.update({pid: p[1] for pid, p in procs.items() if p[2]})
+    grew = True
+    while grew:  # children of the cluster's processes (agents, workers) belong to it
+        grew = False
+        for pid, (ppid, t, _) in procs.items():
+            if ppid in known and pid not in known:
+                known[pid] = t
+                grew = True
+while True:  # until EOF: the process that started the cluster is gone (or done)
+    if select.select([0], [], [], 1.0)[0] and not os.read(0, 65536):
         break
-    for pid in pids:
+    track()  # while the cluster runs: its agents are known before a dying raylet leaves them orphans
+start = time.monotonic()
+sig = signal.SIGTERM
+quiet_since = None
+while time.monotonic() - start < 120.0:
+    track()
+    now = time.monotonic()
+    if not known:  # a dying raylet can still start an agent: done only after 5 s with nothing left
+        quiet_since = quiet_since or now
+        if now - quiet_since > 5.0:
+            break
+    else:
+        quiet_since = None
+    for pid in known:
         try:
             os.kill(pid, sig)
         except OSError:
             pass
     time.sleep(0.2)
-    if time.monotonic() > deadline:
+    if now - start > 10.0:
         sig = signal.SIGKILL
 """
 

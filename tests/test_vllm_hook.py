@@ -15,7 +15,7 @@ from specgym.baselines.batch_rules import GoodputRule, StaticK
 from specgym.envs.core.batch import BatchState
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.engines.batch_engine import BatchReplay
-from specgym.envs.engines.vllm_engine import external_ids
+from specgym.envs.engines.vllm_engine import VllmRun, external_ids
 from specgym.envs.engines.vllm_hook import SchedulerHook, _Lookup
 from specgym.envs.engines.vllm_profile import (
     CellTimes,
@@ -28,7 +28,7 @@ from specgym.envs.engines.vllm_profile import (
     step_costs,
 )
 from specgym.errors import SpecgymError
-from specgym.eval.bench.vllm import truncated
+from specgym.eval.bench.vllm import run_order, stalled_steps, truncated
 from specgym.eval.vllm_replay import PrefillFirst, predict_run
 
 
@@ -193,3 +193,20 @@ def test_truncated_workload_serves_the_first_positions(mix_workload):
     r = 3
     assert np.array_equal(cut.p_accept[cut.span(r)], mix_workload.p_accept[mix_workload.span(r)][:20])
     assert truncated(mix_workload, None) is mix_workload
+
+
+def test_every_repetition_serves_every_run_once_in_its_own_order():
+    order = run_order([1, 4, "mixed"], ["fixed:1", "fixed:2", "table"], repeats=3, seed=0)
+    cells = {(c, p) for c in (1, 4, "mixed") for p in ("fixed:1", "fixed:2", "table")}
+    assert len(order) == 3 and all(len(rep) == 9 and set(rep) == cells for rep in order)
+    assert len({tuple(rep) for rep in order}) == 3  # not the same order twice (drift must not follow a policy)
+    assert order == run_order([1, 4, "mixed"], ["fixed:1", "fixed:2", "table"], repeats=3, seed=0)  # seeded
+
+
+def test_stalled_steps_count_slow_decode_steps_not_prefills():
+    start = np.arange(6, dtype=np.float64)
+    dur = np.array([0.9, 0.01, 0.01, 0.08, 0.01, 0.01])  # a long prefill, then one decode step 8x the median
+    log = {"start_s": start.tolist(), "end_s": (start + dur).tolist(), "prefill_tokens": [300, 0, 0, 0, 0, 0]}
+    run = VllmRun(wall_s=1.0, tokens=10, log=log, spec={}, outputs=[])
+    assert stalled_steps(run) == 1
+    assert stalled_steps(run, factor=10.0) == 0

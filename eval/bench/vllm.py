@@ -4,15 +4,16 @@ this CPU) serves a recorded workload's test prompts, and specgym predicts what i
 Plan (two engine constructions in all, one at a time, each serving every run it can):
 
 1. **plain engine** (no speculation): profiling runs (the step time of plain decoding at each batch size of the
-   profile grid, on train-split prompts), then ``fixed:0`` at every concurrency and repetition, then the
-   mixed-concurrency runs;
+   profile grid, on train-split prompts), then ``fixed:0`` at every concurrency and in the mixed run, each
+   repetition in its own order;
 2. **speculative engine** (``draft_model`` proposer, ``num_speculative_tokens = k_max``): profiling runs at every
    (batch size, K) -> the **vLLM-measured batched profile** (:mod:`specgym.envs.engines.vllm_profile`, saved next to
    the plots); specgym's tuned table (``specgym tune vllm`` on that profile and the workload's train split); then,
-   per repetition, per concurrency, every policy: ``fixed:1..k_max`` (vLLM's Dynamic SD with a one-range table),
-   ``table`` (the tuned table, through vLLM's own ``build_dynamic_sd_schedule_lookup``) and ``plugin:SPEC`` (a
-   specgym batch controller deciding K every step through the ``vllm.general_plugins`` plugin; default
-   ``goodput`` on the measured profile); then the same policies under a concurrency that changes over time.
+   per repetition, every (concurrency, policy) in a seeded random order (:func:`run_order`): ``fixed:1..k_max``
+   (vLLM's Dynamic SD with a one-range table), ``table`` (the tuned table, through vLLM's own
+   ``build_dynamic_sd_schedule_lookup``) and ``plugin:SPEC`` (a specgym batch controller deciding K every step
+   through the ``vllm.general_plugins`` plugin; default ``goodput`` on the measured profile), at every concurrency
+   and under a concurrency that changes over time (the mixed run).
 
 Each run serves its requests once, all submitted together, greedy with ``ignore_eos`` for the recorded length; the
 admission limit keeps ``concurrency`` sequences in flight (a closed loop, refilled inside vLLM's scheduler, as the
@@ -20,7 +21,9 @@ batch replay serves it). Per row: tokens/s (front-end wall clock, mean over repe
 engine core's clock), vLLM's own speculative counters (``vllm:spec_decode_*``: drafts, draft tokens, accepted,
 accepted per position), the paired ratio to plain decoding (bootstrap over repetitions), whether every output equals
 the recorded completion and plain decoding token for token, and ``predicted_tok_s``: specgym's batch replay of the
-same run under the measured profile (:mod:`specgym.eval.vllm_replay`).
+same run under the measured profile (:mod:`specgym.eval.vllm_replay`); per run, its place in the serving order and
+its stalled steps (decode steps over 5x the run's median: the machine, not the policy, when they appear in one
+repetition only).
 
 The machine's load average is recorded before and after; absolute figures from a busy machine are labelled so.
 """
@@ -73,7 +76,7 @@ class VllmPlan:
     profile: str | None = None
     profile_batches: tuple[int, ...] = (1, 2, 4, 8, 16)
     profile_tokens: int = 48
-    profile_repeats: int = 1
+    profile_repeats: int = 2
     eager: bool = False
     out_dir: Path = Path("out/bench-vllm")
     seed: int = 0
@@ -162,6 +165,26 @@ def dense_table(table: list[list[int]], max_num_seqs: int, k_max: int) -> list[i
     return build_dynamic_sd_schedule_lookup(table, vllm_max_batch_size=max_num_seqs, vllm_num_speculative_tokens=k_max)
 
 
+def run_order(cells: list[Any], policies: list[str], repeats: int, seed: int) -> list[list[tuple[Any, str]]]:
+    """Per repetition, every (cell, policy) run in its own seeded random order.
+
+    The machine's speed drifts over minutes (a 2-vCPU VM's neighbours; seen here: one stretch of ~30 s ran 3-10x
+    slower). In a fixed order the policies served last in each cell (the table, the plugin) always met the same part
+    of the drift; shuffled per repetition, drift spreads over every policy and the paired intervals show it.
+    """
+    rng = np.random.default_rng(seed)
+    runs = [(c, p) for c in cells for p in policies]
+    return [[runs[i] for i in rng.permutation(len(runs))] for _ in range(repeats)]
+
+
+def stalled_steps(run: VllmRun, factor: float = 5.0) -> int:
+    """Decode steps of a run that took more than ``factor`` x its median decode step (prefill steps excluded: a
+    long prompt is work, not a stall)."""
+    dur = np.asarray(run.log["end_s"], np.float64) - np.asarray(run.log["start_s"], np.float64)
+    dur = dur[np.asarray(run.log["prefill_tokens"], np.int64) == 0]
+    return int((dur > factor * np.median(dur)).sum()) if len(dur) else 0
+
+
 def mixed_schedule(plan: VllmPlan) -> list[tuple[float, int]]:
     """Concurrency changing over time: one segment per benchmark concurrency, low -> high -> middle."""
     cs = sorted(plan.concurrency)
@@ -176,6 +199,8 @@ class Runner:
                  console: Any):
         self.plan, self.workload, self.served, self.mixed, self.console = plan, workload, served, mixed, console
         self.runs: dict[tuple[Any, str], list[VllmRun]] = {}
+        self.index: dict[tuple[Any, str], list[int]] = {}  # when each run was served (0, 1, ... per engine)
+        self._n = 0
 
     def serve(self, engine: VllmEngine, conc: Any, label: str, **kw: Any) -> VllmRun:
         s = self.mixed if conc == "mixed" else self.served[conc]
@@ -183,6 +208,8 @@ class Runner:
         schedule = mixed_schedule(self.plan) if conc == "mixed" else [(1e12, int(conc))]
         run = engine.serve(s.prompts, s.lengths, schedule=schedule, **kw)
         self.runs.setdefault((conc, label), []).append(run)
+        self.index.setdefault((conc, label), []).append(self._n)
+        self._n += 1
         self.console.print(f"  vllm {label:>16} at concurrency {conc!s:>5}: {run.tok_s:7.1f} tok/s "
                            f"({run.tokens} tokens, {run.wall_s:.1f} s, load {_load()[0]})", highlight=False)
         return run
@@ -211,7 +238,6 @@ def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
                                max_num_seqs=max(max(plan.concurrency), max(plan.profile_batches)))
     t_start = time.perf_counter()
     construct: dict[str, float] = {}
-    reps = range(plan.repeats)
 
     # ---------------------------------------------------------------- 1. plain engine
     with VllmEngine(VllmEngineConfig(k_max=0, **cfg)) as eng:  # type: ignore[arg-type]
@@ -219,11 +245,10 @@ def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
         console.print(f"plain engine built in {eng.construct_s:.0f} s", highlight=False)
         plain_cells = measure_cells(eng, prof_prompts, plan.profile_batches, [0], plan.profile_tokens,
                                     plan.profile_repeats) if plan.profile is None else CellTimes()
-        for _ in reps:
-            for c in plan.concurrency:
-                runner.serve(eng, c, "fixed:0")
-            if plan.mixed:
-                runner.serve(eng, "mixed", "fixed:0")
+        for rep in run_order([*plan.concurrency, *(["mixed"] if plan.mixed else [])], ["fixed:0"], plan.repeats,
+                             plan.seed):
+            for c, p in rep:
+                runner.serve(eng, c, p)
 
     # ---------------------------------------------------------------- 2. speculative engine
     with VllmEngine(VllmEngineConfig(k_max=plan.k_max, **cfg)) as eng:  # type: ignore[arg-type]
@@ -249,15 +274,14 @@ def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
         dense = dense_table(table, eng.config.max_num_seqs, plan.k_max)
         policies = [f"fixed:{k}" for k in range(1, plan.k_max + 1)] + ["table"] + [f"plugin:{p}" for p in plan.plugins]
         cells: list[Any] = [*plan.concurrency, *(["mixed"] if plan.mixed else [])]
-        for _ in reps:
-            for c in cells:
-                for p in policies:
-                    if p.startswith("fixed:"):
-                        runner.serve(eng, c, p, table=[int(p.split(":")[1])] * (eng.config.max_num_seqs + 1))
-                    elif p == "table":
-                        runner.serve(eng, c, p, table=dense)
-                    else:
-                        runner.serve(eng, c, p, policy=p.split(":", 1)[1], profile=str(profile_path))
+        for rep in run_order(cells, policies, plan.repeats, plan.seed + 1):
+            for c, p in rep:
+                if p.startswith("fixed:"):
+                    runner.serve(eng, c, p, table=[int(p.split(":")[1])] * (eng.config.max_num_seqs + 1))
+                elif p == "table":
+                    runner.serve(eng, c, p, table=dense)
+                else:
+                    runner.serve(eng, c, p, policy=p.split(":", 1)[1], profile=str(profile_path))
     wall = time.perf_counter() - t_start
     result = assemble(plan, wl, served, mixed, runner, profile, cpu_profile, table, version)
     result.update({"construct_s": construct, "wall_s": wall, "load_before": load_before, "load_after": _load(),
@@ -335,7 +359,8 @@ def assemble(plan: VllmPlan, wl: Workload, served: dict[int, Served], mixed: Ser
             "predicted_tok_s": pred.tok_s, "predicted_over_live": pred.tok_s / float(tok_s.mean()),
             "predicted_tpot_ms_mean": float(np.nanmean(pred.tpot_ms)),
             "predicted_acceptance": pred.accepted / pred.drafts if pred.drafts else None,
-            "engine_s": float(np.mean([r.engine_s for r in runs])), **cpu,
+            "engine_s": float(np.mean([r.engine_s for r in runs])),
+            "stalled_steps_runs": [stalled_steps(r) for r in runs], "run_index": runner.index[(conc, policy)], **cpu,
         })
     fixed = [r for r in rows if r["concurrency"] != "mixed"]
     errors = [abs(r["predicted_over_live"] - 1.0) for r in fixed]
@@ -369,7 +394,7 @@ def print_rows(console: Any, result: dict[str, Any]) -> None:
     table = Table(title=f"vLLM {result['vllm_version']} on this CPU ({result['machine_state']}): {result['workload']} "
                         f"test prompts; predicted = specgym's batch replay under the vLLM-measured profile")
     for col in ("concurrency", "policy", "tok/s", "vs plain [95% CI]", "TPOT ms (p99)", "acceptance",
-                "predicted tok/s", "pred / live", "pred / live (CPU time)", "identical"):
+                "predicted tok/s", "pred / live", "pred / live (CPU time)", "stalls", "identical"):
         table.add_column(col, justify="right")
     for r in result["rows"]:
         ci = r["vs_plain_ci95"]
@@ -379,7 +404,7 @@ def print_rows(console: Any, result: dict[str, Any]) -> None:
                       f"{r['tpot_ms_mean']:.1f} ({r['tpot_ms_p99']:.1f})", "-" if acc is None else f"{acc:.2f}",
                       f"{r['predicted_tok_s']:.1f}", f"{r['predicted_over_live']:.3f}",
                       f"{r['predicted_over_live_cpu']:.3f}" if "predicted_over_live_cpu" in r else "-",
-                      r["identical_to_plain"])
+                      ",".join(str(n) for n in r["stalled_steps_runs"]), r["identical_to_plain"])
     console.print(table)
     sm = result["summary"]
     cpu = (f"; on the CPU-time clock {sm['cells_within_10pct_cpu']}, largest {sm['max_abs_prediction_error_cpu']:.3f}"

@@ -617,6 +617,10 @@ for _row in (
     Entry("drafter-oracle", "drafter", "oracle", None,
           "drafter-oracle (the clairvoyant drafter and K of every round, replay only)", _const("drafter-oracle"),
           needs=("drafters",), level="drafter", live=False),
+    Entry("round-oracle", "drafter", "oracle", None,
+          "round-oracle (the clairvoyant drafter and K of each round on its own, no planning: the limit of a "
+          "per-round rate rule; replay only)", _const("round-oracle"), needs=("drafters",), level="drafter",
+          live=False),
     # batch: the draft length of each serving step
     Entry("static", "batch", "fixed", _static, "static:K", lambda t, k: [f"static:{i}" for i in range(k + 1)],
           level="batch"),

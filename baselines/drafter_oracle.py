@@ -11,6 +11,14 @@ with its runs ``run_d`` and its round costs ``time_d(K, kv)``):
 ``kv_i = kv0 + i`` (the request's prompt length plus the position). A plain step (``K = 0``) costs the same whatever
 the drafter (no draft phase runs). Ties go to the plain step, then to the earlier drafter, then to the smaller K. On
 a per-start trace this is the exact limit of any per-round drafter choice.
+
+**The per-round clairvoyant** (:func:`round_choice`, the ``round-oracle`` row) knows each round's runs but not what
+its choice does to the rounds after it: at every round it plays the (drafter, K) of the largest rate of *that*
+round, ``(min(run_d[i], K) + 1) / time_d(K, kv_i)`` (the plain step: ``1 / time(0, kv_i)``), with the same ties.
+It is the limit of a rule that maximises each round's expected rate (``drafter-marginal``, ``marginal``) given a
+perfect prediction of the round. The gap between it and the DP above is what choosing *where the next round starts*
+is worth: on a per-start trace a short round can land on a start whose run is long, and only a controller that
+predicts the runs of the starts it may land on can take it.
 """
 
 from __future__ import annotations
@@ -115,3 +123,34 @@ def drafter_oracle_one(runs: Sequence[np.ndarray], tables: Sequence[RoundTable],
         plan.append((d, k))
         i += (min(int(runs[d][i]), k) if k else 0) + 1
     return v[0], plan
+
+
+def round_choice(runs: Sequence[np.ndarray], tables: Sequence[RoundTable], offsets: np.ndarray, k_max: int,
+                 kv0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The per-round clairvoyant's ``(drafter_index, K)`` at every position (module docstring), all at once.
+
+    Args:
+        runs, tables, offsets, k_max, kv0: As :func:`drafter_oracle_times`.
+
+    Returns:
+        Flat int64 ``(drafter_index, K)`` per position (``K = 0``: a plain step, drafter index 0).
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    _check(runs, tables, offsets, k_max)
+    lengths = np.diff(offsets)
+    req = np.repeat(np.arange(len(lengths)), lengths)
+    pos = np.arange(int(offsets[-1])) - offsets[:-1][req]
+    kv = np.asarray(kv0, dtype=np.float64)[req] + pos
+    room = lengths[req] - (pos + 1)
+    best = 1.0 / (tables[0].base[0] + tables[0].per_kv[0] * kv)
+    arg_d = np.zeros(len(pos), np.int64)
+    arg_k = np.zeros(len(pos), np.int64)
+    for d, (run, t) in enumerate(zip(runs, tables)):
+        run = np.asarray(run, dtype=np.int64)
+        for k in range(1, k_max + 1):
+            rate = (np.minimum(run, k) + 1) / (t.base[k] + t.per_kv[k] * kv)
+            better = (rate > best) & (room >= k)
+            best = np.where(better, rate, best)
+            arg_d[better] = d
+            arg_k[better] = k
+    return arg_d, arg_k

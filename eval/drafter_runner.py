@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from specgym.baselines.drafter_fixed import FixedDrafter
-from specgym.baselines.drafter_oracle import drafter_oracle_times
+from specgym.baselines.drafter_oracle import drafter_oracle_times, round_choice
 from specgym.envs.core.drafter_choice import DrafterController, drive_drafters
 from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
 from specgym.eval.runner import RunResult, serve_one_by_one
@@ -43,8 +43,14 @@ def run_drafter_controller(engine: TraceEngine, requests: np.ndarray, ctrl: Draf
                             on_request)
 
 
+#: The per-round clairvoyant's row (:func:`specgym.baselines.drafter_oracle.round_choice`); ``drafter-oracle`` is
+#: the planning one.
+ROUND_ORACLE = "round-oracle"
+
+
 def run_drafter_oracle(engine: TraceEngine, requests: np.ndarray, name: str = "drafter-oracle") -> RunResult:
-    """The clairvoyant per-round drafter and K of every request (:mod:`specgym.baselines.drafter_oracle`), played
+    """The clairvoyant drafter and K of every round of every request (:mod:`specgym.baselines.drafter_oracle`: the
+    plan of least total time, or with ``name`` :data:`ROUND_ORACLE` the best rate of each round on its own), played
     back on the engine so its row carries rounds and drafts as well as time."""
     requests = np.asarray(requests, dtype=np.int64)
     wl = engine.workload
@@ -55,19 +61,28 @@ def run_drafter_oracle(engine: TraceEngine, requests: np.ndarray, name: str = "d
         if len(requests) else np.zeros(0, np.int64)
     runs = [f[idx] for f in flat]
     tables = [engine.table_for(d) for d in drafters]
-    choice = (np.zeros(len(idx), np.int64), np.zeros(len(idx), np.int64))
-    times = drafter_oracle_times(runs, tables, offsets, engine.k_max, wl.prompt_len[requests], choice)
+    kv0 = wl.prompt_len[requests]
+    per_round = name == ROUND_ORACLE
+    if per_round:
+        choice = round_choice(runs, tables, offsets, engine.k_max, kv0)
+        times = np.zeros(len(requests))
+    else:
+        choice = (np.zeros(len(idx), np.int64), np.zeros(len(idx), np.int64))
+        times = drafter_oracle_times(runs, tables, offsets, engine.k_max, kv0, choice)
     n = len(requests)
     cols = {k: np.zeros(n, np.int64) for k in ("tokens", "rounds", "drafted", "accepted")}
     for j in range(n):
         lo, hi = int(offsets[j]), int(offsets[j + 1])
-        i = 0
+        i, spent = 0, 0.0
         while i < hi - lo:
             d, k = int(choice[0][lo + i]), int(choice[1][lo + i])
+            spent += float(tables[d].base[k] + tables[d].per_kv[k] * (kv0[j] + i))
             acc = min(int(runs[d][lo + i]), k)
             cols["rounds"][j] += 1
             cols["drafted"][j] += k
             cols["accepted"][j] += acc
             i += acc + 1
         cols["tokens"][j] = hi - lo
+        if per_round:
+            times[j] = spent
     return RunResult(name, requests, cols["tokens"], times, cols["rounds"], cols["drafted"], cols["accepted"])

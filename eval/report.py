@@ -119,7 +119,8 @@ def drafter_section(report: dict[str, Any]) -> str:
     best = report["best_single_drafter"]
     rows = [r for r in report["rows"] if r.get("kind") == "drafter" and r.get("family") != "fixed"]
     base = next((r for r in report["rows"] if r["spec"] == best), None)
-    oracle = next((r for r in rows if r.get("family") == "oracle"), None)
+    oracles = [r for r in rows if r.get("family") == "oracle"]  # the planning one first, then the per-round one
+    oracles.sort(key=lambda r: r["spec"] != "drafter-oracle")
     lookup = report.get("lookup_rule")
     lines = [f"**Drafter choice vs the best single drafter** (`{best}`, the fastest single drafter at a fixed K in "
              f"this run){f' and vs `{lookup}`' if lookup else ''}; headroom = the share of the clairvoyant choice's "
@@ -131,10 +132,16 @@ def drafter_section(report: dict[str, Any]) -> str:
         if lookup and "speedup_vs_lookup_rule" in row:
             llo, lhi = ci.get("speedup_vs_lookup_rule") or (float("nan"), float("nan"))
             text += f", vs {lookup} {row['speedup_vs_lookup_rule']:.3f}x [{llo:.3f}, {lhi:.3f}]"
-        if oracle is not None and base is not None and row is not oracle:
+        shares = []
+        for oracle in oracles:
+            if base is None:
+                break
             gain = oracle["throughput_tok_s"] - base["throughput_tok_s"]
-            if gain > 0:
-                text += f", headroom closed {(row['throughput_tok_s'] - base['throughput_tok_s']) / gain:+.1%}"
+            if row is not oracle and gain > 0:
+                shares.append(f"{(row['throughput_tok_s'] - base['throughput_tok_s']) / gain:+.1%} of "
+                              f"`{oracle['spec']}`'s")
+        if shares:
+            text += f", headroom closed {', '.join(shares)}"
         lines.append(text)
     return "\n".join(lines)
 

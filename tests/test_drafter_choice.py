@@ -23,7 +23,7 @@ from specgym.envs.core.run_predictor import MAX_RUN, RunPredictor, bucket, recen
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.workloads.specdecode import import_file
 from specgym.errors import SpecgymError
-from specgym.eval.drafter_runner import run_drafter_controller, run_drafter_oracle
+from specgym.eval.drafter_runner import ROUND_ORACLE, run_drafter_controller, run_drafter_oracle
 from specgym.eval.harness import EvalConfig, evaluate
 
 K_MAX = 12
@@ -176,16 +176,48 @@ def test_marginal_fits_on_the_train_split_and_prefers_the_better_drafter(wl):
     assert ctrl.propose(RoundStart(3, 40, 0)) == DrafterDecision(NO_DRAFTER, 0)  # nothing pays: a plain step
 
 
+def _round_reference(runs: list[np.ndarray], tables, kv0: float) -> tuple[float, int]:
+    """Plain Python: each round plays the (drafter, K) of its own best rate; the request's time and rounds."""
+    n, i, spent, rounds = len(runs[0]), 0, 0.0, 0
+    while i < n:
+        best, arg = 1.0 / float(tables[0].base[0] + tables[0].per_kv[0] * (kv0 + i)), (0, 0)
+        for d, (run, t) in enumerate(zip(runs, tables)):
+            for k in range(1, min(K_MAX, n - i - 1) + 1):
+                rate = (min(int(run[i]), k) + 1) / float(t.base[k] + t.per_kv[k] * (kv0 + i))
+                if rate > best:
+                    best, arg = rate, (d, k)
+        d, k = arg
+        spent += float(tables[d].base[k] + tables[d].per_kv[k] * (kv0 + i))
+        i += (min(int(runs[d][i]), k) if k else 0) + 1
+        rounds += 1
+    return spent, rounds
+
+
+def test_round_oracle_matches_its_reference_and_the_plan_bounds_it(wl, engine):
+    reqs = wl.split_indices("all")
+    per_round = run_drafter_oracle(engine, reqs, ROUND_ORACLE)
+    plan = run_drafter_oracle(engine, reqs)
+    tables = [engine.table_for(d) for d in wl.drafter_names]
+    for j, r in enumerate(reqs.tolist()[:8]):
+        ref, rounds = _round_reference([engine.request_runs(r, d) for d in wl.drafter_names], tables,
+                                       float(wl.prompt_len[r]))
+        assert per_round.time_ms[j] == pytest.approx(ref, rel=1e-9) and per_round.rounds[j] == rounds
+    assert (plan.time_ms <= per_round.time_ms * (1 + 1e-9)).all()  # planning where rounds start never loses
+    assert plan.time_ms.sum() < per_round.time_ms.sum()  # and on per-start runs it gains
+    np.testing.assert_array_equal(per_round.tokens, wl.lengths[reqs])
+
+
 def test_spec_rows_and_all(wl, tmp_path):
     assert build("fixed:10@ngram", K_MAX).kind == "drafter" and build("fixed:10", K_MAX).kind == "chain"
     assert build("lookup-rule:2", K_MAX).controller.n == 2
-    assert build("drafter-oracle", K_MAX).controller is None
+    assert build("drafter-oracle", K_MAX).controller is None and build("round-oracle", K_MAX).family == "oracle"
     for bad, why in (("fixed:x@ngram", "K@DRAFTER"), ("fixed:40@ngram", "K@DRAFTER"), ("lookup-rule:z", "1..4"),
                      ("drafter-marginal:3", "no such run predictor file")):
         with pytest.raises(SpecgymError, match=why):
             build(bad, K_MAX)
     specs, _ = expand("all", K_MAX, Traits.of(wl))
-    assert {"lookup-rule:3", "drafter-marginal", "drafter-oracle", f"fixed:{K_MAX}@ngram"} <= set(specs)
+    assert {"lookup-rule:3", "drafter-marginal", "drafter-oracle", "round-oracle", f"fixed:{K_MAX}@ngram"} <= set(
+        specs)
     assert "fixed:1@eagle" not in specs  # the default drafter's fixed K are the chain rows
     one = import_file(synthetic_file(tmp_path / "combined_gsm8k.jsonl", n=6), drafters=("eagle",)).workload
     specs, notes = expand("all", K_MAX, Traits.of(one))
@@ -231,6 +263,16 @@ def test_run_predictor_recent_round_estimate():
     assert pred.expected_tokens("a", 0, 0, hot)[6] > 5.0
     assert pred.expected_tokens("a", 0, 0, 0)[6] == pytest.approx(2.0)
     assert recent_code(0, 0, 0) == 0 and recent_code(1, 4, 0) != recent_code(1, 4, 2) != recent_code(1, 4, 4)
+
+
+@pytest.mark.parametrize("env_id", ["specgym/SpecDecode-v1", "specgym/SpecDecodeToken-v1"])
+def test_chain_envs_refuse_a_trace_without_draft_signals_at_once(wl, env_id):
+    """K and token observations read the draft's confidence: on published per-start runs they would be NaN, so the
+    env refuses before the first step, naming the workload and the mode that can train on it."""
+    import gymnasium as gym
+
+    with pytest.raises(SpecgymError, match=f"workload '{wl.name}' has no draft confidence.*--mode drafter"):
+        gym.make(env_id, config={"workload": wl, "profile": "h100-llama31-8b", "k_max": K_MAX})
 
 
 def test_env_is_check_env_clean_and_replays_as_the_harness(wl, tmp_path):

@@ -60,6 +60,7 @@ class SpecDecodeDrafterEnv(_ReplayEnvBase):
     """
 
     mode = "k"
+    reads_draft_signals = False  # lookup, position and per-drafter outcomes only
     features = DRAFTER_FEATURE_NAMES
 
     def _build(self) -> None:

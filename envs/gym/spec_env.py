@@ -39,6 +39,9 @@ class _ReplayEnvBase(EnvShell):
 
     metadata = {"render_modes": ["ansi"], "render_fps": 30}
     mode = "k"
+    #: The observation reads the draft's confidence and entropy: a workload without them is refused at once (its
+    #: observations would be NaN, and a policy trained on NaN learns nothing a validation could rescue).
+    reads_draft_signals = True
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
@@ -130,6 +133,10 @@ class _ReplayEnvBase(EnvShell):
     def _use(self, workload: Workload, profile: CostProfile | None) -> None:
         """Replay ``workload`` priced with ``profile`` (None = its own) from now on."""
         seed = self.config["outcome_seed"]
+        if self.reads_draft_signals and (workload.draft_conf is None or workload.draft_entropy is None):
+            raise SpecgymError(f"workload {workload.name!r} has no draft confidence or entropy ({workload.trace_kind} "
+                               f"trace, e.g. published per-start runs), which the {type(self).__name__} observation "
+                               "reads: train --mode drafter on it, or record a trace with draft signals")
         self.workload = workload
         self.engine = TraceEngine(workload, profile, self.k_max, seed=0 if seed is None else int(seed))
         self.requests = workload.split_indices(self.config["split"])

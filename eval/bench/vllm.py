@@ -321,8 +321,15 @@ def assemble(plan: VllmPlan, wl: Workload, served: dict[int, Served], mixed: Ser
         return predict_run(wl, s.index, plain_profile(prof) if k0 else prof, policy_controller(policy, table),
                            schedule, plan.k_max, PrefillCost.of(prof), seed=plan.seed)
 
+    cells = [*plan.concurrency, "mixed"]
+    policies = ["fixed:0", *(f"fixed:{k}" for k in range(1, plan.k_max + 1)), "table"]
+
+    def where(key: tuple[Any, str]) -> tuple[int, int, str]:  # rows in table order, whatever order they ran in
+        conc, policy = key
+        return cells.index(conc), policies.index(policy) if policy in policies else len(policies), policy
+
     rows = []
-    for (conc, policy), runs in runner.runs.items():
+    for (conc, policy), runs in sorted(runner.runs.items(), key=lambda item: where(item[0])):
         s = mixed if conc == "mixed" else served[conc]
         assert s is not None
         base = runner.runs[(conc, "fixed:0")]

@@ -151,6 +151,16 @@ class CellTimes:
     def medians(self, clock: str = "wall") -> dict[tuple[int, int], float]:
         return {c: float(np.median(v)) for c, v in self.steps[clock].items() if v}
 
+    def merged(self, other: CellTimes) -> CellTimes:
+        """Both sets of profiling runs together (passes measured at different times of one benchmark)."""
+        out = CellTimes()
+        for clock in CLOCKS:
+            for src in (self, other):
+                for cell, v in src.steps[clock].items():
+                    out.steps[clock].setdefault(cell, []).extend(v)
+                out.prefill[clock].extend(src.prefill[clock])
+        return out
+
 
 def measure_cells(engine: Any, prompts: Sequence[Sequence[int]], batch_sizes: Sequence[int], ks: Sequence[int],
                   tokens: int, repeats: int = 1) -> CellTimes:

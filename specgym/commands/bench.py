@@ -88,8 +88,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="batch sizes of the measured profile (default %(default)s)")
     v.add_argument("--vllm-profile-tokens", type=positive_int, default=48,
                    help="new tokens per request of the profiling runs (default %(default)s)")
-    v.add_argument("--vllm-profile-repeats", type=positive_int, default=2,
-                   help="profiling runs per (batch, K) cell (default %(default)s)")
+    v.add_argument("--vllm-profile-repeats", type=positive_int, default=1,
+                   help="profiling runs per (batch, K) cell before the runs (default %(default)s; one more "
+                        "pass follows every repetition, for the prediction)")
     v.add_argument("--vllm-eager", action="store_true",
                    help="enforce_eager: no torch.compile (faster engine start, slower steps)")
     v.add_argument("--vllm-out", type=Path, default=Path("out/bench-vllm"),

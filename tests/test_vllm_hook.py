@@ -210,3 +210,17 @@ def test_stalled_steps_count_slow_decode_steps_not_prefills():
     run = VllmRun(wall_s=1.0, tokens=10, log=log, spec={}, outputs=[])
     assert stalled_steps(run) == 1
     assert stalled_steps(run, factor=10.0) == 0
+
+
+def test_profiling_passes_pool_their_steps():
+    """Passes measured at different times of one benchmark pool into one set of cells (the prediction's profile)."""
+    first, later = CellTimes(), CellTimes()
+    first.steps["wall"][(4, 3)] = [20.0, 21.0]
+    first.prefill["wall"].append((4, 120, 9.0))
+    later.steps["wall"][(4, 3)] = [26.0]
+    later.steps["wall"][(1, 0)] = [12.0]
+    both = first.merged(later)
+    assert both.steps["wall"] == {(4, 3): [20.0, 21.0, 26.0], (1, 0): [12.0]}
+    assert both.prefill["wall"] == [(4, 120, 9.0)]
+    assert both.medians()[(4, 3)] == 21.0
+    assert first.steps["wall"][(4, 3)] == [20.0, 21.0]  # the passes themselves are left as they were

@@ -119,6 +119,7 @@ def drafter_section(report: dict[str, Any]) -> str:
     best = report["best_single_drafter"]
     rows = [r for r in report["rows"] if r.get("kind") == "drafter" and r.get("family") != "fixed"]
     base = next((r for r in report["rows"] if r["spec"] == best), None)
+    base_tok = None if base is None else float(base["throughput_tok_s"])
     oracles = [r for r in rows if r.get("family") == "oracle"]  # the planning one first, then the per-round one
     oracles.sort(key=lambda r: r["spec"] != "drafter-oracle")
     lookup = report.get("lookup_rule")
@@ -133,13 +134,10 @@ def drafter_section(report: dict[str, Any]) -> str:
             llo, lhi = ci.get("speedup_vs_lookup_rule") or (float("nan"), float("nan"))
             text += f", vs {lookup} {row['speedup_vs_lookup_rule']:.3f}x [{llo:.3f}, {lhi:.3f}]"
         shares = []
-        for oracle in oracles:
-            if base is None:
-                break
-            gain = oracle["throughput_tok_s"] - base["throughput_tok_s"]
+        for oracle in oracles if base_tok is not None else []:
+            gain = oracle["throughput_tok_s"] - base_tok
             if row is not oracle and gain > 0:
-                shares.append(f"{(row['throughput_tok_s'] - base['throughput_tok_s']) / gain:+.1%} of "
-                              f"`{oracle['spec']}`'s")
+                shares.append(f"{(row['throughput_tok_s'] - base_tok) / gain:+.1%} of `{oracle['spec']}`'s")
         if shares:
             text += f", headroom closed {', '.join(shares)}"
         lines.append(text)

@@ -78,9 +78,9 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/specgym bench
 
-# the README's real-vLLM table (19 min measured with no other job running; two engine constructions, every run inside them)
+# the README's real-vLLM table (~40 min with no other job running; two engine constructions, every run inside them)
 bench-vllm: $(VLLM_STAMP)
-	nice -n 10 $(VLLM_VENV)/bin/specgym bench --sections vllm --vllm-repeats 6 --json out/bench-vllm.json
+	nice -n 10 $(VLLM_VENV)/bin/specgym bench --sections vllm --vllm-repeats 6 --vllm-profile-repeats 2 --json out/bench-vllm.json
 
 # --- the README's results table: PPO (K and token mode) on every shipped workload vs all baselines (~20 min) ---
 RESULT_WORKLOADS ?= midpair-greedy midpair-t08 speclane-mix assc-regimes tinypair-greedy tinypair-t08

@@ -21,11 +21,13 @@ is the batch engine's.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from specgym.envs.core.admission import AdmissionSchedule
 from specgym.envs.core.batch import BatchController, BatchState, BatchStep
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.engines.batch_engine import BatchReplay
@@ -80,17 +82,19 @@ class Prediction:
 
 
 def predict_run(workload: Workload, requests: Sequence[int] | np.ndarray, profile: BatchCostProfile,
-                controller: BatchController, concurrency: int | Sequence[tuple[float, int]], k_max: int,
-                prefill: PrefillCost | None = None, seed: int = 0) -> Prediction:
-    """Replay one run (see the module docstring); with a schedule of concurrencies its durations are scaled by the
-    prefill share, so that the replay's clock keeps pace with the engine's."""
+                controller: BatchController, concurrency: int | Sequence[tuple[float, int]] | AdmissionSchedule,
+                k_max: int, prefill: PrefillCost | None = None, seed: int = 0) -> Prediction:
+    """Replay one run (see the module docstring); with a schedule that changes with the clock its durations are
+    scaled by the prefill share, so that the replay's clock keeps pace with the engine's."""
     prefill = prefill or PrefillCost.of(profile)
     reqs = np.asarray(requests, dtype=np.int64)
     extra = prefill.ms(workload.prompt_len[reqs])
+    schedule = AdmissionSchedule.of(concurrency)
+    timed = schedule.by == "time" and schedule.changes
     scale = 1.0
-    for _ in range(2 if not isinstance(concurrency, (int, np.integer)) else 1):
-        conc = concurrency if isinstance(concurrency, (int, np.integer)) else \
-            [(float(d) / scale, int(c)) for d, c in concurrency]
+    for _ in range(2 if timed else 1):
+        conc = dataclasses.replace(schedule, segments=tuple((d / scale, c) for d, c in schedule.segments)) \
+            if timed else schedule
         sim = BatchReplay(workload, profile, conc, requests=reqs, k_max=k_max, seed=seed)
         ctrl = PrefillFirst(controller)
         ctrl.reset(profile, k_max)

@@ -28,7 +28,15 @@ from specgym.envs.engines.vllm_profile import (
     step_costs,
 )
 from specgym.errors import SpecgymError
-from specgym.eval.bench.vllm import run_order, stalled_steps, truncated
+from specgym.eval.bench.vllm import (
+    VllmPlan,
+    cell_requests,
+    cell_schedule,
+    mixed_cells,
+    run_order,
+    stalled_steps,
+    truncated,
+)
 from specgym.eval.vllm_replay import PrefillFirst, predict_run
 
 
@@ -115,7 +123,7 @@ def test_admission_follows_the_schedule_and_cycles():
     hook._t0 = 0.0
     assert [hook.limit(t, 16) for t in (0.05, 0.15, 0.29, 0.31, 0.45)] == [1, 8, 8, 1, 8]
     assert hook.limit(0.15, 4) == 4  # never above the engine's own limit
-    with pytest.raises(ValueError, match="durations"):
+    with pytest.raises(ValueError, match="lengths > 0"):
         hook.configure(schedule=[[0.0, 1]])
 
 
@@ -224,3 +232,17 @@ def test_profiling_passes_pool_their_steps():
     assert both.prefill["wall"] == [(4, 120, 9.0)]
     assert both.medians()[(4, 3)] == 21.0
     assert first.steps["wall"][(4, 3)] == [20.0, 21.0]  # the passes themselves are left as they were
+
+
+def test_the_mixed_cells_of_the_benchmark():
+    plan = VllmPlan(concurrency=(1, 4, 16), requests=8, mixed_requests=32, mixed_segment_ms=4000.0)
+    timed, phased = cell_schedule(plan, "mixed"), cell_schedule(plan, "phased")
+    assert timed.by == "time" and [c for _, c in timed.segments] == [1, 16, 4]
+    assert phased.by == "requests" and phased.segments == ((8.0, 1), (32.0, 16), (8.0, 4))  # each cell's requests
+    assert [cell_requests(plan, c) for c in (1, 4, 16, "mixed", "phased")] == [8, 8, 32, 32, 48]
+    assert not cell_schedule(plan, 4).changes and cell_schedule(plan, 4).max_concurrency == 4
+    args = SimpleNamespace(vllm_no_mixed=False, vllm_mixed="phased, mixed")
+    assert mixed_cells(args) == ("phased", "mixed")
+    assert mixed_cells(SimpleNamespace(vllm_no_mixed=True, vllm_mixed="mixed")) == ()
+    with pytest.raises(SpecgymError, match="--vllm-mixed: unknown cell 'bursty'"):
+        mixed_cells(SimpleNamespace(vllm_no_mixed=False, vllm_mixed="bursty"))

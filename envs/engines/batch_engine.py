@@ -41,6 +41,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from specgym.envs.core.admission import AdmissionSchedule
 from specgym.envs.core.batch import BatchController, BatchDecision, BatchState, BatchStep
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.cost import ForwardCost
@@ -83,8 +84,8 @@ class BatchReplay:
     Args:
         workload: The trace.
         profile: Batched cost profile.
-        concurrency: Closed loop: sequences kept in flight (an int, or ``[(duration_ms, concurrency), ...]``
-            cycled).
+        concurrency: Closed loop: sequences kept in flight (an int, ``[(duration_ms, concurrency), ...]`` cycled,
+            or an :class:`~specgym.envs.core.admission.AdmissionSchedule`).
         arrival_rate: Open loop instead: Poisson arrivals per second (``concurrency`` is then the batch limit).
         requests: Workload request indices to serve, in order (default: all).
         k_max: Largest draft cap.
@@ -97,8 +98,9 @@ class BatchReplay:
             probabilities), reported to controllers as :attr:`BatchState.draft_view`.
     """
 
-    def __init__(self, workload: Workload, profile: BatchCostProfile, concurrency: int | Sequence[tuple[float, int]]
-                 = 1, arrival_rate: float | None = None, requests: Sequence[int] | np.ndarray | None = None,
+    def __init__(self, workload: Workload, profile: BatchCostProfile,
+                 concurrency: int | Sequence[tuple[float, int]] | AdmissionSchedule = 1,
+                 arrival_rate: float | None = None, requests: Sequence[int] | np.ndarray | None = None,
                  k_max: int = DEFAULT_K_MAX, seed: int = 0, drafter: str | None = None,
                  switch_costs: SwitchCosts | None = None, capture_sizes: Sequence[int] | None = None,
                  draft_signal: np.ndarray | None = None):
@@ -134,12 +136,11 @@ class BatchReplay:
             self.draft_signal = np.concatenate([sig[sl] for sl in spans])
         self._ahead = np.arange(self.k_max)[None, :]
         self.kv0 = workload.prompt_len[self.requests].astype(np.int64) - offsets[:-1]  # KV = kv0 + flat position
-        self.schedule = [(float("inf"), int(concurrency))] if isinstance(concurrency, (int, np.integer)) else \
-            [(float(d), int(c)) for d, c in concurrency]
-        if any(c < 1 for _, c in self.schedule) or any(d <= 0 for d, _ in self.schedule):
-            raise SpecgymError(f"batch replay: concurrency segments need durations > 0 and sizes >= 1, got "
-                               f"{self.schedule}")
-        self.max_batch = max(c for _, c in self.schedule)
+        try:
+            self.schedule = AdmissionSchedule.of(concurrency)
+        except SpecgymError as exc:
+            raise SpecgymError(f"batch replay: {exc}") from None
+        self.max_batch = self.schedule.max_concurrency
         self.arrival_rate = arrival_rate
         n = len(self.requests)
         if arrival_rate is not None:
@@ -190,24 +191,18 @@ class BatchReplay:
 
     # ------------------------------------------------------------------------------------------ admission
     def concurrency(self) -> int:
-        """The closed loop's target concurrency now (the batch limit in open loop)."""
-        if len(self.schedule) == 1:
-            return self.schedule[0][1]
-        period = sum(d for d, _ in self.schedule)
-        t = self.now_ms % period
-        for d, c in self.schedule:
-            if t < d:
-                return c
-            t -= d
-        return self.schedule[-1][1]
+        """The closed loop's target concurrency now (the batch limit in open loop): the next request's limit when
+        the schedule goes by requests."""
+        if self.schedule.by == "requests":
+            return self.schedule.phase_limit(self.next_req)
+        return self.schedule.limit_at(self.now_ms)
 
     def _admit(self) -> None:
-        limit = self.concurrency()
         active = int((self.slot_req >= 0).sum())
         free = np.flatnonzero(self.slot_req < 0)
         n = len(self.requests)
         for slot in free:
-            if active >= limit or self.next_req >= n or self.arrival_ms[self.next_req] > self.now_ms:
+            if active >= self.concurrency() or self.next_req >= n or self.arrival_ms[self.next_req] > self.now_ms:
                 break
             r = self.next_req
             self.slot_req[slot] = r
@@ -227,7 +222,7 @@ class BatchReplay:
 
     def _pending(self) -> bool:
         """True when a request waits that a step could admit (a free slot under the limit, an arrival due)."""
-        if self.next_req >= self._n or len(self.schedule) > 1:
+        if self.next_req >= self._n or self.schedule.changes:
             return self.next_req < self._n
         return self.arrival_rate is not None and self.arrival_ms[self.next_req] <= self.now_ms
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from specgym.envs.core.admission import AdmissionSchedule
 from specgym.errors import SpecgymError
 
 #: vLLM's speculative counters this module reads (``LLM.get_metrics()``), by short name.
@@ -218,7 +219,7 @@ class VllmEngine:
 
     def serve(self, prompts: Sequence[Sequence[int]], lengths: Sequence[int], policy: str | None = None,
               table: Sequence[int] | None = None, profile: str | None = None,
-              schedule: Sequence[tuple[float, int]] | None = None) -> VllmRun:
+              schedule: Sequence[tuple[float, int]] | AdmissionSchedule | None = None) -> VllmRun:
         """Serve every prompt once (greedy, exactly ``lengths[i]`` new tokens each), all submitted at once.
 
         Args:
@@ -227,7 +228,8 @@ class VllmEngine:
             policy: A batch controller spec deciding K each step (speculative engines).
             table: Or a dense ``[K at batch 0, 1, 2, ...]`` list (vLLM's Dynamic SD lookup).
             profile: The batched cost profile ``policy`` prices steps with (name or path).
-            schedule: ``[(duration_ms, concurrency), ...]`` admission limits, cycled; default: ``max_num_seqs``.
+            schedule: The admission limit over the run (``[(duration_ms, concurrency), ...]`` cycled, or an
+                :class:`~specgym.envs.core.admission.AdmissionSchedule`); default: ``max_num_seqs``.
         """
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
@@ -238,7 +240,8 @@ class VllmEngine:
             raise SpecgymError("serve: this engine does not speculate (k_max = 0); policies need a speculative one")
         self._utility("specgym_configure", {"policy": policy, "profile": profile,
                                             "table": None if table is None else list(table),
-                                            "schedule": None if schedule is None else [list(s) for s in schedule]})
+                                            "schedule": None if schedule is None else
+                                            AdmissionSchedule.of(schedule).to_spec()})
         before = self._counters()
         self.llm.collective_rpc("specgym_take_cpu")  # the worker's step times start with this run
         params = [SamplingParams(temperature=0.0, max_tokens=int(n), ignore_eos=True, seed=0) for n in lengths]

@@ -38,7 +38,9 @@ from typing import Any
 
 import numpy as np
 
+from specgym.envs.core.admission import AdmissionSchedule
 from specgym.envs.core.batch import BatchController, BatchState, BatchStep
+from specgym.errors import SpecgymError
 
 #: What the hook needs to build a controller from a spec (injected by the plugin: the spec table lives above engines).
 ControllerFactory = Callable[[str, int, "str | None"], BatchController]
@@ -92,7 +94,7 @@ class SchedulerHook:
         self.factory = factory
         self.controller: BatchController | None = None
         self.table: list[int] | None = None
-        self.schedule: list[tuple[float, int]] | None = None
+        self.schedule: AdmissionSchedule | None = None
         self.log = StepLog()
         self._t0: float | None = None
         self._slot: dict[str, int] = {}
@@ -103,15 +105,16 @@ class SchedulerHook:
 
     # ------------------------------------------------------------------------------------------ configuration
     def configure(self, policy: str | None = None, profile: str | None = None, table: Sequence[int] | None = None,
-                  schedule: Sequence[Sequence[float]] | None = None) -> dict[str, Any]:
+                  schedule: Sequence[Sequence[float]] | dict[str, Any] | None = None) -> dict[str, Any]:
         """Set the next run's draft-length policy and admission; clears the log.
 
         Args:
             policy: A batch controller spec (``goodput``, ``static:K``, ``table:[[...]]``, ``ppo:NAME``...), or None.
             profile: The batched cost profile (name or path) the controller prices steps with.
             table: Instead of a controller: a dense ``[K at batch 0, K at batch 1, ...]`` list (vLLM's own lookup).
-            schedule: ``[[duration_ms, concurrency], ...]`` (cycled), the admission limit over time; None = no limit
-                beyond the engine's ``max_num_seqs``.
+            schedule: The admission limit over the run: ``[[duration_ms, concurrency], ...]`` (cycled), or the JSON
+                form of an :class:`~specgym.envs.core.admission.AdmissionSchedule` (by time or by requests); None =
+                no limit beyond the engine's ``max_num_seqs``.
         """
         if policy is not None and table is not None:
             raise ValueError("configure: give a policy or a table, not both")
@@ -121,14 +124,15 @@ class SchedulerHook:
             if self.factory is None:
                 raise ValueError("configure: no controller factory installed")
             self.controller = self.factory(policy, max(self.num_spec_tokens, 1), profile)  # reset by the factory
-        self.schedule = None if schedule is None else [(float(d), int(c)) for d, c in schedule]
-        if self.schedule is not None and (any(c < 1 for _, c in self.schedule) or any(d <= 0 for d, _ in
-                                                                                      self.schedule)):
-            raise ValueError(f"configure: schedule needs durations > 0 and concurrencies >= 1, got {self.schedule}")
+        try:
+            self.schedule = None if schedule is None else AdmissionSchedule.of(schedule)
+        except SpecgymError as exc:
+            raise ValueError(f"configure: {exc}") from None
         self.log = StepLog()
         self._t0 = None
         self._slot, self._free, self._new = {}, [], []
-        return {"policy": policy, "table": table is not None, "schedule": self.schedule,
+        return {"policy": policy, "table": table is not None,
+                "schedule": None if self.schedule is None else self.schedule.to_spec(),
                 "num_spec_tokens": self.num_spec_tokens}
 
     @property
@@ -136,18 +140,15 @@ class SchedulerHook:
         """True when the hook decides K (a controller or a table is set, and the engine speculates)."""
         return self.num_spec_tokens > 0 and (self.controller is not None or self.table is not None)
 
-    def limit(self, now: float, default: int) -> int:
-        """The admission limit at wall-clock ``now`` (the schedule cycles from the run's first step)."""
+    def limit(self, now: float, default: int, running: int = 0, waiting: int = 0) -> int:
+        """The admission limit of the step starting at wall-clock ``now`` (a time schedule cycles from the run's
+        first step; a schedule by requests admits each waiting request under its phase's concurrency)."""
         if self.schedule is None:
             return default
-        t0 = self._t0 if self._t0 is not None else now
-        period = sum(d for d, _ in self.schedule)
-        t = ((now - t0) * 1000.0) % period
-        for d, c in self.schedule:
-            if t < d:
-                return min(c, default)
-            t -= d
-        return min(self.schedule[-1][1], default)
+        elapsed_ms = (now - (self._t0 if self._t0 is not None else now)) * 1000.0
+        if self.schedule.by == "time":
+            return min(self.schedule.limit_at(elapsed_ms), default)
+        return min(running + self.schedule.admissible(elapsed_ms, len(self.log.admit_s), running, waiting), default)
 
     # ------------------------------------------------------------------------------------------ one step
     def decide(self, batch: int, queue: int) -> int:
@@ -174,7 +175,7 @@ class SchedulerHook:
         now = time.perf_counter()
         if self._t0 is None and (scheduler.waiting or scheduler.running):
             self._t0 = now
-        lim = self.limit(now, default_limit)
+        lim = self.limit(now, default_limit, len(scheduler.running), len(scheduler.waiting))
         scheduler.max_num_active_reqs = lim
         self._pending = (now, lim, len(scheduler.waiting), 0, 0, 0, 0)
 

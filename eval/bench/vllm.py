@@ -4,7 +4,7 @@ this CPU) serves a recorded workload's test prompts, and specgym predicts what i
 Plan (two engine constructions in all, one at a time, each serving every run it can):
 
 1. **plain engine** (no speculation): profiling runs (the step time of plain decoding at each batch size of the
-   profile grid, on train-split prompts), then ``fixed:0`` at every concurrency and in the mixed run, each
+   profile grid, on train-split prompts), then ``fixed:0`` at every concurrency and in the mixed runs, each
    repetition in its own order;
 2. **speculative engine** (``draft_model`` proposer, ``num_speculative_tokens = k_max``): profiling runs at every
    (batch size, K) -> the **vLLM-measured batched profile** (:mod:`specgym.envs.engines.vllm_profile`, saved next to
@@ -13,7 +13,8 @@ Plan (two engine constructions in all, one at a time, each serving every run it 
    (vLLM's Dynamic SD with a one-range table), ``table`` (the tuned table, through vLLM's own
    ``build_dynamic_sd_schedule_lookup``) and ``plugin:SPEC`` (a specgym batch controller deciding K every step
    through the ``vllm.general_plugins`` plugin; default ``goodput`` on the measured profile), at every concurrency
-   and under a concurrency that changes over time (the mixed run).
+   and under a concurrency that changes during the run (the mixed cells, :data:`MIXED_CELLS`: ``mixed`` changes it
+   with the clock, ``phased`` serves each concurrency's share of the requests in turn).
 
 Each run serves its requests once, all submitted together, greedy with ``ignore_eos`` for the recorded length; the
 admission limit keeps ``concurrency`` sequences in flight (a closed loop, refilled inside vLLM's scheduler, as the
@@ -51,6 +52,7 @@ from rich.table import Table
 import specgym.catalogue as catalogue
 from specgym.agents.specs import make
 from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule, StaticK
+from specgym.envs.core.admission import AdmissionSchedule, phases
 from specgym.envs.core.batch import BatchController
 from specgym.envs.core.batch_cost import BatchCostProfile, load_batch_profile, save_batch_profile
 from specgym.envs.engines.vllm_engine import VllmEngine, VllmEngineConfig, VllmRun, require_vllm
@@ -77,7 +79,7 @@ class VllmPlan:
     max_tokens: int | None = None
     repeats: int = 3
     plugins: tuple[str, ...] = ("goodput",)
-    mixed: bool = True
+    mixed: tuple[str, ...] = ("mixed", "phased")
     mixed_requests: int = 32
     mixed_segment_ms: float = 4000.0
     profile: str | None = None
@@ -192,28 +194,55 @@ def stalled_steps(run: VllmRun, factor: float = 5.0) -> int:
     return int((dur > factor * np.median(dur)).sum()) if len(dur) else 0
 
 
-def mixed_schedule(plan: VllmPlan) -> list[tuple[float, int]]:
-    """Concurrency changing over time: one segment per benchmark concurrency, low -> high -> middle."""
+#: The mixed-concurrency cells and how their concurrency changes (:mod:`specgym.envs.core.admission`): ``mixed``
+#: by the clock (one segment of ``mixed_segment_ms`` per concurrency, cycled; mostly the high-concurrency segments'
+#: throughput), ``phased`` by requests (each concurrency serves the requests of its own cell, one phase after
+#: another; every phase counts in proportion to its time).
+MIXED_CELLS = {"mixed": "time", "phased": "requests"}
+
+
+def mixed_order(plan: VllmPlan) -> list[int]:
+    """The concurrencies of a mixed run: low -> high -> middle."""
     cs = sorted(plan.concurrency)
-    order = [cs[0], cs[-1], *cs[1:-1]] if len(cs) > 2 else cs
-    return [(plan.mixed_segment_ms, c) for c in order]
+    return [cs[0], cs[-1], *cs[1:-1]] if len(cs) > 2 else cs
+
+
+def cell_schedule(plan: VllmPlan, cell: Any) -> AdmissionSchedule:
+    """The admission of one cell's runs: a closed loop at a concurrency, or a mixed cell's schedule."""
+    if cell == "mixed":
+        return AdmissionSchedule(tuple((plan.mixed_segment_ms, c) for c in mixed_order(plan)), by="time")
+    if cell == "phased":
+        order = mixed_order(plan)
+        return phases([plan.requests_at(c) for c in order], order)
+    return AdmissionSchedule(((1e12, int(cell)),))
+
+
+def cell_requests(plan: VllmPlan, cell: Any) -> int:
+    """Requests of one cell's runs."""
+    if cell == "mixed":
+        return plan.mixed_requests
+    if cell == "phased":
+        return sum(plan.requests_at(c) for c in plan.concurrency)
+    return plan.requests_at(int(cell))
+
+
+def cells_of(plan: VllmPlan) -> list[Any]:
+    """Every cell of the benchmark: each concurrency, then the mixed cells."""
+    return [*plan.concurrency, *plan.mixed]
 
 
 class Runner:
     """Runs and keeps every measurement of the section."""
 
-    def __init__(self, plan: VllmPlan, workload: Workload, served: dict[int, Served], mixed: Served | None,
-                 console: Any):
-        self.plan, self.workload, self.served, self.mixed, self.console = plan, workload, served, mixed, console
+    def __init__(self, plan: VllmPlan, workload: Workload, served: dict[Any, Served], console: Any):
+        self.plan, self.workload, self.served, self.console = plan, workload, served, console
         self.runs: dict[tuple[Any, str], list[VllmRun]] = {}
         self.index: dict[tuple[Any, str], list[int]] = {}  # when each run was served (0, 1, ... per engine)
         self._n = 0
 
     def serve(self, engine: VllmEngine, conc: Any, label: str, **kw: Any) -> VllmRun:
-        s = self.mixed if conc == "mixed" else self.served[conc]
-        assert s is not None
-        schedule = mixed_schedule(self.plan) if conc == "mixed" else [(1e12, int(conc))]
-        run = engine.serve(s.prompts, s.lengths, schedule=schedule, **kw)
+        s = self.served[conc]
+        run = engine.serve(s.prompts, s.lengths, schedule=cell_schedule(self.plan, conc), **kw)
         self.runs.setdefault((conc, label), []).append(run)
         self.index.setdefault((conc, label), []).append(self._n)
         self._n += 1
@@ -234,13 +263,15 @@ def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     test = wl.split_indices("test")
     train = wl.split_indices("train")
     tok_file = target / "tokenizer.json"
-    served = {c: tokenized(wl, test[:plan.requests_at(c)], tok_file, None) for c in plan.concurrency}
-    mixed = tokenized(wl, test[:plan.mixed_requests], tok_file, None) if plan.mixed else None
+    if len(test) < max(cell_requests(plan, c) for c in cells_of(plan)):
+        raise SpecgymError(f"--sections vllm: workload {wl.name!r} has {len(test)} test requests; the runs need "
+                           f"{max(cell_requests(plan, c) for c in cells_of(plan))}")
+    served = {c: tokenized(wl, test[:cell_requests(plan, c)], tok_file, None) for c in cells_of(plan)}
     prof_prompts = tokenized(wl, train[:64], tok_file, None).prompts
     load_before = _load()
     console.print(f"[bold]vLLM {version}[/bold] serving {wl.label} test prompts with {pair} ({target}); load average "
                   f"{load_before} on {os.cpu_count()} CPUs", highlight=False)
-    runner = Runner(plan, wl, served, mixed, console)
+    runner = Runner(plan, wl, served, console)
     cfg: dict[str, Any] = dict(target=str(target), draft=str(draft), eager=plan.eager,
                                max_num_seqs=max(max(plan.concurrency), max(plan.profile_batches)))
     t_start = time.perf_counter()
@@ -253,8 +284,7 @@ def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
         plain_cells = measure_cells(eng, prof_prompts, plan.profile_batches, [0], plan.profile_tokens,
                                     plan.profile_repeats) if plan.profile is None else CellTimes()
         plain_all = plain_cells
-        for rep in run_order([*plan.concurrency, *(["mixed"] if plan.mixed else [])], ["fixed:0"], plan.repeats,
-                             plan.seed):
+        for rep in run_order(cells_of(plan), ["fixed:0"], plan.repeats, plan.seed):
             for c, p in rep:
                 runner.serve(eng, c, p)
             if plan.profile is None:  # one more profiling pass per repetition (module docstring, drift)
@@ -279,8 +309,7 @@ def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
         console.print(f"vLLM-measured profile {profile_path}; specgym's tuned table {table}", highlight=False)
         dense = dense_table(table, eng.config.max_num_seqs, plan.k_max)
         policies = [f"fixed:{k}" for k in range(1, plan.k_max + 1)] + ["table"] + [f"plugin:{p}" for p in plan.plugins]
-        cells: list[Any] = [*plan.concurrency, *(["mixed"] if plan.mixed else [])]
-        for rep in run_order(cells, policies, plan.repeats, plan.seed + 1):
+        for rep in run_order(cells_of(plan), policies, plan.repeats, plan.seed + 1):
             for c, p in rep:
                 if p.startswith("fixed:"):
                     runner.serve(eng, c, p, table=[int(p.split(":")[1])] * (eng.config.max_num_seqs + 1))
@@ -303,7 +332,7 @@ def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
             save_batch_profile(cpu_profile, plan.out_dir / f"{cpu_profile.name}.json", overwrite=True)
         except SpecgymError as exc:
             console.print(f"no CPU-time profile: {exc}", highlight=False)
-    result = assemble(plan, wl, served, mixed, runner, predict_with, cpu_profile, table, version)
+    result = assemble(plan, wl, served, runner, predict_with, cpu_profile, table, version)
     result["profile_tuning"] = profile.to_dict()
     result.update({"construct_s": construct, "wall_s": wall, "load_before": load_before, "load_after": _load(),
                    "profile_path": str(profile_path), "tuned_table": table,
@@ -332,7 +361,7 @@ def _tpot(runs: list[VllmRun], lengths: list[int]) -> np.ndarray:
     return np.concatenate([r.tpot_ms(lengths) for r in runs])
 
 
-def assemble(plan: VllmPlan, wl: Workload, served: dict[int, Served], mixed: Served | None, runner: Runner,
+def assemble(plan: VllmPlan, wl: Workload, served: dict[Any, Served], runner: Runner,
              profile: BatchCostProfile, cpu_profile: BatchCostProfile | None, table: list[list[int]],
              version: str) -> dict[str, Any]:
     """Rows: measured (mean over repetitions), paired ratios to plain decoding, equality checks, predictions (on
@@ -342,7 +371,7 @@ def assemble(plan: VllmPlan, wl: Workload, served: dict[int, Served], mixed: Ser
         return predict_run(wl, s.index, plain_profile(prof) if k0 else prof, policy_controller(policy, table),
                            schedule, plan.k_max, PrefillCost.of(prof), seed=plan.seed)
 
-    cells = [*plan.concurrency, "mixed"]
+    cells = cells_of(plan)
     policies = ["fixed:0", *(f"fixed:{k}" for k in range(1, plan.k_max + 1)), "table"]
 
     def where(key: tuple[Any, str]) -> tuple[int, int, str]:  # rows in table order, whatever order they ran in
@@ -351,8 +380,7 @@ def assemble(plan: VllmPlan, wl: Workload, served: dict[int, Served], mixed: Ser
 
     rows = []
     for (conc, policy), runs in sorted(runner.runs.items(), key=lambda item: where(item[0])):
-        s = mixed if conc == "mixed" else served[conc]
-        assert s is not None
+        s = served[conc]
         base = runner.runs[(conc, "fixed:0")]
         n = min(len(runs), len(base))
         times = np.array([r.wall_s for r in runs[:n]])
@@ -365,7 +393,7 @@ def assemble(plan: VllmPlan, wl: Workload, served: dict[int, Served], mixed: Ser
         plain_out = base[0].outputs
         same_plain = sum(o == p for r in runs for o, p in zip(r.outputs, plain_out))
         same_record = sum(o == ref for r in runs for o, ref in zip(r.outputs, s.reference))
-        schedule = mixed_schedule(plan) if conc == "mixed" else int(conc)
+        schedule = cell_schedule(plan, conc)
         pred = predict(profile, s, policy, schedule)
         cpu_tok_s = np.array([r.tok_s_cpu for r in runs])
         cpu: dict[str, Any] = {"tok_s_cpu": float(np.mean(cpu_tok_s)) if np.isfinite(cpu_tok_s).all() else None}
@@ -390,7 +418,7 @@ def assemble(plan: VllmPlan, wl: Workload, served: dict[int, Served], mixed: Ser
             "engine_s": float(np.mean([r.engine_s for r in runs])),
             "stalled_steps_runs": [stalled_steps(r) for r in runs], "run_index": runner.index[(conc, policy)], **cpu,
         })
-    fixed = [r for r in rows if r["concurrency"] != "mixed"]
+    fixed = [r for r in rows if r["concurrency"] not in MIXED_CELLS]
     errors = [abs(r["predicted_over_live"] - 1.0) for r in fixed]
     cpu_errors = [abs(r["predicted_over_live_cpu"] - 1.0) for r in fixed if "predicted_over_live_cpu" in r]
     summary: dict[str, Any] = {"max_abs_prediction_error": max(errors) if errors else None,
@@ -399,7 +427,7 @@ def assemble(plan: VllmPlan, wl: Workload, served: dict[int, Served], mixed: Ser
                                "cells_within_10pct": f"{sum(e <= 0.10 for e in errors)}/{len(errors)}",
                                "all_outputs_identical": all(r["identical_to_plain"].split("/")[0] ==
                                                             r["identical_to_plain"].split("/")[1] for r in rows)}
-    for conc in [*plan.concurrency, *(["mixed"] if plan.mixed else [])]:
+    for conc in cells_of(plan):
         at = [r for r in rows if r["concurrency"] == conc]
         best_fixed = max((r for r in at if r["policy"].startswith("fixed:")), key=lambda r: r["tok_s"])
         summary[f"best_fixed@{conc}"] = best_fixed["policy"]
@@ -413,7 +441,7 @@ def assemble(plan: VllmPlan, wl: Workload, served: dict[int, Served], mixed: Ser
                 r["vs_best_fixed_ci95"] = list(ci) if ci else None
     return {"vllm_version": version, "workload": wl.name, "profile": profile.to_dict(),
             "profile_cputime": cpu_profile.to_dict() if cpu_profile is not None else None, "rows": rows,
-            "summary": summary, "mixed_schedule": mixed_schedule(plan) if plan.mixed else None,
+            "summary": summary, "mixed_schedules": {c: cell_schedule(plan, c).to_spec() for c in plan.mixed},
             "plan": {k: (str(v) if isinstance(v, Path) else v) for k, v in plan.__dict__.items()}}
 
 
@@ -450,7 +478,7 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in result["rows"] if r["concurrency"] != "mixed"]
+    rows = [r for r in result["rows"] if r["concurrency"] not in MIXED_CELLS]
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     concs = sorted({r["concurrency"] for r in rows})
     fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -487,6 +515,17 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[str]:
     return [str(f) for f in files]
 
 
+def mixed_cells(args: Any) -> tuple[str, ...]:
+    """The mixed cells ``--vllm-mixed`` names (none with ``--vllm-no-mixed``)."""
+    if args.vllm_no_mixed:
+        return ()
+    cells = tuple(c.strip() for c in str(args.vllm_mixed).split(",") if c.strip())
+    bad = [c for c in cells if c not in MIXED_CELLS]
+    if bad:
+        raise SpecgymError(f"--vllm-mixed: unknown cell {bad[0]!r} (choose from {', '.join(MIXED_CELLS)})")
+    return cells
+
+
 def plan_from_args(args: Any) -> VllmPlan:
     """The plan from ``specgym bench``'s ``--vllm-*`` options."""
     def ints(text: str) -> tuple[int, ...]:
@@ -495,7 +534,7 @@ def plan_from_args(args: Any) -> VllmPlan:
     return VllmPlan(
         concurrency=ints(args.vllm_concurrency), k_max=int(args.vllm_k_max), requests=int(args.vllm_requests),
         max_tokens=args.vllm_max_tokens, repeats=int(args.vllm_repeats),
-        plugins=tuple(p for p in str(args.vllm_plugins).split(",") if p), mixed=not args.vllm_no_mixed,
+        plugins=tuple(p for p in str(args.vllm_plugins).split(",") if p), mixed=mixed_cells(args),
         mixed_requests=int(args.vllm_mixed_requests), mixed_segment_ms=float(args.vllm_mixed_segment_ms),
         profile=args.vllm_profile, profile_batches=ints(args.vllm_profile_batches),
         profile_tokens=int(args.vllm_profile_tokens), profile_repeats=int(args.vllm_profile_repeats),

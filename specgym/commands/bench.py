@@ -78,6 +78,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="batch controller specs run inside vLLM by specgym's plugin, comma-separated (default "
                         "%(default)s)")
     v.add_argument("--vllm-no-mixed", action="store_true", help="skip the mixed-concurrency runs")
+    v.add_argument("--vllm-mixed", default="mixed,phased",
+                   help="mixed-concurrency cells, comma-separated: mixed (the concurrency changes with the clock, "
+                        "--vllm-mixed-segment-ms per concurrency) and phased (each concurrency serves its own cell's "
+                        "requests, one phase after another) (default %(default)s)")
     v.add_argument("--vllm-mixed-requests", type=positive_int, default=32,
                    help="requests of a mixed-concurrency run (default %(default)s)")
     v.add_argument("--vllm-mixed-segment-ms", type=positive_int, default=4000,

@@ -159,12 +159,21 @@ def test_profile_from_engine_steps():
     assert steady_steps(log, 2, 3, "cpu").tolist() == [12.0, 13.0]  # engine core + worker CPU time
     assert np.isnan(step_costs(log)[-1])  # the last step has no successor
     assert np.isnan(step_costs({**log, "worker_cpu_ms": [1.0]}, "cpu")).all()  # misaligned: unknown
-    rows = prefill_excess(log, {(2, 3): 15.0}, 3)
-    assert rows == [(2, 80, pytest.approx(5.0))]
-    assert prefill_excess(log, {(2, 3): 7.0}, 3, "cpu") == [(2, 80, pytest.approx(4.0))]
+    # the prefill step drafts nothing: its baseline is the batch's K = 0 step, not the run's K = 3 step
+    rows = prefill_excess(log, {(2, 0): 12.0, (2, 3): 15.0})
+    assert rows == [(2, 80, pytest.approx(8.0))]
+    assert prefill_excess(log, {(2, 0): 7.0, (2, 3): 9.0}, "cpu") == [(2, 80, pytest.approx(4.0))]
+    assert prefill_excess(log, {(4, 0): 12.0}) == []  # a batch the profile did not measure gives no row
+    # one sequence prefills while the other verifies 3 drafts: 1.5 drafts per sequence, between K = 0 and 3
+    mixed = _log([2, 2], [3, 0], [40, 0], [1, 0], 20.0)
+    assert prefill_excess(mixed, {(2, 0): 12.0, (2, 3): 15.0}) == [(1, 40, pytest.approx(20.0 - 13.5))]
     fit = fit_prefill([(1, 50, 1.0 + 0.1 * 50), (2, 80, 2.0 + 0.1 * 80), (1, 20, 1.0 + 0.1 * 20)])
     assert fit.per_request_ms == pytest.approx(1.0) and fit.per_token_ms == pytest.approx(0.1)
     assert fit.ms([50, 20]) == pytest.approx(2.0 + 7.0)
+    # a negative term is dropped and the other refitted alone (not clipped with the joint fit's value kept)
+    per_token = fit_prefill([(1, 100, 80.0), (2, 210, 170.0), (3, 290, 230.0)])
+    assert per_token.per_request_ms == 0.0 and per_token.per_token_ms == pytest.approx(
+        (100 * 80 + 210 * 170 + 290 * 230) / (100**2 + 210**2 + 290**2))
     prof = _profile()
     assert prof.step_time(4, 2) == pytest.approx(26.0) and prof.step_time(1, 0) == pytest.approx(11.0)
     assert plain_profile(prof).step_time(1, 0) == pytest.approx(10.0)

@@ -12,7 +12,8 @@ The profile stores the measured steps whole: ``verify_ms[b][K] = S(b, K)`` with 
 ``K = 0`` is the speculative engine's step without drafts (its drafter still runs its first pass, as vLLM's table
 does at K = 0); plain decoding in an engine without speculation is ``hardware["plain_step_ms"]``
 (:func:`plain_profile`). A new request's prefill adds to its step ``prefill_ms_per_request + prefill_ms_per_token *
-prompt tokens`` (a least-squares line over the steps that carry prefills, beyond their cell's ``S``), stored in
+prompt tokens`` (a least-squares line over the steps that carry prefills, beyond a steady step of the same batch
+and drafts), stored in
 ``hardware`` too.
 """
 
@@ -80,27 +81,45 @@ def steady_steps(log: dict[str, Any], batch: int, k: int, clock: str = "wall") -
     return cost[ok]
 
 
-def prefill_excess(log: dict[str, Any], step_ms: dict[tuple[int, int], float], k: int,
+def composition_ms(step_ms: dict[tuple[int, int], float], batch: int, drafts_per_seq: float) -> float | None:
+    """The steady step cost of ``batch`` sequences verifying ``drafts_per_seq`` drafts each on average, interpolated
+    between the measured K (the batch replay prices a mixed step the same way); ``None`` off the measured batches."""
+    ks = sorted(k for b, k in step_ms if b == batch)
+    if not ks:
+        return None
+    return float(np.interp(drafts_per_seq, ks, [step_ms[(batch, k)] for k in ks]))
+
+
+def prefill_excess(log: dict[str, Any], step_ms: dict[tuple[int, int], float],
                    clock: str = "wall") -> list[tuple[int, int, float]]:
-    """``(new requests, prompt tokens, excess ms)`` of every step that prefilled, its excess over ``S(b, k)``."""
+    """``(new requests, prompt tokens, excess ms)`` of every step that prefilled: its cost beyond a steady step of
+    the same batch and drafts (:func:`composition_ms`: a prefill step drafts for its decoding sequences only, so
+    the run's own K would overstate the baseline and understate the prefill)."""
     cost = step_costs(log, clock)
     out = []
     for i, c in enumerate(cost.tolist()):
         tokens, b = int(log["prefill_tokens"][i]), int(log["batch"][i])
-        if tokens and (b, k) in step_ms and np.isfinite(c):
-            out.append((int(log["new_requests"][i]), tokens, c - step_ms[(b, k)]))
+        if not tokens or not np.isfinite(c):
+            continue
+        base = composition_ms(step_ms, b, int(log["drafts"][i]) / b)
+        if base is not None:
+            out.append((int(log["new_requests"][i]), tokens, c - base))
     return out
 
 
 def fit_prefill(rows: Sequence[tuple[int, int, float]]) -> PrefillCost:
-    """Least squares ``excess = per_request * n + per_token * tokens`` (both clipped at 0)."""
+    """Least squares ``excess = per_request * n + per_token * tokens``, both >= 0 (a term that comes out negative
+    is dropped and the other refitted alone)."""
     if len(rows) < 2:
         return PrefillCost()
     a = np.array([[n, t] for n, t, _ in rows], dtype=np.float64)
     y = np.array([e for *_, e in rows], dtype=np.float64)
     coef, *_ = np.linalg.lstsq(a, y, rcond=None)
-    per_req, per_tok = (max(float(c), 0.0) for c in coef)
-    return PrefillCost(per_req, per_tok)
+    if (coef >= 0).all():
+        return PrefillCost(float(coef[0]), float(coef[1]))
+    keep = int(np.argmax(coef))
+    one = max(float(a[:, keep] @ y / (a[:, keep] @ a[:, keep])), 0.0)
+    return PrefillCost(one, 0.0) if keep == 0 else PrefillCost(0.0, one)
 
 
 def build_profile(name: str, batch_sizes: Sequence[int], spec_ms: dict[tuple[int, int], float],
@@ -174,7 +193,7 @@ def measure_cells(engine: Any, prompts: Sequence[Sequence[int]], batch_sizes: Se
     """
     out = CellTimes()
     spec = engine.config.k_max > 0
-    runs: list[tuple[int, dict[str, Any]]] = []
+    runs: list[dict[str, Any]] = []
     offset = 0
     for _ in range(repeats):
         for b in batch_sizes:
@@ -183,13 +202,13 @@ def measure_cells(engine: Any, prompts: Sequence[Sequence[int]], batch_sizes: Se
                 offset += b
                 table = [k] * (engine.config.max_num_seqs + 1) if spec else None
                 run = engine.serve(chosen, [tokens] * b, table=table, schedule=[(1e12, b)])
-                runs.append((k, run.log))
+                runs.append(run.log)
                 for clock in CLOCKS:
                     out.steps[clock].setdefault((b, k), []).extend(steady_steps(run.log, b, k, clock).tolist())
     for clock in CLOCKS:
         medians = out.medians(clock)
-        for k, log in runs:
-            out.prefill[clock] += prefill_excess(log, medians, k, clock)
+        for log in runs:
+            out.prefill[clock] += prefill_excess(log, medians, clock)
     return out
 
 

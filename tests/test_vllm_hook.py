@@ -227,6 +227,12 @@ def test_stalled_steps_count_slow_decode_steps_not_prefills():
     run = VllmRun(wall_s=1.0, tokens=10, log=log, spec={}, outputs=[])
     assert stalled_steps(run) == 1
     assert stalled_steps(run, factor=10.0) == 0
+    # a phased run: steps at 64 sequences take 10x those at 1 and are no stall; one slow step among them is
+    start = np.arange(12, dtype=np.float64)
+    dur = np.array([0.01] * 8 + [0.1] * 3 + [0.6])  # the run's median step is a batch-1 step
+    log = {"start_s": start.tolist(), "end_s": (start + dur).tolist(), "prefill_tokens": [0] * 12,
+           "batch": [1] * 8 + [64] * 4, "drafts": [2] * 8 + [64] * 4}
+    assert stalled_steps(VllmRun(wall_s=1.0, tokens=10, log=log, spec={}, outputs=[])) == 1
 
 
 def test_profiling_passes_pool_their_steps():

@@ -187,11 +187,20 @@ def run_order(cells: list[Any], policies: list[str], repeats: int, seed: int) ->
 
 
 def stalled_steps(run: VllmRun, factor: float = 5.0) -> int:
-    """Decode steps of a run that took more than ``factor`` x its median decode step (prefill steps excluded: a
-    long prompt is work, not a stall)."""
-    dur = np.asarray(run.log["end_s"], np.float64) - np.asarray(run.log["start_s"], np.float64)
-    dur = dur[np.asarray(run.log["prefill_tokens"], np.int64) == 0]
-    return int((dur > factor * np.median(dur)).sum()) if len(dur) else 0
+    """Decode steps of a run that took more than ``factor`` x the median decode step of the same batch size and
+    drafts (prefill steps excluded: a long prompt is work, not a stall; per batch and drafts, because a run whose
+    concurrency changes has steps 10x apart that are all normal)."""
+    log = run.log
+    dur = np.asarray(log["end_s"], np.float64) - np.asarray(log["start_s"], np.float64)
+    decode = np.asarray(log["prefill_tokens"], np.int64) == 0
+    n = len(dur)
+    shape = np.stack([np.asarray(log.get("batch", [0] * n), np.int64),
+                      np.asarray(log.get("drafts", [0] * n), np.int64)], axis=1)
+    stalled = 0
+    for key in np.unique(shape[decode], axis=0):
+        d = dur[decode & (shape == key).all(axis=1)]
+        stalled += int((d > factor * np.median(d)).sum())
+    return stalled
 
 
 #: The mixed-concurrency cells and how their concurrency changes (:mod:`specgym.envs.core.admission`): ``mixed``

@@ -495,7 +495,8 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[str]:
     for i, p in enumerate(policies):
         at = {r["concurrency"]: r for r in rows if r["policy"] == p}
         xs = [c for c in concs if c in at]
-        color = "black" if p == "fixed:0" else ("tab:red" if not p.startswith("fixed:") else cmap(i))
+        color = ("black" if p == "fixed:0" else cmap(i) if p.startswith("fixed:")
+                 else "tab:red" if p == "table" else "tab:orange")
         lw = 2.2 if not p.startswith("fixed:") or p == "fixed:0" else 1.2
         ax.plot(xs, [at[c]["tok_s"] for c in xs], marker="o", label=p, color=color, lw=lw)
         ax.plot(xs, [at[c]["predicted_tok_s"] for c in xs], ls=":", color=color, lw=lw)

@@ -223,7 +223,8 @@ def test_every_repetition_serves_every_run_once_in_its_own_order():
 def test_stalled_steps_count_slow_decode_steps_not_prefills():
     start = np.arange(6, dtype=np.float64)
     dur = np.array([0.9, 0.01, 0.01, 0.08, 0.01, 0.01])  # a long prefill, then one decode step 8x the median
-    log = {"start_s": start.tolist(), "end_s": (start + dur).tolist(), "prefill_tokens": [300, 0, 0, 0, 0, 0]}
+    log = {"start_s": start.tolist(), "end_s": (start + dur).tolist(), "prefill_tokens": [300, 0, 0, 0, 0, 0],
+           "batch": [1] * 6, "drafts": [2] * 6}
     run = VllmRun(wall_s=1.0, tokens=10, log=log, spec={}, outputs=[])
     assert stalled_steps(run) == 1
     assert stalled_steps(run, factor=10.0) == 0

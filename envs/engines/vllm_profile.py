@@ -13,8 +13,7 @@ The profile stores the measured steps whole: ``verify_ms[b][K] = S(b, K)`` with 
 does at K = 0); plain decoding in an engine without speculation is ``hardware["plain_step_ms"]``
 (:func:`plain_profile`). A new request's prefill adds to its step ``prefill_ms_per_request + prefill_ms_per_token *
 prompt tokens`` (a least-squares line over the steps that carry prefills, beyond a steady step of the same batch
-and drafts), stored in
-``hardware`` too.
+and drafts), stored in ``hardware`` too.
 """
 
 from __future__ import annotations

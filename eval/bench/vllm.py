@@ -193,9 +193,7 @@ def stalled_steps(run: VllmRun, factor: float = 5.0) -> int:
     log = run.log
     dur = np.asarray(log["end_s"], np.float64) - np.asarray(log["start_s"], np.float64)
     decode = np.asarray(log["prefill_tokens"], np.int64) == 0
-    n = len(dur)
-    shape = np.stack([np.asarray(log.get("batch", [0] * n), np.int64),
-                      np.asarray(log.get("drafts", [0] * n), np.int64)], axis=1)
+    shape = np.stack([np.asarray(log["batch"], np.int64), np.asarray(log["drafts"], np.int64)], axis=1)
     stalled = 0
     for key in np.unique(shape[decode], axis=0):
         d = dur[decode & (shape == key).all(axis=1)]

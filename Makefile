@@ -83,7 +83,8 @@ bench: $(STAMP)
 # 1 -> 64 -> 4 -> 16 (README, "A real serving engine")
 bench-vllm: $(VLLM_STAMP)
 	nice -n 10 $(VLLM_VENV)/bin/specgym bench --sections vllm --vllm-concurrency 1,4,16,64 \
-	  --vllm-profile-batches 1,2,4,8,16,32,64 --vllm-mixed phased --vllm-repeats 3 --json out/bench-vllm.json
+	  --vllm-profile-batches 1,2,4,8,16,32,64 --vllm-profile-repeats 2 --vllm-mixed phased --vllm-repeats 3 \
+	  --json out/bench-vllm.json
 
 # --- the README's results table: PPO (K and token mode) on every shipped workload vs all baselines (~20 min) ---
 RESULT_WORKLOADS ?= midpair-greedy midpair-t08 speclane-mix assc-regimes tinypair-greedy tinypair-t08

@@ -9,6 +9,13 @@ every sequence in flight drafting the same K, a step at batch size ``b`` produce
 throughput ``b * E_K / step_time(b, K)`` and merges equal neighbours into ranges, so it is at least as fast as the
 best static K at every concurrency by construction. A closed-loop batched replay at a few concurrencies checks the
 model on the first ``check_requests`` requests (``checks`` in the result).
+
+A profile measured from vLLM also prices an engine *without* speculation (``plain_step_ms``), which is not the
+speculative engine at K = 0: vLLM 0.32 runs the drafter's forward over every verified token at every step, K = 0
+included, to keep the drafter's KV cache whole (``SpecDecodeBaseProposer.propose`` in
+``vllm/v1/spec_decode/llm_base_proposer.py``, called from ``GPUModelRunner.propose_draft_token_ids``). Where plain
+decoding beats every K, no table can match it, so the result names those batch sizes (``plain_faster``): traffic
+there is served faster by an engine without speculation.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.batch_engine import BatchReplay
 from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
+from specgym.envs.engines.vllm_profile import plain_profile
 from specgym.envs.workloads.trace_format import Workload
 from specgym.eval.stats import geomean
 
@@ -49,6 +57,11 @@ def merge_ranges(kstar: np.ndarray) -> list[list[int]]:
     return rows
 
 
+def ranges_where(mask: np.ndarray) -> list[list[int]]:
+    """Batch sizes ``b`` (1-based) with ``mask[b - 1]`` as ``[[start_bs, end_bs], ...]``."""
+    return [[s, e] for s, e, on in merge_ranges(mask.astype(np.int64)) if on]
+
+
 def tune_vllm(workload: Workload, profile: BatchCostProfile, max_batch: int = 512, k_max: int = DEFAULT_K_MAX,
               split: str = "all", seed: int = 0, check_batches: tuple[int, ...] = (1, 8, 64),
               check_requests: int = 256) -> dict[str, Any]:
@@ -64,12 +77,17 @@ def tune_vllm(workload: Workload, profile: BatchCostProfile, max_batch: int = 51
     table = merge_ranges(kstar)
     static_k = int(np.argmax(geomean(thr, axis=0)))  # best single K over every concurrency (geometric mean)
     best_thr = thr[np.arange(len(bs)), kstar]
+    plain_thr = None  # an engine without speculation: one token per sequence-step (profiles measured from vLLM)
+    if "plain_step_ms" in profile.hardware:
+        plain = plain_profile(profile)
+        plain_thr = bs / np.array([plain.step_time(float(b), 0) for b in bs]) * 1000.0
     ranges = []
     for start, end, k in table:
         sl = slice(start - 1, end)
         ranges.append({"start_bs": start, "end_bs": end, "k": k,
                        "speedup_vs_static": geomean(best_thr[sl] / thr[sl, static_k]),
-                       "speedup_vs_no_spec": geomean(best_thr[sl] / thr[sl, 0])})
+                       "speedup_vs_no_spec": geomean(best_thr[sl] / thr[sl, 0]),
+                       **({} if plain_thr is None else {"speedup_vs_plain": geomean(best_thr[sl] / plain_thr[sl])})})
     checks = []
     for b in check_batches:
         if b > max_batch:
@@ -85,6 +103,7 @@ def tune_vllm(workload: Workload, profile: BatchCostProfile, max_batch: int = 51
         "tokens_per_step": e_k.tolist(), "table": table, "static_k": static_k, "ranges": ranges,
         "no_worse_than_static_everywhere": bool((best_thr >= thr[:, static_k] - 1e-9).all()),
         "checks": checks, "seconds": time.perf_counter() - t0,
+        "plain_faster": None if plain_thr is None else ranges_where(plain_thr > best_thr),
         "vllm_fragment": f'"num_speculative_tokens_per_batch_size": {table}'.replace(" ", "").replace(":", ": ", 1),
     }
 
@@ -95,17 +114,26 @@ def describe(result: dict[str, Any]) -> list[str]:
              + f" on {result['profile']} ({result['profile_source']} profile), concurrency 1..{result['max_batch']}:",
              "", result["vllm_fragment"], ""]
     same = result["static_k"] == 0  # the best static K is no speculation: one column says it all
+    plain = all("speedup_vs_plain" in r for r in result["ranges"]) and bool(result["ranges"])
+    k0 = ("vs K=0 (drafter on)" if plain else "vs no speculation") + (" (= the best static K)" if same else "")
     lines.append(f"{'batch sizes':>14} {'K':>3} "
                  + ("" if same else f"{'vs best static K=' + str(result['static_k']):>22} ")
-                 + f"{'vs no speculation' + (' (= the best static K)' if same else ''):>18}")
+                 + f"{k0:>18}"
+                 + (f" {'vs plain decoding':>18}" if plain else ""))
     for r in result["ranges"]:
         lines.append(f"{r['start_bs']:>6} - {r['end_bs']:<6} {r['k']:>3} "
                      + ("" if same else f"{r['speedup_vs_static']:>21.3f}x ")
-                     + f"{r['speedup_vs_no_spec']:>17.3f}x")
+                     + f"{r['speedup_vs_no_spec']:>17.3f}x"
+                     + (f" {r['speedup_vs_plain']:>17.3f}x" if plain else ""))
     lines.append("")
     for c in result["checks"]:
         lines.append(f"check at concurrency {c['batch']}: predicted {c['predicted_tok_s']:.1f} tok/s, closed-loop "
                      f"replay {c['simulated_tok_s']:.1f} tok/s ({c['simulated_tok_s'] / c['predicted_tok_s']:.3f})")
+    if result.get("plain_faster"):
+        where = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in result["plain_faster"])
+        lines.append(f"plain decoding (an engine without speculation) is faster than every K at batch sizes {where}: "
+                     "vLLM runs the drafter every step, even at K = 0, so no table matches it there; serve that "
+                     "traffic without speculation")
     ok = "yes" if result["no_worse_than_static_everywhere"] else "NO"
     lines.append(f"table >= best static K at every concurrency: {ok}; computed in {result['seconds']:.1f} s")
     return lines

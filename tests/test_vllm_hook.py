@@ -29,10 +29,15 @@ from specgym.envs.engines.vllm_profile import (
 )
 from specgym.errors import SpecgymError
 from specgym.eval.bench.vllm import (
+    ProfilingPass,
     VllmPlan,
     cell_requests,
     cell_schedule,
+    machine_state,
     mixed_cells,
+    plain_drift,
+    pooled,
+    profiling_pass,
     run_order,
     stalled_steps,
     truncated,
@@ -250,6 +255,64 @@ def test_profiling_passes_pool_their_steps():
     assert first.steps["wall"][(4, 3)] == [20.0, 21.0]  # the passes themselves are left as they were
 
 
+class FakeEngine:
+    """Serves runs whose every decode step takes ``step_ms`` (what :func:`measure_cells` reads), and notes them."""
+
+    def __init__(self, k_max: int, step_ms: float, served: list[str]):
+        self.config = SimpleNamespace(k_max=k_max, max_num_seqs=4)
+        self.step_ms, self.served = step_ms, served
+
+    def serve(self, prompts, lengths, table=None, schedule=None):
+        b, k = len(prompts), 0 if table is None else table[0]
+        n = 6
+        start = np.arange(n) * self.step_ms / 1000.0
+        log = {"start_s": start.tolist(), "end_s": (start + self.step_ms / 1000.0).tolist(), "batch": [b] * n,
+               "k": [k] * n, "drafts": [0] + [b * k] * (n - 1), "prefill_tokens": [3 * b] + [0] * (n - 1),
+               "new_requests": [b] + [0] * (n - 1), "decoding": [0] + [b] * (n - 1),
+               "core_cpu_ms": [self.step_ms / 2] * n, "worker_cpu_ms": [self.step_ms / 2] * n}
+        self.served.append(f"{'spec' if self.config.k_max else 'plain'}:{b}:{k}")
+        return VllmRun(wall_s=1.0, tokens=n * b, log=log, spec={}, outputs=[])
+
+
+def test_profiling_passes_run_both_engines_and_alternate_which_goes_first():
+    served: list[str] = []
+    plain, spec = FakeEngine(0, 10.0, served), FakeEngine(2, 14.0, served)
+    plan = VllmPlan(profile_batches=(1, 2), profile_tokens=8)
+    first = profiling_pass(plain, spec, [[1, 2], [3]], plan, 1, 0)
+    assert served[:2] == ["plain:1:0", "plain:2:0"] and len(served) == 2 + 2 * 3  # plain, then every (b, K)
+    assert sorted(first.plain.medians()) == [(1, 0), (2, 0)] and len(first.spec.medians()) == 6
+    served.clear()
+    plain.step_ms = 12.0
+    second = profiling_pass(plain, spec, [[1, 2], [3]], plan, 1, 1)
+    assert served[0].startswith("spec:") and served[-2:] == ["plain:1:0", "plain:2:0"]  # the other way round
+    spec_cells, plain_cells = pooled([first, second])
+    one, two = first.plain.steps["wall"][(1, 0)], second.plain.steps["wall"][(1, 0)]
+    assert plain_cells.steps["wall"][(1, 0)] == one + two and one and set(np.round(two, 6)) == {12.0}
+    assert spec_cells.steps["wall"][(2, 2)] == first.spec.steps["wall"][(2, 2)] + second.spec.steps["wall"][(2, 2)]
+    drift = plain_drift([first, second])
+    assert drift is not None and drift["batch"] == 1 and drift["step_ms"] == pytest.approx([10.0, 12.0])
+    assert drift["spread"] == pytest.approx(0.2)
+    assert plain_drift([first]) is None
+
+
+def test_a_machine_whose_plain_step_moves_is_not_rated_quiet():
+    def drift(*steps: float) -> dict:
+        passes = []
+        for ms in steps:
+            cells = CellTimes()
+            cells.steps["wall"][(1, 0)] = [ms]
+            passes.append(ProfilingPass(cells, CellTimes()))
+        out = plain_drift(passes)
+        assert out is not None
+        return out
+
+    assert machine_state([0.2], [1.9], drift(9.4, 9.9, 9.6)) == "quiet"  # 5% apart
+    assert machine_state([0.2], [1.9], None) == "quiet"
+    assert machine_state([0.2], [1.9], drift(9.3, 16.7)) == ("drifting (plain step at batch 1: 9.3-16.7 ms over 2 "
+                                                             "profiling passes)")
+    assert machine_state([0.9], [1.9], drift(9.4, 9.4)).startswith("busy (load average 0.9 before")
+
+
 def test_the_mixed_cells_of_the_benchmark():
     plan = VllmPlan(concurrency=(1, 4, 16), requests=8, mixed_requests=32, mixed_segment_ms=4000.0)
     timed, phased = cell_schedule(plan, "mixed"), cell_schedule(plan, "phased")
@@ -262,3 +325,25 @@ def test_the_mixed_cells_of_the_benchmark():
     assert mixed_cells(SimpleNamespace(vllm_no_mixed=True, vllm_mixed="mixed")) == ()
     with pytest.raises(SpecgymError, match="--vllm-mixed: unknown cell 'bursty'"):
         mixed_cells(SimpleNamespace(vllm_no_mixed=False, vllm_mixed="bursty"))
+
+
+def test_tune_names_the_batch_sizes_where_plain_decoding_beats_every_k(mix_workload):
+    """A vLLM-measured profile prices an engine without speculation apart from K = 0 (the drafter still runs): where
+    it beats every K, the tuned table cannot match it and the result says so."""
+    from specgym.eval.tune import describe, tune_vllm
+
+    spec = {(b, k): (10.0 if b == 1 else 16.0) + (2.0 if b == 1 else 5.0) * k + 1.0 * (k == 0)
+            for b in (1, 4) for k in range(4)}
+    prof = build_profile("t", (1, 4), spec, {1: 10.0, 4: 12.0}, 3, PrefillCost(0.0, 0.0), "test", {})
+    res = tune_vllm(mix_workload, prof, max_batch=4, k_max=3, check_batches=())
+    e = res["tokens_per_step"]
+    best = [max(b * e[k] / prof.step_time(b, k) for k in range(4)) for b in (1, 4)]
+    assert best[0] > 1 / 10.0 and best[1] < 4 / 12.0  # speculation pays at 1, not at 4 (the premise)
+    assert res["plain_faster"] and res["plain_faster"][-1][1] == 4 and res["plain_faster"][0][0] > 1
+    assert res["ranges"][0]["speedup_vs_plain"] > 1.0 > res["ranges"][-1]["speedup_vs_plain"]
+    text = "\n".join(describe(res))
+    assert "vs plain decoding" in text and "faster than every K at batch sizes" in text
+    no_plain = dataclasses.replace(prof, hardware={})  # a profile that never measured plain decoding
+    res = tune_vllm(mix_workload, no_plain, max_batch=4, k_max=3, check_batches=())
+    assert res["plain_faster"] is None and "speedup_vs_plain" not in res["ranges"][0]
+    assert "vs plain decoding" not in "\n".join(describe(res))

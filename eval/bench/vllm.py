@@ -365,11 +365,9 @@ def profiling_pass(plain: VllmEngine, spec: VllmEngine, prompts: list[list[int]]
         ks = range(eng.config.k_max + 1)
         return measure_cells(eng, prompts, plan.profile_batches, ks, plan.profile_tokens, repeats)
 
-    if index % 2 == 0:
-        p = one(plain)
-        return ProfilingPass(p, one(spec))
-    s = one(spec)
-    return ProfilingPass(one(plain), s)
+    order = (plain, spec) if index % 2 == 0 else (spec, plain)
+    cells = {eng is spec: one(eng) for eng in order}
+    return ProfilingPass(plain=cells[False], spec=cells[True])
 
 
 def pooled(passes: list[ProfilingPass]) -> tuple[CellTimes, CellTimes]:

@@ -28,6 +28,7 @@ from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.engines.tree_engine import TreeEngine
 from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.errors import SpecgymError
+from specgym.eval.censored import bound_note, censored_bound
 from specgym.eval.drafter_runner import run_drafter_controller, run_drafter_oracle
 from specgym.eval.metrics import category_metrics, figures, headroom_split, oracle_figures
 from specgym.eval.references import INFORMED, References, references
@@ -297,6 +298,10 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results:
         "bootstrap": {"resamples": cfg.bootstrap, "level": 0.95, "seed": 0, "unit": "request"},
         "notes": grouped_notes(results),
     }
+    bound = censored_bound(replay.engine, requests, float(refs.oracle_ms.sum()))
+    if bound is not None:  # an imported vLLM-metrics trace: the oracle on the optimistic runs
+        report["censored_oracle"] = bound
+        report["notes"].append(bound_note(bound))
     if cfg.per_request:
         times = {row.spec: res.time_ms for row, res in zip(named, results)}
         times.update({f"fixed:{k}": f.time_ms for k, f in refs.fixed.items()})

@@ -39,7 +39,7 @@ SIGNAL_COLUMNS: dict[str, tuple[Any, str | None]] = {
     "hidden_sketch": (np.float32, "sketch"),
 }
 REQUEST_COLUMNS = ("request_id", "category", "temperature", "prompt_len", "prompt_text", "split")
-SOURCE_KINDS = ("recorded", "synthetic", "published")
+SOURCE_KINDS = ("recorded", "synthetic", "published", "imported")
 #: Format v3: the column of a drafter's per-start runs is ``RUNS_PREFIX + name`` (``list<int16>``).
 RUNS_PREFIX = "runs_"
 RUNS_DTYPE = np.int16
@@ -55,7 +55,9 @@ class Workload:
         name: Workload name (``speclane-mix``, ``tinypair-greedy``...).
         source: ``{"kind": "synthetic", "generator": ..., "params": {...}}``,
             ``{"kind": "recorded", "draft_model": ..., "target_model": ..., ...}`` or
-            ``{"kind": "published", ...}`` (a published trace replayed: an importer's provenance).
+            ``{"kind": "published", ...}`` (a published trace replayed: an importer's provenance) or
+            ``{"kind": "imported", ...}`` (the user's own engine metrics, e.g. vLLM's per-request spec-decode
+            metrics: :mod:`~specgym.envs.workloads.vllm_metrics`; never a specgym live run).
         profile: The cost profile the workload was recorded with (or generated for).
         request_id: ``(R,)`` request identifiers (str).
         category: ``(R,)`` category labels (str).
@@ -136,9 +138,12 @@ class Workload:
 
     @property
     def label(self) -> str:
-        """Name with a ``(synthetic)`` or ``(published, replayed)`` tag where it applies, for tables and plots."""
+        """Name with a ``(synthetic)``, ``(published trace, replayed)`` or ``(imported engine metrics, replayed)`` tag
+        where it applies, for tables and plots."""
         if self.is_synthetic:
             return f"{self.name} (synthetic)"
+        if self.source.get("kind") == "imported":
+            return f"{self.name} (imported engine metrics, replayed)"
         return f"{self.name} (published trace, replayed)" if self.is_published else self.name
 
     @property

@@ -31,6 +31,8 @@ from specgym.envs.workloads.trace_format import (
     open_dataset,
     save_workload,
 )
+from specgym.envs.workloads.vllm_metrics import import_metrics
+from specgym.envs.workloads.vllm_metrics import input_files as vllm_input_files
 from specgym.errors import SpecgymError
 from specgym.io import check_output
 from specgym.paths import portable_name
@@ -78,17 +80,31 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                       "files, acceptance predictors and policies")
     ls.set_defaults(func=_list)
 
-    im = wsub.add_parser("import", help="import published traces (SpecDecode-Bench's Llama-3.1-8B EAGLE/n-gram "
-                                        "traces) as workloads")
-    im.add_argument("format", choices=["specdecode-bench"], help="the traces' format")
-    im.add_argument("source", type=Path, help="a combined_<dataset>.jsonl file, or a folder of them (one workload "
-                                              "each)")
+    im = wsub.add_parser("import", help="import traces as workloads: published ones (SpecDecode-Bench's "
+                                        "Llama-3.1-8B EAGLE/n-gram traces) or your own vLLM server's per-request "
+                                        "spec-decode metrics")
+    im.add_argument("format", choices=["specdecode-bench", "vllm-metrics"],
+                    help="the traces' format: specdecode-bench (combined_<dataset>.jsonl) or vllm-metrics (vLLM "
+                         "responses with metrics.speculative_decoding, --per-request-spec-decode-metrics detailed; "
+                         "see docs/guides/vllm-engine-traces.md)")
+    im.add_argument("source", type=Path, help="a .jsonl file, or a folder of them (specdecode-bench: one workload "
+                                              "each; vllm-metrics: one workload, category = each file's stem)")
     im.add_argument("--out", required=True, type=Path,
-                    help="the .parquet file to write (a folder for a folder source: <out>/<name>.parquet each)")
-    im.add_argument("--name", default=None, help="workload name (one file only; default specdecode-<dataset>)")
-    im.add_argument("--drafters", default=",".join(DRAFTERS),
-                    help="drafters to keep, the default first (default %(default)s: both, cut to the shorter list; "
-                         "one drafter keeps its own length)")
+                    help="the .parquet file to write (specdecode-bench with a folder source: a folder, "
+                         "<out>/<name>.parquet each)")
+    im.add_argument("--name", default=None, help="workload name (default specdecode-<dataset> / vllm-<stem>)")
+    im.add_argument("--drafters", default=None,
+                    help=f"specdecode-bench: drafters to keep, the default first (default {','.join(DRAFTERS)}: "
+                         "both, cut to the shorter list; one drafter keeps its own length); vllm-metrics: the "
+                         "drafter's name in the workload (default vllm)")
+    im.add_argument("--method", default=None,
+                    help="vllm-metrics: the speculative_config method the server ran (eagle, eagle3, draft_model, "
+                         "mtp, ngram, suffix...; provenance, and ngram/suffix make the drafter a lookup)")
+    im.add_argument("--profile", default=None,
+                    help="vllm-metrics: cost profile the replay prices rounds with (default h100-llama31-8b, "
+                         "published; measure yours with specgym profile)")
+    im.add_argument("--temperature", type=float, default=0.0,
+                    help="vllm-metrics: the temperature the requests ran at (provenance; default 0)")
     im.add_argument("--force", action="store_true", help="overwrite existing output files")
     im.set_defaults(func=_import)
 
@@ -117,8 +133,13 @@ def signal_lines(columns: list[str], signal_meta: dict, version: int | None) -> 
 
 
 def _import(args: argparse.Namespace) -> int:
+    if args.format == "vllm-metrics":
+        return _import_vllm(args)
+    for opt in ("method", "profile"):
+        if getattr(args, opt) is not None:
+            raise SpecgymError(f"--{opt}: vllm-metrics only (specdecode-bench traces carry their own provenance)")
     files = input_files(args.source)
-    drafters = check_drafters(args.drafters.split(","))
+    drafters = check_drafters((args.drafters or ",".join(DRAFTERS)).split(","))
     folder = args.source.is_dir()
     if folder and args.name:
         raise SpecgymError("--name names one workload: give a file, not a folder, or drop --name")
@@ -133,6 +154,24 @@ def _import(args: argparse.Namespace) -> int:
         save_workload(imp.workload, out, overwrite=args.force)
         print(imp.summary())
         print(f"wrote {out}: {imp.workload.label}")
+    return 0
+
+
+def _import_vllm(args: argparse.Namespace) -> int:
+    """``workloads import vllm-metrics``: one workload of the responses (:mod:`.vllm_metrics`)."""
+    files = vllm_input_files(args.source)
+    if any(args.out.resolve() == f.resolve() for f in files):  # before --force could replace it
+        raise SpecgymError(f"--out {args.out}: is an input file; name a new .parquet file")
+    check_output(args.out, args.force, "file")
+    drafter = (args.drafters or "vllm").strip()
+    profile = load_profile(args.profile) if args.profile else None
+    imp = import_metrics(args.source, args.name, drafter=drafter, method=args.method, profile=profile,
+                         temperature=args.temperature)  # every input parsed before anything is written
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    save_workload(imp.workload, args.out, overwrite=args.force)
+    print(imp.summary())
+    print(f"wrote {args.out}: {imp.workload.label}, profile {imp.workload.profile.name} "
+          f"(evaluate: specgym eval --workload {args.out})")
     return 0
 
 
@@ -173,6 +212,10 @@ def summarize(wl: Workload, version: int | None = None) -> str:
 def _describe_source(src: dict) -> str:
     if src.get("kind") == "synthetic":
         return f"SYNTHETIC ({src.get('generator')}, preset {src.get('preset')}, seed {src.get('seed')})"
+    if src.get("kind") == "imported":
+        return (f"IMPORTED engine metrics, replayed ({src.get('engine')} {src.get('format')}, method "
+                f"{src.get('method')}; files {', '.join(f['file'] for f in src.get('files', []))}; not a specgym live "
+                f"run)")
     if src.get("kind") == "published":
         return (f"PUBLISHED trace, replayed ({src.get('dataset')}: {src.get('target_model')}, {src.get('serving')}; "
                 f"file {src.get('file')})")

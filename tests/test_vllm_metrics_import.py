@@ -1,0 +1,161 @@
+"""``specgym workloads import vllm-metrics``: vLLM responses with ``metrics.speculative_decoding`` (detailed) as a
+censored per-start workload; what replays from it; the censored-data oracle bound; one-line errors.
+
+The files are written here in the documented shape (vllm-project/vllm docs/features/speculative_decoding/
+acceptance_metrics.md): test data, not a recording."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specgym.baselines.oracle import oracle_times
+from specgym.envs.workloads.trace_format import load_workload
+from specgym.envs.workloads.vllm_metrics import import_metrics, known_runs, match_flags, optimistic_runs
+
+K = 3
+
+
+def response(rid: str, accepted: list[int], drafted: list[int] | None = None, prompt: int = 40,
+             **override) -> dict:
+    """One non-streaming completions response as vLLM returns it with --per-request-spec-decode-metrics detailed."""
+    drafted = [K] * len(accepted) if drafted is None else drafted
+    n_acc, n_dft = sum(accepted), sum(drafted)
+    sd = {"mean_acceptance_length": 1 + n_acc / max(len(accepted), 1),
+          "draft_acceptance_rate": n_acc / n_dft if n_dft else 0.0,
+          "acceptance_histogram": [accepted.count(j) for j in range(K + 1)], "num_spec_steps": len(accepted),
+          "num_accepted_draft_tokens": n_acc, "num_draft_tokens": n_dft, "num_spec_tokens": K,
+          "per_step_accepted": accepted, "per_step_drafted": drafted}
+    sd.update(override)
+    return {"id": rid, "object": "text_completion", "model": "m", "choices": [{"index": 0, "text": "..."}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": 1 + sum(a + 1 for a in accepted),
+                      "total_tokens": 0}, "metrics": {"speculative_decoding": sd}}
+
+
+def write(path: Path, rows: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def random_rows(n: int, seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for r in range(n):
+        acc = [int(min(rng.geometric(0.3) - 1, K)) for _ in range(int(rng.integers(20, 60)))]
+        rows.append(response(f"cmpl-{r}", acc, prompt=30 + r))
+    return rows
+
+
+def specgym(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specgym", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=300)
+
+
+def test_run_semantics_of_the_steps():
+    # steps: accepted 2 of 3 (reject), all 3 of 3 (censored bonus), 0 of 3 (reject), 1 of 1 (censored)
+    flags = match_flags([2, 3, 0, 1], [3, 3, 3, 1])
+    assert flags.tolist() == [1, 1, 0, 1, 1, 1, -1, 0, 1, -1]
+    assert known_runs(flags).tolist() == [2, 1, 0, 3, 2, 1, 0, 0, 1, 0]
+    assert optimistic_runs(flags).tolist() == [2, 1, 0, 4, 3, 2, 1, 0, 2, 1]
+    assert match_flags([0], [0]).tolist() == [-1]  # a step that drafted nothing: its one position is censored
+
+
+def test_import_replays_the_recorded_schedule_exactly(tmp_path):
+    rows = [response("a", [2, 3, 0, 1], [3, 3, 3, 1]), response("b", [], []), response("c", [3, 3, 1])]
+    imp = import_metrics(write(tmp_path / "chat.jsonl", rows))
+    wl = imp.workload
+    assert wl.source["kind"] == "imported" and "imported engine metrics" in wl.label
+    assert wl.n_requests == 2 and imp.skipped == 1  # "b" had no verification step
+    assert wl.p_accept is None and wl.draft_conf is None  # absent, never zeros
+    assert wl.prompt_len.tolist() == [41, 41] and wl.lengths.tolist() == [10, 10]
+    runs = wl.runs["vllm"][wl.span(0)]
+    for g, a, d in ((0, 2, 3), (3, 3, 3), (7, 0, 3), (8, 1, 1)):  # the recorded cap at each start gives its a
+        assert min(int(runs[g]), d) == a
+    assert "2 requests" in imp.summary() and "censored" in imp.summary()
+
+
+def test_folder_is_one_workload_with_file_categories(tmp_path):
+    write(tmp_path / "code.jsonl", random_rows(3, 1))
+    write(tmp_path / "chat.jsonl", [response(f"x{r}", [1, 2, 3]) for r in range(2)])
+    wl = import_metrics(tmp_path, name="mine").workload
+    assert wl.name == "mine" and sorted(wl.categories()) == ["chat", "code"] and wl.n_requests == 5
+
+
+def test_import_and_eval_end_to_end_via_the_cli(tmp_path):
+    src = write(tmp_path / "chat.jsonl", random_rows(40))
+    out = tmp_path / "mine.parquet"
+    imp = specgym("workloads", "import", "vllm-metrics", str(src), "--out", str(out), "--method", "eagle3",
+                  cwd=tmp_path)
+    assert imp.returncode == 0, imp.stderr
+    assert "wrote" in imp.stdout and out.is_file()
+    ev = specgym("eval", "--workload", str(out), "--out", str(tmp_path / "ev"), "--no-plots", "--bootstrap", "0",
+                 cwd=tmp_path)
+    assert ev.returncode == 0, ev.stderr
+    assert "imported engine metrics, replayed" in ev.stdout
+    assert "left out of all: confidence, cumulative, entropy: the trace carries no draft confidence" in ev.stdout
+    assert "censored-data oracle bound" in ev.stderr
+    report = json.loads((tmp_path / "ev" / "report.json").read_text())
+    specs = [row["spec"] for row in report["rows"]]
+    assert "fixed:3" in specs and not any(s.startswith(("confidence", "entropy", "cumulative")) for s in specs)
+    bound = report["censored_oracle"]
+    # the bound is above the known-runs oracle and every controller's throughput
+    assert bound["throughput_tok_s"] > bound["known_oracle_tok_s"] >= max(r["throughput_tok_s"]
+                                                                           for r in report["rows"]) - 1e-6
+    # and it is the clairvoyant DP on the optimistic runs of the test requests, recomputed here
+    wl = load_workload(out)
+    steps = wl.extra["vllm_metrics"]["steps"]
+    test = wl.split_indices("test")
+    runs = np.concatenate([optimistic_runs(match_flags(*steps[r])) for r in test])
+    assert bound["positions"] == int(wl.lengths[test].sum()) == len(runs)
+
+
+def test_bound_dp_is_the_oracle_on_optimistic_runs():
+    flags = match_flags([3, 3, 3, 0], [3, 3, 3, 3])
+    rt = np.array([10.0, 11, 12, 13, 14, 15, 16, 17, 18])
+    offsets = np.array([0, len(flags)])
+    lo = oracle_times(known_runs(flags), offsets, rt, 8)[0]
+    hi = oracle_times(optimistic_runs(flags), offsets, rt, 8)[0]
+    assert hi < lo  # more known acceptance, less time: the optimistic DP bounds the true one from below
+
+
+def test_output_equal_to_input_is_refused(tmp_path):
+    src = write(tmp_path / "chat.jsonl", random_rows(2))
+    before = src.read_bytes()
+    res = specgym("workloads", "import", "vllm-metrics", str(src), "--out", str(src), "--force", cwd=tmp_path)
+    assert res.returncode == 2 and "is an input file" in res.stderr and src.read_bytes() == before
+
+
+@pytest.mark.parametrize("rows, expect", [
+    (["{not json"], "line 1: not valid JSON"),
+    ([{"id": "a", "usage": {"prompt_tokens": 3}}], "line 1: field 'metrics.speculative_decoding' is missing"),
+    ([{"id": "a", "usage": {"prompt_tokens": 3}, "metrics": {"speculative_decoding": None}}],
+     "line 1: field 'metrics.speculative_decoding' is null"),
+    ([response("a", [1]), response("b", [1, 2], per_step_accepted=None)],
+     "line 2: field 'metrics.speculative_decoding.per_step_accepted' is missing: record with "
+     "--per-request-spec-decode-metrics detailed"),
+    ([response("a", [1, 4])], "line 1: field metrics.speculative_decoding.per_step_accepted[1] = 4"),
+    ([response("a", [2, 1], [1, 3])], "line 1: field metrics.speculative_decoding.per_step_accepted[0] = 2 exceeds"),
+    ([response("a", [1, 1], num_accepted_draft_tokens=5)],
+     "line 1: field metrics.speculative_decoding.num_accepted_draft_tokens = 5 disagrees"),
+    ([response("a", [1, 1], acceptance_histogram=[0, 1, 1, 0])],
+     "line 1: field metrics.speculative_decoding.acceptance_histogram"),
+    ([response("a", [1], per_step_drafted=[3, 3])], "line 1: fields metrics.speculative_decoding.per_step_accepted "
+                                                    "and per_step_drafted differ in length"),
+    ([response("a", [1]), "", response("a", [2])], "line 3: field 'id' 'a' repeats the request of"),
+    ([{**response("a", [1]), "usage": {"completion_tokens": 3}}], "line 1: field 'usage.prompt_tokens' = None"),
+    ([response("a", [1], num_spec_tokens=0)], "line 1: field 'metrics.speculative_decoding.num_spec_tokens' = 0"),
+    ([], "no responses (an empty file)"),
+])
+def test_bad_files_one_line_naming_file_line_field(tmp_path, rows, expect):
+    src = write(tmp_path / "bad.jsonl", rows)
+    out = tmp_path / "w.parquet"
+    res = specgym("workloads", "import", "vllm-metrics", str(src), "--out", str(out), cwd=tmp_path)
+    assert res.returncode == 2
+    err = res.stderr.strip()
+    assert len(err.splitlines()) == 1 and str(src) in err and expect in err, err
+    assert not out.exists() and not list(tmp_path.glob("*.parquet*"))  # no partial output

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,23 +127,29 @@ def _acc_len(d: dict[str, Any], key: str, path: Path, line: int) -> list[int]:
     return _int_list(block["acc_len"], path, line, f"{key}.acc_len", 1, int(np.iinfo(RUNS_DTYPE).max) + 1, 2)
 
 
-def read_records(path: Path, drafters: Sequence[str]) -> list[dict[str, Any]]:
-    """Parse and check every line of one file (the fields the import reads)."""
+def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line number, parsed value)`` of every non-blank line of a JSON Lines file; a one-line error naming the file
+    (and the line) for unreadable text or invalid JSON."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise SpecgymError(f"{path}: not UTF-8 text (expected JSON Lines)") from None
     except OSError as exc:
         raise SpecgymError(f"{path}: cannot read ({exc.strerror})") from None
-    out: list[dict[str, Any]] = []
-    seen: set[str] = set()
     for line, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
         try:
-            d = json.loads(raw)
+            yield line, json.loads(raw)
         except json.JSONDecodeError as exc:
             raise _fail(path, line, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def read_records(path: Path, drafters: Sequence[str]) -> list[dict[str, Any]]:
+    """Parse and check every line of one file (the fields the import reads)."""
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for line, d in json_lines(path):
         if not isinstance(d, dict):
             raise _fail(path, line, "expected a JSON object")
         rid = d.get("id")
@@ -222,13 +228,14 @@ def check_drafters(drafters: Sequence[str]) -> tuple[str, ...]:
     return out
 
 
-def input_files(src: str | Path) -> list[Path]:
-    """The ``.jsonl`` files of ``src`` (a file, or every ``.jsonl`` file of a folder, sorted)."""
+def input_files(src: str | Path, expected: str = "the combined_<dataset>.jsonl files") -> list[Path]:
+    """The ``.jsonl`` files of ``src`` (a file, or every ``.jsonl`` file of a folder, sorted); ``expected`` says
+    what an empty folder should have held."""
     src = Path(src)
     if src.is_dir():
         files = sorted(p for p in src.glob("*.jsonl") if p.is_file())
         if not files:
-            raise SpecgymError(f"{src}: no .jsonl file in this folder (expected the combined_<dataset>.jsonl files)")
+            raise SpecgymError(f"{src}: no .jsonl file in this folder (expected {expected})")
         return files
     if not src.is_file():
         raise SpecgymError(f"{src}: no such file or folder")

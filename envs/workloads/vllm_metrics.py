@@ -80,6 +80,8 @@ import numpy as np
 
 from specgym.envs.core.cost import CostProfile, load_profile
 from specgym.envs.workloads.build import workload_from_requests
+from specgym.envs.workloads.specdecode import input_files as jsonl_files
+from specgym.envs.workloads.specdecode import json_lines
 from specgym.envs.workloads.workload import RUNS_DTYPE, Workload, drafter_entry
 from specgym.errors import SpecgymError
 from specgym.io import sha256_file
@@ -216,21 +218,7 @@ def category_of(path: Path) -> str:
 
 def read_records(path: Path) -> list[VllmRequest]:
     """Every response of one JSON Lines file (blank lines skipped); a one-line error naming file, line, field."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecgymError(f"{path}: not UTF-8 text (byte {exc.start}); expected JSON Lines") from None
-    except OSError as exc:
-        raise SpecgymError(f"{path}: cannot read ({exc.strerror})") from None
-    out = []
-    for line, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            d = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise _fail(path, line, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
-        out.append(parse_line(d, path, line))
+    out = [parse_line(d, path, line) for line, d in json_lines(path)]
     if not out:
         raise SpecgymError(f"{path}: no responses (an empty file)")
     return out
@@ -269,15 +257,7 @@ def optimistic_runs(flags: np.ndarray) -> np.ndarray:
 
 def input_files(src: str | Path) -> list[Path]:
     """The ``.jsonl`` files of ``src`` (a file, or every ``.jsonl`` file of a folder, sorted)."""
-    src = Path(src)
-    if src.is_dir():
-        files = sorted(p for p in src.glob("*.jsonl") if p.is_file())
-        if not files:
-            raise SpecgymError(f"{src}: no .jsonl file in this folder (expected vLLM responses, one per line)")
-        return files
-    if not src.is_file():
-        raise SpecgymError(f"{src}: no such file or folder")
-    return [src]
+    return jsonl_files(src, "vLLM responses, one per line")
 
 
 def import_metrics(src: str | Path, name: str | None = None, drafter: str = "vllm", method: str | None = None,

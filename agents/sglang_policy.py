@@ -39,46 +39,26 @@ from typing import Any
 import numpy as np
 
 from specgym.agents.specs import make
-from specgym.envs.core.batch import BatchController, BatchDecision, BatchState, BatchStep
+from specgym.envs.core.batch import BatchController, BatchState, BatchStep
 from specgym.envs.core.batch_cost import BatchCostProfile, load_batch_profile
 from specgym.errors import SpecgymError
 
 _NONE = np.zeros(0, dtype=np.int64)
 
 
-class SpecgymSGLangPolicy:
-    """SGLang's ``AdaptiveSpecPolicy`` around a specgym :class:`~specgym.envs.core.batch.BatchController`.
+class SGLangPolicyBase:
+    """SGLang's ``AdaptiveSpecPolicy`` around a ready batch controller (numpy only: ``specgym export --to sglang``
+    copies this class's source into its self-contained module).
 
     Args:
-        controller: A batch controller, or its spec (``sglang-adaptive``, ``goodput``, ``table:[[1, 8, 4]]``,
-            ``ppo:DIR`` of an exported batch-mode policy, ...: :mod:`specgym.agents.specs`).
-        candidate_steps: The step counts SGLang may run (default ``0..k_max``); a decision is clamped to the largest
-            candidate at or below it (the smallest candidate if none is).
-        k_max: The largest step count (default: the largest candidate, else 8).
-        profile: A batched cost profile (object, name or path) the controller prices steps with (rules such as
-            ``goodput`` and exported policies need one: measure it where SGLang runs).
+        controller: Anything with a batch controller's ``propose(state)`` / ``observe(step)``, already reset.
+        candidate_steps: The step counts SGLang may run, sorted, non-negative.
+        k_max: The largest step count the controller was reset with.
+        profile: What prices a step for the controller (``step_time(batch, k)``), or None.
     """
 
-    def __init__(self, controller: BatchController | str, candidate_steps: Sequence[int] | None = None,
-                 k_max: int | None = None, profile: BatchCostProfile | str | None = None):
-        if candidate_steps is not None:
-            steps = sorted({int(s) for s in candidate_steps})
-            if not steps or steps[0] < 0:
-                raise SpecgymError(f"candidate_steps must be non-negative integers, got {list(candidate_steps)}")
-            k_max = steps[-1] if k_max is None else k_max
-        k_max = 8 if k_max is None else int(k_max)
-        if k_max < 1:
-            raise SpecgymError(f"k_max must be >= 1, got {k_max}")
-        self._steps = steps if candidate_steps is not None else list(range(k_max + 1))
-        self.k_max = k_max
-        ctrl = make(controller, k_max, kinds=("batch",)) if isinstance(controller, str) else controller
-        if not isinstance(ctrl, BatchController):
-            raise SpecgymError(f"{controller!r} is not a batch controller (SGLang runs one step count per batch)")
-        prof = load_batch_profile(profile) if isinstance(profile, str) else profile
-        if prof is not None:
-            prof.check_k_max(k_max)
-        ctrl.reset(prof, k_max)  # type: ignore[arg-type]  # rules that read no profile accept None
-        self.controller, self.profile = ctrl, prof
+    def __init__(self, controller: Any, candidate_steps: Sequence[int], k_max: int, profile: Any = None):
+        self.controller, self._steps, self.k_max, self.profile = controller, list(candidate_steps), k_max, profile
         self._cuda_graph_bs: list[int] | None = None
         self._last: tuple[int, int] | None = None  # (batch size, steps) of the batch in flight
 
@@ -103,9 +83,9 @@ class SpecgymSGLangPolicy:
         bs = max(int(batch_size), 1)
         state = BatchState(bs, 0, bs, np.arange(bs, dtype=np.int64), _NONE)
         k = self.controller.propose(state)
-        if isinstance(k, BatchDecision) or not isinstance(k, (int, np.integer)):
-            raise SpecgymError(f"{self.controller.name}: decided one K per sequence; SGLang runs one step count per "
-                               f"batch (use a batch-wide controller)")
+        if not isinstance(k, (int, np.integer)):
+            raise ValueError(f"{self.controller.name}: decided one K per sequence; SGLang runs one step count per "
+                             f"batch (use a batch-wide controller)")
         steps = self.clamp(int(k))
         self._last = (bs, steps)
         return steps
@@ -123,7 +103,7 @@ class SpecgymSGLangPolicy:
             return None
         self._last = None
         if len(accepted) != bs:
-            raise SpecgymError(f"on_verify_complete: {len(accepted)} accepted counts for batch_size {bs}")
+            raise ValueError(f"on_verify_complete: {len(accepted)} accepted counts for batch_size {bs}")
         planned = np.full(bs, steps, dtype=np.int64)
         time_ms = self.profile.step_time(bs, steps) if self.profile is not None else 0.0
         self.controller.observe(BatchStep(bs, 0, np.arange(bs, dtype=np.int64), planned, accepted,
@@ -135,6 +115,50 @@ class SpecgymSGLangPolicy:
         """``k`` as a candidate: the largest candidate at or below it, else the smallest."""
         below = [s for s in self._steps if s <= k]
         return below[-1] if below else self._steps[0]
+
+
+class SpecgymSGLangPolicy(SGLangPolicyBase):
+    """SGLang's ``AdaptiveSpecPolicy`` around a specgym :class:`~specgym.envs.core.batch.BatchController`.
+
+    Args:
+        controller: A batch controller, or its spec (``sglang-adaptive``, ``goodput``, ``table:[[1, 8, 4]]``,
+            ``ppo:DIR`` of an exported batch-mode policy, ...: :mod:`specgym.agents.specs`).
+        candidate_steps: The step counts SGLang may run (default ``0..k_max``); a decision is clamped to the largest
+            candidate at or below it (the smallest candidate if none is).
+        k_max: The largest step count (default: the largest candidate, else 8).
+        profile: A batched cost profile (object, name or path) the controller prices steps with (rules such as
+            ``goodput`` and exported policies need one: measure it where SGLang runs).
+    """
+
+    def __init__(self, controller: BatchController | str, candidate_steps: Sequence[int] | None = None,
+                 k_max: int | None = None, profile: BatchCostProfile | str | None = None):
+        steps = sorted({int(s) for s in candidate_steps}) if candidate_steps is not None else None
+        if steps is not None and (not steps or steps[0] < 0):
+            raise SpecgymError(f"candidate_steps must be non-negative integers, got {list(candidate_steps or [])}")
+        k_max = int(k_max if k_max is not None else steps[-1] if steps else 8)
+        if k_max < 1:
+            raise SpecgymError(f"k_max must be >= 1, got {k_max}")
+        ctrl = make(controller, k_max, kinds=("batch",)) if isinstance(controller, str) else controller
+        if not isinstance(ctrl, BatchController):
+            raise SpecgymError(f"{controller!r} is not a batch controller (SGLang runs one step count per batch)")
+        prof = load_batch_profile(profile) if isinstance(profile, str) else profile
+        if prof is not None:
+            prof.check_k_max(k_max)
+        ctrl.reset(prof, k_max)  # type: ignore[arg-type]  # rules that read no profile accept None
+        super().__init__(ctrl, steps if steps is not None else range(k_max + 1), k_max, prof)
+
+    def get_steps_for_batch(self, batch_size: int) -> int:
+        try:
+            return super().get_steps_for_batch(batch_size)
+        except ValueError as exc:
+            raise SpecgymError(str(exc)) from None
+
+    def on_verify_complete(self, num_correct_drafts_per_req: Sequence[int], batch_size: int = 0,
+                           num_steps: int | None = None) -> int | None:
+        try:
+            return super().on_verify_complete(num_correct_drafts_per_req, batch_size, num_steps)
+        except ValueError as exc:
+            raise SpecgymError(str(exc)) from None
 
 
 def sglang_params_factory(controller: str, profile: str | None = None,

@@ -4,13 +4,17 @@ to the controller's own in specgym's batched replay."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import pytest
 
-from specgym.agents.artifact import random_artifact
+from specgym.agents.artifact import random_artifact, write_artifact
 from specgym.agents.batch_policy import BatchPolicyController
+from specgym.agents.sglang_export import write_sglang_module
 from specgym.agents.sglang_policy import SpecgymSGLangPolicy, sglang_params_factory
 from specgym.agents.specs import make
 from specgym.envs.core.batch import BatchController, BatchState, BatchStep
@@ -180,3 +184,50 @@ def test_real_sglang_controller_if_installed():
     ctl.init_states(None)
     ctl.activate_step_by_batch(8)
     assert worker.speculative_num_steps == 1
+
+
+_DRIVER = """
+import json, sys, importlib.util
+sys.modules["specgym"] = None  # the module must not need specgym
+spec = importlib.util.spec_from_file_location("exported", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+sys.modules["exported"] = mod
+spec.loader.exec_module(mod)
+policy = mod.make_policy(initial_steps=3)
+out = []
+for bs, _, accepted in json.load(sys.stdin):
+    out.append(policy.get_steps_for_batch(bs))
+    policy.on_verify_complete(accepted, bs)
+print(json.dumps({"steps": out, "candidates": policy.candidate_steps}))
+"""
+
+
+def test_export_to_sglang_module_is_self_contained_and_identical(workload, tmp_path):
+    art = random_artifact("batch", k_max=8, seed=11)  # random weights: a test fixture, not a result
+    write_artifact(art, tmp_path / "pol")
+    out = tmp_path / "my_policy.py"
+    res = subprocess.run([sys.executable, "-m", "specgym", "export", str(tmp_path / "pol"), "--to", "sglang",
+                          "--profile", PROFILE, "--max-batch", "64", "--out", str(out)], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    text = out.read_text()
+    assert "import specgym" not in text and "from specgym" not in text
+    seq = _replay(workload, SGLangView(BatchPolicyController(art)))
+    assert max(bs for bs, _, _ in seq) <= 64 and len({k for _, k, _ in seq}) >= 2
+    run = subprocess.run([sys.executable, "-c", _DRIVER, str(out)], input=json.dumps(seq), capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    assert got["steps"] == [k for _, k, _ in seq]
+    assert got["candidates"] == list(range(9))
+
+
+def test_export_to_sglang_refusals(tmp_path):
+    prof = load_batch_profile(PROFILE)
+    with pytest.raises(SpecgymError, match="batch-mode policy"):
+        write_sglang_module(random_artifact("k", k_max=8), prof, tmp_path / "p.py")
+    with pytest.raises(SpecgymError, match=r"\.py file"):
+        write_sglang_module(random_artifact("batch", k_max=8), prof, tmp_path / "p-1.txt")
+    with pytest.raises(SpecgymError, match="candidate-steps"):
+        write_sglang_module(random_artifact("batch", k_max=8), prof, tmp_path / "p.py", candidate_steps=[0, 9])
+    assert not list(tmp_path.iterdir())

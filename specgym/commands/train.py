@@ -7,14 +7,20 @@ import json
 from pathlib import Path
 
 import specgym.catalogue as catalogue
+from specgym.agents.artifact import load_policy
 from specgym.agents.modes import MODES
+from specgym.agents.sglang_export import write_sglang_module
 from specgym.commands.args import k_max_type, nonneg_int, positive_int
 from specgym.deps import require
+from specgym.envs.core.batch_cost import load_batch_profile
 from specgym.errors import SpecgymError
+from specgym.io import check_output
 from specgym.paths import default_workload_name
 from specgym.training.config import RunConfig, parse_overrides
-from specgym.training.export import export_run
+from specgym.training.export import export_run, load_run_model, run_artifact
 from specgym.training.ppo import TrainRequest, train
+from specgym.training.run import load_run_predictor
+from specgym.training.run_folder import RunFiles
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -49,9 +55,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="replace an existing run folder")
     p.set_defaults(func=_train)
 
-    e = sub.add_parser("export", help="export a training run to a pickle-free policy artifact (npz + json)")
-    e.add_argument("run", type=Path, help="run folder written by 'specgym train'")
-    e.add_argument("--out", type=Path, default=None, help="artifact folder (default RUN/policy)")
+    e = sub.add_parser("export", help="export a training run to a pickle-free policy artifact (npz + json), or a "
+                                      "batch policy to a self-contained SGLang policy module (--to sglang)")
+    e.add_argument("run", type=Path, help="run folder written by 'specgym train' (--to sglang: or an exported batch "
+                                          "policy folder)")
+    e.add_argument("--to", choices=("artifact", "sglang"), default="artifact",
+                   help="artifact: policy.json + policy.npz (default); sglang: one numpy-only .py module whose "
+                        "make_policy() is SGLang's AdaptiveSpecPolicy (docs/guides/sglang.md)")
+    e.add_argument("--profile", default=None,
+                   help="--to sglang: the batched cost profile (name or JSON path) the policy prices steps with, "
+                        "measured where SGLang runs (required)")
+    e.add_argument("--candidate-steps", default=None,
+                   help="--to sglang: comma-separated step counts SGLang builds runtime states for (default 0..k_max)")
+    e.add_argument("--max-batch", type=positive_int, default=512,
+                   help="--to sglang: batch sizes the profile is tabulated at, 1..N (default %(default)s)")
+    e.add_argument("--out", type=Path, default=None,
+                   help="artifact folder (default RUN/policy); --to sglang: the .py file (default "
+                        "RUN/sglang_policy.py)")
     e.add_argument("--which", choices=("best", "final"), default="best",
                    help="best model by validation speedup (default) or the final one")
     e.add_argument("--force", action="store_true", help="replace an existing artifact folder")
@@ -120,9 +140,42 @@ def _check_resume_options(args: argparse.Namespace, out: Path) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
+    if args.to == "sglang":
+        return _export_sglang(args)
+    for opt in ("profile", "candidate_steps"):
+        if getattr(args, opt) is not None:
+            raise SpecgymError(f"--{opt.replace('_', '-')}: with --to sglang only")
     require("train", "training")
     out = export_run(args.run, args.out, which=args.which, overwrite=args.force)
     mode = MODES.get(json.loads((Path(out) / "policy.json").read_text()).get("mode"))
     spec = mode.spec_prefix if mode else "ppo"
     print(f"exported policy: {out}/policy.json + policy.npz (use it as {spec}:{out})")
+    return 0
+
+
+def _export_sglang(args: argparse.Namespace) -> int:
+    """``specgym export --to sglang``: a batch policy (an exported folder, or a run's) as one SGLang module."""
+    if args.profile is None:
+        raise SpecgymError("--to sglang needs --profile: the batched cost profile the policy prices steps with "
+                           "(e.g. the one `specgym profile --batch-sizes` measures where SGLang runs)")
+    steps = None
+    if args.candidate_steps is not None:
+        try:
+            steps = [int(s) for s in args.candidate_steps.split(",") if s.strip()]
+        except ValueError:
+            raise SpecgymError(f"--candidate-steps: comma-separated integers, got {args.candidate_steps!r}") from None
+    folder = Path(args.run)
+    out = check_output(args.out or folder / "sglang_policy.py", args.force, "file")
+    profile = load_batch_profile(args.profile)
+    if (folder / "policy.json").is_file():
+        art = load_policy(folder)
+    elif (folder / "policy" / "policy.json").is_file():
+        art = load_policy(folder / "policy")
+    else:
+        require("train", "training")
+        model, vecnorm, _, cfg = load_run_model(RunFiles(folder), args.which)
+        art = run_artifact(model, vecnorm, cfg, load_run_predictor(cfg), {"training": {"run": folder.resolve().name}})
+    write_sglang_module(art, profile, out, steps, args.max_batch, overwrite=args.force)
+    print(f"exported SGLang policy module: {out} (numpy only; make_policy(initial_steps=N) is the "
+          f"AdaptiveSpecPolicy; see docs/guides/sglang.md)")
     return 0

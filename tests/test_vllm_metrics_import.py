@@ -159,3 +159,16 @@ def test_bad_files_one_line_naming_file_line_field(tmp_path, rows, expect):
     err = res.stderr.strip()
     assert len(err.splitlines()) == 1 and str(src) in err and expect in err, err
     assert not out.exists() and not list(tmp_path.glob("*.parquet*"))  # no partial output
+
+
+@pytest.mark.parametrize("opts, expect", [
+    (["--temperature", "-1"], "--temperature must be >= 0"),
+    (["--drafters", "a b"], "drafter 'a b'"),
+    (["--profile", "nope"], "nope"),
+])
+def test_bad_options_one_line(tmp_path, opts, expect):
+    src = write(tmp_path / "chat.jsonl", random_rows(2))
+    res = specgym("workloads", "import", "vllm-metrics", str(src), "--out", str(tmp_path / "w.parquet"), *opts,
+                  cwd=tmp_path)
+    assert res.returncode == 2 and expect in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "w.parquet").exists()

@@ -163,6 +163,8 @@ def _import_vllm(args: argparse.Namespace) -> int:
     if any(args.out.resolve() == f.resolve() for f in files):  # before --force could replace it
         raise SpecgymError(f"--out {args.out}: is an input file; name a new .parquet file")
     check_output(args.out, args.force, "file")
+    if not args.temperature >= 0:  # NaN too
+        raise SpecgymError(f"--temperature must be >= 0, got {args.temperature}")
     drafter = (args.drafters or "vllm").strip()
     profile = load_profile(args.profile) if args.profile else None
     imp = import_metrics(args.source, args.name, drafter=drafter, method=args.method, profile=profile,

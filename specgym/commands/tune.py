@@ -159,7 +159,7 @@ def _sweep(args: argparse.Namespace) -> int:
         raise SpecgymError(f"--capture-sizes: batch profile {profile.name!r} is a grid; capture sizes pad a linear "
                            f"profile's batched tokens (e.g. h100-llama31-8b)")
     wl = cached_workload(args.workload or default_workload_name())
-    specs = resolve(split_specs(args.controllers), k_max=args.k_max, workload=wl, kinds=("batch",)).rows
+    specs = resolve(args.controllers, k_max=args.k_max, workload=wl, kinds=("batch",)).rows
     res = sweep(wl, profile, args.concurrency, specs, args.replications, args.k_max, args.split, args.seed,
                 None if switch.free else switch,
                 progress=lambda c, rep: print(f"  concurrency {c}: replication {rep + 1}/{args.replications}",
@@ -173,21 +173,6 @@ def _sweep(args: argparse.Namespace) -> int:
         plot(res, png, overwrite=args.force)
         print(f"wrote {png}")
     return 0
-
-
-def split_specs(text: str) -> list[str]:
-    """Comma-separated controller specs; commas inside brackets belong to an inline table
-    (``table:[[1,64,3],[65,128,1]],goodput`` is two specs)."""
-    specs, depth, cur = [], 0, ""
-    for ch in text:
-        depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(ch, 0)
-        if ch == "," and depth <= 0:
-            specs.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    specs.append(cur)
-    return [s.strip() for s in specs if s.strip()]
 
 
 def _compare(args: argparse.Namespace) -> int:

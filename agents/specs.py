@@ -17,7 +17,8 @@ A spec names a controller: ``NAME`` or ``NAME:ARG`` (split at the first ``:``), 
 :func:`resolve` is the one way a list of specs becomes controllers: it expands ``all`` for the workload, builds each
 spec **once**, and returns :class:`Resolved` rows that carry their entry, so runners dispatch on ``entry.kind``,
 plots colour by ``entry.family`` and reports say which controllers were left out of ``all`` and why. A bad spec is
-one short line naming it and the bad part, pointing to the ``--help`` that lists the valid forms. Users add rows with :func:`register`.
+one short line naming it and the bad part, pointing to the ``--help`` that lists the valid forms. Users add rows
+with :func:`register`.
 
 A ``@DRAFTER`` in a spec's argument picks the ``drafter`` row of a shared prefix: ``fixed:10@ngram`` is the n-gram
 drafter alone at K = 10, ``fixed:10`` the chain row (the workload's default drafter).

@@ -13,7 +13,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from specgym.commands.args import Parser
+from specgym.commands.args import Parser, check_outputs_not_inputs
 from specgym.errors import SpecgymError
 from specgym.version import __version__
 
@@ -63,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        check_outputs_not_inputs(args)
         return int(args.func(args) or 0)
     except SpecgymError as exc:
         print(f"specgym {args.command}: error: {exc}", file=sys.stderr)

@@ -86,7 +86,8 @@ def test_folder_import_one_workload_per_file(tmp_path, capsys):
         synthetic_file(src / f"combined_{ds}.jsonl", n=6, seed=i)
     out = tmp_path / "out"
     assert main(["workloads", "import", "specdecode-bench", str(src), "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["specdecode-cnn.parquet", "specdecode-gsm8k.parquet"]
+    # a new folder appears whole, with the marker of every folder specgym creates
+    assert sorted(p.name for p in out.iterdir()) == [".specgym", "specdecode-cnn.parquet", "specdecode-gsm8k.parquet"]
     assert load_workload(out / "specdecode-cnn.parquet").categories() == ["cnn"]
     assert "wrote" in capsys.readouterr().out
     # again without --force: refused, nothing overwritten

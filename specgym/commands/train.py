@@ -8,7 +8,7 @@ from pathlib import Path
 
 import specgym.catalogue as catalogue
 from specgym.agents.modes import MODES
-from specgym.commands.args import k_max_type, nonneg_int, positive_int
+from specgym.commands.args import k_max_type, nonneg_int, path_type, positive_int
 from specgym.deps import require
 from specgym.errors import SpecgymError
 from specgym.paths import default_workload_name
@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="train on a domain-randomised distribution (workloads x cost profiles) instead of one "
                         "workload: 'generalist' (see envs/workloads/domains.py)")
     p.add_argument("--seed", type=nonneg_int, default=None, help="training seed (default 0)")
-    p.add_argument("--out", type=Path, default=None, help="run folder (default runs/WORKLOAD-MODE)")
+    p.add_argument("--out", type=path_type, default=None, help="run folder (default runs/WORKLOAD-MODE)")
     p.add_argument("--config", default=None, help="hyperparameter YAML (default training/configs/MODE.yaml)")
     p.add_argument("--hyperparams", nargs="+", default=None, metavar="KEY=VALUE",
                    help="override hyperparameters, e.g. learning_rate=1e-4 net_arch=[128,128]")
@@ -50,8 +50,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_train)
 
     e = sub.add_parser("export", help="export a training run to a pickle-free policy artifact (npz + json)")
-    e.add_argument("run", type=Path, help="run folder written by 'specgym train'")
-    e.add_argument("--out", type=Path, default=None, help="artifact folder (default RUN/policy)")
+    e.add_argument("run", type=path_type, help="run folder written by 'specgym train'")
+    e.add_argument("--out", type=path_type, default=None, help="artifact folder (default RUN/policy)")
     e.add_argument("--which", choices=("best", "final"), default="best",
                    help="best model by validation speedup (default) or the final one")
     e.add_argument("--force", action="store_true", help="replace an existing artifact folder")

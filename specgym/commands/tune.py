@@ -12,7 +12,7 @@ from pathlib import Path
 
 from specgym.agents.specs import resolve, usage_line
 from specgym.baselines.batch_rules import BatchSizeTable
-from specgym.commands.args import float_range, int_range, k_max_type, nonneg_int, positive_int
+from specgym.commands.args import float_range, int_range, k_max_type, nonneg_int, path_type, positive_int
 from specgym.envs.core.batch_cost import Roofline, load_batch_profile, roofline_profile, save_batch_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.switching import SwitchCosts
@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--split", default="all", choices=("train", "val", "test", "all"),
                    help="requests the acceptance comes from (default %(default)s)")
     v.add_argument("--seed", type=nonneg_int, default=0, help="seed of the acceptance draws (default %(default)s)")
-    v.add_argument("--out", type=Path, default=None, help="also write the result as JSON here")
+    v.add_argument("--out", type=path_type, default=None, help="also write the result as JSON here")
     v.add_argument("--force", action="store_true", help="overwrite --out")
     v.set_defaults(func=_vllm)
 
@@ -63,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--max-batch", type=int_range(1, 4096), default=512, help="largest batch size (default 512)")
     r.add_argument("--k-max", type=k_max_type, default=DEFAULT_K_MAX, help="largest K (default %(default)s)")
     r.add_argument("--name", default=None, help="profile name (default: the output file's stem)")
-    r.add_argument("--out", type=Path, required=True, help="the profile JSON to write")
+    r.add_argument("--out", type=path_type, required=True, help="the profile JSON to write")
     r.add_argument("--force", action="store_true", help="overwrite --out")
     r.set_defaults(func=_roofline)
 
@@ -77,7 +77,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--requests", type=positive_int, default=256, help="requests per replication (default 256)")
     c.add_argument("--max-batch", type=int_range(1, 4096), default=256, help="largest concurrency (default 256)")
     c.add_argument("--split", default="test", choices=("train", "val", "test", "all"), help="(default test)")
-    c.add_argument("--out", type=Path, default=None, help="also write the result as JSON here")
+    c.add_argument("--out", type=path_type, default=None, help="also write the result as JSON here")
     c.add_argument("--force", action="store_true", help="overwrite --out")
     c.set_defaults(func=_compare)
 
@@ -99,8 +99,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="CUDA-graph capture sizes the batched tokens are padded to, e.g. 1,2,4,8,16,32,64,128,256,512 "
                         "(a linear profile such as h100-llama31-8b; default: the profile's own)")
     w.add_argument("--seed", type=nonneg_int, default=0, help="seed of requests and draws (default %(default)s)")
-    w.add_argument("--json", type=Path, default=None, help="write the result as JSON here")
-    w.add_argument("--plot", type=Path, default=None, help="write a PNG plot here (default: next to --json)")
+    w.add_argument("--json", type=path_type, default=None, help="write the result as JSON here")
+    w.add_argument("--plot", type=path_type, default=None, help="write a PNG plot here (default: next to --json)")
     w.add_argument("--force", action="store_true", help="overwrite --json and --plot")
     w.set_defaults(func=_sweep)
 
@@ -112,7 +112,7 @@ def _write(path: Path | None, data: dict, force: bool) -> None:
 
 def _vllm(args: argparse.Namespace) -> int:
     if args.out is not None:
-        check_output(args.out, args.force, "file")
+        check_output(args.out, args.force, "file", suffixes=(".json",))
     profile = load_batch_profile(args.profile)
     wl = cached_workload(args.workload or default_workload_name())
     lo, hi = profile.batch_sizes[0], profile.batch_sizes[-1]
@@ -126,7 +126,7 @@ def _vllm(args: argparse.Namespace) -> int:
 
 
 def _roofline(args: argparse.Namespace) -> int:
-    check_output(args.out, args.force, "file")
+    check_output(args.out, args.force, "file", suffixes=(".json",))
     model = Roofline(args.target_params, args.draft_params, args.bytes_per_param, args.bandwidth_gb_s,
                      args.peak_tflops, args.efficiency, args.fixed_ms, args.overhead_ms)
     prof = roofline_profile(args.name or args.out.stem, model, args.max_batch, args.k_max)
@@ -151,7 +151,8 @@ def _sweep(args: argparse.Namespace) -> int:
     png = args.plot or (args.json.with_suffix(".png") if args.json is not None else None)
     for path in (args.json, png):
         if path is not None:
-            check_output(path, args.force, "file")
+            check_output(path, args.force, "file", "--json" if path == args.json else "--plot",
+                         suffixes=(".json",) if path == args.json else (".png", ".pdf", ".svg"))
     switch = SwitchCosts.parse(args.switch_costs)
     profile = load_batch_profile(args.profile)
     profile.check_k_max(args.k_max)
@@ -177,7 +178,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     if args.out is not None:
-        check_output(args.out, args.force, "file")
+        check_output(args.out, args.force, "file", suffixes=(".json",))
     specs = resolve(args.controllers, kinds=("batch",)).rows  # a bad spec fails before any work
     for row in specs:
         ctrl = row.controller

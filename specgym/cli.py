@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 
+import specgym
 from specgym.commands.args import Parser, check_outputs_not_inputs
 from specgym.errors import SpecgymError
 from specgym.version import __version__
@@ -54,11 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit status."""
-    parser = build_parser()
     try:
+        parser = build_parser()
         args = parser.parse_args(argv)
     except SystemExit as exc:  # bad options (one line on stderr) or --help / --version
         return int(exc.code or 0)
+    except KeyboardInterrupt:
+        print("specgym: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        _python_handles_sigint()
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
@@ -79,6 +86,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"specgym {args.command}: error: {exc.filename or ''}{': ' if exc.filename else ''}"
               f"{exc.strerror or exc}", file=sys.stderr)
         return 2
+
+
+def _python_handles_sigint() -> None:
+    """Hand SIGINT back to Python (KeyboardInterrupt) once start-up is over: each command cleans up on it."""
+    try:
+        if signal.getsignal(signal.SIGINT) is specgym._startup_sigint:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main thread
+        pass
 
 
 if __name__ == "__main__":

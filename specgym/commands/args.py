@@ -130,14 +130,15 @@ def check_outputs_not_inputs(args: argparse.Namespace) -> None:
 
     Every other argument that names an existing path is an input: an option's value, each item of a comma-separated
     list, and what follows a ``:`` in a spec (``table:FILE``, ``ppo:DIR``). With ``--force`` a folder output is
-    replaced as a whole, so an input inside it is refused too (``keeps_out_folder``: a command that only adds files
-    to an existing ``--out`` folder).
+    replaced as a whole, so an input inside it is refused too, with or without ``--force`` (whose "already exists"
+    advice would lead nowhere); ``keeps_out_folder``: a command that only adds files to an existing ``--out``
+    folder, ``resume``: one that continues in it.
     """
     values = vars(args)
     inputs = [p for dest, value in values.items() if dest not in OUTPUT_OPTIONS for p in _path_texts(value)]
-    replaces = bool(values.get("force")) and not values.get("resume") and not values.get("keeps_out_folder")
+    replaces = not values.get("resume") and not values.get("keeps_out_folder")  # (without --force: a dead end)
     for dest, option in OUTPUT_OPTIONS.items():
-        if values.get(dest) not in (None, ""):
+        if isinstance(values.get(dest), (str, PurePath)) and str(values[dest]):  # (a flag of the same name: not a path)
             check_not_input(values[dest], inputs, option, replaces_folder=replaces)
 
 

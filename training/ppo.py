@@ -133,6 +133,11 @@ def _new_run(req: TrainRequest, run: RunFiles) -> TrainingRun:
         ppo = resolve_config(req.mode, "generalist", req.config_file, overrides)
     else:
         wl, ident = workload_identity(req.workload)
+        drafters = tuple(getattr(wl, "drafter_names", ()))
+        if req.mode == "drafter" and len(drafters) < 2:  # before any cost check that would blame the profile
+            one = drafters[0] if drafters else "draft"
+            raise SpecgymError(f"--mode drafter: workload {wl.name!r} holds one drafter ({one}); drafter choice "
+                               f"needs two (e.g. an imported SpecDecode-Bench file)")
         ppo = resolve_config(req.mode, wl.name, req.config_file, overrides)  # bad input fails before rmtree
     if req.timesteps is not None:
         ppo.timesteps = int(req.timesteps)

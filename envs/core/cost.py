@@ -487,6 +487,10 @@ class CostProfile:
         """Build and validate a profile; errors name ``where`` and the field."""
         if not isinstance(d, dict):
             raise SpecgymError(f"{where}: a cost profile must be a JSON object")
+        if "batch_sizes" in d:  # a serving profile (specgym tune): say so, by name, not by its install path
+            raise SpecgymError(f"cost profile {d.get('name', where)!r} is a batched serving profile (it prices "
+                               f"batches for specgym tune); this command prices one sequence at a time: give a "
+                               f"cost profile (specgym workloads list)")
         linear = "forward" in d
         need = ("name", "forward") if linear else ("name", "verify_ms") if "drafters" in d else \
             ("name", "draft_ms", "verify_ms")

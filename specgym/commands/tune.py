@@ -85,7 +85,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                       "loop, paired CIs, the clairvoyant oracle's headroom)")
     w.add_argument("--workload", default=None, help="workload name or path (default: the default workload)")
     w.add_argument("--profile", required=True, help="batched cost profile: name (e.g. h100-llama31-8b) or JSON path")
-    w.add_argument("--concurrency", type=_concurrencies, default=[1, 4, 16, 64, 128, 256],
+    w.add_argument("--concurrency", type=_positive_ints("concurrencies"), default=[1, 4, 16, 64, 128, 256],
                    help="comma-separated concurrencies (default 1,4,16,64,128,256)")
     w.add_argument("--controllers", default="all",
                    help=f"comma-separated batch controller specs, 'all' = every batch controller; "
@@ -95,7 +95,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--split", default="all", choices=("train", "val", "test", "all"), help="(default all)")
     w.add_argument("--switch-costs", default="off",
                    help="what a K-tier switch costs: ms=X,cooldown=N,captured=0-1-3,slowdown=F (default off)")
-    w.add_argument("--capture-sizes", type=_concurrencies, default=None,
+    w.add_argument("--capture-sizes", type=_positive_ints("capture sizes"), default=None,
                    help="CUDA-graph capture sizes the batched tokens are padded to, e.g. 1,2,4,8,16,32,64,128,256,512 "
                         "(a linear profile such as h100-llama31-8b; default: the profile's own)")
     w.add_argument("--seed", type=nonneg_int, default=0, help="seed of requests and draws (default %(default)s)")
@@ -137,14 +137,19 @@ def _roofline(args: argparse.Namespace) -> int:
     return 0
 
 
-def _concurrencies(text: str) -> list[int]:
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not out or any(c < 1 or c > 4096 for c in out):
-        raise argparse.ArgumentTypeError(f"concurrencies must be 1..4096, got {text!r}")
-    return sorted(set(out))
+def _positive_ints(what: str):
+    """An argparse type: comma-separated integers in 1..4096 (``what`` names them in the message)."""
+    def parse(text: str) -> list[int]:
+        try:
+            out = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        if not out or any(c < 1 or c > 4096 for c in out):
+            raise argparse.ArgumentTypeError(f"{what} must be 1..4096, got {text!r}")
+        return sorted(set(out))
+
+    parse.__name__ = what
+    return parse
 
 
 def _sweep(args: argparse.Namespace) -> int:

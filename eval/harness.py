@@ -295,7 +295,8 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results:
         "rows": rows,
         "traces": traces,
         "bootstrap": {"resamples": cfg.bootstrap, "level": 0.95, "seed": 0, "unit": "request"},
-        "notes": grouped_notes(results),
+        "notes": replay.profile.pricing_notes([(d["name"], d["kind"]) for d in replay.workload.drafters or []])
+        + grouped_notes(results),
     }
     if cfg.per_request:
         times = {row.spec: res.time_ms for row, res in zip(named, results)}

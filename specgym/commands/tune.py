@@ -105,6 +105,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     w.set_defaults(func=_sweep)
 
 
+def _drafter_note(wl) -> None:
+    """Say which drafter serving replays on a workload that holds several (the default one, alone)."""
+    names = list(getattr(wl, "drafter_names", ()))
+    if len(names) > 1:
+        print(f"note: {wl.name} holds drafters {', '.join(names)}: serving replays the default one, {names[0]} "
+              f"(its runs and costs)", file=sys.stderr)
+
+
 def _write(path: Path | None, data: dict, force: bool) -> None:
     if path is not None:
         atomic_write_text(path, json.dumps(data, indent=1, default=float) + "\n", overwrite=force)
@@ -115,6 +123,7 @@ def _vllm(args: argparse.Namespace) -> int:
         check_output(args.out, args.force, "file", suffixes=(".json",))
     profile = load_batch_profile(args.profile)
     wl = cached_workload(args.workload or default_workload_name())
+    _drafter_note(wl)
     lo, hi = profile.batch_sizes[0], profile.batch_sizes[-1]
     if args.max_batch > hi:
         print(f"warning: {profile.name} was measured at batch sizes {lo}..{hi}; the table above batch {hi} (up to "
@@ -165,6 +174,7 @@ def _sweep(args: argparse.Namespace) -> int:
         raise SpecgymError(f"--capture-sizes: batch profile {profile.name!r} is a grid; capture sizes pad a linear "
                            f"profile's batched tokens (e.g. h100-llama31-8b)")
     wl = cached_workload(args.workload or default_workload_name())
+    _drafter_note(wl)
     specs = resolve(args.controllers, k_max=args.k_max, workload=wl, kinds=("batch",)).rows
     res = sweep(wl, profile, args.concurrency, specs, args.replications, args.k_max, args.split, args.seed,
                 None if switch.free else switch,
@@ -194,6 +204,7 @@ def _compare(args: argparse.Namespace) -> int:
                       f"{args.max_batch}) draft 0", file=sys.stderr)
     profile = load_batch_profile(args.profile)
     wl = cached_workload(args.workload or default_workload_name())
+    _drafter_note(wl)
     res = compare(wl, profile, specs, args.replications, args.requests, args.max_batch, args.split)
     print(f"{wl.label} on {profile.name}: {args.replications} mixed-concurrency replications x {args.requests} "
           f"requests (concurrency up to {args.max_batch}); ratios vs {res['reference']} with paired 95% intervals")

@@ -14,7 +14,6 @@ import signal
 import sys
 from collections.abc import Sequence
 
-import specgym
 from specgym.commands.args import Parser, check_outputs_not_inputs
 from specgym.errors import SpecgymError
 from specgym.version import __version__
@@ -91,7 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _python_handles_sigint() -> None:
     """Hand SIGINT back to Python (KeyboardInterrupt) once start-up is over: each command cleans up on it."""
     try:
-        if signal.getsignal(signal.SIGINT) is specgym._startup_sigint:
+        handler = signal.getsignal(signal.SIGINT)  # the front door's start-up handler (cli may not import it)
+        if getattr(handler, "__module__", None) == "specgym" and getattr(handler, "__name__", "") == "_startup_sigint":
             signal.signal(signal.SIGINT, signal.default_int_handler)
     except ValueError:  # not the main thread
         pass

@@ -294,7 +294,19 @@ KILLS: list[tuple[str, list[str], str]] = [
      "w.parquet"),
     ("_rename_exclusive", ["eval", "--workload", "assc-regimes", "--max-requests", "4", "--bootstrap", "0",
                            "--no-plots", "--controllers", "fixed:2", "--out", "{OUT}"], "ev"),
+    ("_rename_exclusive", ["workloads", "import", "specdecode-bench", "{SRC}", "--out", "{OUT}"], "traces"),
 ]
+
+
+def _fill(argv: list[str], out: Path, tmp_path: Path) -> list[str]:
+    """``{OUT}``, and ``{SRC}``: a folder of two SYNTHETIC SpecDecode-Bench files beside ``tmp_path`` (not in it)."""
+    from specdecode_files import synthetic_file
+
+    src = tmp_path.parent / f"{tmp_path.name}-src"
+    if any("{SRC}" in a for a in argv) and not src.exists():
+        for i, ds in enumerate(("cnn", "gsm8k")):
+            synthetic_file(src / f"combined_{ds}.jsonl", n=4, seed=i)
+    return [a.replace("{OUT}", str(out)).replace("{SRC}", str(src)) for a in argv]
 
 
 def _run_killed(tmp_path: Path, where: str, sig: str, argv: list[str]):
@@ -306,10 +318,10 @@ def _run_killed(tmp_path: Path, where: str, sig: str, argv: list[str]):
                           text=True, timeout=300, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
-@pytest.mark.parametrize("where,argv,name", KILLS, ids=[a[0] for _, a, _ in KILLS])
+@pytest.mark.parametrize("where,argv,name", KILLS, ids=[" ".join(a[:2]) for _, a, _ in KILLS])
 def test_sigkill_mid_write_then_a_rerun_leaves_no_temporaries(tmp_path, capsys, where, argv, name):
     out = tmp_path / name
-    argv = [a.replace("{OUT}", str(out)) for a in argv]
+    argv = _fill(argv, out, tmp_path)
     proc = _run_killed(tmp_path, where, "SIGKILL", argv)
     assert proc.returncode == -9, proc.stderr
     assert not out.exists()  # no half-written output: only the hidden temporary
@@ -320,10 +332,10 @@ def test_sigkill_mid_write_then_a_rerun_leaves_no_temporaries(tmp_path, capsys, 
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")], "temporaries left after a re-run"
 
 
-@pytest.mark.parametrize("where,argv,name", KILLS, ids=[a[0] for _, a, _ in KILLS])
+@pytest.mark.parametrize("where,argv,name", KILLS, ids=[" ".join(a[:2]) for _, a, _ in KILLS])
 def test_sigint_mid_write_is_one_line_and_leaves_nothing(tmp_path, where, argv, name):
     out = tmp_path / name
-    proc = _run_killed(tmp_path, where, "SIGINT", [a.replace("{OUT}", str(out)) for a in argv])
+    proc = _run_killed(tmp_path, where, "SIGINT", _fill(argv, out, tmp_path))
     assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].endswith(": interrupted"), proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no output, no temporary

@@ -9,7 +9,7 @@ and a live engine.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specgym.agents.policy_controller import PolicyNetwork
 from specgym.envs.core.drafter_choice import DrafterController, DrafterDecision
@@ -39,6 +39,15 @@ class DrafterPolicyController(DrafterController):
         self.name = name or "ppo-drafter"
         self.network = PolicyNetwork(artifact)
         self.tracker = DrafterFeatureTracker(artifact.k_max)
+
+    def prepare(self, workload: Any, profile: Any) -> list[str]:
+        """A note when the workload holds fewer drafters than the policy chooses between (its other slots then
+        mean a plain step), so such a run is never silent."""
+        names = list(getattr(workload, "drafter_names", ()))
+        if len(names) < 2:
+            return [f"a drafter-choice policy on a workload with one drafter ({', '.join(names) or 'draft'}): it "
+                    f"chooses only that drafter's K or no draft"]
+        return []
 
     def reset(self, ctx: RequestContext, drafters: Sequence[str]) -> None:
         """Start a request; the engine must allow the policy's k_max (its action space)."""

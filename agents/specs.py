@@ -17,7 +17,8 @@ A spec names a controller: ``NAME`` or ``NAME:ARG`` (split at the first ``:``), 
 :func:`resolve` is the one way a list of specs becomes controllers: it expands ``all`` for the workload, builds each
 spec **once**, and returns :class:`Resolved` rows that carry their entry, so runners dispatch on ``entry.kind``,
 plots colour by ``entry.family`` and reports say which controllers were left out of ``all`` and why. A bad spec is
-one line naming it and listing the valid forms of the kinds asked for. Users add rows with :func:`register`.
+one short line naming it and the bad part, pointing to the ``--help`` that lists the valid forms. Users add rows
+with :func:`register`.
 
 A ``@DRAFTER`` in a spec's argument picks the ``drafter`` row of a shared prefix: ``fixed:10@ngram`` is the n-gram
 drafter alone at K = 10, ``fixed:10`` the chain row (the workload's default drafter).
@@ -168,8 +169,20 @@ def split_spec(spec: str) -> tuple[str, str | None]:
 
 
 def parse(specs: str) -> list[str]:
-    """The items of a comma-separated spec list, stripped, empty ones dropped (``all`` kept as written)."""
-    return [s.strip() for s in specs.split(",") if s.strip()]
+    """The items of a comma-separated spec list, stripped, empty ones dropped (``all`` kept as written).
+
+    Commas inside brackets belong to an inline table: ``table:[[1,64,3],[65,128,1]],goodput`` is two specs.
+    """
+    items, depth, cur = [], 0, ""
+    for ch in specs:
+        depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(ch, 0)
+        if ch == "," and depth <= 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    items.append(cur)
+    return [s.strip() for s in items if s.strip()]
 
 
 def usage_line(kinds: Sequence[str] = EVAL_KINDS, k_max: int = DEFAULT_K_MAX, live: bool = False) -> str:
@@ -183,8 +196,16 @@ def entries(kinds: Sequence[str] = KINDS) -> list[Entry]:
     return [e for e in TABLE.values() if e.kind in kinds]
 
 
+def where_listed(kinds: Sequence[str] = EVAL_KINDS) -> str:
+    """Where a user finds every valid spec form of ``kinds`` (an error names the bad part and points here, rather
+    than listing 30 forms in one line)."""
+    command = "specgym tune compare --help" if set(kinds) <= {"batch"} else "specgym eval --help"
+    return f"'{command}' lists the valid forms"
+
+
 def _bad(spec: str, why: str, kinds: Sequence[str], k_max: int) -> SpecgymError:
-    return SpecgymError(f"bad controller spec {spec!r} ({why}); {usage_line(kinds, k_max)}")
+    hint = where_listed(kinds)
+    return SpecgymError(f"bad controller spec {spec!r} ({why})" + ("" if hint in why else f"; {hint}"))
 
 
 def _policy_dir_spec(spec: str) -> str | None:
@@ -203,9 +224,14 @@ def lookup(spec: str, kinds: Sequence[str] = EVAL_KINDS, k_max: int = DEFAULT_K_
     if not isinstance(spec, str):
         raise SpecgymError(f"controller spec: expected a string such as 'fixed:4' or 'ppo:NAME', got {spec!r}")
     spec = _policy_dir_spec(spec) or spec.strip()
+    if len(parse(spec)) > 1:
+        raise SpecgymError(f"controller spec {spec!r}: one spec expected, got a comma-separated list")
     prefix, arg = split_spec(spec)
-    if arg is not None and "@" in arg and "drafter" in kinds and ("drafter", prefix) in TABLE:
-        return spec, arg, TABLE[("drafter", prefix)]
+    if arg is not None and "@" in arg and ("drafter", prefix) in TABLE:
+        if "drafter" in kinds:
+            return spec, arg, TABLE[("drafter", prefix)]
+        raise _bad(spec, "'@DRAFTER' picks a drafter, which only specgym eval does, on a workload with several "
+                         "drafters", kinds, k_max)
     for kind in kinds:
         entry = TABLE.get((kind, prefix))
         if entry is not None:
@@ -225,6 +251,8 @@ def build(spec: str, k_max: int = DEFAULT_K_MAX, kinds: Sequence[str] = EVAL_KIN
     try:
         ctrl = entry.factory(arg, k_max)
     except SpecgymError as exc:
+        if str(exc).startswith("bad controller spec"):  # an inner spec (per-seq:SPEC, tree-chain:SPEC) named it
+            raise SpecgymError(f"{spec}: {exc}") from None
         raise _bad(spec, str(exc), kinds, k_max) from None
     return Resolved(spec, ctrl, _mode_entry(ctrl, entry))
 
@@ -271,7 +299,7 @@ def expand(specs: str | Sequence[str], k_max: int = DEFAULT_K_MAX, traits: Trait
             expanded = [lookup(item, kinds, k_max)[0]]
         out.extend(s for s in expanded if s not in out)
     if not out:
-        raise SpecgymError(f"no controller spec given; {usage_line(kinds, k_max)}")
+        raise SpecgymError(f"no controller spec given; {where_listed(kinds)}")
     return out, notes
 
 
@@ -318,7 +346,7 @@ def resolve(specs: str | Resolution | Sequence[Any], k_max: int = DEFAULT_K_MAX,
         else:
             res.rows.append(Resolved(getattr(item, "name", type(item).__name__), item, entry_of(item)))
     if not res.rows:
-        raise SpecgymError(f"no controller spec given; {usage_line(kinds, k_max)}")
+        raise SpecgymError(f"no controller spec given; {where_listed(kinds)}")
     return res
 
 

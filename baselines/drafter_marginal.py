@@ -75,14 +75,23 @@ class DrafterMarginal(DrafterController):
         self._recent = 0
         self.record: list[tuple[int, int, int]] | None = None  # round starts, when a fit rolls the rule out
 
-    def prepare(self, workload: Any, profile: CostProfile) -> None:
-        """Fit the predictor on the workload's train split (unless one was given); learn its drafters' kinds."""
+    def prepare(self, workload: Any, profile: CostProfile) -> list[str]:
+        """Fit the predictor on the workload's train split (unless one was given); learn its drafters' kinds.
+
+        Returns:
+            A note when a given predictor was fitted on another workload (it still runs: a deliberate transfer).
+        """
         self._kinds = {d: str(workload.drafter_info(d)["kind"]) for d in workload.drafter_names}
         if not self._given:
             key = f"{workload.name}:{id(workload)}:{profile.name}"
             if key not in self._fitted:
                 self._fitted[key] = fit_on_train(workload, profile)
             self.predictor = self._fitted[key]
+            return []
+        fitted_on = (self.predictor.meta or {}).get("workload") if self.predictor is not None else None
+        if fitted_on is not None and fitted_on != workload.name:
+            return [f"its run predictor was fitted on {fitted_on}, not on {workload.name}"]
+        return []
 
     def _costs(self, drafter: str) -> tuple[np.ndarray, np.ndarray]:
         prof, k_max = self.ctx.profile, self.ctx.k_max

@@ -22,12 +22,12 @@ from specgym.eval.runner import RunResult, serve_one_by_one
 
 def run_drafter_controller(engine: TraceEngine, requests: np.ndarray, ctrl: DrafterController,
                            trace: Iterable[int] = (), on_request: Callable[[], None] | None = None) -> RunResult:
-    """Serve ``requests`` one at a time with ``ctrl`` (its ``prepare`` on the workload first, if it has one)."""
+    """Serve ``requests`` one at a time with ``ctrl`` (its ``prepare`` on the workload first, if it has one: the
+    notes it returns, on how the controller fits this workload, go in the row's notes)."""
     requests = np.asarray(requests, dtype=np.int64)
     drafters = engine.workload.drafter_names
     prepare = getattr(ctrl, "prepare", None)
-    if prepare is not None:
-        prepare(engine.workload, engine.profile)
+    notes = list((prepare(engine.workload, engine.profile) if prepare is not None else None) or [])
     trace = set(int(t) for t in trace)
     if type(ctrl) is FixedDrafter and not trace:
         engine.workload.drafter_info(ctrl.drafter)  # an unknown drafter: one line
@@ -37,10 +37,10 @@ def run_drafter_controller(engine: TraceEngine, requests: np.ndarray, ctrl: Draf
             for _ in requests:
                 on_request()
         return RunResult(ctrl.name, requests, v.pos - v.start, v.time_ms.copy(), v.rounds.copy(),
-                         v.drafted_total.copy(), v.accepted_total.copy())
+                         v.drafted_total.copy(), v.accepted_total.copy(), notes=notes)
     return serve_one_by_one(ctrl.name, requests,
                             lambda r, on_round: drive_drafters(ctrl, engine.start(r), drafters, on_round), trace,
-                            on_request)
+                            on_request, notes=notes)
 
 
 #: The per-round clairvoyant's row (:func:`specgym.baselines.drafter_oracle.round_choice`); ``drafter-oracle`` is

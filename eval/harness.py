@@ -296,7 +296,8 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results:
         "rows": rows,
         "traces": traces,
         "bootstrap": {"resamples": cfg.bootstrap, "level": 0.95, "seed": 0, "unit": "request"},
-        "notes": grouped_notes(results),
+        "notes": replay.profile.pricing_notes([(d["name"], d["kind"]) for d in replay.workload.drafters or []])
+        + grouped_notes(results),
     }
     bound = censored_bound(replay.engine, requests, float(refs.oracle_ms.sum()))
     if bound is not None:  # an imported vLLM-metrics trace: the oracle on the optimistic runs

@@ -7,9 +7,30 @@ and, over real models, ``specgym/SpecDecodeLive-v1``.
 """
 
 import os as _os
-from typing import Any
+import signal as _signal
+import sys as _sys
 
-from specgym.version import __version__
+
+def _startup_sigint(signum: int, frame: object) -> None:
+    """SIGINT while the ``specgym`` command is still starting: one line, exit 130 (nothing is written yet)."""
+    command = _sys.argv[1] if len(_sys.argv) > 1 and not _sys.argv[1].startswith("-") else ""
+    _sys.stderr.write(f"specgym{' ' + command if command else ''}: interrupted\n")
+    _os._exit(130)
+
+
+# Run as the console command, a Ctrl-C in the first ~0.3 s (the imports below) is one line, not a traceback from
+# module import; specgym.cli.main hands SIGINT back to Python once the arguments are parsed. A library import
+# (python, a notebook) keeps Python's own handler.
+if _sys.argv and (_os.path.basename(_sys.argv[0]) in ("specgym", "specgym.exe") or _sys.argv[0] == "-m"):
+    try:
+        if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+            _signal.signal(_signal.SIGINT, _startup_sigint)
+    except ValueError:  # not the main thread: leave signals alone
+        pass
+
+from typing import Any  # noqa: E402
+
+from specgym.version import __version__  # noqa: E402
 
 # In a source checkout the subpackages live in the top-level folders (envs/, eval/, data/...) that pyproject's
 # package-dir maps onto specgym.*; when the checkout itself is on sys.path (python started in its root), this

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 
-from specgym.commands.args import Parser
+from specgym.commands.args import Parser, check_outputs_not_inputs
 from specgym.errors import SpecgymError
 from specgym.version import __version__
 
@@ -54,15 +55,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit status."""
-    parser = build_parser()
     try:
+        parser = build_parser()
         args = parser.parse_args(argv)
     except SystemExit as exc:  # bad options (one line on stderr) or --help / --version
         return int(exc.code or 0)
+    except KeyboardInterrupt:
+        print("specgym: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        _python_handles_sigint()
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
     try:
+        check_outputs_not_inputs(args)
         return int(args.func(args) or 0)
     except SpecgymError as exc:
         print(f"specgym {args.command}: error: {exc}", file=sys.stderr)
@@ -78,6 +85,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"specgym {args.command}: error: {exc.filename or ''}{': ' if exc.filename else ''}"
               f"{exc.strerror or exc}", file=sys.stderr)
         return 2
+
+
+def _python_handles_sigint() -> None:
+    """Hand SIGINT back to Python (KeyboardInterrupt) once start-up is over: each command cleans up on it."""
+    try:
+        handler = signal.getsignal(signal.SIGINT)  # the front door's start-up handler (cli may not import it)
+        if getattr(handler, "__module__", None) == "specgym" and getattr(handler, "__name__", "") == "_startup_sigint":
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main thread
+        pass
 
 
 if __name__ == "__main__":

@@ -9,6 +9,11 @@
 * :func:`atomic_path` / :func:`atomic_dir` write to a temporary file or folder next to the target and rename it into
   place only when complete, so a crash or a bad input never leaves a partial output. Creating a new output is
   exclusive: when two runs race for the same new path, the second one refuses instead of replacing the first's.
+* Temporaries are named ``.specgym-tmp-<output name>.<pid>.<random>.tmp`` (``.old`` for a replaced folder on its way
+  out): a run killed outright (SIGKILL, power loss) leaves one behind, and the next write of the same output removes
+  every such temporary whose process is gone (:func:`remove_stale_temporaries`).
+* :func:`check_not_input` refuses an output that is one of the command's inputs, or a folder ``--force`` would
+  replace that holds one, whatever the flags: specgym never writes over what it reads.
 """
 
 from __future__ import annotations
@@ -21,14 +26,16 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from specgym.errors import SpecgymError
 
 #: The marker file of every output folder specgym creates (JSON: who wrote the folder, the files it owns).
 MARKER = ".specgym"
+#: The name prefix of every temporary file or folder specgym writes next to an output.
+TMP_PREFIX = ".specgym-tmp-"
 
 
 def _fs_error(path: Path, exc: OSError) -> SpecgymError:
@@ -56,7 +63,7 @@ def _kind_of(path: Path) -> str | None:
 
 
 def check_output(path: str | Path, force: bool, kind: str = "dir", option: str = "--out",
-                 hint: str = "pass --force to replace it") -> Path:
+                 hint: str = "pass --force to replace it", suffixes: tuple[str, ...] = ()) -> Path:
     """The one output check of every command; returns ``path`` as a :class:`Path`.
 
     Args:
@@ -65,6 +72,8 @@ def check_output(path: str | Path, force: bool, kind: str = "dir", option: str =
         kind: ``"dir"`` (an output folder) or ``"file"``.
         option: The option that named the path, for the message.
         hint: What the "already exists" message (``--out`` without ``force``) tells the user to do.
+        suffixes: The file name endings the command's format has (``(".json",)``): a file named otherwise (Parquet
+            into ``plain.txt``, JSON over a ``.jsonl``) is refused, never written silently.
 
     Raises:
         SpecgymError: ``.``/``..``; anything but a regular file or plain folder (device node, pipe, link); a
@@ -75,6 +84,9 @@ def check_output(path: str | Path, force: bool, kind: str = "dir", option: str =
     if path.name in ("", ".", "..") or str(path) in ("", "/"):
         raise SpecgymError(f"{option} {str(path)!r}: name a new {'folder' if kind == 'dir' else 'file'}, not "
                            f"'.', '..' or the root")
+    if kind == "file" and suffixes and path.suffix.lower() not in suffixes:
+        raise SpecgymError(f"{option} {path}: this command writes {' or '.join(suffixes)} files: name one ending "
+                           f"{' or '.join(suffixes)}")
     found = _kind_of(path)
     what = "folder" if kind == "dir" else "file"
     for parent in path.parents:
@@ -110,7 +122,7 @@ def foreign_entry(folder: Path) -> str | None:
         patterns = list(json.loads(marker.read_text()).get("files", []))
     except (OSError, ValueError, AttributeError, UnicodeDecodeError):
         return f"{folder} (no {MARKER} marker: not a folder specgym created)"
-    patterns += [MARKER, ".*.tmp", ".*.tmp/*"]  # the marker itself, temporaries of an interrupted write
+    patterns += [MARKER, f"{TMP_PREFIX}*", ".*.tmp", ".*.tmp/*"]  # the marker, temporaries of an interrupted write
     for dirpath, dirnames, filenames in os.walk(folder):
         base = Path(dirpath)
         for d in list(dirnames):
@@ -169,17 +181,108 @@ def make_owned_dir(path: Path, owner: str, files: Iterable[str]) -> None:
         raise _fs_error(path, exc) from None
 
 
+def check_not_input(out: str | Path, inputs: Iterable[str | Path], option: str = "--out",
+                    replaces_folder: bool = False) -> None:
+    """Refuse an output that is one of the command's inputs, whatever the flags (``--force`` included).
+
+    Args:
+        out: Where the command will write.
+        inputs: The files and folders the command reads (paths that do not exist are skipped).
+        option: The option that named ``out``, for the message.
+        replaces_folder: ``out`` is a folder the command would replace as a whole (``--force``): an input inside it
+            would be deleted with it, so that is refused too.
+
+    Raises:
+        SpecgymError: One line naming the output and the input; it never suggests ``--force``.
+    """
+    out = Path(out)
+    if _kind_of(out) is None:
+        return
+    for inp in inputs:
+        inp = Path(inp)
+        if _kind_of(inp) is None:
+            continue
+        if _same(out, inp):
+            raise SpecgymError(f"{option} {out}: is an input of this command ({inp}); specgym never writes over its "
+                               f"input, whatever the flags: name another output")
+        if replaces_folder and _kind_of(out) == "dir" and _inside(inp, out):
+            raise SpecgymError(f"{option} {out}: holds an input of this command ({inp}), which replacing the folder "
+                               f"would delete: name another output")
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def _inside(inner: Path, folder: Path) -> bool:
+    try:
+        return inner.resolve().is_relative_to(folder.resolve())
+    except OSError:
+        return False
+
+
+def _tmp_prefix(path: Path) -> str:
+    """``.specgym-tmp-<name>.<pid>.``: the name a re-run recognises (and the pid it checks is gone)."""
+    return f"{TMP_PREFIX}{path.name}.{os.getpid()}."
+
+
+def remove_stale_temporaries(path: str | Path) -> list[Path]:
+    """Remove the temporaries a killed run left next to ``path`` (its own name, a process that is gone).
+
+    A temporary of a run still writing (its pid alive) is left alone. Returns what was removed.
+    """
+    path = Path(path)
+    removed: list[Path] = []
+    try:
+        candidates = list(path.parent.glob(f"{TMP_PREFIX}*"))
+    except OSError:
+        return removed
+    for tmp in candidates:
+        rest = tmp.name[len(TMP_PREFIX):]
+        for suffix in (".tmp", ".old"):
+            rest = rest.removesuffix(suffix)
+        parts = rest.rsplit(".", 2)  # name, pid, random
+        if len(parts) != 3 or parts[0] != path.name or not parts[1].isdigit() or _alive(int(parts[1])):
+            continue
+        try:
+            if tmp.is_dir() and not tmp.is_symlink():
+                shutil.rmtree(tmp)
+            else:
+                tmp.unlink()
+            removed.append(tmp)
+        except OSError:
+            pass  # not ours to fight over: the write itself reports a real problem
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # another user's process (or no way to tell): leave its files alone
+    return True
+
+
 @contextmanager
 def atomic_path(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; move it onto ``path`` only if the block succeeds.
 
-    A new ``path`` is created exclusively: if another process created it meanwhile, this one refuses.
+    A new ``path`` is created exclusively: if another process created it meanwhile, this one refuses. Temporaries a
+    killed earlier write of ``path`` left are removed first.
     """
     path = Path(path)
     check_output(path, overwrite, "file")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        remove_stale_temporaries(path)
+        fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise _fs_error(path, exc) from None
     os.close(fd)
@@ -196,6 +299,14 @@ def atomic_path(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+@contextmanager
+def atomic_paths(paths: Sequence[Path], overwrite: bool = False) -> Iterator[list[Path]]:
+    """:func:`atomic_path` for several outputs of one command: a temporary for each, and every one moves into place
+    only if the block succeeds (a failure or an interrupt leaves none of them)."""
+    with ExitStack() as stack:
+        yield [stack.enter_context(atomic_path(p, overwrite=overwrite)) for p in paths]
 
 
 def _link_exclusive(tmp_path: Path, path: Path) -> None:
@@ -244,7 +355,8 @@ def atomic_dir(path: str | Path, overwrite: bool = False, owner: str = "specgym"
     existing = os.lstat(path) if _kind_of(path) is not None else None  # the folder --force may replace
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        remove_stale_temporaries(path)
+        tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(path), suffix=".tmp", dir=path.parent))
     except OSError as exc:
         raise _fs_error(path, exc) from None
     try:
@@ -256,7 +368,7 @@ def atomic_dir(path: str | Path, overwrite: bool = False, owner: str = "specgym"
             _rename_exclusive(tmp, path)
         else:
             check_output(path, overwrite, "dir")  # still specgym's, still nothing foreign in it
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            old = Path(tempfile.mkdtemp(prefix=_tmp_prefix(path), suffix=".old", dir=path.parent))
             os.replace(path, old)  # onto the fresh empty folder: never anyone else's
             moved = os.lstat(old)
             if (moved.st_ino, moved.st_dev) != (existing.st_ino, existing.st_dev):  # another run replaced it

@@ -463,9 +463,8 @@ def test_make_controller_errors(spec):
     with pytest.raises(SpecgymError) as exc:
         make_controller(spec)
     msg = str(exc.value)
-    assert "\n" not in msg
-    for valid in ("fixed:K", "assc", "speclane", "hf-heuristic", "confidence", "cumulative", "entropy", "ucb"):
-        assert valid in msg
+    assert "\n" not in msg and len(msg) < 200, msg  # short: it names the spec and where the forms are listed
+    assert "'specgym eval --help' lists the valid forms" in msg
 
 
 def test_fixed_beyond_k_max_is_an_error():

@@ -197,3 +197,44 @@ def test_record_refuses_a_partial_recording_that_is_not_one(tmp_path, capsys):
         _one_line_error(capsys, fragment)
         (partial.rmdir if partial.is_dir() else partial.unlink)()
     assert not out.exists()
+
+
+# ------------------------------------------------------------ temporaries and inputs (new-user run 5, F3 F8)
+def test_a_rerun_removes_only_its_own_dead_temporaries(tmp_path):
+    import subprocess
+    import sys
+
+    from specgym.io import TMP_PREFIX, atomic_write_text
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()  # a process that is gone
+    own_dead = tmp_path / f"{TMP_PREFIX}out.json.{dead}.abc123.tmp"
+    own_alive = tmp_path / f"{TMP_PREFIX}out.json.1.abc123.tmp"  # pid 1 is alive: another run still writing
+    other = tmp_path / f"{TMP_PREFIX}other.json.{dead}.abc123.tmp"  # another output's
+    folder = tmp_path / f"{TMP_PREFIX}out.json.{dead}.xyz.old"
+    for p in (own_dead, own_alive, other):
+        p.write_text("partial")
+    folder.mkdir()
+    (folder / "report.json").write_text("{}")
+    atomic_write_text(tmp_path / "out.json", "{}\n")
+    assert not own_dead.exists() and not folder.exists()
+    assert own_alive.exists() and other.exists()
+    assert (tmp_path / "out.json").read_text() == "{}\n"
+
+
+def test_check_not_input_never_suggests_force(tmp_path):
+    from specgym.io import check_not_input
+
+    src = tmp_path / "in.parquet"
+    src.write_bytes(b"x")
+    with pytest.raises(SpecgymError) as exc:
+        check_not_input(tmp_path / "." / "in.parquet", [src])
+    assert "is an input of this command" in str(exc.value) and "--force" not in str(exc.value)
+    link = tmp_path / "alias.parquet"
+    link.symlink_to(src)  # the same file by another name
+    with pytest.raises(SpecgymError, match="is an input"):
+        check_not_input(src, [link])
+    with pytest.raises(SpecgymError, match="holds an input"):
+        check_not_input(tmp_path, [src], replaces_folder=True)
+    check_not_input(tmp_path, [src])  # a folder that only gets files added
+    check_not_input(tmp_path / "new.parquet", [src])

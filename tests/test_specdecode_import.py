@@ -86,7 +86,8 @@ def test_folder_import_one_workload_per_file(tmp_path, capsys):
         synthetic_file(src / f"combined_{ds}.jsonl", n=6, seed=i)
     out = tmp_path / "out"
     assert main(["workloads", "import", "specdecode-bench", str(src), "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["specdecode-cnn.parquet", "specdecode-gsm8k.parquet"]
+    # a new folder appears whole, with the marker of every folder specgym creates
+    assert sorted(p.name for p in out.iterdir()) == [".specgym", "specdecode-cnn.parquet", "specdecode-gsm8k.parquet"]
     assert load_workload(out / "specdecode-cnn.parquet").categories() == ["cnn"]
     assert "wrote" in capsys.readouterr().out
     # again without --force: refused, nothing overwritten
@@ -154,3 +155,115 @@ def test_the_published_files_import_with_the_documented_shape():
         assert (wl.runs["eagle"] >= 0).all() and (wl.runs["ngram"] >= 0).all()
         eagle = import_file(f, ("eagle",)).workload
         assert eagle.n_positions >= wl.n_positions and eagle.n_requests == wl.n_requests
+
+
+# ------------------------------------------------- nothing silent, nothing half-written (new-user run 5, F4 F5 F10)
+def test_two_files_mapping_to_one_workload_write_nothing_with_or_without_force(tmp_path, capsys, one_line_error):
+    src = tmp_path / "coll"
+    synthetic_file(src / "combined_x.jsonl", n=5, seed=1)
+    synthetic_file(src / "x.jsonl", n=3, seed=2)
+    for force in ([], ["--force"]):
+        out = tmp_path / "out"
+        assert main(["workloads", "import", "specdecode-bench", str(src), "--out", str(out), *force]) == 2
+        one_line_error(capsys, "combined_x.jsonl", "x.jsonl", "'specdecode-x'", "nothing was written")
+        assert not out.exists()
+    existing = tmp_path / "mine"  # an existing folder: nothing added to it either
+    existing.mkdir()
+    assert main(["workloads", "import", "specdecode-bench", str(src), "--out", str(existing), "--force"]) == 2
+    assert list(existing.iterdir()) == []
+
+
+def test_a_failed_write_in_a_folder_import_leaves_no_file(tmp_path, monkeypatch, capsys, one_line_error):
+    import specgym.envs.workloads.parquet_io as pio
+
+    src = tmp_path / "data"
+    for i, ds in enumerate(("cnn", "gsm8k")):
+        synthetic_file(src / f"combined_{ds}.jsonl", n=4, seed=i)
+    out = tmp_path / "out"
+    out.mkdir()  # an existing folder: files are added one by one, all or nothing
+    real, calls = pio.atomic_paths, []
+
+    def full_disk(paths, overwrite=False):  # the second file's write fails, as on a full disk
+        ctx = real(paths, overwrite)
+        tmps = ctx.__enter__()
+        calls.append(tmps)
+        try:
+            tmps[1].write_bytes(b"")
+            raise OSError(28, "No space left on device", str(tmps[1]))
+        except OSError as exc:
+            ctx.__exit__(type(exc), exc, None)
+            raise
+
+    monkeypatch.setattr(pio, "atomic_paths", full_disk)
+    assert main(["workloads", "import", "specdecode-bench", str(src), "--out", str(out)]) == 2
+    one_line_error(capsys, "No space left on device")
+    assert list(out.iterdir()) == []  # neither file, no temporary
+
+
+@pytest.mark.parametrize("mutate, fragment", [
+    (lambda r: r | {"generated_token_ids": []}, "field 'generated_token_ids' has 0 tokens"),
+    (lambda r: {k: v for k, v in r.items() if k != "generated_token_ids"}, "field 'generated_token_ids' missing"),
+    (lambda r: r | {"id": "a\nb"}, "holds a control character"),
+    (lambda r: r | {"acc_eagle": {"acc_len": [2] * 5 + [230] + [1] * (len(r["generated_token_ids"]) - 6)}},
+     "past the request's end"),
+])
+def test_silent_acceptances_are_refused_naming_line_and_field(tmp_path, capsys, one_line_error, mutate, fragment):
+    rng = np.random.default_rng(0)
+    good = [request(rng, f"q{i}", 12) for i in range(3)]
+    f = write_file(tmp_path / "combined_cnn.jsonl", [good[0], mutate(good[1]), good[2]])
+    out = tmp_path / "w.parquet"
+    assert main(["workloads", "import", "specdecode-bench", str(f), "--out", str(out)]) == 2
+    one_line_error(capsys, "line 2", fragment)
+    assert not out.exists()
+
+
+def test_a_duplicate_key_is_refused(tmp_path, capsys, one_line_error):
+    rng = np.random.default_rng(0)
+    lines = [json.dumps(request(rng, f"q{i}", 10)) for i in range(2)]
+    lines[1] = lines[1][:-1] + ', "id": "other"}'
+    f = tmp_path / "combined_cnn.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    assert main(["workloads", "import", "specdecode-bench", str(f), "--out", str(tmp_path / "w.parquet")]) == 2
+    one_line_error(capsys, "line 2", "field 'id' appears twice")
+
+
+def test_acc_lists_shorter_than_the_tokens_are_noted(tmp_path):
+    rng = np.random.default_rng(0)
+    reqs = [request(rng, f"q{i}", 20) for i in range(3)]
+    reqs[1]["acc_eagle"]["acc_len"] = reqs[1]["acc_eagle"]["acc_len"][:5]
+    reqs[1]["acc_ngram"]["acc_len"] = reqs[1]["acc_ngram"]["acc_len"][:5]
+    imp = import_file(write_file(tmp_path / "combined_cnn.jsonl", reqs))
+    assert "acc_len lists shorter than generated_token_ids in 1 requests" in imp.summary()
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--name", "../../evil"], "--name '../../evil': a workload name"),
+    (["--name", ""], "--name '': a workload name"),
+    (["--out", ""], "--out: empty path"),
+    (["--out", "{TMP}/plain.txt"], "--out {TMP}/plain.txt: this command writes .parquet files"),
+])
+def test_import_options_are_checked(tmp_path, capsys, one_line_error, argv, fragment):
+    f = synthetic_file(tmp_path / "combined_cnn.jsonl", n=3)
+    argv = [a.replace("{TMP}", str(tmp_path)) for a in argv]
+    out = ["--out", str(tmp_path / "w.parquet")] if "--out" not in argv else []
+    assert main(["workloads", "import", "specdecode-bench", str(f), *out, *argv]) == 2
+    one_line_error(capsys, fragment.replace("{TMP}", str(tmp_path)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["combined_cnn.jsonl"]
+
+
+def test_odd_sources_are_named(tmp_path, capsys, one_line_error):
+    out = ["--out", str(tmp_path / "w.parquet")]
+    assert main(["workloads", "import", "specdecode-bench", "/dev/null", *out]) == 2
+    one_line_error(capsys, "/dev/null: not a regular file or folder")
+    assert main(["workloads", "import", "specdecode-bench", "", *out]) == 2
+    one_line_error(capsys, "source: empty path")
+    src = tmp_path / "src"
+    synthetic_file(src / "combined_cnn.jsonl", n=3)
+    (src / "combined_gone.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    assert main(["workloads", "import", "specdecode-bench", str(src), "--out", str(tmp_path / "o")]) == 2
+    one_line_error(capsys, "combined_gone.jsonl: not a readable file (a broken link")
+
+
+def test_drafters_given_as_one_string(tmp_path):
+    f = synthetic_file(tmp_path / "combined_cnn.jsonl", n=3)
+    assert import_file(f, drafters="eagle").workload.drafter_names == ["eagle"]

@@ -126,3 +126,48 @@ def test_hyperparams_errors_name_hyperparams(tmp_path, capsys):
         assert main(["train", "--workload", "assc-regimes", "--out", str(tmp_path / "r"), "--hyperparams", bad]) == 2
         err = _err(capsys)
         assert err.startswith(f"specgym train: error: --hyperparams: {key}") and "k.yaml" not in err
+
+
+# ------------------------------------------------------------------ resume targets (new-user run 5, F2 and F6)
+def _state(run: Path) -> dict:
+    return json.loads((run / "state.json").read_text())
+
+
+@pytest.mark.parametrize("extra", [[], ["--timesteps", "64"], ["--timesteps", "256"]])
+def test_resume_of_a_complete_run_says_so_and_trains_nothing(run, capsys, extra):
+    model, state = (run / "model.zip").read_bytes(), (run / "state.json").read_text()
+    assert main(["train", "--out", str(run), "--resume", *extra]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "complete at 256 timesteps" in err and "nothing to resume" in err, err
+    assert (run / "model.zip").read_bytes() == model and (run / "state.json").read_text() == state
+
+
+def test_resume_below_the_checkpoint_is_refused_and_leaves_the_state(run, capsys):
+    doc = _state(run)
+    doc["status"] = "interrupted"  # a run stopped at its checkpoint (128), asked for less
+    (run / "state.json").write_text(json.dumps(doc))
+    before = (run / "state.json").read_text()
+    assert main(["train", "--out", str(run), "--resume", "--timesteps", "64"]) == 2
+    assert "--timesteps 64 is below the checkpoint at 128 timesteps" in _err(capsys)
+    assert (run / "state.json").read_text() == before  # never left "running"
+
+
+def test_plain_resume_after_an_extension_continues_to_the_extended_target(run, capsys):
+    assert main(["train", "--out", str(run), "--resume", "--timesteps", "384"]) == 0
+    assert _state(run)["status"] == "complete" and _state(run)["timesteps_done"] == 384
+    capsys.readouterr()
+    assert main(["train", "--out", str(run), "--resume"]) == 0  # the config says 256: below the model's 384
+    assert "complete at 384 timesteps" in capsys.readouterr().err
+    assert _state(run)["status"] == "complete"
+
+
+def test_damaged_snapshot_advice_does_not_loop(run, capsys):
+    data = (run / "resume.pkl").read_bytes()
+    (run / "resume.pkl").write_bytes(data[: len(data) // 2])
+    assert main(["train", "--out", str(run), "--resume", "--timesteps", "384"]) == 2
+    err = _err(capsys)
+    assert "not a usable resume snapshot" in err and "move it away" in err and "continues from model.zip alone" in err
+    assert "keeps its last checkpoint" not in err
+    (run / "resume.pkl").rename(run / "resume.pkl.damaged")  # what the line says to do
+    assert main(["train", "--out", str(run), "--resume", "--timesteps", "384"]) == 0
+    assert _state(run)["status"] == "complete"

@@ -48,7 +48,15 @@ from specgym.training.config import PPOConfig, RunConfig, resolve_config
 from specgym.training.env_factory import make_env_fn, make_training_env, training_distribution
 from specgym.training.rewards import auto_token_value
 from specgym.training.run import RunState, TrainingRun, read_run_state
-from specgym.training.run_folder import RUN_FILES, RunFiles, has_model, load_model, save_checkpoint, write_json
+from specgym.training.run_folder import (
+    RUN_FILES,
+    RunFiles,
+    has_model,
+    load_model,
+    read_summary,
+    save_checkpoint,
+    write_json,
+)
 from specgym.training.snapshot import load_snapshot
 from specgym.training.summary import summarize
 from specgym.training.validation import make_validator
@@ -125,6 +133,11 @@ def _new_run(req: TrainRequest, run: RunFiles) -> TrainingRun:
         ppo = resolve_config(req.mode, "generalist", req.config_file, overrides)
     else:
         wl, ident = workload_identity(req.workload)
+        drafters = tuple(getattr(wl, "drafter_names", ()))
+        if req.mode == "drafter" and len(drafters) < 2:  # before any cost check that would blame the profile
+            one = drafters[0] if drafters else "draft"
+            raise SpecgymError(f"--mode drafter: workload {wl.name!r} holds one drafter ({one}); drafter choice "
+                               f"needs two (e.g. an imported SpecDecode-Bench file)")
         ppo = resolve_config(req.mode, wl.name, req.config_file, overrides)  # bad input fails before rmtree
     if req.timesteps is not None:
         ppo.timesteps = int(req.timesteps)
@@ -182,7 +195,30 @@ def _resumed_run(req: TrainRequest, run: RunFiles) -> TrainingRun:
     if req.timesteps is not None:
         cfg.ppo.timesteps = int(req.timesteps)
         cfg.ppo.validate("--timesteps")
+    else:  # a plain --resume continues to the last target asked (an extension's, not the config's first one)
+        cfg.ppo.timesteps = max(int(cfg.ppo.timesteps), int(state.timesteps_target or 0))
+    _check_resume_target(run, state, int(cfg.ppo.timesteps), req.timesteps is not None)
     return TrainingRun(run, cfg, wl, state)
+
+
+class RunComplete(Exception):
+    """``--resume`` of a run that already reached its target: nothing to train (the message says where it stands)."""
+
+
+def _check_resume_target(run: RunFiles, state: RunState, target: int, asked: bool) -> None:
+    """A resumed run only grows: a complete run at or past ``target`` has nothing to do (:class:`RunComplete`), and a
+    target below the checkpoint the run would continue from is refused (it cannot be shortened), before anything in
+    the folder changes."""
+    done = int(state.timesteps_done)
+    if state.status == "complete" and target <= done:
+        past = f", past --timesteps {target:,}" if asked and target < done else ""
+        raise RunComplete(f"{run.root}: complete at {done:,} timesteps{past}; nothing to resume ('specgym train --out "
+                          f"{run.root} --resume --timesteps N' with N above {done:,} extends it)")
+    start = state.checkpoint_timesteps if run.resume.is_file() and state.checkpoint_timesteps is not None else done
+    if target < start:
+        raise SpecgymError(f"--timesteps {target:,} is below the checkpoint at {start:,} timesteps in {run.root}: "
+                           f"--resume continues a run, it cannot shorten it (give --timesteps above {start:,}, or "
+                           f"train a new run with another --out)")
 
 
 def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
@@ -198,7 +234,11 @@ def train(req: TrainRequest, console: Any = None) -> dict[str, Any]:
     run = RunFiles(Path(req.out))
     if req.resume and req.force:
         raise SpecgymError("--resume and --force exclude each other")
-    training = _resumed_run(req, run) if req.resume else _new_run(req, run)
+    try:
+        training = _resumed_run(req, run) if req.resume else _new_run(req, run)
+    except RunComplete as done:
+        console.print(str(done), highlight=False)
+        return read_summary(run) or {}
     try:
         return _train(req, training, console)
     except BaseException as exc:
@@ -225,6 +265,9 @@ def _failed(run: RunFiles, state: RunState, exc: BaseException, new: bool) -> Ba
         write_json(run.state, dataclasses.replace(state, status="failed", error=_message(exc)).to_dict())
     except (SpecgymError, OSError):
         pass  # the disk that failed the run may refuse this too: state.json then says where the run last stood
+    if _message(exc).startswith(f"{run.resume}: not a usable resume snapshot"):  # resuming again fails the same way
+        return SpecgymError(f"{_message(exc)}; move it away (mv {run.resume} {run.resume}.damaged): 'specgym train "
+                            f"--out {run.root} --resume' then continues from {run.model.name} alone")
     return SpecgymError(f"{_message(exc)}; {run.root} keeps its last checkpoint: 'specgym train --out {run.root} "
                         f"--resume' continues from it")
 
@@ -287,6 +330,9 @@ def _train(req: TrainRequest, training: TrainingRun, console: Any) -> dict[str, 
             console.print(f"behaviour cloning from {ppo.bc_init}: {bc['samples']:,} decisions, train accuracy "
                           f"{bc['accuracy']:.4f} ({bc['seconds']:.1f} s)", highlight=False)
     start = int(model.num_timesteps)
+    if target < start:  # state.json said otherwise (lost or restored): the model itself is the authority
+        raise SpecgymError(f"--timesteps {target:,} is below the checkpoint at {start:,} timesteps in {run.root}: "
+                           f"--resume continues a run, it cannot shorten it")
     # validate the cloned policy before PPO starts: the kept best model is never worse (on val) than the clone
     validator, key = make_validator(cfg, wl)
     val = ValidationCallback(training, validator, key, console,
@@ -328,7 +374,8 @@ def _train(req: TrainRequest, training: TrainingRun, console: Any) -> dict[str, 
         val.num_timesteps = done
         val.evaluate_now()
     # a validation inside the last (stopped) rollout is recorded but SB3 never dumps it: write it to tensorboard
-    model.logger.dump(done)
+    if done > start:  # SB3 sets the logger up in learn(): a session that trained nothing has none to dump
+        model.logger.dump(done)
     state.status = "complete"
     training.save_state()
     return summarize(training, validator, key, console)

@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -305,6 +305,22 @@ class CostProfile:
         name = self.pricing_drafter(drafter)
         return next(dc for n, dc in self.drafters if n == name)
 
+    def pricing_notes(self, drafters: Sequence[tuple[str, str]]) -> list[str]:
+        """One note per trace drafter (``(name, kind)``) this profile prices as another of its drafters (a profile
+        measured without it), so a report never hides a stand-in price; empty for a one-drafter trace."""
+        if len(drafters) < 2:
+            return []
+        notes = []
+        for name, kind in drafters:
+            try:
+                priced = self.pricing_drafter(name, kind) if self.drafters else None
+            except SpecgymError:
+                continue  # not priceable at all: the engine refuses it in its own line
+            if priced != name:
+                notes.append(f"cost profile {self.name!r} has no {name!r} drafter: its rounds are priced as "
+                             f"{'the draft model' if priced is None else repr(priced)}")
+        return notes
+
     def pricing_drafter(self, drafter: str | None, kind: str | None = None) -> str:
         """The profile drafter that prices a trace's ``drafter`` (of ``kind``): the same name; else the default when
         the name is ``draft`` (a per-position trace's one drafter) or the profile has one drafter; else the profile's
@@ -487,6 +503,10 @@ class CostProfile:
         """Build and validate a profile; errors name ``where`` and the field."""
         if not isinstance(d, dict):
             raise SpecgymError(f"{where}: a cost profile must be a JSON object")
+        if "batch_sizes" in d:  # a serving profile (specgym tune): say so, by name, not by its install path
+            raise SpecgymError(f"cost profile {d.get('name', where)!r} is a batched serving profile (it prices "
+                               f"batches for specgym tune); this command prices one sequence at a time: give a "
+                               f"cost profile (specgym workloads list)")
         linear = "forward" in d
         need = ("name", "forward") if linear else ("name", "verify_ms") if "drafters" in d else \
             ("name", "draft_ms", "verify_ms")

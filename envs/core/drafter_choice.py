@@ -84,7 +84,7 @@ def parse_drafter_k(text: str, k_max: int) -> tuple[int, str]:
     """``K@DRAFTER`` -> ``(K, DRAFTER)`` (K in 0..k_max); a bad one is a one-line error."""
     k, sep, drafter = text.partition("@")
     if not sep or not drafter.strip() or not k.strip().isdigit() or int(k) > k_max:
-        raise SpecgymError(f"expected K@DRAFTER with K in 0..{k_max} (e.g. 10@ngram), got {text!r}")
+        raise SpecgymError(f"expected K@DRAFTER with K in 0..{k_max} (e.g. {min(4, k_max)}@ngram), got {text!r}")
     return int(k), drafter.strip().lower()
 
 

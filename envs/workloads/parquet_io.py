@@ -5,6 +5,7 @@ documented in :mod:`specgym.envs.workloads.trace_format`; pyarrow is imported in
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from specgym.envs.workloads.workload import (
     Workload,
 )
 from specgym.errors import SpecgymError
-from specgym.io import atomic_path
+from specgym.io import atomic_path, atomic_paths
 
 
 def _arrow():
@@ -71,6 +72,21 @@ def save_workload(wl: Workload, path: str | Path, overwrite: bool = False) -> Pa
     with atomic_path(path, overwrite=overwrite) as tmp:
         pq.write_table(table, tmp, compression="zstd")
     return path
+
+
+def save_workloads(items: Sequence[tuple[Workload, str | Path]], overwrite: bool = False) -> list[Path]:
+    """Write several workloads all or nothing: each is validated and written to a temporary first, and they move
+    into place only once every one is complete (a bad one or a full disk leaves none of them)."""
+    _, pq = _arrow()
+    tables = []
+    for wl, _path in items:
+        validate_workload(wl, where=f"workload {wl.name!r}")
+        tables.append(workload_to_table(wl))
+    paths = [Path(p) for _, p in items]
+    with atomic_paths(paths, overwrite=overwrite) as tmps:
+        for table, tmp in zip(tables, tmps):
+            pq.write_table(table, tmp, compression="zstd")
+    return paths
 
 
 def read_workload_file(path: str | Path) -> Workload:

@@ -62,6 +62,9 @@ DATASETS = ("gsm8k", "instructcoder", "sharegpt", "cnn")
 #: The split seed every import uses (so every user's import has the same test split), and the fractions.
 SPLIT_SEED = 0
 SPLIT_FRACTIONS = (0.7, 0.1, 0.2)
+#: How far a run may reach past the request's last position: the published files overrun by up to 19 near request
+#: ends (a drafter accepting tokens the recorded completion no longer has); a larger overrun is not a trace.
+MAX_OVERRUN = 64
 #: Llama-3's vocabulary (token ids are checked against it).
 VOCAB_SIZE = 128256
 PROFILE = "h100-llama31-8b"
@@ -96,7 +99,7 @@ class Imported:
                      f"the shorter list (extra.specdecode.cut)")
         if not self.token_ids:
             line += "; no token ids (they are not this completion's tokens in some requests)"
-        return line
+        return "; ".join([line, *self.notes])
 
 
 def dataset_name(path: Path) -> str:
@@ -112,8 +115,11 @@ def _fail(path: Path, line: int, what: str) -> SpecgymError:
 
 def _int_list(obj: Any, path: Path, line: int, name: str, lo: int, hi: int, min_len: int) -> list[int]:
     """A JSON list of ints in [lo, hi] with at least ``min_len`` items, or a one-line error naming the field."""
+    if obj is None:
+        raise _fail(path, line, f"field {name!r} missing")
     if not isinstance(obj, list) or len(obj) < min_len:
-        raise _fail(path, line, f"field {name!r} must be a list of at least {min_len} integers")
+        raise _fail(path, line, f"field {name!r} must be a list of " + (f"at least {min_len} integers" if min_len
+                                                                        else "integers"))
     for k, v in enumerate(obj):
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
             raise _fail(path, line, f"field {name!r}[{k}] = {v!r}: expected an integer in [{lo}, {hi}]")
@@ -127,9 +133,32 @@ def _acc_len(d: dict[str, Any], key: str, path: Path, line: int) -> list[int]:
     return _int_list(block["acc_len"], path, line, f"{key}.acc_len", 1, int(np.iinfo(RUNS_DTYPE).max) + 1, 2)
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all distinct (``json`` would keep the last of two silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def check_name(name: str) -> str:
+    """A workload name given by the user: it names files (``<out>/<name>.parquet``, report folders), so it is
+    letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", name):
+        raise SpecgymError(f"--name {name!r}: a workload name is 1-128 letters, digits, '.', '_' or '-', starting "
+                           f"with a letter or digit (it names files)")
+    return name
+
+
 def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
     """``(line number, parsed value)`` of every non-blank line of a JSON Lines file; a one-line error naming the file
-    (and the line) for unreadable text or invalid JSON."""
+    (and the line) for unreadable text, invalid JSON or a key given twice in one object."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -140,9 +169,11 @@ def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
         if not raw.strip():
             continue
         try:
-            yield line, json.loads(raw)
+            yield line, json.loads(raw, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as exc:
             raise _fail(path, line, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except _DuplicateKey as exc:
+            raise _fail(path, line, f"field {exc.args[0]!r} appears twice in one object (which is meant?)") from None
 
 
 def read_records(path: Path, drafters: Sequence[str]) -> list[dict[str, Any]]:
@@ -156,6 +187,8 @@ def read_records(path: Path, drafters: Sequence[str]) -> list[dict[str, Any]]:
         if isinstance(rid, bool) or not isinstance(rid, (str, int)) or str(rid) == "":
             raise _fail(path, line, "field 'id' must be a non-empty string")
         rid = str(rid)
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in rid):
+            raise _fail(path, line, f"field 'id' {rid!r} holds a control character (a newline breaks reports)")
         if rid in seen:
             raise _fail(path, line, f"field 'id' {rid!r} repeats an earlier request")
         seen.add(rid)
@@ -182,12 +215,22 @@ def import_file(path: str | Path, drafters: Sequence[str] = ("eagle", "ngram"), 
     """
     path = Path(path)
     drafters = check_drafters(drafters)
+    if name is not None:
+        check_name(name)
     recs = read_records(path, drafters)
     category = dataset_name(path)
     requests, cuts = [], {}
     token_ids = all(min(len(r["acc"][d]) for d in drafters) <= len(r["generated"]) and
                     ("ngram" in drafters or all(len(r["acc"][d]) == len(r["generated"]) for d in drafters))
                     for r in recs)
+    short = next((r for r in recs if min(len(r["acc"][d]) for d in drafters) > len(r["generated"])), None)
+    if "ngram" in drafters and short is not None:  # the lookup signals of every request hang on these ids
+        n = min(len(short["acc"][d]) for d in drafters)
+        raise _fail(path, short["line"], f"field 'generated_token_ids' has {len(short['generated'])} tokens, fewer "
+                                         f"than the {n} positions of the acc_len lists: without this completion's "
+                                         f"tokens no request of the file gets lookup signals (fix or drop the "
+                                         f"request; --drafters eagle imports without token ids)")
+    left_out = 0  # requests whose acc_len lists stop short of their generated tokens
     for r in recs:
         lengths = {d: len(r["acc"][d]) for d in drafters}
         keep = min(lengths.values())  # N + 1: the first token (the prefill's) and N decode positions
@@ -195,6 +238,15 @@ def import_file(path: str | Path, drafters: Sequence[str] = ("eagle", "ngram"), 
         if cut:
             cuts[r["id"]] = cut
         n = keep - 1
+        left_out += token_ids and max(lengths.values()) < len(r["generated"])
+        for d in drafters:
+            over = [k for k in range(n) if r["acc"][d][k] - 1 - (n - k) > MAX_OVERRUN]
+            if over:
+                k = over[0]
+                raise _fail(path, r["line"], f"field '{DRAFTERS[d][0]}.acc_len'[{k}] = {r['acc'][d][k]}: a run of "
+                                             f"{r['acc'][d][k] - 1} tokens from position {k} of {n} reaches "
+                                             f"{r['acc'][d][k] - 1 - (n - k)} past the request's end (at most "
+                                             f"{MAX_OVERRUN})")
         req: dict[str, Any] = {
             "request_id": r["id"], "category": category, "temperature": 0.0, "prompt_len": len(r["prompt"]) + 1,
             "runs": {d: np.asarray(r["acc"][d][:n], dtype=np.int64) - 1 for d in drafters},
@@ -215,11 +267,15 @@ def import_file(path: str | Path, drafters: Sequence[str] = ("eagle", "ngram"), 
     wl = workload_from_requests(name or f"specdecode-{category}", source, profile or load_profile(PROFILE), requests,
                                 split_seed=SPLIT_SEED, split_fractions=SPLIT_FRACTIONS, extra=extra,
                                 signal_meta=signal_meta, drafters=entries)
-    return Imported(wl, path, len(cuts), sum(cuts.values()), token_ids)
+    notes = [f"acc_len lists shorter than generated_token_ids in {left_out} requests: their last tokens are not "
+             f"replayed"] if left_out else []
+    return Imported(wl, path, len(cuts), sum(cuts.values()), token_ids, notes)
 
 
 def check_drafters(drafters: Sequence[str]) -> tuple[str, ...]:
     """The drafter list, checked (known names, no repeats, at least one)."""
+    if isinstance(drafters, str):  # one name, or the CLI's comma-separated text: not a list of letters
+        drafters = drafters.split(",")
     out = tuple(d.strip().lower() for d in drafters if d.strip())
     bad = [d for d in out if d not in DRAFTERS]
     if bad or not out or len(set(out)) != len(out):
@@ -231,12 +287,19 @@ def check_drafters(drafters: Sequence[str]) -> tuple[str, ...]:
 def input_files(src: str | Path, expected: str = "the combined_<dataset>.jsonl files") -> list[Path]:
     """The ``.jsonl`` files of ``src`` (a file, or every ``.jsonl`` file of a folder, sorted); ``expected`` says
     what an empty folder should have held."""
+    if str(src).strip() == "":
+        raise SpecgymError(f"source '': name a .jsonl file or a folder of them ({expected})")
     src = Path(src)
     if src.is_dir():
-        files = sorted(p for p in src.glob("*.jsonl") if p.is_file())
-        if not files:
+        found = sorted(src.glob("*.jsonl"))
+        broken = [p for p in found if not p.is_file()]
+        if broken:  # a dangling link or a folder named *.jsonl: said, never skipped without a word
+            raise SpecgymError(f"{broken[0]}: not a readable file (a broken link, or a folder); fix or move it away")
+        if not found:
             raise SpecgymError(f"{src}: no .jsonl file in this folder (expected {expected})")
-        return files
+        return found
+    if src.exists() and not src.is_file():
+        raise SpecgymError(f"{src}: not a regular file or folder (a device, pipe or socket)")
     if not src.is_file():
         raise SpecgymError(f"{src}: no such file or folder")
     return [src]

@@ -102,7 +102,7 @@ from pathlib import Path
 
 import specgym.catalogue as catalogue
 from specgym.envs.workloads.build import workload_from_requests
-from specgym.envs.workloads.parquet_io import read_workload_file, save_workload, workload_to_table
+from specgym.envs.workloads.parquet_io import read_workload_file, save_workload, save_workloads, workload_to_table
 from specgym.envs.workloads.sharded import (
     RECORD,
     RECORD_FORMAT,
@@ -135,8 +135,8 @@ __all__ = [
     "FORMAT_VERSION", "META_KEY", "POSITION_COLUMNS", "RECORD", "RECORD_FORMAT", "RECORD_VERSION", "REQUEST_COLUMNS",
     "RUNS_PREFIX", "SIGNAL_COLUMNS", "SOURCE_KINDS", "SPLITS", "SUPPORTED_VERSIONS", "ShardInfo", "ShardedWorkload",
     "Workload", "assign_splits", "cached_workload", "concat_workloads", "drafter_entry", "load_dataset",
-    "load_workload", "metadata_difference", "open_dataset", "read_workload_file", "save_workload", "split_counts",
-    "validate_workload", "workload_from_requests", "workload_to_table",
+    "load_workload", "metadata_difference", "open_dataset", "read_workload_file", "save_workload", "save_workloads",
+    "split_counts", "validate_workload", "workload_from_requests", "workload_to_table",
 ]
 
 

@@ -6,10 +6,16 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
+from pathlib import Path, PurePath
 from typing import NoReturn
 
 from specgym.envs.core.rounds import K_MAX_LIMIT
 from specgym.errors import SpecgymError
+from specgym.io import check_not_input
+
+#: The options that name where a command writes (argparse ``dest`` -> option); every other path is an input.
+OUTPUT_OPTIONS = {"out": "--out", "json": "--json", "plot": "--plot", "md": "--md", "profile_out": "--profile-out",
+                  "prompts_out": "--prompts-out", "vllm_out": "--vllm-out", "log_file": "--log-file"}
 
 
 class Parser(argparse.ArgumentParser):
@@ -18,6 +24,13 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
         sys.exit(2)
+
+
+def path_type(text: str) -> Path:
+    """An argparse type: a path, never empty (``Path('')`` would silently be ``.``, the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty path: name a file or folder")
+    return Path(text)
 
 
 def int_range(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
@@ -110,3 +123,35 @@ def parse_splits(text: str) -> tuple[float, float, float]:
         raise SpecgymError(f"--splits: need three fractions >= 0 summing to 1, got {text!r}")
     return parts[0], parts[1], parts[2]
 
+
+
+def check_outputs_not_inputs(args: argparse.Namespace) -> None:
+    """Refuse, before any work, an output option naming one of the command's inputs, whatever the flags.
+
+    Every other argument that names an existing path is an input: an option's value, each item of a comma-separated
+    list, and what follows a ``:`` in a spec (``table:FILE``, ``ppo:DIR``). With ``--force`` a folder output is
+    replaced as a whole, so an input inside it is refused too, with or without ``--force`` (whose "already exists"
+    advice would lead nowhere); ``keeps_out_folder``: a command that only adds files to an existing ``--out``
+    folder, ``resume``: one that continues in it.
+    """
+    values = vars(args)
+    inputs = [p for dest, value in values.items() if dest not in OUTPUT_OPTIONS for p in _path_texts(value)]
+    replaces = not values.get("resume") and not values.get("keeps_out_folder")  # (without --force: a dead end)
+    for dest, option in OUTPUT_OPTIONS.items():
+        if isinstance(values.get(dest), (str, PurePath)) and str(values[dest]):  # (a flag of the same name: not a path)
+            check_not_input(values[dest], inputs, option, replaces_folder=replaces)
+
+
+def _path_texts(value: object) -> list[str]:
+    """The texts in an argument value that may name a path (see :func:`check_outputs_not_inputs`)."""
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _path_texts(v)]
+    if not isinstance(value, (str, PurePath)) or str(value) == "":
+        return []
+    text = str(value)
+    out = {text}
+    for part in text.split(","):
+        while part:
+            out.add(part.strip())
+            part = part.partition(":")[2]
+    return sorted(t for t in out if t)

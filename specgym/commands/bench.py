@@ -112,7 +112,7 @@ def _run(args: argparse.Namespace) -> int:
     workload = args.workload or default_workload_name()
     catalogue.resolve("workload", workload)
     if args.json:  # the figures file is rewritten on every run; still never a folder, device or link
-        check_output(args.json, True, "file", "--json")
+        check_output(args.json, True, "file", "--json", suffixes=(".json",))
     if args.live_profile is not None:
         load_profile(args.live_profile)  # a bad name fails before anything runs
     if args.live_controllers:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from specgym.agents.artifact import load_policy
-from specgym.commands.args import nonneg_int, positive_int
+from specgym.commands.args import nonneg_int, path_type, positive_int
 from specgym.commands.eval import eval_to_folder
 from specgym.console import make_console
 from specgym.deps import require
@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--token-steps", type=positive_int, default=DEFAULT_STEPS["token"],
                    help="token-mode training timesteps (default %(default)s)")
     p.add_argument("--no-token", action="store_true", help="train the K-mode policy only")
-    p.add_argument("--out", type=Path, default=None, help="the demo folder (default runs/demo-WORKLOAD)")
+    p.add_argument("--out", type=path_type, default=None, help="the demo folder (default runs/demo-WORKLOAD)")
     p.add_argument("--force", action="store_true", help="replace an existing demo folder")
     p.add_argument("--seed", type=nonneg_int, default=0, help="training seed (default %(default)s)")
     p.set_defaults(func=_run)

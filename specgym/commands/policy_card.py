@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from specgym.commands.args import path_type
 from specgym.errors import SpecgymError
 from specgym.training.policy_card import best_run, ship_policy, write_policy_card
 
@@ -15,9 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     """Command line (see the module docstring)."""
     p = argparse.ArgumentParser(prog="python -m specgym.commands.policy_card",
                                 description=__doc__.split("\n")[0])
-    p.add_argument("policy", type=Path, help="the exported policy folder (data/policies/NAME)")
+    p.add_argument("policy", type=path_type, help="the exported policy folder (data/policies/NAME)")
     p.add_argument("--runs", required=True, help="comma-separated run folders of every seed")
-    p.add_argument("--suite", type=Path, default=None, help="suite.json of specgym eval --suite generalization")
+    p.add_argument("--suite", type=path_type, default=None, help="suite.json of specgym eval --suite generalization")
     p.add_argument("--suite-specs", default="", help="the suite's spec of each run, same order as --runs")
     p.add_argument("--reproduce", default="make policies", help="the command that rebuilds it (shown in the card)")
     p.add_argument("--card-only", action="store_true", help="only rewrite the card of the policy already there")

@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from pathlib import Path
 
 from specgym.agents.artifact import load_policy, rewrite_artifact
+from specgym.commands.args import path_type
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor
 from specgym.envs.workloads.domains import generalist_domains
 from specgym.envs.workloads.trace_format import cached_workload
@@ -27,7 +27,7 @@ from specgym.training.feature_ranges import observed_range
 def main(argv: list[str] | None = None) -> int:
     """Command line (see the module docstring)."""
     p = argparse.ArgumentParser(prog="python -m specgym.commands.policy_guard", description=__doc__.split("\n")[0])
-    p.add_argument("policy", type=Path, help="the exported policy folder (data/policies/NAME)")
+    p.add_argument("policy", type=path_type, help="the exported policy folder (data/policies/NAME)")
     p.add_argument("--workload", default=None, help="its training workload (default: the one policy.json names)")
     p.add_argument("--domains", choices=("generalist",), default=None,
                    help="its training distribution instead of one workload")

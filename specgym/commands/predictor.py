@@ -14,12 +14,11 @@ import argparse
 import dataclasses
 import json
 import sys
-from pathlib import Path
 
 import specgym.catalogue as catalogue
 from specgym.agents.specs import resolve
 from specgym.baselines.drafter_marginal import fit_on_train
-from specgym.commands.args import bootstrap_type, int_range
+from specgym.commands.args import bootstrap_type, int_range, path_type
 from specgym.console import make_progress
 from specgym.envs.core.acceptance_predictor import (
     MODEL_KINDS,
@@ -69,7 +68,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--max-rows", type=max_rows_type, default=200_000,
                    help=f"subsample the train split to this many positions (at least {MIN_TRAIN_ROWS:,}), 0 = all "
                         f"(default %(default)s)")
-    t.add_argument("--out", type=Path, required=True, help="the predictor JSON to write")
+    t.add_argument("--out", type=path_type, required=True, help="the predictor JSON to write")
     t.add_argument("--force", action="store_true", help="overwrite --out")
     t.set_defaults(func=_train)
     r = psub.add_parser("train-runs", help="fit the run predictor of drafter choice (every drafter's expected "
@@ -77,7 +76,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--workload", required=True, help="workload name or path (two or more drafters' runs)")
     r.add_argument("--profile", default=None, help="cost profile the fitting rollout is priced with (default: the "
                                                   "workload's own)")
-    r.add_argument("--out", type=Path, required=True, help="the run predictor JSON to write")
+    r.add_argument("--out", type=path_type, required=True, help="the run predictor JSON to write")
     r.add_argument("--force", action="store_true", help="overwrite --out")
     r.set_defaults(func=_train_runs)
     e = psub.add_parser("eval", help="prediction quality and decoding speed of a predictor, ablation, loop split")
@@ -92,8 +91,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--bootstrap", type=bootstrap_type, default=2000,
                    help="bootstrap resamples of the paired 95%% intervals: 0 = none, else 100..100000 (default "
                         "%(default)s)")
-    e.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
-    e.add_argument("--md", type=Path, default=None, help="also write the report as Markdown here")
+    e.add_argument("--json", type=path_type, default=None, help="also write the report as JSON here")
+    e.add_argument("--md", type=path_type, default=None, help="also write the report as Markdown here")
     e.add_argument("--force", action="store_true", help="overwrite --json / --md")
     e.set_defaults(func=_eval)
     p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
@@ -105,7 +104,7 @@ def _workload(name: str | None):
 
 def _train_runs(args: argparse.Namespace) -> int:
     """Fit and save the run predictor of ``drafter-marginal`` (:mod:`specgym.envs.core.run_predictor`)."""
-    check_output(args.out, args.force, "file")
+    check_output(args.out, args.force, "file", suffixes=(".json",))
     wl = _workload(args.workload)
     profile = load_profile(args.profile) if args.profile else wl.profile
     pred = fit_on_train(wl, profile)
@@ -118,7 +117,7 @@ def _train_runs(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     """Fit, choose and save a predictor."""
-    check_output(args.out, args.force, "file")
+    check_output(args.out, args.force, "file", suffixes=(".json",))
     groups = check_groups([g.strip() for g in args.groups.split(",") if g.strip()], "--groups")
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     bad = [k for k in kinds if k not in MODEL_KINDS]
@@ -177,7 +176,7 @@ def _eval(args: argparse.Namespace) -> int:
     """Measure a predictor (prediction, speed, ablation, loop split)."""
     for path, option in ((args.json, "--json"), (args.md, "--md")):
         if path is not None:
-            check_output(path, args.force, "file", option)
+            check_output(path, args.force, "file", option, suffixes=(f".{option[2:]}",))
     pred = load_predictor(catalogue.resolve("predictor", args.predictor))
     wl = _workload(args.workload)
     active, note = pred.for_source(SignalSource.of_workload(wl))  # another pair's: refused here, in one line

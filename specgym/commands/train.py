@@ -10,7 +10,7 @@ import specgym.catalogue as catalogue
 from specgym.agents.artifact import load_policy
 from specgym.agents.modes import MODES
 from specgym.agents.sglang_export import write_sglang_module
-from specgym.commands.args import k_max_type, nonneg_int, positive_int
+from specgym.commands.args import k_max_type, nonneg_int, path_type, positive_int
 from specgym.deps import require
 from specgym.envs.core.batch_cost import load_batch_profile
 from specgym.errors import SpecgymError
@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="train on a domain-randomised distribution (workloads x cost profiles) instead of one "
                         "workload: 'generalist' (see envs/workloads/domains.py)")
     p.add_argument("--seed", type=nonneg_int, default=None, help="training seed (default 0)")
-    p.add_argument("--out", type=Path, default=None, help="run folder (default runs/WORKLOAD-MODE)")
+    p.add_argument("--out", type=path_type, default=None, help="run folder (default runs/WORKLOAD-MODE)")
     p.add_argument("--config", default=None, help="hyperparameter YAML (default training/configs/MODE.yaml)")
     p.add_argument("--hyperparams", nargs="+", default=None, metavar="KEY=VALUE",
                    help="override hyperparameters, e.g. learning_rate=1e-4 net_arch=[128,128]")
@@ -57,8 +57,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     e = sub.add_parser("export", help="export a training run to a pickle-free policy artifact (npz + json), or a "
                                       "batch policy to a self-contained SGLang policy module (--to sglang)")
-    e.add_argument("run", type=Path, help="run folder written by 'specgym train' (--to sglang: or an exported batch "
-                                          "policy folder)")
+    e.add_argument("run", type=path_type,
+                   help="run folder written by 'specgym train' (--to sglang: or an exported batch policy folder)")
     e.add_argument("--to", choices=("artifact", "sglang"), default="artifact",
                    help="artifact: policy.json + policy.npz (default); sglang: one numpy-only .py module whose "
                         "make_policy() is SGLang's AdaptiveSpecPolicy (docs/guides/sglang.md)")
@@ -69,7 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="--to sglang: comma-separated step counts SGLang builds runtime states for (default 0..k_max)")
     e.add_argument("--max-batch", type=positive_int, default=512,
                    help="--to sglang: batch sizes the profile is tabulated at, 1..N (default %(default)s)")
-    e.add_argument("--out", type=Path, default=None,
+    e.add_argument("--out", type=path_type, default=None,
                    help="artifact folder (default RUN/policy); --to sglang: the .py file (default "
                         "RUN/sglang_policy.py)")
     e.add_argument("--which", choices=("best", "final"), default="best",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from specgym.agents.specs import resolve, usage_line
 from specgym.baselines.batch_rules import BatchSizeTable
-from specgym.commands.args import float_range, int_range, k_max_type, nonneg_int, positive_int
+from specgym.commands.args import float_range, int_range, k_max_type, nonneg_int, path_type, positive_int
 from specgym.envs.core.batch_cost import Roofline, load_batch_profile, roofline_profile, save_batch_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.switching import SwitchCosts
@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--split", default="all", choices=("train", "val", "test", "all"),
                    help="requests the acceptance comes from (default %(default)s)")
     v.add_argument("--seed", type=nonneg_int, default=0, help="seed of the acceptance draws (default %(default)s)")
-    v.add_argument("--out", type=Path, default=None, help="also write the result as JSON here")
+    v.add_argument("--out", type=path_type, default=None, help="also write the result as JSON here")
     v.add_argument("--force", action="store_true", help="overwrite --out")
     v.set_defaults(func=_vllm)
 
@@ -63,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--max-batch", type=int_range(1, 4096), default=512, help="largest batch size (default 512)")
     r.add_argument("--k-max", type=k_max_type, default=DEFAULT_K_MAX, help="largest K (default %(default)s)")
     r.add_argument("--name", default=None, help="profile name (default: the output file's stem)")
-    r.add_argument("--out", type=Path, required=True, help="the profile JSON to write")
+    r.add_argument("--out", type=path_type, required=True, help="the profile JSON to write")
     r.add_argument("--force", action="store_true", help="overwrite --out")
     r.set_defaults(func=_roofline)
 
@@ -77,7 +77,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--requests", type=positive_int, default=256, help="requests per replication (default 256)")
     c.add_argument("--max-batch", type=int_range(1, 4096), default=256, help="largest concurrency (default 256)")
     c.add_argument("--split", default="test", choices=("train", "val", "test", "all"), help="(default test)")
-    c.add_argument("--out", type=Path, default=None, help="also write the result as JSON here")
+    c.add_argument("--out", type=path_type, default=None, help="also write the result as JSON here")
     c.add_argument("--force", action="store_true", help="overwrite --out")
     c.set_defaults(func=_compare)
 
@@ -85,7 +85,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                       "loop, paired CIs, the clairvoyant oracle's headroom)")
     w.add_argument("--workload", default=None, help="workload name or path (default: the default workload)")
     w.add_argument("--profile", required=True, help="batched cost profile: name (e.g. h100-llama31-8b) or JSON path")
-    w.add_argument("--concurrency", type=_concurrencies, default=[1, 4, 16, 64, 128, 256],
+    w.add_argument("--concurrency", type=_positive_ints("concurrencies"), default=[1, 4, 16, 64, 128, 256],
                    help="comma-separated concurrencies (default 1,4,16,64,128,256)")
     w.add_argument("--controllers", default="all",
                    help=f"comma-separated batch controller specs, 'all' = every batch controller; "
@@ -95,14 +95,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--split", default="all", choices=("train", "val", "test", "all"), help="(default all)")
     w.add_argument("--switch-costs", default="off",
                    help="what a K-tier switch costs: ms=X,cooldown=N,captured=0-1-3,slowdown=F (default off)")
-    w.add_argument("--capture-sizes", type=_concurrencies, default=None,
+    w.add_argument("--capture-sizes", type=_positive_ints("capture sizes"), default=None,
                    help="CUDA-graph capture sizes the batched tokens are padded to, e.g. 1,2,4,8,16,32,64,128,256,512 "
                         "(a linear profile such as h100-llama31-8b; default: the profile's own)")
     w.add_argument("--seed", type=nonneg_int, default=0, help="seed of requests and draws (default %(default)s)")
-    w.add_argument("--json", type=Path, default=None, help="write the result as JSON here")
-    w.add_argument("--plot", type=Path, default=None, help="write a PNG plot here (default: next to --json)")
+    w.add_argument("--json", type=path_type, default=None, help="write the result as JSON here")
+    w.add_argument("--plot", type=path_type, default=None, help="write a PNG plot here (default: next to --json)")
     w.add_argument("--force", action="store_true", help="overwrite --json and --plot")
     w.set_defaults(func=_sweep)
+
+
+def _drafter_note(wl) -> None:
+    """Say which drafter serving replays on a workload that holds several (the default one, alone)."""
+    names = list(getattr(wl, "drafter_names", ()))
+    if len(names) > 1:
+        print(f"note: {wl.name} holds drafters {', '.join(names)}: serving replays the default one, {names[0]} "
+              f"(its runs and costs)", file=sys.stderr)
 
 
 def _write(path: Path | None, data: dict, force: bool) -> None:
@@ -112,9 +120,10 @@ def _write(path: Path | None, data: dict, force: bool) -> None:
 
 def _vllm(args: argparse.Namespace) -> int:
     if args.out is not None:
-        check_output(args.out, args.force, "file")
+        check_output(args.out, args.force, "file", suffixes=(".json",))
     profile = load_batch_profile(args.profile)
     wl = cached_workload(args.workload or default_workload_name())
+    _drafter_note(wl)
     lo, hi = profile.batch_sizes[0], profile.batch_sizes[-1]
     if args.max_batch > hi:
         print(f"warning: {profile.name} was measured at batch sizes {lo}..{hi}; the table above batch {hi} (up to "
@@ -126,7 +135,7 @@ def _vllm(args: argparse.Namespace) -> int:
 
 
 def _roofline(args: argparse.Namespace) -> int:
-    check_output(args.out, args.force, "file")
+    check_output(args.out, args.force, "file", suffixes=(".json",))
     model = Roofline(args.target_params, args.draft_params, args.bytes_per_param, args.bandwidth_gb_s,
                      args.peak_tflops, args.efficiency, args.fixed_ms, args.overhead_ms)
     prof = roofline_profile(args.name or args.out.stem, model, args.max_batch, args.k_max)
@@ -137,21 +146,27 @@ def _roofline(args: argparse.Namespace) -> int:
     return 0
 
 
-def _concurrencies(text: str) -> list[int]:
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not out or any(c < 1 or c > 4096 for c in out):
-        raise argparse.ArgumentTypeError(f"concurrencies must be 1..4096, got {text!r}")
-    return sorted(set(out))
+def _positive_ints(what: str):
+    """An argparse type: comma-separated integers in 1..4096 (``what`` names them in the message)."""
+    def parse(text: str) -> list[int]:
+        try:
+            out = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        if not out or any(c < 1 or c > 4096 for c in out):
+            raise argparse.ArgumentTypeError(f"{what} must be 1..4096, got {text!r}")
+        return sorted(set(out))
+
+    parse.__name__ = what
+    return parse
 
 
 def _sweep(args: argparse.Namespace) -> int:
     png = args.plot or (args.json.with_suffix(".png") if args.json is not None else None)
     for path in (args.json, png):
         if path is not None:
-            check_output(path, args.force, "file")
+            check_output(path, args.force, "file", "--json" if path == args.json else "--plot",
+                         suffixes=(".json",) if path == args.json else (".png", ".pdf", ".svg"))
     switch = SwitchCosts.parse(args.switch_costs)
     profile = load_batch_profile(args.profile)
     profile.check_k_max(args.k_max)
@@ -159,7 +174,8 @@ def _sweep(args: argparse.Namespace) -> int:
         raise SpecgymError(f"--capture-sizes: batch profile {profile.name!r} is a grid; capture sizes pad a linear "
                            f"profile's batched tokens (e.g. h100-llama31-8b)")
     wl = cached_workload(args.workload or default_workload_name())
-    specs = resolve(split_specs(args.controllers), k_max=args.k_max, workload=wl, kinds=("batch",)).rows
+    _drafter_note(wl)
+    specs = resolve(args.controllers, k_max=args.k_max, workload=wl, kinds=("batch",)).rows
     res = sweep(wl, profile, args.concurrency, specs, args.replications, args.k_max, args.split, args.seed,
                 None if switch.free else switch,
                 progress=lambda c, rep: print(f"  concurrency {c}: replication {rep + 1}/{args.replications}",
@@ -175,24 +191,9 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def split_specs(text: str) -> list[str]:
-    """Comma-separated controller specs; commas inside brackets belong to an inline table
-    (``table:[[1,64,3],[65,128,1]],goodput`` is two specs)."""
-    specs, depth, cur = [], 0, ""
-    for ch in text:
-        depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(ch, 0)
-        if ch == "," and depth <= 0:
-            specs.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    specs.append(cur)
-    return [s.strip() for s in specs if s.strip()]
-
-
 def _compare(args: argparse.Namespace) -> int:
     if args.out is not None:
-        check_output(args.out, args.force, "file")
+        check_output(args.out, args.force, "file", suffixes=(".json",))
     specs = resolve(args.controllers, kinds=("batch",)).rows  # a bad spec fails before any work
     for row in specs:
         ctrl = row.controller
@@ -203,6 +204,7 @@ def _compare(args: argparse.Namespace) -> int:
                       f"{args.max_batch}) draft 0", file=sys.stderr)
     profile = load_batch_profile(args.profile)
     wl = cached_workload(args.workload or default_workload_name())
+    _drafter_note(wl)
     res = compare(wl, profile, specs, args.replications, args.requests, args.max_batch, args.split)
     print(f"{wl.label} on {profile.name}: {args.replications} mixed-concurrency replications x {args.requests} "
           f"requests (concurrency up to {args.max_batch}); ratios vs {res['reference']} with paired 95% intervals")

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 import specgym.catalogue as catalogue
-from specgym.commands.args import MAX_SYNTHETIC_REQUESTS, int_range, nonneg_int
+from specgym.commands.args import MAX_SYNTHETIC_REQUESTS, int_range, nonneg_int, path_type
 from specgym.envs.core.acceptance_predictor import load_predictor
 from specgym.envs.core.batch_cost import load_batch_profile
 from specgym.envs.core.cost import load_profile
@@ -21,7 +22,7 @@ from specgym.envs.workloads.dataset import (
     merge_workloads,
     split_workload,
 )
-from specgym.envs.workloads.specdecode import DRAFTERS, check_drafters, import_file, input_files
+from specgym.envs.workloads.specdecode import DRAFTERS, check_drafters, check_name, import_file, input_files
 from specgym.envs.workloads.synthetic import PRESETS, generate_workload
 from specgym.envs.workloads.trace_format import (
     META_KEY,
@@ -30,11 +31,12 @@ from specgym.envs.workloads.trace_format import (
     load_workload,
     open_dataset,
     save_workload,
+    save_workloads,
 )
 from specgym.envs.workloads.vllm_metrics import import_metrics
 from specgym.envs.workloads.vllm_metrics import input_files as vllm_input_files
 from specgym.errors import SpecgymError
-from specgym.io import check_output
+from specgym.io import atomic_dir, check_output
 from specgym.paths import portable_name
 
 
@@ -50,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     mk.add_argument("--seed", type=nonneg_int, default=0, help="generator seed (default %(default)s)")
     mk.add_argument("--profile", default=None, help="cost profile name or path (default: the preset's)")
     mk.add_argument("--name", default=None, help="workload name (default: the preset name)")
-    mk.add_argument("--out", required=True, type=Path, help="the .parquet file to write")
+    mk.add_argument("--out", required=True, type=path_type, help="the .parquet file to write")
     mk.add_argument("--force", action="store_true", help="overwrite an existing output file")
     mk.set_defaults(func=_make)
 
@@ -61,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     mg = wsub.add_parser("merge", help="concatenate workloads (files or sharded folders) of one recording setup: "
                                        "one pair, temperature, dtype and signal set (names and summaries may differ)")
     mg.add_argument("sources", nargs="+", help="workload files or sharded workload folders, in order")
-    mg.add_argument("--out", required=True, type=Path,
+    mg.add_argument("--out", required=True, type=path_type,
                     help="a .parquet file (one file), or a folder (a sharded workload of the sources' shards)")
     mg.add_argument("--name", default=None,
                     help="the merged workload's name where the sources' names differ (default: --out's stem)")
@@ -70,7 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     sp = wsub.add_parser("split", help="a workload file as a sharded workload folder (docs/semantics.md)")
     sp.add_argument("source", help="shipped workload name or path to a .parquet file")
-    sp.add_argument("--out", required=True, type=Path, help="the folder to write")
+    sp.add_argument("--out", required=True, type=path_type, help="the folder to write")
     sp.add_argument("--shard-requests", type=int_range(1, MAX_SYNTHETIC_REQUESTS), default=DEFAULT_SHARD_REQUESTS,
                     help="requests per shard (default %(default)s)")
     sp.add_argument("--force", action="store_true", help="overwrite an existing output folder specgym wrote")
@@ -87,9 +89,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="the traces' format: specdecode-bench (combined_<dataset>.jsonl) or vllm-metrics (vLLM "
                          "responses with metrics.speculative_decoding, --per-request-spec-decode-metrics detailed; "
                          "see docs/guides/vllm-engine-traces.md)")
-    im.add_argument("source", type=Path, help="a .jsonl file, or a folder of them (specdecode-bench: one workload "
+    im.add_argument("source", type=path_type, help="a .jsonl file, or a folder of them (specdecode-bench: one workload "
                                               "each; vllm-metrics: one workload, category = each file's stem)")
-    im.add_argument("--out", required=True, type=Path,
+    im.add_argument("--out", required=True, type=path_type,
                     help="the .parquet file to write (specdecode-bench with a folder source: a folder, "
                          "<out>/<name>.parquet each)")
     im.add_argument("--name", default=None, help="workload name (default specdecode-<dataset> / vllm-<stem>)")
@@ -106,11 +108,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     im.add_argument("--temperature", type=float, default=0.0,
                     help="vllm-metrics: the temperature the requests ran at (provenance; default 0)")
     im.add_argument("--force", action="store_true", help="overwrite existing output files")
-    im.set_defaults(func=_import)
+    im.set_defaults(func=_import, keeps_out_folder=True)  # a folder --out gets files added, never replaced
 
 
 def _make(args: argparse.Namespace) -> int:
-    check_output(args.out, args.force, "file")
+    check_output(args.out, args.force, "file", suffixes=(".parquet",))
     profile = load_profile(args.profile) if args.profile else None
     wl = generate_workload(args.preset, args.requests, seed=args.seed, name=args.name, profile=profile)
     save_workload(wl, args.out, overwrite=args.force)
@@ -141,17 +143,32 @@ def _import(args: argparse.Namespace) -> int:
     files = input_files(args.source)
     drafters = check_drafters((args.drafters or ",".join(DRAFTERS)).split(","))
     folder = args.source.is_dir()
-    if folder and args.name:
+    if folder and args.name is not None:
         raise SpecgymError("--name names one workload: give a file, not a folder, or drop --name")
-    if folder and not (args.out.is_dir() and not args.out.is_symlink()):  # an existing folder is fine: the files
-        check_output(args.out, False, "dir")                             # written into it are checked one by one
+    new_folder = folder and not os.path.lexists(args.out)
+    if folder and not new_folder and not (args.out.is_dir() and not args.out.is_symlink()):
+        check_output(args.out, False, "dir")  # a link or a file where the folder should be: one line
     done = [import_file(f, drafters, args.name) for f in files]  # every input parsed before anything is written
+    if folder:
+        by_name: dict[str, Path] = {}
+        for imp in done:
+            first = by_name.setdefault(imp.workload.name, imp.path)
+            if first != imp.path:
+                raise SpecgymError(f"{first} and {imp.path} both become workload {imp.workload.name!r} "
+                                   f"({args.out / (imp.workload.name + '.parquet')}): import them one at a time, "
+                                   f"each with its own --name; nothing was written")
     outs = [args.out / f"{imp.workload.name}.parquet" for imp in done] if folder else [args.out]
     for out in outs:
-        check_output(out, args.force, "file")
+        check_output(out, args.force, "file", suffixes=(".parquet",))
+    items = [(imp.workload, out) for imp, out in zip(done, outs)]
+    if new_folder:  # all or nothing: the folder appears complete, with its marker, or not at all
+        with atomic_dir(args.out, owner="specgym workloads import") as tmp:
+            save_workloads([(wl, tmp / out.name) for wl, out in items])
+    else:
+        if not folder:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+        save_workloads(items, overwrite=args.force)
     for imp, out in zip(done, outs):
-        out.parent.mkdir(parents=True, exist_ok=True)
-        save_workload(imp.workload, out, overwrite=args.force)
         print(imp.summary())
         print(f"wrote {out}: {imp.workload.label}")
     return 0
@@ -159,10 +176,10 @@ def _import(args: argparse.Namespace) -> int:
 
 def _import_vllm(args: argparse.Namespace) -> int:
     """``workloads import vllm-metrics``: one workload of the responses (:mod:`.vllm_metrics`)."""
-    files = vllm_input_files(args.source)
-    if any(args.out.resolve() == f.resolve() for f in files):  # before --force could replace it
-        raise SpecgymError(f"--out {args.out}: is an input file; name a new .parquet file")
-    check_output(args.out, args.force, "file")
+    vllm_input_files(args.source)  # a missing or empty source: said before the output is checked
+    check_output(args.out, args.force, "file", suffixes=(".parquet",))
+    if args.name is not None:
+        check_name(args.name)
     if not args.temperature >= 0:  # NaN too
         raise SpecgymError(f"--temperature must be >= 0, got {args.temperature}")
     drafter = (args.drafters or "vllm").strip()

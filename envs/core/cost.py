@@ -602,5 +602,9 @@ def load_profile(name_or_path: str | Path) -> CostProfile:
 
 
 def save_profile(profile: CostProfile, path: str | Path, overwrite: bool = False) -> Path:
-    """Write a profile as JSON atomically."""
-    return atomic_write_text(Path(path), json.dumps(profile.to_dict(), indent=2) + "\n", overwrite=overwrite)
+    """Write a profile as JSON atomically, after checking the text with the reader's own rules
+    (:meth:`CostProfile.from_dict`, what :func:`load_profile` applies): a profile that could not be loaded back is
+    refused in one line and nothing is written."""
+    text = json.dumps(profile.to_dict(), indent=2) + "\n"
+    CostProfile.from_dict(json.loads(text), where=f"{path} (not written)")
+    return atomic_write_text(Path(path), text, overwrite=overwrite)

@@ -25,8 +25,8 @@ import os
 
 from specgym.agents.specs import make
 from specgym.envs.core.batch import BatchController
-from specgym.envs.core.batch_cost import load_batch_profile
 from specgym.envs.engines.vllm_hook import install, set_startup_config
+from specgym.envs.profiles import load_batch_profile
 from specgym.errors import SpecgymError
 
 #: Turns the plugin on (``1``) in the processes vLLM starts; set by specgym's own vLLM runs.

@@ -21,11 +21,12 @@ import numpy as np
 import specgym.catalogue as catalogue
 from specgym.agents.specs import EVAL_KINDS, Resolution, Resolved, resolve
 from specgym.envs.core.controller import Controller
-from specgym.envs.core.cost import CostProfile, load_profile
+from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.tree import TreeController
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.engines.tree_engine import TreeEngine
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.errors import SpecgymError
 from specgym.eval.drafter_runner import run_drafter_controller, run_drafter_oracle

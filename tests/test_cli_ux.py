@@ -81,7 +81,7 @@ def test_record_checks_arguments_before_loading_models(tmp_path, capsys, monkeyp
 
 def test_workloads_list_labels_synthetic_and_keeps_descriptions(capsys):
     import specgym.catalogue as catalogue
-    from specgym.envs.core.cost import load_profile
+    from specgym.envs.profiles import load_profile
 
     assert main(["workloads", "list"]) == 0
     out = capsys.readouterr().out

@@ -7,7 +7,8 @@ import json
 import pytest
 
 import specgym.catalogue as catalogue
-from specgym.envs.core.cost import CostProfile, load_profile, save_profile
+from specgym.envs.core.cost import CostProfile, save_profile
+from specgym.envs.profiles import load_profile
 from specgym.errors import SpecgymError
 
 
@@ -62,7 +63,8 @@ def test_profile_writers_apply_the_readers_rules(tmp_path):
     reader would refuse (a negative verify time) is refused in one line naming the file, and nothing is written."""
     import dataclasses
 
-    from specgym.envs.core.batch_cost import load_batch_profile, save_batch_profile
+    from specgym.envs.core.batch_cost import save_batch_profile
+    from specgym.envs.profiles import load_batch_profile
 
     bad = CostProfile("neg", 0.1, (1.0, 1.2, -2.3), source="measured")
     with pytest.raises(SpecgymError, match=r"bad\.json \(not written\).*verify_ms\[3\]"):

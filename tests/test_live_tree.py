@@ -255,7 +255,7 @@ def test_profile_measures_tree_verify_by_node_count(tmp_path):
 
 def test_profile_cli_tree_nodes(tmp_path, capsys):
     from specgym.cli import main
-    from specgym.envs.core.cost import load_profile
+    from specgym.envs.profiles import load_profile
     from specgym.training.lm_pair.toy import save_toy_pair
 
     d, t = save_toy_pair(tmp_path / "pair", seed=0)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from specgym.envs.core.batch_cost import load_batch_profile
+from specgym.envs.profiles import load_batch_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-vllm"

@@ -42,7 +42,7 @@ from specgym.envs.workloads.domains import TRAIN_RECORDED, generalist_domains
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text, check_output, make_owned_dir, remove_owned, sha256_file
-from specgym.paths import WORKLOADS_DIR
+from specgym.paths import MODEL_ROOTS, WORKLOADS_DIR
 from specgym.training.bc_init import alloc_demonstrations, clone_into, demonstrations
 from specgym.training.config import PPOConfig, RunConfig, resolve_config
 from specgym.training.env_factory import make_env_fn, make_training_env, training_distribution
@@ -145,7 +145,7 @@ def _new_run(req: TrainRequest, run: RunFiles) -> TrainingRun:
             raise SpecgymError(f"--hyperparams predictor={ppo.predictor}: only --mode token and --mode alloc read "
                                f"an acceptance predictor (this run is --mode {cfg.mode})")
         for w in getattr(wl, "workloads", None) or [wl]:  # the policy learns from its outputs: no fallback
-            pred.for_source(SignalSource.of_workload(w), strict=True)
+            pred.for_source(SignalSource.of_workload(w, MODEL_ROOTS), strict=True)
         cfg.predictor_sha256 = pred.to_dict()["sha256"]
     if run.root.exists():
         remove_owned(run.root)

@@ -18,10 +18,10 @@ import specgym.catalogue as catalogue
 from specgym.agents.artifact import PolicyArtifact
 from specgym.agents.modes import get_mode
 from specgym.baselines.marginal import MarginalStop
-from specgym.envs.core.batch_cost import load_batch_profile
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.tree import TreeController
+from specgym.envs.profiles import load_batch_profile
 from specgym.envs.workloads.domains import TRAIN_RECORDED, ProfileRanges, synthetic_pool
 from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.eval.batch_eval import compare

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from specgym.envs.core.cost import CostProfile, read_profile_json
+from specgym.envs.core.cost import CostProfile
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text
 
@@ -236,15 +236,10 @@ class BatchCostProfile:
             raise SpecgymError(f"{where}: {exc}") from None
 
 
-def load_batch_profile(name_or_path: str | Path) -> BatchCostProfile:
-    """A batched profile by shipped name (``batch-cpu-midpair``) or path to a JSON file."""
-    path, data = read_profile_json(name_or_path, "batch_profile")
-    return batch_profile_from_json(data, str(path))
-
-
 def batch_profile_from_json(data: Any, where: str) -> BatchCostProfile:
     """The reader's rules for a batched profile file: a published linear profile (a ``forward`` block) or a measured
-    table (``kind: batched``); both :func:`load_batch_profile` and :func:`save_batch_profile` apply them."""
+    table (``kind: batched``); both :func:`~specgym.envs.profiles.load_batch_profile` and
+    :func:`save_batch_profile` apply them."""
     if isinstance(data, dict) and "forward" in data and "kind" not in data:  # a published linear profile
         return BatchCostProfile.from_linear(CostProfile.from_dict(data, where=where))
     if not isinstance(data, dict) or data.get("kind") != "batched":

@@ -56,7 +56,7 @@ from specgym.agents.specs import EVAL_KINDS, Traits, all_specs, build, expand, k
 from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_static import StaticTree
 from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
-from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile
+from specgym.envs.core.cost import TREE_NODE_LIMIT
 from specgym.envs.core.drafter_choice import drive_drafters
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
@@ -67,13 +67,14 @@ from specgym.envs.engines.profiler import extend_tree_verify, hardware_descripti
 from specgym.envs.engines.recorder import with_ngram_runs
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
 from specgym.eval.drafter_runner import run_drafter_controller
 from specgym.eval.runner import run_controller
 from specgym.eval.stats import PairedBootstrap
 from specgym.eval.tree_runner import run_live_tree, run_tree_controller
-from specgym.paths import DATA_DIR, default_pair_name, portable_name
+from specgym.paths import DATA_DIR, MODEL_ROOTS, default_pair_name, portable_name
 
 #: Defaults sized for about +-2% intervals in ~15 minutes on a 2-core CI-class machine (see the README).
 DEFAULT_PER_CATEGORY = 10
@@ -300,7 +301,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     live_source = SignalSource.of_engine(f"the live engine on {pair_name}", portable_name(pair.draft_name),
                                          portable_name(pair.target_name), eng.signals, eng.sketch,
                                          (wl.signal_meta.get("hidden_sketch") or {}).get("seed"),
-                                         (model_signature(pair.draft.config), model_signature(pair.target.config)))
+                                         (model_signature(pair.draft.config), model_signature(pair.target.config)),
+                                         MODEL_ROOTS)
     notes: set[str] = set()
 
     def _make(spec: str) -> Any:

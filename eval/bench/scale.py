@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 
 import specgym.catalogue as catalogue
-from specgym.envs.core.cost import load_profile
 from specgym.envs.engines.distributed import record_distributed
 from specgym.envs.engines.model_loading import load_pair
 from specgym.envs.engines.recorder import RecordingSpec, record_workload
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.dataset import write_dataset
 from specgym.envs.workloads.prompts import read_prompts
 from specgym.envs.workloads.synthetic import generate_workload

@@ -19,8 +19,8 @@ from typing import Any
 
 from rich.table import Table
 
-from specgym.envs.core.cost import load_profile
 from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.specdecode import PROFILE, dataset_name, import_file, input_files
 from specgym.envs.workloads.trace_format import save_workload
 from specgym.errors import SpecgymError

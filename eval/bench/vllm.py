@@ -58,9 +58,10 @@ from specgym.agents.specs import make
 from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule, StaticK
 from specgym.envs.core.admission import AdmissionSchedule, phases
 from specgym.envs.core.batch import BatchController
-from specgym.envs.core.batch_cost import BatchCostProfile, load_batch_profile, save_batch_profile
+from specgym.envs.core.batch_cost import BatchCostProfile, save_batch_profile
 from specgym.envs.engines.vllm_engine import VllmEngine, VllmEngineConfig, VllmRun, require_vllm
 from specgym.envs.engines.vllm_profile import CellTimes, PrefillCost, measure_cells, plain_profile, profile_from_cells
+from specgym.envs.profiles import load_batch_profile
 from specgym.envs.workloads.trace_format import SIGNAL_COLUMNS, Workload, cached_workload
 from specgym.errors import SpecgymError
 from specgym.eval.stats import PairedBootstrap

@@ -11,7 +11,7 @@ from typing import Any
 import specgym.catalogue as catalogue
 from specgym.commands.args import k_max_type, positive_int
 from specgym.console import make_console
-from specgym.envs.core.cost import load_profile
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.specdecode import input_files
 from specgym.errors import SpecgymError
 from specgym.eval.bench import DEFAULT_SECTIONS, SECTIONS, section

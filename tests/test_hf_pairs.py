@@ -158,7 +158,7 @@ def test_live_bench_decodes_with_the_pair_the_trace_was_recorded_from(tmp_path_f
     moved = tmp_path / "elsewhere"
     Path(pair.target_name).parent.rename(moved)
     try:
-        with pytest.raises(SpecgymError, match="was recorded from .* --live-draft and --live-target"):
+        with pytest.raises(SpecgymError, match="was recorded from .* --draft and --target"):
             run_live_bench(Console(file=open(tmp_path / "out2.txt", "w")), workload=str(path), **kw)
         r = run_live_bench(Console(file=open(tmp_path / "out3.txt", "w"), width=200), workload=str(path),
                            draft=str(moved / "draft"), target=str(moved / "target"), **kw)

@@ -305,7 +305,7 @@ def test_live_bench_specs_checked_before_anything_runs(capsys):
     for bad in ("tree-static:0-2", "tree-bogus", "fixed:2,nope", "tree-chain:confidence"):
         with pytest.raises(SpecgymError):
             check_live_specs(bad)
-    assert main(["bench", "--sections", "live", "--live-controllers", "fixed:2,tree-static:2-x"]) == 2
+    assert main(["bench", "live", "--controllers", "fixed:2,tree-static:2-x"]) == 2
     assert "tree-static:2-x" in capsys.readouterr().err
 
 

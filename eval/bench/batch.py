@@ -1,4 +1,4 @@
-"""``specgym bench --sections batch``: batched replay speed, the vLLM tuner's time, and the measured batched profile
+"""``specgym bench batch``: batched replay speed, the vLLM tuner's time, and the measured batched profile
 of the shipped pair against a roofline model of this CPU."""
 
 from __future__ import annotations

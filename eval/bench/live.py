@@ -1,4 +1,4 @@
-"""Live-engine benchmark (``specgym bench --sections live``): sim-to-real for every controller on a real pair.
+"""Live-engine benchmark (``specgym bench live``): sim-to-real for every controller on a real pair.
 
 On test prompts of a workload recorded from the pair (the same requests the replay harness evaluates), every
 controller decodes live, with the pair on this machine. What makes the figures trustworthy:
@@ -98,7 +98,7 @@ def controller_specs(traits: Traits, k_fixed: int = 6) -> list[str]:
 
 
 def check_live_specs(specs: str) -> list[str]:
-    """Validate a comma-separated ``--live-controllers`` list (chain and tree specs): each must name a row a live
+    """Validate a comma-separated ``bench live --controllers`` list (chain and tree specs): each must name a row a live
     engine can run, and build; returns the specs."""
     items, _ = expand(specs, DEFAULT_K_MAX, Traits.anything(), EVAL_KINDS, live=True)
     for x in items:
@@ -193,7 +193,7 @@ def recorded_pair(wl: Any) -> tuple[str, str] | None:
             found.append(str(name))
         else:
             raise SpecgymError(f"live bench: workload {wl.name} was recorded from draft {draft} and target {target}; "
-                               f"{name} is not here: pass the pair with --live-draft and --live-target")
+                               f"{name} is not here: pass the pair with --draft and --target")
     return found[0], found[1]
 
 
@@ -231,7 +231,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     transformers.utils.logging.disable_progress_bar()
     t_start = time.perf_counter()
     if (draft is None) != (target is None):
-        raise SpecgymError("live bench: give both --live-draft and --live-target, or neither")
+        raise SpecgymError("live bench: give both --draft and --target, or neither")
     if workload is None:
         pair_name = pair_name or default_pair_name()
         workload = f"{pair_name}-greedy"
@@ -557,7 +557,7 @@ def _hf_generate(pair: Any, prompts: list[list[int]], lengths: list[int], contro
 
 def live_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     """``live``: the sim-to-real benchmark on the test prompts of ``workload``, decoded by the pair it was recorded
-    from (or ``--live-draft``/``--live-target``; skipped without torch/transformers)."""
+    from (or ``--draft``/``--target``; skipped without torch/transformers)."""
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401

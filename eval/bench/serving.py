@@ -1,4 +1,4 @@
-"""``specgym bench --sections serving``: the serving engine's speed (the batch env at concurrency 64, ragged steps,
+"""``specgym bench serving``: the serving engine's speed (the batch env at concurrency 64, ragged steps,
 the engine rules' decision time) and the sweep's time, against the serving issue's targets."""
 
 from __future__ import annotations

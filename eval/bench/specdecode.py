@@ -38,7 +38,7 @@ EVAL_CONTROLLERS = "marginal,assc,speclane,hf-heuristic,ucb," + ",".join(f"fixed
 def _data(args: Any) -> list[Path]:
     data = getattr(args, "data", None)
     if data is None:
-        raise SpecgymError("--sections specdecode-bench/specdecode-eval need --data DIR (a copy of SpecDecode-Bench's "
+        raise SpecgymError("bench specdecode-bench/specdecode-eval need --data DIR (a copy of SpecDecode-Bench's "
                            "data/llama3.1-8B folder: combined_<dataset>.jsonl)")
     return input_files(data)
 

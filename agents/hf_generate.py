@@ -225,7 +225,7 @@ def generate_with_controller(target: Any, draft: Any, input_ids: Any, controller
     if not isinstance(controller, Controller):  # a TreeController: transformers' assisted generation drafts chains
         raise SpecgymError(f"generate_with_controller: {getattr(controller, 'name', controller)!r} is not a chain "
                            "controller; transformers' generate() integration drafts chains only (tree controllers run "
-                           "live through specgym's engine: specgym.eval.tree_runner.run_live_tree)")
+                           "live through specgym's engine: specgym.envs.engines.live_tree.run_live_tree)")
     if StoppingCriteriaList is None:
         raise SpecgymError("generate_with_controller needs transformers; install specgym[hf]")
     if input_ids.shape[0] != 1:

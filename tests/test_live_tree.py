@@ -17,10 +17,14 @@ from specgym.agents.specs import make  # noqa: E402
 from specgym.envs.core.cost import CostProfile  # noqa: E402
 from specgym.envs.core.tree import TreeShape  # noqa: E402
 from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
-from specgym.envs.engines.live_tree import LiveTreeRequest, ancestor_matrix, tree_parents  # noqa: E402
+from specgym.envs.engines.live_tree import (  # noqa: E402
+    LiveTreeRequest,
+    ancestor_matrix,
+    run_live_tree,  # noqa: E402
+    tree_parents,
+)
 from specgym.envs.engines.model_loading import encode_prompt, load_pair  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
-from specgym.eval.tree_runner import run_live_tree  # noqa: E402
 from specgym.paths import MODELS_DIR  # noqa: E402
 from specgym.training.lm_pair.toy import toy_models, toy_tokenizer  # noqa: E402
 

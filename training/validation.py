@@ -190,11 +190,12 @@ def validate_batch(artifact: PolicyArtifact, workload: Any, profile_name: str, m
     teacher = getattr(policy, "teacher", None)  # an alloc policy: the rule it calibrates, with its estimator
     ref: Any = teacher() if teacher is not None else artifact.row.compared[0]
     short = "budget" if teacher is not None else _SHORT[ref]
-    specs: list[Any] = [ref, policy, *(f"static:{k}" for k in (0, 1, 2, 4))]
+    statics = [f"static:{k}" for k in (0, 1, 2, 4)]
+    specs: list[Any] = [ref, policy, *statics]
     res = compare(workload, load_batch_profile(profile_name), specs, replications=replications, requests=96,
                   max_batch=max_batch, split="val", k_max=artifact.k_max, seed=12345)
     rows = {r["controller"]: r for r in res["rows"]}
-    best_static = max((r for n, r in rows.items() if n.startswith("static:")), key=lambda r: r["tok_s_mean"])
+    best_static = max((rows[n] for n in statics), key=lambda r: r["tok_s_mean"])
     p = rows[policy.name]
     return ValidationResult(speedup_vs_best_fixed=p["tok_s_mean"] / best_static["tok_s_mean"], split="val",
                             requests=96 * replications, vs={short: p["vs_reference"]},

@@ -52,7 +52,7 @@ from rich.table import Table
 
 import specgym.catalogue as catalogue
 from specgym.agents.artifact import list_policies
-from specgym.agents.specs import EVAL_KINDS, Traits, all_specs, build, expand, kind_of, make, usage_line
+from specgym.agents.specs import EVAL_KINDS, Traits, all_specs, build, expand, kind_of, make, row_of, usage_line
 from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_static import StaticTree
 from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
@@ -62,6 +62,7 @@ from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
 from specgym.envs.engines.clock import syncer, timed
 from specgym.envs.engines.live_engine import LiveEngine
+from specgym.envs.engines.live_tree import run_live_tree
 from specgym.envs.engines.model_loading import encode_prompt, load_pair
 from specgym.envs.engines.profiler import extend_tree_verify, hardware_description, interleaved_ms, measure_profile
 from specgym.envs.engines.recorder import with_ngram_runs
@@ -73,7 +74,7 @@ from specgym.errors import SpecgymError
 from specgym.eval.drafter_runner import run_drafter_controller
 from specgym.eval.runner import run_controller
 from specgym.eval.stats import PairedBootstrap
-from specgym.eval.tree_runner import run_live_tree, run_tree_controller
+from specgym.eval.tree_runner import run_tree_controller
 from specgym.paths import DATA_DIR, MODEL_ROOTS, default_pair_name, portable_name
 
 #: Defaults sized for about +-2% intervals in ~15 minutes on a 2-core CI-class machine (see the README).
@@ -93,8 +94,14 @@ def controller_specs(traits: Traits, k_fixed: int = 6) -> list[str]:
     chain, _ = all_specs(traits, DEFAULT_K_MAX, ("chain",), live=True)
     trees, _ = all_specs(traits, DEFAULT_K_MAX, ("tree",), live=True)
     fixed = [f"fixed:{k}" for k in range(1, k_fixed + 1)]
-    return ["fixed:0", *fixed, *(s for s in chain if kind_of(s) == "chain" and not s.startswith("fixed:")),
+    return ["fixed:0", *fixed, *(s for s in chain if row_of(s, ("chain",)).family != "fixed"),
             *_policies(), *trees]
+
+
+def _fixed_draft_cap(spec: str) -> bool:
+    """A fixed draft cap (``fixed:K`` of one drafter or of the default one): a fixed row that is not a tree shape."""
+    row = row_of(spec)
+    return row.family == "fixed" and row.level != "tree"
 
 
 def check_live_specs(specs: str) -> list[str]:
@@ -373,7 +380,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     totals = per_prompt.sum(axis=1)
     n_tok = sum(lengths)
     plain = specs.index("fixed:0")
-    fixed_ix = [i for i, s in enumerate(specs) if s.startswith("fixed:") and s != "fixed:0"]
+    fixed_ix = [i for i, s in enumerate(specs) if i != plain and _fixed_draft_cap(s)]
     best_fixed = min(fixed_ix, key=lambda i: totals[i])
     boot = PairedBootstrap(n_p, resamples, seed=0)
     replay = TraceEngine(wl, prof, k_max, seed=0)
@@ -442,7 +449,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         tree_vs_chain = {"tree": best_tree.controller, "chain": best_chain.controller, "ratio": float(ratio),
                          "ci": ci, "verdict": verdict(ci, ratio)}
     drafter_choice: dict[str, Any] | None = None
-    choosers = [r for r in rows if r.controller in drafter_specs and not r.controller.startswith("fixed:")]
+    choosers = [r for r in rows if r.controller in drafter_specs and row_of(r.controller).family != "fixed"]
     if choosers:  # the best single drafter at a fixed K: every fixed row, either drafter (fixed:K, fixed:K@ngram)
         best_choice = max(choosers, key=lambda r: r.tok_s)
         bd = specs.index(best_choice.controller)

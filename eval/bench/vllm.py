@@ -48,7 +48,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 from rich.table import Table
@@ -161,11 +161,24 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+VllmPolicyFamily = Literal["fixed", "table", "plugin"]
+
+
+def policy_family(policy: str) -> VllmPolicyFamily:
+    """What a run's policy label is (the one place that reads the label): ``fixed:K`` (vLLM's own fixed
+    ``num_speculative_tokens``), ``table`` (specgym's tuned table in vLLM's schedule) or ``plugin:SPEC``."""
+    family = policy.split(":", 1)[0]
+    if family not in ("fixed", "table", "plugin"):
+        raise SpecgymError(f"vLLM bench policy {policy!r}: expected fixed:K, table or plugin:SPEC")
+    return cast(VllmPolicyFamily, family)
+
+
 def policy_controller(policy: str, table: list[list[int]]) -> BatchController:
     """The batch controller that predicts a policy's run."""
-    if policy.startswith("fixed:"):
+    family = policy_family(policy)
+    if family == "fixed":
         return StaticK(int(policy.split(":")[1]))
-    if policy == "table":
+    if family == "table":
         return BatchSizeTable(table)
     if policy == "plugin:goodput":
         return GoodputRule()
@@ -315,7 +328,7 @@ def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
             for c, p in rep:
                 if p == "fixed:0":
                     runner.serve(plain, c, p)
-                elif p.startswith("fixed:"):
+                elif policy_family(p) == "fixed":
                     runner.serve(eng, c, p, table=[int(p.split(":")[1])] * (eng.config.max_num_seqs + 1))
                 elif p == "table":
                     runner.serve(eng, c, p, table=dense)
@@ -456,7 +469,8 @@ def assemble(plan: VllmPlan, wl: Workload, served: dict[Any, Served], runner: Ru
             pc = predict(cpu_profile, s, policy, schedule)
             cpu.update(predicted_tok_s_cpu=pc.tok_s, predicted_over_live_cpu=pc.tok_s / cpu["tok_s_cpu"])
         rows.append({
-            "concurrency": conc, "policy": policy, "repeats": len(runs), "requests": len(s.lengths),
+            "concurrency": conc, "policy": policy, "family": policy_family(policy), "repeats": len(runs),
+            "requests": len(s.lengths),
             "tokens": int(sum(s.lengths)), "tok_s": float(tok_s.mean()), "tok_s_runs": tok_s.tolist(),
             "tpot_ms_mean": float(np.nanmean(tpot)), "tpot_ms_p99": float(np.nanpercentile(tpot, 99)),
             "vs_plain": float(base_times.sum() / times.sum()), "vs_plain_ci95": list(ci) if ci else None,
@@ -484,11 +498,11 @@ def assemble(plan: VllmPlan, wl: Workload, served: dict[Any, Served], runner: Ru
                                                             r["identical_to_plain"].split("/")[1] for r in rows)}
     for conc in cells_of(plan):
         at = [r for r in rows if r["concurrency"] == conc]
-        best_fixed = max((r for r in at if r["policy"].startswith("fixed:")), key=lambda r: r["tok_s"])
+        best_fixed = max((r for r in at if r["family"] == "fixed"), key=lambda r: r["tok_s"])
         summary[f"best_fixed@{conc}"] = best_fixed["policy"]
         for r in at:
             r["vs_best_fixed"] = r["tok_s"] / best_fixed["tok_s"]
-            if not r["policy"].startswith("fixed:"):
+            if r["family"] != "fixed":
                 bt = np.array([x.wall_s for x in runner.runs[(conc, best_fixed["policy"])]])
                 t = np.array([x.wall_s for x in runner.runs[(conc, r["policy"])]])
                 m = min(len(bt), len(t))
@@ -541,9 +555,10 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[str]:
     for i, p in enumerate(policies):
         at = {r["concurrency"]: r for r in rows if r["policy"] == p}
         xs = [c for c in concs if c in at]
-        color = ("black" if p == "fixed:0" else cmap(i) if p.startswith("fixed:")
-                 else "tab:red" if p == "table" else "tab:orange")
-        lw = 2.2 if not p.startswith("fixed:") or p == "fixed:0" else 1.2
+        family = policy_family(p)
+        color = ("black" if p == "fixed:0" else cmap(i) if family == "fixed"
+                 else "tab:red" if family == "table" else "tab:orange")
+        lw = 2.2 if family != "fixed" or p == "fixed:0" else 1.2
         ax.plot(xs, [at[c]["tok_s"] for c in xs], marker="o", label=p, color=color, lw=lw)
         ax.plot(xs, [at[c]["predicted_tok_s"] for c in xs], ls=":", color=color, lw=lw)
     ax.set_xscale("log", base=2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -155,8 +156,13 @@ def _old_spellings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sections", dest="old_sections", default=None, help=argparse.SUPPRESS)
     for old in OLD_FLAGS:
         if old not in {a for act in p._actions for a in act.option_strings}:
-            p.add_argument(old, dest="old_flag", nargs="?", const=old, default=None,
-                           type=lambda _v, _o=old: _o, help=argparse.SUPPRESS)
+            p.add_argument(old, dest="old_flag", nargs="?", const=old, default=None, type=_named(old),
+                           help=argparse.SUPPRESS)
+
+
+def _named(old: str) -> Callable[[str], str]:
+    """An argparse type that records which old flag was given (its value is dropped: the flag is refused)."""
+    return lambda _value: old
 
 
 def _run(args: argparse.Namespace) -> int:

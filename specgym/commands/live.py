@@ -34,6 +34,7 @@ from specgym.envs.core.tree import TreeController
 from specgym.envs.engines.calibration import calibrate
 from specgym.envs.engines.distributed import record_distributed, require_ray
 from specgym.envs.engines.live_engine import LiveEngine
+from specgym.envs.engines.live_tree import run_live_tree
 from specgym.envs.engines.model_loading import dtype_name, encode_prompt, load_pair
 from specgym.envs.engines.profiler import (
     extend_tree_verify,
@@ -48,7 +49,6 @@ from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.prompts import read_prompts
 from specgym.envs.workloads.trace_format import SPLITS, cached_workload
 from specgym.errors import SpecgymError
-from specgym.eval.tree_runner import run_live_tree
 from specgym.io import check_output, read_text
 from specgym.paths import MODEL_ROOTS, default_pair_name, pair_profile, portable_name
 

@@ -10,6 +10,7 @@ import specgym.catalogue as catalogue
 from specgym.agents.modes import MODES
 from specgym.commands.args import k_max_type, nonneg_int, positive_int
 from specgym.deps import require
+from specgym.envs.core.kinds import MODE_NAMES
 from specgym.errors import SpecgymError
 from specgym.paths import default_workload_name
 from specgym.training.config import RunConfig, parse_overrides
@@ -21,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``train`` and ``export``."""
     p = sub.add_parser("train", help="train a PPO policy (stable-baselines3) on a workload's train split")
     p.add_argument("--workload", default=None, help="workload name or .parquet path (default: the default workload)")
-    p.add_argument("--mode", choices=("k", "token", "batch", "tree", "drafter", "alloc"), default=None,
+    p.add_argument("--mode", choices=MODE_NAMES, default=None,
                    help="k: choose K per round; token: continue/stop after each draft token; batch: the K of each "
                         "serving step of a batch (specgym/SpecDecodeBatch-v0); tree: the draft tree of each round "
                         "(specgym/SpecDecodeTree-v0, greedy traces with ranks; priced with gpu-like-published unless "

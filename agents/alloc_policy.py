@@ -121,8 +121,7 @@ class AllocPolicyController(BatchController):
 
     def __init__(self, artifact: PolicyArtifact, name: str | None = None):
         artifact.validate()
-        if artifact.mode != "alloc":
-            raise SpecgymError(f"policy mode is {artifact.mode!r}: the learned allocator needs an alloc-mode policy")
+        artifact.require(("alloc",), "the learned allocator")
         self.artifact = artifact
         self.name = name or "alloc-ppo"
         self.network = PolicyNetwork(artifact)

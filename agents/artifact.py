@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from specgym.agents.modes import MODES, PolicyMode, get_mode
 from specgym.agents.policy_controller import GUARD_MARGIN, TEACHERS
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor
 from specgym.envs.core.features import FEATURE_VERSION
+from specgym.envs.core.kinds import ModeName
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.errors import SpecgymError
 from specgym.io import atomic_dir, atomic_write_bytes, atomic_write_text, sha256_file
@@ -90,6 +92,17 @@ class PolicyArtifact:
     def row(self) -> PolicyMode:
         """The mode's row of :data:`~specgym.agents.modes.MODES` (kind, features, actions, controller...)."""
         return get_mode(self.mode)
+
+    def require(self, modes: Sequence[ModeName], who: str) -> PolicyMode:
+        """This policy's mode row, where it is one of ``modes`` (what the controller class ``who`` runs); else one
+        line naming the policy's mode and the spec that runs it (the one home of the "wrong kind of policy" check).
+        """
+        row = self.row
+        if self.mode not in modes:
+            raise SpecgymError(f"a {self.mode}-mode policy is a {row.kind} controller and {who} runs "
+                               f"{'/'.join(modes)}-mode policies: name it {row.spec_prefix}:PATH"
+                               + (" in specgym tune compare" if row.kind == "batch" else ""))
+        return row
 
     @property
     def n_actions(self) -> int:

@@ -27,8 +27,7 @@ class BatchPolicyController(BatchController):
 
     def __init__(self, artifact: PolicyArtifact, name: str | None = None):
         artifact.validate()
-        if artifact.row.kind != "batch":
-            raise SpecgymError(f"policy mode is {artifact.mode!r}: serving steps need a batch-mode policy")
+        artifact.require(("batch",), "a serving-step policy controller")
         self.artifact = artifact
         self.name = name or "ppo-batch"
         self.network = PolicyNetwork(artifact)

@@ -33,8 +33,7 @@ class DrafterPolicyController(DrafterController):
 
     def __init__(self, artifact: PolicyArtifact, name: str | None = None):
         artifact.validate()
-        if artifact.row.kind != "drafter":
-            raise SpecgymError(f"policy mode is {artifact.mode!r}: drafter choice needs a drafter-mode policy")
+        artifact.require(("drafter",), "drafter choice")
         self.artifact = artifact
         self.name = name or "ppo-drafter"
         self.network = PolicyNetwork(artifact)

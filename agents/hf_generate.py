@@ -51,6 +51,7 @@ from specgym.envs.core.signals import TOPK, DraftSignals, SignalColumns
 from specgym.envs.engines.clock import timed
 from specgym.envs.engines.draft_stats import draft_stats, top_probs
 from specgym.errors import SpecgymError
+from specgym.paths import MODEL_ROOTS
 
 try:  # transformers is an optional dependency (extra "hf")
     import torch
@@ -224,7 +225,7 @@ def generate_with_controller(target: Any, draft: Any, input_ids: Any, controller
     if not isinstance(controller, Controller):  # a TreeController: transformers' assisted generation drafts chains
         raise SpecgymError(f"generate_with_controller: {getattr(controller, 'name', controller)!r} is not a chain "
                            "controller; transformers' generate() integration drafts chains only (tree controllers run "
-                           "live through specgym's engine: specgym.eval.tree_runner.run_live_tree)")
+                           "live through specgym's engine: specgym.envs.engines.live_tree.run_live_tree)")
     if StoppingCriteriaList is None:
         raise SpecgymError("generate_with_controller needs transformers; install specgym[hf]")
     if input_ids.shape[0] != 1:
@@ -234,7 +235,8 @@ def generate_with_controller(target: Any, draft: Any, input_ids: Any, controller
     # reading it uses its fallback (said once, as a warning)
     source = SignalSource.of_engine("transformers' generate()", getattr(draft, "name_or_path", None),
                                     getattr(target, "name_or_path", None), True,
-                                    signatures=(model_signature(draft.config), model_signature(target.config)))
+                                    signatures=(model_signature(draft.config), model_signature(target.config)),
+                                    model_roots=MODEL_ROOTS)
     for note in bind_signals([controller], source):
         warnings.warn(note, stacklevel=2)
 

@@ -30,6 +30,7 @@ from specgym.envs.core.batch import BATCH_FEATURE_NAMES
 from specgym.envs.core.drafter_features import DRAFTER_FEATURE_NAMES, DRAFTER_FEATURE_VERSION
 from specgym.envs.core.drafter_features import n_actions as drafter_actions
 from specgym.envs.core.features import FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS, feature_names
+from specgym.envs.core.kinds import KindName, ModeName
 from specgym.errors import SpecgymError
 
 #: Feature version of batch-mode policies (their features are :data:`BATCH_FEATURE_NAMES`).
@@ -56,6 +57,9 @@ class PolicyMode:
         token_level: Its decisions are per draft token (the policy stops drafting; token shaping applies).
         draft_view: It may read an acceptance predictor through the serving engine's draft view (embedded in the
             exported policy).
+        predictor: It may be trained with an acceptance predictor (``--hyperparams predictor=NAME``).
+        guarded: Its export records the observation range seen in training, and a guard hands decisions outside
+            it to a teacher rule (``specgym policy-guard``).
         k_actions: Its action index is a draft cap ``k_min + a`` (SB3 needs ``SB3ActionWrapper``'s ``start=0``).
         compared: The baselines training validation compares it with.
         best_key: The validation figure its best model is kept by.
@@ -63,8 +67,8 @@ class PolicyMode:
         decides: What the policy card says it decides.
     """
 
-    name: str
-    kind: str
+    name: ModeName
+    kind: KindName
     spec_prefix: str
     features: Callable[[int], list[str]]
     feature_version: int
@@ -76,6 +80,8 @@ class PolicyMode:
     token_level: bool = False
     k_actions: bool = False
     draft_view: bool = False
+    predictor: bool = False
+    guarded: bool = False
     compared: tuple[str, ...] = ()
     best_key: str = "speedup_vs_best_fixed"
     reference: str = "the best fixed K"
@@ -120,11 +126,11 @@ def _chain(artifact: Any, name: str, k_max: int) -> PolicyController:
 
 MODES: dict[str, PolicyMode] = {m.name: m for m in (
     PolicyMode("k", "chain", "ppo", _chain_features("k"), FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS, "draft_cap",
-               _chain, "specgym/SpecDecode-v1", "k.yaml", k_actions=True, compared=("speclane",),
+               _chain, "specgym/SpecDecode-v1", "k.yaml", k_actions=True, guarded=True, compared=("speclane",),
                decides="it chooses the draft cap K of each round."),
     PolicyMode("token", "chain", "ppo", _chain_features("token"), FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS,
                "stop_or_continue", _chain, "specgym/SpecDecodeToken-v1", "token.yaml", token_level=True,
-               compared=("speclane", "confidence:0.4"),
+               predictor=True, guarded=True, compared=("speclane", "confidence:0.4"),
                decides="it decides after each draft token whether to keep drafting (and at the start of a round "
                        "whether to draft at all)."),
     PolicyMode("tree", "tree", "tree-ppo", _chain_features("k"), FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS,
@@ -143,7 +149,8 @@ MODES: dict[str, PolicyMode] = {m.name: m for m in (
                        "round."),
     PolicyMode("alloc", "batch", "alloc-ppo", lambda version: list(ALLOC_FEATURE_NAMES), ALLOC_FEATURE_VERSION,
                (ALLOC_FEATURE_VERSION,), "budget_gamma", lambda art, name, k_max: AllocPolicyController(art, name),
-               "specgym/SpecDecodeAlloc-v0", "alloc.yaml", draft_view=True, compared=("budget:logistic",),
+               "specgym/SpecDecodeAlloc-v0", "alloc.yaml", draft_view=True, predictor=True,
+               compared=("budget:logistic",),
                best_key="speedup_vs_budget", reference="the best static K",
                decides="it sets each serving step's verification budget (the calibration of the budget rule's "
                        "survivals); the budget rule splits it across requests and cuts their drafts."),

@@ -113,10 +113,7 @@ class PolicyController(Controller):
 
     def __init__(self, artifact: PolicyArtifact, name: str | None = None):
         artifact.validate()
-        row = artifact.row
-        if row.kind != "chain":
-            raise SpecgymError(f"a {artifact.mode}-mode policy is a {row.kind} controller: name it "
-                               f"{row.spec_prefix}:PATH" + (" in specgym tune compare" if row.kind == "batch" else ""))
+        row = artifact.require(("k", "token"), "a chain policy controller")
         self.artifact = artifact
         self.mode = artifact.mode
         self.token_level = row.token_level

@@ -40,7 +40,8 @@ import numpy as np
 
 from specgym.agents.specs import make
 from specgym.envs.core.batch import BatchController, BatchState, BatchStep
-from specgym.envs.core.batch_cost import BatchCostProfile, load_batch_profile
+from specgym.envs.core.batch_cost import BatchCostProfile
+from specgym.envs.profiles import load_batch_profile
 from specgym.errors import SpecgymError
 
 _NONE = np.zeros(0, dtype=np.int64)

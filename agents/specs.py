@@ -65,16 +65,11 @@ from specgym.envs.core.batch import BatchController
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import TREE_NODE_LIMIT
 from specgym.envs.core.drafter_choice import DrafterController, parse_drafter_k
+from specgym.envs.core.kinds import EVAL_KINDS, FAMILIES, KINDS, FamilyName, KindName, LevelName
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.run_predictor import load_run_predictor
 from specgym.envs.core.tree import TreeController, TreeShape
 from specgym.errors import SpecgymError
-
-#: Decision kinds, in the order usage lines list them.
-KINDS = ("chain", "tree", "batch", "drafter")
-#: What ``specgym eval`` (the replay harness) runs.
-EVAL_KINDS = ("chain", "tree", "drafter")
-FAMILIES = ("fixed", "rule", "predictor", "learned", "oracle")
 
 Factory = Callable[[str | None, int], Any]
 """``factory(arg, k_max)``: ``arg`` is the text after the first ``:`` (None if absent)."""
@@ -99,13 +94,13 @@ class Entry:
     """
 
     prefix: str
-    kind: str
-    family: str
+    kind: KindName
+    family: FamilyName
     factory: Factory | None
     usage: str
     in_all: InAll | None = None
     needs: tuple[str, ...] = ()
-    level: str = "k"
+    level: LevelName = "k"
     live: bool = True
     builtin: bool = True
 
@@ -125,12 +120,12 @@ class Resolved:
     entry: Entry
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> KindName:
         """The decision kind (which runner plays it)."""
         return self.entry.kind
 
     @property
-    def family(self) -> str:
+    def family(self) -> FamilyName:
         """fixed, rule, predictor, learned or oracle."""
         return self.entry.family
 
@@ -257,9 +252,14 @@ def build(spec: str, k_max: int = DEFAULT_K_MAX, kinds: Sequence[str] = EVAL_KIN
     return Resolved(spec, ctrl, _mode_entry(ctrl, entry))
 
 
-def kind_of(spec: str, kinds: Sequence[str] = EVAL_KINDS) -> str:
+def kind_of(spec: str, kinds: Sequence[str] = EVAL_KINDS) -> KindName:
     """The decision kind of a spec's row (``chain``, ``tree``...)."""
     return lookup(spec, kinds)[2].kind
+
+
+def row_of(spec: str, kinds: Sequence[str] = EVAL_KINDS) -> Entry:
+    """The table row a spec names (its kind, family, level...): what code asks instead of the spec's prefix."""
+    return lookup(spec, kinds)[2]
 
 
 def make(spec: str, k_max: int = DEFAULT_K_MAX, kinds: Sequence[str] = ("chain",)) -> Any:
@@ -354,20 +354,21 @@ def entry_of(ctrl: Any, label: str | None = None) -> Entry:
     """The row of an object built outside the table (by its type; a plan row such as ``tree-oracle`` by label)."""
     if ctrl is None:
         return lookup(label or "tree-oracle", KINDS)[2]
-    kind = "tree" if isinstance(ctrl, TreeController) else "batch" if isinstance(ctrl, BatchController) else \
-        "drafter" if isinstance(ctrl, DrafterController) else "chain"
+    kind: KindName = "tree" if isinstance(ctrl, TreeController) else "batch" if isinstance(ctrl, BatchController) \
+        else "drafter" if isinstance(ctrl, DrafterController) else "chain"
     if not isinstance(ctrl, (Controller, TreeController, BatchController, DrafterController)):
         raise SpecgymError(f"{ctrl!r} is not a controller (Controller, TreeController, BatchController or "
                            f"DrafterController)")
-    family = getattr(ctrl, "family", None) or ("fixed" if type(ctrl) is FixedK else
-                                               "learned" if hasattr(ctrl, "artifact") else "rule")
-    level = "token" if getattr(ctrl, "token_level", False) else {"tree": "tree", "batch": "batch",
-                                                                 "drafter": "drafter"}.get(kind, "k")
+    own = getattr(ctrl, "family", None)
+    family: FamilyName = own if own in FAMILIES else ("fixed" if type(ctrl) is FixedK else
+                                                      "learned" if hasattr(ctrl, "artifact") else "rule")
+    level: LevelName = "token" if getattr(ctrl, "token_level", False) else "k" if kind == "chain" else kind
     return Entry(getattr(ctrl, "name", "controller"), kind, family, None, "", level=level, builtin=False)
 
 
-def register(prefix: str, factory: Factory, usage: str | None = None, *, kind: str = "chain", family: str = "rule",
-             in_all: InAll | None = None, needs: Iterable[str] = (), level: str = "k", live: bool = True,
+def register(prefix: str, factory: Factory, usage: str | None = None, *, kind: KindName = "chain",
+             family: FamilyName = "rule", in_all: InAll | None = None, needs: Iterable[str] = (),
+             level: LevelName = "k", live: bool = True,
              replace: bool = False) -> Entry:
     """Add a row: ``prefix`` / ``prefix:ARG`` becomes a valid spec of ``kind`` (see :class:`Entry`).
 
@@ -461,8 +462,7 @@ def _policy(prefix: str) -> Factory:
                                f"{prefix}:runs/NAME/policy")
         artifact = load_policy(catalogue.resolve("policy", arg))
         mode = MODES[artifact.mode]
-        want = {"ppo": ("k", "token", "batch", "drafter"), "tree-ppo": ("tree",), "alloc-ppo": ("alloc",)}[prefix]
-        if artifact.mode not in want:
+        if mode.spec_prefix != prefix:
             raise SpecgymError(f"{arg} is a {artifact.mode}-mode policy: name it {mode.spec_prefix}:{arg}"
                                + (" in specgym tune compare" if mode.kind == "batch" else ""))
         return mode.controller(artifact, f"{prefix}:{arg}", k_max)

@@ -34,8 +34,7 @@ class TreePolicyController(TreeController):
 
     def __init__(self, artifact: PolicyArtifact, name: str = "tree-ppo"):
         artifact.validate()
-        if artifact.row.kind != "tree":
-            raise SpecgymError(f"tree-ppo needs a tree-mode policy, got mode {artifact.mode!r}")
+        artifact.require(("tree",), "tree-ppo")
         self.artifact = artifact
         self.name = name
         self.k_max = artifact.k_max

@@ -4,7 +4,7 @@ vLLM loads general plugins in every process it starts (front end, engine core, w
 :func:`register` in each. It is a no-op unless ``SPECGYM_VLLM`` is set, so installing specgym next to vLLM changes
 nothing by itself. With ``SPECGYM_VLLM=1`` it patches vLLM's scheduler (:func:`specgym.envs.engines.vllm_hook.install`)
 so that the engine core accepts ``specgym_configure`` / ``specgym_take_log`` utility calls (what
-``specgym bench --sections vllm`` uses); with ``SPECGYM_VLLM_CONTROLLER=SPEC`` every engine started afterwards
+``specgym bench vllm`` uses); with ``SPECGYM_VLLM_CONTROLLER=SPEC`` every engine started afterwards
 decides K with that controller from its first step::
 
     SPECGYM_VLLM_CONTROLLER=goodput SPECGYM_VLLM_PROFILE=vllm-midpair.json \\
@@ -25,8 +25,8 @@ import os
 
 from specgym.agents.specs import make
 from specgym.envs.core.batch import BatchController
-from specgym.envs.core.batch_cost import load_batch_profile
 from specgym.envs.engines.vllm_hook import install, set_startup_config
+from specgym.envs.profiles import load_batch_profile
 from specgym.errors import SpecgymError
 
 #: Turns the plugin on (``1``) in the processes vLLM starts; set by specgym's own vLLM runs.

@@ -36,6 +36,7 @@ from specgym.catalogue import resolve as resolve_shipped
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor, workload_predictions
 from specgym.envs.core.batch import BatchState, BatchStep
 from specgym.errors import SpecgymError
+from specgym.paths import MODEL_ROOTS
 
 
 def step_labels(step: BatchStep, width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -216,7 +217,7 @@ class DraftView(AcceptanceEstimator):
 
     def workload_signal(self, workload: object) -> np.ndarray:
         """The signal the engine must be given: the predictor's probability at every position of ``workload``."""
-        return workload_predictions(self.predictor, workload)
+        return workload_predictions(self.predictor, workload, MODEL_ROOTS)
 
     def see(self, state: BatchState) -> None:
         if state.draft_view is None:

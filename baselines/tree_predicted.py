@@ -41,6 +41,7 @@ from specgym.envs.core.rounds import DEFAULT_K_MAX, RequestContext
 from specgym.envs.core.signals import TOPK
 from specgym.envs.core.tree import TreeController, TreeRoundOutcome, TreeShape
 from specgym.errors import SpecgymError
+from specgym.paths import MODEL_ROOTS
 
 #: Bins of ``q_r / (1 - q_0)`` (side-rank table) and of ``a_d`` (next-acceptance table).
 SIDE_BINS = 20
@@ -249,7 +250,7 @@ class PredictedTree(TreeController):
     def prepare(self, workload: Any, profile: Any) -> None:
         """Predict the acceptance at every position and fit the tables on the train split (the predictor fitted
         to the workload first: :meth:`bind_signals`; its note is kept in :attr:`signal_note`)."""
-        self.bind_signals(SignalSource.of_workload(workload))
+        self.bind_signals(SignalSource.of_workload(workload, MODEL_ROOTS))
         self._accept = predicted_accept(workload, self.active) if self.active is not None else \
             calibrated_confidence(workload, "train")
         self.tables = fit_tables(workload, self._accept, "train")

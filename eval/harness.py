@@ -21,11 +21,13 @@ import numpy as np
 import specgym.catalogue as catalogue
 from specgym.agents.specs import EVAL_KINDS, Resolution, Resolved, resolve
 from specgym.envs.core.controller import Controller
-from specgym.envs.core.cost import CostProfile, load_profile
+from specgym.envs.core.cost import CostProfile
+from specgym.envs.core.kinds import KindName
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.tree import TreeController
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.engines.tree_engine import TreeEngine
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.errors import SpecgymError
 from specgym.eval.censored import bound_note, censored_bound
@@ -145,45 +147,74 @@ def run_controllers(replay: Replay, named: Specs, refs: References,
         trace: Requests whose round-by-round choices are kept (chain controllers but fixed K).
         progress: ``progress(label, n_requests)`` returns a per-request callback (progress bars).
     """
-    requests = replay.requests
+    state = _ReplayState(replay, refs, trace)
     results: list[RunResult] = []
-    tree_engine: TreeEngine | None = None
     for row in resolve_controllers(named, replay.engine.k_max, replay.workload):
-        tick = progress(row.spec, len(requests)) if progress else None
-        if row.kind == "chain":
-            results.append(run_controller(replay.engine, requests, row.controller, trace=trace, on_request=tick,
-                                          fixed=refs))
-            continue
-        if row.kind == "drafter":
-            if row.controller is None:  # a plan row: the clairvoyant drafter choice
-                results.append(run_drafter_oracle(replay.engine, requests, row.spec))
-                if tick is not None:
-                    for _ in requests:
-                        tick()
-            else:
-                results.append(run_drafter_controller(replay.engine, requests, row.controller, trace=trace,
-                                                      on_request=tick))
-            continue
-        if row.kind != "tree":
-            raise SpecgymError(f"{row.spec}: a {row.kind} controller; the replay harness runs chain, tree and "
-                               f"drafter controllers")
-        if tree_engine is None:
-            tree_engine = TreeEngine(replay.workload, replay.profile, replay.engine.k_max)
-        if row.controller is None:  # a plan row: the clairvoyant tree oracle
-            results.append(run_tree_oracle(tree_engine, requests, row.spec))
-        else:
-            try:
-                row.controller.prepare(replay.workload, replay.profile)
-            except SpecgymError as exc:  # name the row: a tree controller prepares on the train split
-                why = " (it fits itself on the train split before it runs)" if "'train'" in str(exc) else ""
-                raise SpecgymError(f"{row.spec}: {exc}{why}") from None
-            results.append(run_tree_controller(tree_engine, requests, row.controller))
-            note = getattr(row.controller, "signal_note", None)
-            results[-1].notes = [note] if note else []
-        if tick is not None:
-            for _ in requests:
-                tick()
+        runner = REPLAY_RUNNERS.get(row.kind)
+        if runner is None:
+            raise SpecgymError(f"{row.spec}: a {row.kind} controller; the replay harness runs "
+                               f"{', '.join(REPLAY_RUNNERS)} controllers")
+        results.append(runner(state, row, progress(row.spec, len(replay.requests)) if progress else None))
     return results
+
+
+@dataclass
+class _ReplayState:
+    """What the runners of one evaluation share: the replay, its references, the traced requests, and the tree
+    replay engine (built on first use: it refuses v1 and sampled traces with one line)."""
+
+    replay: Replay
+    refs: References
+    trace: Sequence[int]
+    tree_engine: TreeEngine | None = None
+
+    def ticks(self, tick: Callable[[], None] | None) -> None:
+        """Advance a progress callback by every request at once (runners that serve the split in one go)."""
+        if tick is not None:
+            for _ in self.replay.requests:
+                tick()
+
+
+def _run_chain(state: _ReplayState, row: Resolved, tick: Callable[[], None] | None) -> RunResult:
+    """A chain controller on the replay engine (a plain ``fixed:K`` is its reference run)."""
+    rp = state.replay
+    return run_controller(rp.engine, rp.requests, row.controller, trace=state.trace, on_request=tick,
+                          fixed=state.refs)
+
+
+def _run_drafter(state: _ReplayState, row: Resolved, tick: Callable[[], None] | None) -> RunResult:
+    """A drafter-choice controller, or the clairvoyant drafter choice (a plan row)."""
+    rp = state.replay
+    if row.controller is None:
+        result = run_drafter_oracle(rp.engine, rp.requests, row.spec)
+        state.ticks(tick)
+        return result
+    return run_drafter_controller(rp.engine, rp.requests, row.controller, trace=state.trace, on_request=tick)
+
+
+def _run_tree(state: _ReplayState, row: Resolved, tick: Callable[[], None] | None) -> RunResult:
+    """A tree controller on the tree replay engine after its ``prepare``, or the tree oracle's plan."""
+    rp = state.replay
+    if state.tree_engine is None:
+        state.tree_engine = TreeEngine(rp.workload, rp.profile, rp.engine.k_max)
+    if row.controller is None:
+        result = run_tree_oracle(state.tree_engine, rp.requests, row.spec)
+    else:
+        try:
+            row.controller.prepare(rp.workload, rp.profile)
+        except SpecgymError as exc:  # name the row: a tree controller prepares on the train split
+            why = " (it fits itself on the train split before it runs)" if "'train'" in str(exc) else ""
+            raise SpecgymError(f"{row.spec}: {exc}{why}") from None
+        result = run_tree_controller(state.tree_engine, rp.requests, row.controller)
+        note = getattr(row.controller, "signal_note", None)
+        result.notes = [note] if note else []
+    state.ticks(tick)
+    return result
+
+
+#: The replay runner of each decision kind the harness runs (:data:`~specgym.envs.core.kinds.EVAL_KINDS`).
+REPLAY_RUNNERS: dict[KindName, Callable[[_ReplayState, Resolved, Callable[[], None] | None], RunResult]] = {
+    "chain": _run_chain, "tree": _run_tree, "drafter": _run_drafter}
 
 
 def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]] | None = None) -> dict[str, Any]:
@@ -231,7 +262,7 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results:
     best_single = _best_single_drafter(named, results, refs)
     if best_single is not None:  # every row's paired ratio to the best single drafter at its best fixed K
         ratio_refs["speedup_vs_best_single_drafter"] = best_single.time_ms
-    lookup_rule = next(((row.spec, r) for r, row in zip(results, named) if row.spec.startswith("lookup-rule")), None)
+    lookup_rule = next(((row.spec, r) for r, row in zip(results, named) if row.entry.prefix == "lookup-rule"), None)
     if lookup_rule is not None:  # and to the (first) lookup rule of the run
         ratio_refs["speedup_vs_lookup_rule"] = lookup_rule[1].time_ms
     rows = []

@@ -23,11 +23,11 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from specgym.envs.core.kinds import FAMILY_STYLE, FamilyName  # noqa: E402
+
 PLOT_FILES = ("throughput.png", "k_over_time.png", "acceptance_by_category.png")
 #: Colour and legend label per controller family (the spec table's ``family`` of each row).
-FAMILIES = {"fixed": ("tab:gray", "fixed K or tree shape"), "rule": ("tab:blue", "adaptive rule"),
-            "predictor": ("tab:purple", "rule on a learned acceptance predictor"),
-            "learned": ("tab:red", "learned policy"), "oracle": ("black", "clairvoyant plan")}
+FAMILIES = FAMILY_STYLE
 CATEGORY_STYLE = [("tab:blue", "o"), ("tab:orange", "s"), ("tab:green", "^"), ("tab:purple", "D"),
                   ("tab:brown", "v"), ("tab:pink", "P")]
 
@@ -37,9 +37,9 @@ def _title(report: dict[str, Any], what: str) -> str:
     return f"{what} — {wl['label']}, {wl['split']} split, profile {report['profile']['name']}"
 
 
-def _family(row: dict[str, Any]) -> str:
+def _family(row: dict[str, Any]) -> FamilyName:
     """A row's family, as the spec table gave it (``rule`` for a controller of your own)."""
-    family = row.get("family", "rule")
+    family = row.get("family")
     return family if family in FAMILIES else "rule"
 
 
@@ -103,7 +103,7 @@ def plot_k_over_time(report: dict[str, Any]) -> Figure:
             rounds = t["controllers"].get(name)
             if rounds:
                 a = np.array(rounds)
-                color = FAMILIES[family.get(name, "rule")][0]
+                color = FAMILIES[_family({"family": family.get(name)})][0]
                 ax.step(a[:, 0], a[:, 2], where="post", lw=0.9, color=color)
             ax.set_ylim(-0.3, k_max + 0.5)
             ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))  # K is a whole number: no 2.5 ticks

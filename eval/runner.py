@@ -18,6 +18,7 @@ from specgym.envs.core.acceptance_predictor import SignalSource
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.request import drive
 from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
+from specgym.paths import MODEL_ROOTS
 
 
 @dataclass
@@ -63,7 +64,7 @@ def bind_to_workload(controller: object, workload: object) -> list[str]:
     """Fit a predictor-reading controller to the workload it is about to serve (its ``bind_signals``); the note of
     a fallback, as a list (empty when there is none or the controller reads no predictor)."""
     bind = getattr(controller, "bind_signals", None)
-    note = bind(SignalSource.of_workload(workload)) if bind is not None else None
+    note = bind(SignalSource.of_workload(workload, MODEL_ROOTS)) if bind is not None else None
     return [note] if note else []
 
 

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from specgym.agents.specs import EVAL_KINDS, Resolution, lookup, parse, resolve
-from specgym.envs.core.cost import CostProfile, load_profile
+from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.dataset import iter_workload_shards
 from specgym.envs.workloads.trace_format import SPLITS
 from specgym.errors import SpecgymError

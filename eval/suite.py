@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from specgym.agents.specs import Resolution, Traits, all_specs
-from specgym.envs.core.cost import load_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.domains import Cell, cell_workload, suite_cells
 from specgym.eval.harness import open_replay, resolve_controllers, run_controllers
 from specgym.eval.metrics import figures

@@ -113,7 +113,7 @@ def sweep(workload: Workload, profile: BatchCostProfile, concurrencies: Sequence
     """Every controller at every concurrency against the best fixed K there (module docstring)."""
     pool = workload.split_indices(split)
     named = [(r.spec, r.controller) for r in resolve(specs, k_max, workload, kinds=("batch",))
-             if not r.spec.startswith("static:")]
+             if r.family != "fixed"]  # the static K rows are the reference, run separately
     signals: dict[str, np.ndarray | None] = {}  # the draft view an estimator reads (a predictor's probabilities)
     for name, ctrl in named:
         if hasattr(ctrl, "switch_costs"):  # a controller that prices tier switches is told the engine's

@@ -9,14 +9,10 @@ controller over the live engine (:mod:`specgym.envs.engines.live_tree`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from specgym.baselines.tree_oracle import tree_oracle_request
 from specgym.envs.core.tree import TreeController
-from specgym.envs.engines.live_engine import LiveEngine
-from specgym.envs.engines.live_tree import LiveTreeRequest, LiveTreeResult
 from specgym.envs.engines.tree_engine import TreeEngine
 from specgym.eval.runner import RunResult
 
@@ -56,23 +52,3 @@ def run_tree_oracle(engine: TreeEngine, requests: np.ndarray, name: str = "tree-
     return RunResult(name, requests, engine.workload.lengths[requests].astype(np.int64),
                      np.array([x[0] for x in res]), np.array([x[1] for x in res], np.int64),
                      np.array([x[2] for x in res], np.int64), np.array([x[3] for x in res], np.int64))
-
-
-def run_live_tree(engine: LiveEngine, prompt_ids: Sequence[int], ctrl: TreeController, max_new_tokens: int,
-                  request_id: str = "live", category: str = "live", stop_at_eos: bool = False) -> LiveTreeResult:
-    """Decode one request live (greedy) with a tree controller (:mod:`specgym.envs.engines.live_tree`).
-
-    Each round is the controller's own (:meth:`TreeController.play_live`): static trees play their tree;
-    ``tree-chain:SPEC`` plays the inner controller's K as the width-1 tree and lets it observe the chain round
-    (token-level inner controllers are refused: their stops need the chain engine's per-token signals);
-    ``tree-eagle`` builds each tree from the draft's real frontier probabilities (exact live, unlike its approximate
-    replay); ``tree-ppo`` observes the round as the chain round along the draft's rank-0 spine. A controller that
-    grows its tree from the trace's per-position signals (``tree-predicted``) refuses in one line
-    (:meth:`TreeController.check_live`).
-    """
-    ctrl.check_live()
-    req = LiveTreeRequest(engine, prompt_ids, max_new_tokens, stop_at_eos, request_id, category)
-    ctrl.reset(req.context)
-    while not req.done:
-        ctrl.play_live(req)
-    return req.tree_result

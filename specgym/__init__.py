@@ -53,9 +53,9 @@ from specgym.envs.core import (  # noqa: E402
     RequestContext,
     RoundOutcome,
     drive,
-    load_profile,
 )
 from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay  # noqa: E402
+from specgym.envs.profiles import load_profile  # noqa: E402
 from specgym.envs.workloads.trace_format import Workload, load_workload, save_workload  # noqa: E402
 from specgym.errors import InvalidAction, SpecgymError  # noqa: E402
 

@@ -28,6 +28,10 @@ PREDICTORS_DIR = DATA_DIR / "predictors"
 #: the policy benchmark (for the default architecture).
 TRAINING_CONFIGS_DIR = Path(str(files("specgym.training") / "configs"))
 
+#: Folders where a model name in metadata (``models/midpair/target``) resolves: passed to the core's
+#: :class:`~specgym.envs.core.acceptance_predictor.SignalSource`, which reads no catalogue itself.
+MODEL_ROOTS = (DATA_DIR,)
+
 #: Workloads in order of preference for commands run without ``--workload``: the recorded greedy trace of the
 #: shipped model pair when present, else the synthetic SpecLane mix.
 DEFAULT_WORKLOADS = ("midpair-greedy", "tinypair-greedy", "speclane-mix")

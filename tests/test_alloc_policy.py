@@ -18,8 +18,8 @@ from specgym.agents.modes import get_mode
 from specgym.agents.policy_controller import PolicyNetwork
 from specgym.agents.specs import lookup, make
 from specgym.baselines.budget_allocator import BudgetAllocator
-from specgym.envs.core.batch_cost import load_batch_profile
 from specgym.envs.engines.batch_engine import BatchReplay
+from specgym.envs.profiles import load_batch_profile
 from specgym.errors import SpecgymError
 
 PROFILE = "batch-a100-7b-roofline"
@@ -75,7 +75,7 @@ def trained(tmp_path_factory):
     run = root / "run"
     assert main(["train", "--mode", "alloc", "--workload", "speclane-mix", "--timesteps", "1024", "--out", str(run),
                  "--hyperparams", "n_envs=2", "n_steps=256", "batch_size=128", "eval_freq=1024", "max_batch=16",
-                 f"batch_profile={PROFILE}", "bc_passes=2", "bc_warmup=512"]) == 0
+                 f"batch_profile={PROFILE}", "bc_passes=2", "bc_warmup=512", "eval_max_requests=16"]) == 0
     assert main(["export", str(run), "--which", "final", "--out", str(root / "pol")]) == 0
     return run, root / "pol"
 
@@ -129,7 +129,7 @@ def test_exported_policy_runs_numpy_only(trained, mix_workload):
     """Serving with the exported allocator loads no torch."""
     _, pol = trained
     code = ("import sys, numpy as np; from specgym.agents.specs import make; "
-            "from specgym.envs.core.batch_cost import load_batch_profile; "
+            "from specgym.envs.profiles import load_batch_profile; "
             "from specgym.envs.engines.batch_engine import BatchReplay; "
             "from specgym.envs.workloads.synthetic import generate_workload; "
             f"c = make('alloc-ppo:{pol}', 8, ('batch',)); "

@@ -10,9 +10,10 @@ import pytest
 
 from specgym.agents.specs import make
 from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule
-from specgym.envs.core.batch_cost import BatchCostProfile, Roofline, load_batch_profile, roofline_profile
+from specgym.envs.core.batch_cost import BatchCostProfile, Roofline, roofline_profile
 from specgym.envs.engines.batch_engine import BatchReplay
 from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
+from specgym.envs.profiles import load_batch_profile
 from specgym.errors import SpecgymError
 
 A100 = roofline_profile("a100", Roofline(6.7e9, 6.8e7, bandwidth_gb_s=2039, peak_tflops=312), 512, 8)

@@ -57,6 +57,35 @@ def test_console_script_runs_without_traceback(tmp_path):
 
 
 def test_bench_prints_figures(capsys):
-    assert main(["bench", "--sections", "load,vector", "--workload", "assc-regimes"]) == 0
+    assert main(["bench", "vector", "--workload", "assc-regimes"]) == 0
     out = capsys.readouterr().out
-    assert "rounds/s" in out and "load" in out
+    assert "rounds/s" in out and "assc-regimes" in out
+
+
+@pytest.mark.parametrize("argv, pointer", [
+    (["--sections", "load,vector"], "specgym bench load"),
+    (["--vllm-concurrency", "1,4"], "specgym bench vllm --concurrency"),
+    (["vllm", "--vllm-eager"], "specgym bench vllm --eager"),
+    (["--live-prompts", "3"], "specgym bench live --prompts"),
+    (["--scale-dir", "x"], "specgym bench scale --dir"),
+    (["--eval-requests", "5"], "specgym bench eval --requests"),
+])
+def test_bench_old_spellings_point_to_the_sub_command(argv, pointer, capsys):
+    """The one-command ``bench`` flags (``--sections``, ``--vllm-*``, ``--live-*`` ...) are refused in one line
+    that names the sub-command replacing them; nothing runs."""
+    assert main(["bench", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert pointer in err and len(err.splitlines()) == 1 and "is gone" in err
+
+
+def test_bench_sections_have_their_own_flags(capsys):
+    """Each section's flags belong to its sub-command: ``bench vllm --concurrency``, not ``bench --concurrency``."""
+    from specgym.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "vllm", "--concurrency", "1,2", "--eager", "--json", "v.json"])
+    assert (args.section, args.vllm_concurrency, args.vllm_eager, str(args.json)) == ("vllm", "1,2", True, "v.json")
+    args = build_parser().parse_args(["bench", "--workload", "assc-regimes", "live", "--prompts", "2"])
+    assert (args.section, args.live_prompts, args.workload) == ("live", 2, "assc-regimes")
+    assert build_parser().parse_args(["bench"]).section is None  # the default sections in turn
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "load", "--concurrency", "2"])

@@ -74,7 +74,7 @@ TABLE: list[tuple[list[str], str, list[list[str]]]] = [
         ["--k-steps", "0"], ["--workload", "nope"], ["--force"], [],
     ]),
     (["bench", "--workload", "assc-regimes"], "none", [
-        ["--sections", "bogus"], ["--sections", ""], ["--workload", "nope"], ["--sections", "load", "--json", "{DIR}"],
+        ["--sections", "bogus"], ["--sections", ""], ["--workload", "nope"], ["load", "--json", "{DIR}"], ["bogus"],
     ]),
     # issues 29 and 31: the new-user run's inputs (a user's recordings, predictors, tables, Ray, shards)
     (["workloads", "merge", "{MIDPAIR}", "--out", "{OUT}"], "file", [

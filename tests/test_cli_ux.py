@@ -36,7 +36,7 @@ def _one_line_error(capsys, *fragments: str) -> str:
     (["generate", "--prompt", "x", "--temperature", "-1"], "--temperature: must be >= 0"),
     (["generate", "--prompt", "x", "--max-new-tokens", "0"], "--max-new-tokens: must be >= 1"),
     (["workloads", "make", "--preset", "geometric", "--requests", "0", "--out", "x.parquet"], "--requests"),
-    (["bench", "--eval-requests", "0"], "--eval-requests: must be >= 1"),
+    (["bench", "eval", "--requests", "0"], "--requests: must be >= 1"),
     (["demo", "--k-steps", "0"], "--k-steps: must be >= 1"),
 ])
 def test_numeric_options_are_checked(argv, fragment, capsys, tmp_path, monkeypatch):
@@ -81,7 +81,7 @@ def test_record_checks_arguments_before_loading_models(tmp_path, capsys, monkeyp
 
 def test_workloads_list_labels_synthetic_and_keeps_descriptions(capsys):
     import specgym.catalogue as catalogue
-    from specgym.envs.core.cost import load_profile
+    from specgym.envs.profiles import load_profile
 
     assert main(["workloads", "list"]) == 0
     out = capsys.readouterr().out
@@ -92,7 +92,7 @@ def test_workloads_list_labels_synthetic_and_keeps_descriptions(capsys):
 
 
 def test_tables_stay_on_one_line_when_piped():
-    r = subprocess.run([sys.executable, "-m", "specgym", "bench", "--sections", "load,vector", "--workload",
+    r = subprocess.run([sys.executable, "-m", "specgym", "bench", "vector", "--workload",
                         "assc-regimes"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     row = [ln for ln in r.stdout.splitlines() if "rounds/s" in ln]

@@ -7,7 +7,8 @@ import json
 import pytest
 
 import specgym.catalogue as catalogue
-from specgym.envs.core.cost import CostProfile, load_profile, save_profile
+from specgym.envs.core.cost import CostProfile, save_profile
+from specgym.envs.profiles import load_profile
 from specgym.errors import SpecgymError
 
 
@@ -55,3 +56,43 @@ def test_unknown_profile_and_round_trip(tmp_path):
     p = load_profile("speclane-table")
     save_profile(p, tmp_path / "p.json")
     assert load_profile(tmp_path / "p.json") == p
+
+
+def test_profile_writers_apply_the_readers_rules(tmp_path):
+    """``save_profile`` and ``save_batch_profile`` check what they write with the loaders' own rules: a profile the
+    reader would refuse (a negative verify time) is refused in one line naming the file, and nothing is written."""
+    import dataclasses
+
+    from specgym.envs.core.batch_cost import save_batch_profile
+    from specgym.envs.profiles import load_batch_profile
+
+    bad = CostProfile("neg", 0.1, (1.0, 1.2, -2.3), source="measured")
+    with pytest.raises(SpecgymError, match=r"bad\.json \(not written\).*verify_ms\[3\]"):
+        save_profile(bad, tmp_path / "bad.json")
+    assert not (tmp_path / "bad.json").exists()
+    good = dataclasses.replace(bad, verify_ms=(1.0, 1.2, 1.4))
+    assert load_profile(save_profile(good, tmp_path / "good.json")) == good
+
+    batch = load_batch_profile("batch-cpu-midpair")
+    save_batch_profile(batch, tmp_path / "b.json")
+    assert load_batch_profile(tmp_path / "b.json").verify_ms == batch.verify_ms
+    object.__setattr__(batch, "source", "guessed")  # past the constructor's checks: only the reader's catch it
+    with pytest.raises(SpecgymError, match=r"b2\.json \(not written\)"):
+        save_batch_profile(batch, tmp_path / "b2.json")
+    assert not (tmp_path / "b2.json").exists()
+
+
+def test_tree_verify_continuation_never_goes_negative():
+    """A chain-fitted profile far cheaper than the micro-benchmarks (the -2.3 ms profile of issue 42): the shifted
+    continuation would go negative, so the measured tree-verify ratios are used instead, and the result loads."""
+    from specgym.envs.engines.profiler import extend_tree_verify
+
+    micro = CostProfile("micro", 0.1, (4.0, 4.2, 4.4, 3.9, 4.8), source="measured")
+    shift = extend_tree_verify(CostProfile("fit", 0.1, (1.0, 1.2, 3.0), source="measured"), micro)
+    assert shift.verify_ms[3:] == pytest.approx((3.0 + 3.9 - 4.4, 3.0 + 4.8 - 4.4))
+    assert "increments" in shift.description
+    fit = CostProfile("fit", 0.1, (0.3, 0.35, 0.4), source="measured")
+    ext = extend_tree_verify(fit, micro)
+    assert ext.verify_ms[3:] == pytest.approx((0.4 * 3.9 / 4.4, 0.4 * 4.8 / 4.4), abs=1e-4)
+    assert "ratios" in ext.description and min(ext.verify_ms) > 0
+    assert CostProfile.from_dict(ext.to_dict(), "ext").verify_ms == ext.verify_ms

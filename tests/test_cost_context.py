@@ -14,12 +14,12 @@ import specgym.catalogue as catalogue
 from specgym.baselines.fixed import FixedK
 from specgym.baselines.informed_oracle import informed_plan, informed_value_one
 from specgym.baselines.oracle import oracle_time_one, oracle_times
-from specgym.envs.core.batch_cost import load_batch_profile
-from specgym.envs.core.cost import CostProfile, ForwardCost, load_profile
+from specgym.envs.core.cost import CostProfile, ForwardCost
 from specgym.envs.core.economics import RoundCosts
 from specgym.envs.core.request import drive
 from specgym.envs.engines.batch_engine import BatchReplay
 from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
+from specgym.envs.profiles import load_batch_profile, load_profile
 from specgym.errors import SpecgymError
 from specgym.eval.harness import EvalConfig, evaluate
 

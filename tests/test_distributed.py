@@ -15,8 +15,8 @@ from specgym.paths import MODELS_DIR
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from specgym.envs.core.cost import load_profile  # noqa: E402
 from specgym.envs.engines.recorder import PromptSpec, RecordingSpec, record_workload  # noqa: E402
+from specgym.envs.profiles import load_profile  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
 from specgym.io import sha256_file  # noqa: E402
 

@@ -104,7 +104,7 @@ def test_observation_uses_only_past(make_trace, mix_workload):
     """Two requests that agree on the verified prefix give identical observations (no look-ahead)."""
     p1 = [1, 1, 1, 0] + [1] * 20
     p2 = [1, 1, 1, 0] + [0] * 20
-    from specgym.envs.core.cost import load_profile
+    from specgym.envs.profiles import load_profile
 
     wl = make_trace([p1, p2], load_profile("speclane-table"))
     env = SpecDecodeEnv(workload=wl, split="all")
@@ -154,7 +154,7 @@ def test_token_env_stop_before_drafting_reports_k_zero(mix_workload):
 @pytest.mark.parametrize("env_id", IDS)
 def test_one_token_request_is_one_terminal_step(env_id):
     """A request with no room to draft (one token): reset() gives a live episode; one step ends it, the next raises."""
-    from specgym.envs.core.cost import load_profile
+    from specgym.envs.profiles import load_profile
     from specgym.envs.workloads.trace_format import workload_from_requests
 
     reqs = [dict(request_id=f"r{n}", category="c", temperature=0.0, prompt_len=3, split="train",

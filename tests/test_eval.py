@@ -153,3 +153,4 @@ def test_plots_stay_readable_with_every_controller(mix_workload):
     adaptive = [r for r in rep["rows"] if not r["spec"].startswith("fixed:")]
     assert len(fig.axes) == len(adaptive) * len(rep["traces"])
     plt.close(fig)
+

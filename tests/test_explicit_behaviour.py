@@ -28,7 +28,7 @@ def test_contradictory_or_impossible_options_are_refused(argv, fragment, capsys,
 
 
 def test_an_implausible_profile_time_is_refused(tmp_path):
-    from specgym.envs.core.cost import load_profile
+    from specgym.envs.profiles import load_profile
 
     doc = load_profile("speclane-table").to_dict()
     doc["draft_ms"] = 1e300

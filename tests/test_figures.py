@@ -13,7 +13,7 @@ import specgym.eval.stats as stats
 from specgym.agents.artifact import load_policy
 from specgym.baselines.fixed import FixedK
 from specgym.catalogue import resolve
-from specgym.envs.core.batch_cost import load_batch_profile
+from specgym.envs.profiles import load_batch_profile
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.eval.batch_eval import compare
 from specgym.eval.harness import EvalConfig, evaluate, open_replay, resolve_controllers, run_controllers

@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from specgym.envs.core.cost import CostProfile, load_profile
+from specgym.envs.core.cost import CostProfile
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.domains import (
     Cell,
     DomainDistribution,

@@ -158,7 +158,7 @@ def test_live_bench_decodes_with_the_pair_the_trace_was_recorded_from(tmp_path_f
     moved = tmp_path / "elsewhere"
     Path(pair.target_name).parent.rename(moved)
     try:
-        with pytest.raises(SpecgymError, match="was recorded from .* --live-draft and --live-target"):
+        with pytest.raises(SpecgymError, match="was recorded from .* --draft and --target"):
             run_live_bench(Console(file=open(tmp_path / "out2.txt", "w")), workload=str(path), **kw)
         r = run_live_bench(Console(file=open(tmp_path / "out3.txt", "w"), width=200), workload=str(path),
                            draft=str(moved / "draft"), target=str(moved / "target"), **kw)
@@ -175,6 +175,7 @@ def test_a_predictor_refuses_another_architecture_behind_a_shipped_looking_name(
     from specgym.envs.core.cost import CostProfile
     from specgym.envs.engines.recorder import RecordingSpec, record_workload
     from specgym.envs.workloads.prompts import PromptSpec
+    from specgym.paths import MODEL_ROOTS
 
     d, t = hf_pairs.build_pair("llama", tmp_path / "models" / "midpair")
     pair = load_pair(str(d), str(t))
@@ -188,7 +189,8 @@ def test_a_predictor_refuses_another_architecture_behind_a_shipped_looking_name(
     one_line_error(capsys, "predictor 'midpair'", "gpt2", "llama", "another model's")
     pred = load_predictor(resolve("predictor", "midpair"))
     live = SignalSource.of_engine("the live engine", str(d), str(t), True, None,
-                                  signatures=(model_signature(pair.draft.config), model_signature(pair.target.config)))
+                                  signatures=(model_signature(pair.draft.config), model_signature(pair.target.config)),
+                                  model_roots=MODEL_ROOTS)  # where the shipped models resolve (the caller's)
     with pytest.raises(SpecgymError, match="llama"):
         pred.for_source(live)
 
@@ -200,8 +202,8 @@ def test_tree_predicted_falls_back_where_predicted_does():
 
     from specgym.agents.specs import make
     from specgym.envs.core.acceptance_predictor import SignalSource
-    from specgym.envs.core.cost import load_profile
     from specgym.envs.engines.tree_engine import TreeEngine
+    from specgym.envs.profiles import load_profile
     from specgym.envs.workloads.trace_format import cached_workload
     from specgym.eval.tree_runner import run_tree_controller
 

@@ -17,10 +17,14 @@ from specgym.agents.specs import make  # noqa: E402
 from specgym.envs.core.cost import CostProfile  # noqa: E402
 from specgym.envs.core.tree import TreeShape  # noqa: E402
 from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
-from specgym.envs.engines.live_tree import LiveTreeRequest, ancestor_matrix, tree_parents  # noqa: E402
+from specgym.envs.engines.live_tree import (  # noqa: E402
+    LiveTreeRequest,
+    ancestor_matrix,
+    run_live_tree,  # noqa: E402
+    tree_parents,
+)
 from specgym.envs.engines.model_loading import encode_prompt, load_pair  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
-from specgym.eval.tree_runner import run_live_tree  # noqa: E402
 from specgym.paths import MODELS_DIR  # noqa: E402
 from specgym.training.lm_pair.toy import toy_models, toy_tokenizer  # noqa: E402
 
@@ -255,7 +259,7 @@ def test_profile_measures_tree_verify_by_node_count(tmp_path):
 
 def test_profile_cli_tree_nodes(tmp_path, capsys):
     from specgym.cli import main
-    from specgym.envs.core.cost import load_profile
+    from specgym.envs.profiles import load_profile
     from specgym.training.lm_pair.toy import save_toy_pair
 
     d, t = save_toy_pair(tmp_path / "pair", seed=0)
@@ -305,7 +309,7 @@ def test_live_bench_specs_checked_before_anything_runs(capsys):
     for bad in ("tree-static:0-2", "tree-bogus", "fixed:2,nope", "tree-chain:confidence"):
         with pytest.raises(SpecgymError):
             check_live_specs(bad)
-    assert main(["bench", "--sections", "live", "--live-controllers", "fixed:2,tree-static:2-x"]) == 2
+    assert main(["bench", "live", "--controllers", "fixed:2,tree-static:2-x"]) == 2
     assert "tree-static:2-x" in capsys.readouterr().err
 
 

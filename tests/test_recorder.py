@@ -11,10 +11,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from specgym.commands.args import parse_length  # noqa: E402
-from specgym.envs.core.cost import CostProfile, load_profile  # noqa: E402
+from specgym.envs.core.cost import CostProfile  # noqa: E402
 from specgym.envs.engines.model_loading import encode_prompt, load_pair  # noqa: E402
 from specgym.envs.engines.profiler import measure_profile  # noqa: E402
 from specgym.envs.engines.recorder import RecordingSpec, record_workload  # noqa: E402
+from specgym.envs.profiles import load_profile  # noqa: E402
 from specgym.envs.workloads.loops import is_looped  # noqa: E402
 from specgym.envs.workloads.prompts import PromptSpec, read_prompts  # noqa: E402
 from specgym.envs.workloads.trace_format import load_workload  # noqa: E402

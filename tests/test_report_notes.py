@@ -11,7 +11,7 @@ from specdecode_files import synthetic_file
 
 from specgym.agents.drafter_policy import DrafterPolicyController
 from specgym.cli import main
-from specgym.envs.core.cost import load_profile
+from specgym.envs.profiles import load_profile
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ import pytest
 from specdecode_files import shared_files, synthetic_file, write_file
 
 from specgym.cli import main
-from specgym.envs.core.cost import load_profile
 from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.specdecode import import_file
 from specgym.eval.bench.specdecode import reproduction
 from specgym.eval.like_experiment import BATCH_SIZES, POLICIES, harness_speedup, like_experiment
@@ -115,7 +115,7 @@ def test_the_bench_section_writes_the_rows(tmp_path):
     for i, ds in enumerate(("gsm8k", "cnn")):
         synthetic_file(data / f"combined_{ds}.jsonl", n=5, seed=i)
     out = tmp_path / "bench.json"
-    assert main(["bench", "--sections", "specdecode-bench", "--data", str(data), "--json", str(out)]) == 0
+    assert main(["bench", "specdecode-bench", "--data", str(data), "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert {(r["dataset"], r["policy"], r["bs"]) for r in rows} == {
         (d, p, b) for d in ("gsm8k", "cnn") for p in POLICIES for b in BATCH_SIZES}

@@ -19,9 +19,10 @@ from specgym.baselines.sglang_adaptive import SGLangAdaptiveSpec
 from specgym.baselines.trtllm_offswitch import TRTLLMOffSwitch
 from specgym.baselines.vllm_adaptive import VLLMAdaptiveVerification
 from specgym.envs.core.batch import BatchDecision, BatchState, BatchStep
-from specgym.envs.core.batch_cost import Roofline, load_batch_profile, roofline_profile
+from specgym.envs.core.batch_cost import Roofline, roofline_profile
 from specgym.envs.core.switching import SwitchCosts
 from specgym.envs.engines.batch_engine import BatchReplay
+from specgym.envs.profiles import load_batch_profile
 from specgym.errors import SpecgymError
 
 H100 = load_batch_profile("h100-llama31-8b")

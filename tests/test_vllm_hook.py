@@ -323,7 +323,7 @@ def test_the_mixed_cells_of_the_benchmark():
     args = SimpleNamespace(vllm_no_mixed=False, vllm_mixed="phased, mixed")
     assert mixed_cells(args) == ("phased", "mixed")
     assert mixed_cells(SimpleNamespace(vllm_no_mixed=True, vllm_mixed="mixed")) == ()
-    with pytest.raises(SpecgymError, match="--vllm-mixed: unknown cell 'bursty'"):
+    with pytest.raises(SpecgymError, match="bench vllm --mixed: unknown cell 'bursty'"):
         mixed_cells(SimpleNamespace(vllm_no_mixed=False, vllm_mixed="bursty"))
 
 

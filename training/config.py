@@ -19,12 +19,13 @@ import yaml
 
 import specgym.catalogue as catalogue
 from specgym.agents.specs import build as build_spec
-from specgym.envs.core.cost import load_profile
+from specgym.envs.core.kinds import MODE_NAMES
 from specgym.envs.core.rounds import K_MAX_LIMIT
+from specgym.envs.profiles import load_profile
 from specgym.errors import SpecgymError
 from specgym.paths import TRAINING_CONFIGS_DIR
 
-MODES = ("k", "token", "batch", "tree", "drafter", "alloc")
+MODES = MODE_NAMES
 SHAPINGS = ("draft_cost", "conf_potential")
 
 

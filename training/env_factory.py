@@ -9,8 +9,8 @@ from typing import Any
 import gymnasium as gym
 
 from specgym.agents.modes import get_mode
-from specgym.envs.core.cost import load_profile
 from specgym.envs.gym.wrappers import SB3ActionWrapper
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.domains import DomainDistribution, ProfileJitter
 from specgym.training.config import RunConfig
 from specgym.training.rewards import TokenShaping, TokenValueReward

@@ -36,13 +36,14 @@ from pathlib import Path
 from typing import Any
 
 import specgym.catalogue as catalogue
+from specgym.agents.modes import MODES, get_mode
 from specgym.console import make_console
 from specgym.envs.core.acceptance_predictor import SignalSource
 from specgym.envs.workloads.domains import TRAIN_RECORDED, generalist_domains
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text, check_output, make_owned_dir, remove_owned, sha256_file
-from specgym.paths import WORKLOADS_DIR
+from specgym.paths import MODEL_ROOTS, WORKLOADS_DIR
 from specgym.training.bc_init import alloc_demonstrations, clone_into, demonstrations
 from specgym.training.config import PPOConfig, RunConfig, resolve_config
 from specgym.training.env_factory import make_env_fn, make_training_env, training_distribution
@@ -154,11 +155,12 @@ def _new_run(req: TrainRequest, run: RunFiles) -> TrainingRun:
     training = TrainingRun(run, cfg, wl)
     pred = training.predictor  # loaded here, once: the run's envs, validations and summary share it
     if pred is not None:
-        if cfg.mode not in ("token", "alloc"):
-            raise SpecgymError(f"--hyperparams predictor={ppo.predictor}: only --mode token and --mode alloc read "
-                               f"an acceptance predictor (this run is --mode {cfg.mode})")
+        if not get_mode(cfg.mode).predictor:
+            readers = " and ".join(f"--mode {m.name}" for m in MODES.values() if m.predictor)
+            raise SpecgymError(f"--hyperparams predictor={ppo.predictor}: only {readers} read an acceptance "
+                               f"predictor (this run is --mode {cfg.mode})")
         for w in getattr(wl, "workloads", None) or [wl]:  # the policy learns from its outputs: no fallback
-            pred.for_source(SignalSource.of_workload(w), strict=True)
+            pred.for_source(SignalSource.of_workload(w, MODEL_ROOTS), strict=True)
         cfg.predictor_sha256 = pred.to_dict()["sha256"]
     if run.root.exists():
         remove_owned(run.root)

@@ -29,6 +29,7 @@ from specgym.envs.workloads.trace_format import Workload
 from specgym.errors import SpecgymError
 from specgym.eval.harness import INFORMED, EvalConfig, evaluate
 from specgym.eval.stats import PairedBootstrap
+from specgym.paths import MODEL_ROOTS
 from specgym.training.predictor import predictor_metrics, request_loops, select_predictor, workload_dataset
 
 ABLATION: tuple[tuple[str, ...], ...] = (
@@ -82,7 +83,7 @@ def predictor_report(wl: Workload, predictor: AcceptancePredictor, split: str = 
                      profile: CostProfile | None = None, ablation: bool = True, bootstrap: int = 2000,
                      extra_controllers: tuple[Any, ...] = ()) -> dict[str, Any]:
     """Every figure of the module docstring for ``predictor`` on ``wl`` (see :mod:`specgym.training.predictor`)."""
-    active, note = predictor.for_source(SignalSource.of_workload(wl))  # another pair's is refused
+    active, note = predictor.for_source(SignalSource.of_workload(wl, MODEL_ROOTS))  # another pair's is refused
     if active is None:
         raise SpecgymError(f"{note}: nothing of predictor {predictor.name!r} can be measured on it")
     conf_only, _ = select_predictor(wl, ("conf",), name="calibrated-confidence", kinds=("logistic",))

@@ -18,10 +18,10 @@ import specgym.catalogue as catalogue
 from specgym.agents.artifact import PolicyArtifact
 from specgym.agents.modes import get_mode
 from specgym.baselines.marginal import MarginalStop
-from specgym.envs.core.batch_cost import load_batch_profile
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.tree import TreeController
+from specgym.envs.profiles import load_batch_profile
 from specgym.envs.workloads.domains import TRAIN_RECORDED, ProfileRanges, synthetic_pool
 from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.eval.batch_eval import compare
@@ -183,21 +183,23 @@ def validate_generalist(artifact: PolicyArtifact, cells: list[tuple[str, Workloa
 
 
 def validate_batch(artifact: PolicyArtifact, workload: Any, profile_name: str, max_batch: int,
-                   replications: int = 4) -> ValidationResult:
+                   replications: int = 4, requests: int = 96) -> ValidationResult:
     """A batch policy against its mode's compared rule (batch: the goodput rule; alloc: the budget rule it
-    calibrates) and the best static K on mixed-concurrency replications (val split)."""
+    calibrates) and the best static K on mixed-concurrency replications of ``requests`` val requests each
+    (``eval_max_requests`` caps them during training, as it caps the chain modes' validations)."""
     policy = artifact.row.controller(artifact, "ppo (training)", artifact.k_max)
     teacher = getattr(policy, "teacher", None)  # an alloc policy: the rule it calibrates, with its estimator
     ref: Any = teacher() if teacher is not None else artifact.row.compared[0]
     short = "budget" if teacher is not None else _SHORT[ref]
-    specs: list[Any] = [ref, policy, *(f"static:{k}" for k in (0, 1, 2, 4))]
-    res = compare(workload, load_batch_profile(profile_name), specs, replications=replications, requests=96,
+    statics = [f"static:{k}" for k in (0, 1, 2, 4)]
+    specs: list[Any] = [ref, policy, *statics]
+    res = compare(workload, load_batch_profile(profile_name), specs, replications=replications, requests=requests,
                   max_batch=max_batch, split="val", k_max=artifact.k_max, seed=12345)
     rows = {r["controller"]: r for r in res["rows"]}
-    best_static = max((r for n, r in rows.items() if n.startswith("static:")), key=lambda r: r["tok_s_mean"])
+    best_static = max((rows[n] for n in statics), key=lambda r: r["tok_s_mean"])
     p = rows[policy.name]
     return ValidationResult(speedup_vs_best_fixed=p["tok_s_mean"] / best_static["tok_s_mean"], split="val",
-                            requests=96 * replications, vs={short: p["vs_reference"]},
+                            requests=requests * replications, vs={short: p["vs_reference"]},
                             throughput_tok_s=p["tok_s_mean"], replications=replications)
 
 
@@ -208,7 +210,8 @@ def make_validator(cfg: Any, workload: Any) -> tuple[Validator, str]:
     row = get_mode(cfg.mode)
     if row.kind == "batch":
         return (lambda art, max_requests=None: validate_batch(art, workload, cfg.ppo.batch_profile,
-                                                              cfg.ppo.max_batch)), row.best_key
+                                                              cfg.ppo.max_batch, requests=min(96, max_requests or 96))
+                ), row.best_key
     if getattr(cfg.ppo, "domains", None):
         cells = generalist_cells()
         return (lambda art, max_requests=None: validate_generalist(art, cells, max_requests)), "speedup_vs_marginal"

@@ -62,7 +62,6 @@ from specgym.envs.core.signals import sketch_identity, sketch_identity_from_meta
 from specgym.envs.core.stopping_plan import ContinuationModel
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text
-from specgym.paths import DATA_DIR
 
 PREDICTOR_VERSION = 1
 SIGNAL_GROUPS = ("conf", "shape", "position", "lookup", "hidden")
@@ -104,12 +103,13 @@ def model_signature(config: Any) -> dict[str, Any]:
             "layers": first("num_hidden_layers", "n_layer", "num_layers"), "vocab_size": first("vocab_size")}
 
 
-def signature_of(name: str | None) -> dict[str, Any] | None:
+def signature_of(name: str | None, roots: tuple[Path, ...] = ()) -> dict[str, Any] | None:
     """:func:`model_signature` of a model folder a metadata name points to (a shipped ``models/...`` name resolves
-    in this install's data), or None where no config can be read (a hub name, a folder not on this machine)."""
+    under one of ``roots``: the data catalogue's folder, passed in by the caller, since the core reads no
+    catalogue), or None where no config can be read (a hub name, a folder not on this machine)."""
     if not name:
         return None
-    for folder in (DATA_DIR / name, Path(name)):
+    for folder in (*(root / name for root in roots), Path(name)):
         try:
             cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -143,6 +143,9 @@ class SignalSource:
         draft, target: The pair's models as metadata names them (None where unknown: a synthetic workload).
         groups: The signal groups it carries (:data:`SIGNAL_GROUPS`).
         sketch: The identity of its hidden sketch (:func:`~specgym.envs.core.signals.sketch_identity`), or None.
+        signatures: The draft's and target's :func:`model_signature` where known (recorded, or the loaded models').
+        model_roots: Folders where metadata model names resolve (:data:`specgym.paths.MODEL_ROOTS`, passed in by
+            the caller), to read a model's signature from its folder where none is recorded.
     """
 
     where: str
@@ -151,14 +154,16 @@ class SignalSource:
     groups: tuple[str, ...]
     sketch: dict[str, Any] | None = None
     signatures: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)
+    model_roots: tuple[Path, ...] = ()
 
     def signature(self, role: str) -> dict[str, Any] | None:
         """The ``draft``/``target`` model's :func:`model_signature`: the recorded one, else its folder's."""
         sig = self.signatures[0 if role == "draft" else 1]
-        return sig if sig is not None else signature_of(self.draft if role == "draft" else self.target)
+        return sig if sig is not None else signature_of(self.draft if role == "draft" else self.target,
+                                                        self.model_roots)
 
     @classmethod
-    def of_workload(cls, wl: Any) -> SignalSource:
+    def of_workload(cls, wl: Any, model_roots: tuple[Path, ...] = ()) -> SignalSource:
         """The source of a :class:`~specgym.envs.workloads.trace_format.Workload` (its metadata and columns)."""
         source = wl.source if isinstance(wl.source, dict) else {}
         where = f"workload {wl.name!r}"
@@ -171,12 +176,13 @@ class SignalSource:
                      else None for r in ("draft", "target"))
         return cls(where, _model_name(source.get("draft_model")) if recorded else None,
                    _model_name(source.get("target_model")) if recorded else None, groups, sketch,
-                   (sigs[0], sigs[1]))
+                   (sigs[0], sigs[1]), tuple(model_roots))
 
     @classmethod
     def of_engine(cls, where: str, draft: str | None, target: str | None, signals: bool,
                   sketch: np.ndarray | None = None, sketch_seed: int | None = None,
-                  signatures: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)) -> SignalSource:
+                  signatures: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None),
+                  model_roots: tuple[Path, ...] = ()) -> SignalSource:
         """The source of a live engine: every group when it computes signals, ``hidden`` with a sketch
         (``signatures``: the loaded models' :func:`model_signature`, else read from their folders)."""
         groups = ("conf", "position") + (("shape", "lookup") if signals else ())
@@ -184,7 +190,7 @@ class SignalSource:
             groups += ("hidden",)
         ident = sketch_identity(sketch, sketch_seed) if signals and sketch is not None else None
         return cls(where, _model_name(draft), _model_name(target),
-                   tuple(g for g in SIGNAL_GROUPS if g in groups), ident, signatures)
+                   tuple(g for g in SIGNAL_GROUPS if g in groups), ident, signatures, tuple(model_roots))
 
 
 def group_columns(groups: tuple[str, ...], hidden_dim: int = 0) -> list[str]:
@@ -406,7 +412,7 @@ class AcceptancePredictor:
                     f"predictor {self.name!r} was trained on the {role} model {mine}, {src.where} comes from "
                     f"{theirs}: its probabilities are another model's (train one on this pair: specgym predictor "
                     f"train --workload W --out P.json)")
-            mine_sig = (self.meta or {}).get(f"{role}_signature") or signature_of(mine)
+            mine_sig = (self.meta or {}).get(f"{role}_signature") or signature_of(mine, src.model_roots)
             theirs_sig = src.signature(role)
             if mine_sig and theirs_sig and any(mine_sig.get(k) is not None and theirs_sig.get(k) is not None
                                                and mine_sig[k] != theirs_sig[k] for k in mine_sig):
@@ -562,14 +568,14 @@ def load_predictor(path: str | Path) -> AcceptancePredictor:
     return pred
 
 
-def workload_predictions(pred: AcceptancePredictor, wl: Any) -> np.ndarray:
+def workload_predictions(pred: AcceptancePredictor, wl: Any, model_roots: tuple[Path, ...] = ()) -> np.ndarray:
     """The predictor's acceptance probability at every position of ``wl`` (flat, the workload's layout), from the
     trace's recorded draft signals (the model of its fallback chain that the workload can feed).
 
     Raises:
         SpecgymError: ``wl`` comes from another pair, or no model of the chain fits its signals.
     """
-    use, _ = pred.for_source(SignalSource.of_workload(wl))
+    use, _ = pred.for_source(SignalSource.of_workload(wl, model_roots))
     if use is None:
         raise SpecgymError(f"predictor {pred.name!r}: workload {wl.name!r} lacks the signals of every model of its "
                            f"chain")

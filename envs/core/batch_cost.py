@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from specgym.envs.core.cost import CostProfile, read_profile_json
+from specgym.envs.core.cost import CostProfile
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text
 
@@ -236,20 +236,24 @@ class BatchCostProfile:
             raise SpecgymError(f"{where}: {exc}") from None
 
 
-def load_batch_profile(name_or_path: str | Path) -> BatchCostProfile:
-    """A batched profile by shipped name (``batch-cpu-midpair``) or path to a JSON file."""
-    path, data = read_profile_json(name_or_path, "batch_profile")
+def batch_profile_from_json(data: Any, where: str) -> BatchCostProfile:
+    """The reader's rules for a batched profile file: a published linear profile (a ``forward`` block) or a measured
+    table (``kind: batched``); both :func:`~specgym.envs.profiles.load_batch_profile` and
+    :func:`save_batch_profile` apply them."""
     if isinstance(data, dict) and "forward" in data and "kind" not in data:  # a published linear profile
-        return BatchCostProfile.from_linear(CostProfile.from_dict(data, where=str(path)))
+        return BatchCostProfile.from_linear(CostProfile.from_dict(data, where=where))
     if not isinstance(data, dict) or data.get("kind") != "batched":
-        raise SpecgymError(f"{path}: not a batched cost profile (field 'kind' must be 'batched', or a linear "
+        raise SpecgymError(f"{where}: not a batched cost profile (field 'kind' must be 'batched', or a linear "
                            f"profile with a 'forward' block)")
-    return BatchCostProfile.from_dict(data, where=str(path))
+    return BatchCostProfile.from_dict(data, where=where)
 
 
 def save_batch_profile(profile: BatchCostProfile, path: str | Path, overwrite: bool = False) -> Path:
-    """Write a batched profile as JSON atomically."""
-    return atomic_write_text(Path(path), json.dumps(profile.to_dict(), indent=1) + "\n", overwrite=overwrite)
+    """Write a batched profile as JSON atomically, after checking the text with the reader's own rules
+    (:func:`batch_profile_from_json`): a profile that could not be loaded back is refused and nothing is written."""
+    text = json.dumps(profile.to_dict(), indent=1) + "\n"
+    batch_profile_from_json(json.loads(text), f"{path} (not written)")
+    return atomic_write_text(Path(path), text, overwrite=overwrite)
 
 
 @dataclass(frozen=True)

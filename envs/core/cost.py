@@ -35,7 +35,7 @@ fixed_ms`` (batched tokens optionally padded up to the next CUDA-graph capture s
 that form at batch 1: ``verify(n) = fixed_ms + per_token_ms * n`` (n up to ``max_k + 1``), ``context_ms =
 per_kv_ms``. The batched view prices a step of many sequences from the same parameters (:meth:`CostProfile.
 batch_step_ms`: whole-batch KV, the batch's tokens, the longest draft) and is loadable as a batched profile
-(:func:`specgym.envs.core.batch_cost.load_batch_profile`). :meth:`CostProfile.copies` is a batch of ``b``
+(:func:`specgym.envs.profiles.load_batch_profile`). :meth:`CostProfile.copies` is a batch of ``b``
 identical sequences in lockstep as a single-request profile (the reference simulator's "like experiment").
 
 Shipped measured CPU profiles have ``context_ms = 0`` (``specgym profile`` measures at one context length) until
@@ -68,9 +68,8 @@ from typing import Any
 
 import numpy as np
 
-import specgym.catalogue as catalogue
 from specgym.errors import SpecgymError
-from specgym.io import atomic_write_text, read_text
+from specgym.io import atomic_write_text
 
 PROFILE_SOURCES = ("measured", "published", "synthetic")
 #: Largest tree (draft nodes, the root excluded) a profile prices: ``verify_nodes(n)`` for ``n <= 65``.
@@ -605,22 +604,10 @@ def placeholder_profile(k_max: int) -> CostProfile:
                        description="no cost profile given: flat placeholder (draft 1 ms, verify 10 ms)")
 
 
-def read_profile_json(name_or_path: str | Path, kind: str = "profile") -> tuple[Path, dict[str, Any]]:
-    """The path and the parsed JSON object of a shipped (by name) or given profile file."""
-    path = catalogue.resolve(kind, name_or_path)
-    try:
-        data = json.loads(read_text(path, "cost profile (JSON)"))
-    except json.JSONDecodeError as exc:
-        raise SpecgymError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    return path, data
-
-
-def load_profile(name_or_path: str | Path) -> CostProfile:
-    """Load a profile by shipped name (``speclane-table``) or by path to a JSON file."""
-    path, data = read_profile_json(name_or_path)
-    return CostProfile.from_dict(data, where=str(path))
-
-
 def save_profile(profile: CostProfile, path: str | Path, overwrite: bool = False) -> Path:
-    """Write a profile as JSON atomically."""
-    return atomic_write_text(Path(path), json.dumps(profile.to_dict(), indent=2) + "\n", overwrite=overwrite)
+    """Write a profile as JSON atomically, after checking the text with the reader's own rules
+    (:meth:`CostProfile.from_dict`, what :func:`~specgym.envs.profiles.load_profile` applies): a profile that could
+    not be loaded back is refused in one line and nothing is written."""
+    text = json.dumps(profile.to_dict(), indent=2) + "\n"
+    CostProfile.from_dict(json.loads(text), where=f"{path} (not written)")
+    return atomic_write_text(Path(path), text, overwrite=overwrite)

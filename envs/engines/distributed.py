@@ -393,7 +393,10 @@ def record_distributed(
             "prompts": sha256_file(prompts_path)[:16] if prompts_path else len(prompts),
             "shards": [[p.request_id for p in prompts[lo:hi]] for lo, hi in ranges]}
     work = out.with_name(out.name + WORK_SUFFIX)
-    scratch = "specgym-record-" + hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()[:16]
+    # the nodes' scratch folder: one per plan and output (two recordings of one plan at once, e.g. parallel test
+    # workers, never share partial shards)
+    scratch = "specgym-record-" + hashlib.sha256(json.dumps({**plan, "out": str(out.resolve())},
+                                                            sort_keys=True).encode()).hexdigest()[:16]
     todo = deque(i for i in range(len(ranges)) if not (work / _shard_file(i)).is_file() or restart)
     shard_stats: dict[int, dict[str, Any]] = {}
     retries = 0

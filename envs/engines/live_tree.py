@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specgym.envs.core.cost import CostProfile
-from specgym.envs.core.tree import TreeRoundOutcome, TreeShape
+from specgym.envs.core.tree import TreeController, TreeRoundOutcome, TreeShape
 from specgym.envs.engines.draft_stats import draft_stats
 from specgym.envs.engines.live_engine import LiveEngine, LiveRequest
 from specgym.errors import SpecgymError
@@ -316,3 +316,23 @@ def _ancestors(par: list[int], g: int) -> list[int]:
         out.append(a)
         a = par[a]
     return out
+
+
+def run_live_tree(engine: LiveEngine, prompt_ids: Sequence[int], ctrl: TreeController, max_new_tokens: int,
+                  request_id: str = "live", category: str = "live", stop_at_eos: bool = False) -> LiveTreeResult:
+    """Decode one request live (greedy) with a tree controller (:mod:`specgym.envs.engines.live_tree`).
+
+    Each round is the controller's own (:meth:`TreeController.play_live`): static trees play their tree;
+    ``tree-chain:SPEC`` plays the inner controller's K as the width-1 tree and lets it observe the chain round
+    (token-level inner controllers are refused: their stops need the chain engine's per-token signals);
+    ``tree-eagle`` builds each tree from the draft's real frontier probabilities (exact live, unlike its approximate
+    replay); ``tree-ppo`` observes the round as the chain round along the draft's rank-0 spine. A controller that
+    grows its tree from the trace's per-position signals (``tree-predicted``) refuses in one line
+    (:meth:`TreeController.check_live`).
+    """
+    ctrl.check_live()
+    req = LiveTreeRequest(engine, prompt_ids, max_new_tokens, stop_at_eos, request_id, category)
+    ctrl.reset(req.context)
+    while not req.done:
+        ctrl.play_live(req)
+    return req.tree_result

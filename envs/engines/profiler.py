@@ -125,17 +125,29 @@ def tree_verify_call(engine: LiveEngine, cache: Any, n: int, gen: Any) -> Any:
 
 
 def extend_tree_verify(profile: CostProfile, measured: CostProfile) -> CostProfile:
-    """``profile`` with ``verify_ms`` continued to ``measured``'s length by ``measured``'s increments beyond
-    ``profile``'s last entry: a profile fitted to chain rounds gains the micro-benchmarked tree verify costs."""
+    """``profile`` with ``verify_ms`` continued to ``measured``'s length: a profile fitted to chain rounds gains the
+    micro-benchmarked tree verify costs.
+
+    The continuation shifts ``measured``'s entries beyond ``profile``'s last one by the gap at the join
+    (``profile.verify_ms[-1] - measured.verify_ms[m - 1]``), which keeps the measured increments. Where the fitted
+    verify is so far below the micro-benchmarked one that a shifted entry would be 0 or negative (the fit and the
+    micro-benchmarks disagree by more than a tree forward's cost; seen on a loaded 2-core machine), it scales them
+    instead (``entry * profile.verify_ms[-1] / measured.verify_ms[m - 1]``), which keeps their ratios and stays
+    positive; the profile's description says which was used. No entry is clipped to a made-up floor.
+    """
     m = len(profile.verify_ms)
     if len(measured.verify_ms) <= m:
         return profile
     base, ref = profile.verify_ms[-1], measured.verify_ms[m - 1]
     extra = tuple(round(base + v - ref, 4) for v in measured.verify_ms[m:])
+    how = "plus the micro-benchmarked tree-verify increments"
+    if min(extra) <= 0:
+        extra = tuple(round(base * v / ref, 4) for v in measured.verify_ms[m:])
+        how = (f"times the micro-benchmarked tree-verify ratios (the shifted increments would go negative: fitted "
+               f"{base:.3f} ms vs micro-benchmarked {ref:.3f} ms at {m} tokens)")
     return dataclasses.replace(profile, verify_ms=profile.verify_ms + extra,
                                description=f"{profile.description}; verify of {m + 1}..{len(measured.verify_ms)} "
-                                           f"tree tokens: {base:.3f} ms plus the micro-benchmarked tree-verify "
-                                           f"increments of {measured.name}")
+                                           f"tree tokens: {base:.3f} ms {how} of {measured.name}")
 
 
 def measure_profile(pair: LivePair, k_max: int = 8, context: int = 160, repeats: int = 40, warmup: int = 8,

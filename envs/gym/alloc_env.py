@@ -20,7 +20,7 @@ from specgym.envs.gym.batch_env import check_serving_keys, open_serving, step_re
 from specgym.envs.gym.config import check_reset_options, source_key
 from specgym.envs.gym.shell import EnvShell
 from specgym.errors import SpecgymError
-from specgym.paths import default_workload_name
+from specgym.paths import MODEL_ROOTS, default_workload_name
 
 
 class SpecDecodeAllocEnv(EnvShell):
@@ -85,7 +85,7 @@ class SpecDecodeAllocEnv(EnvShell):
         if isinstance(pred, (str, os.PathLike)):
             pred = load_predictor(catalogue.resolve("predictor", str(pred)))
         self.predictor: AcceptancePredictor | None = pred
-        self.signal = None if pred is None else workload_predictions(pred, self.workload)
+        self.signal = None if pred is None else workload_predictions(pred, self.workload, MODEL_ROOTS)
         self.core = AllocCore(self.k_max, pred)
         self.replay: BatchReplay | None = None
 

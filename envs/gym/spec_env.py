@@ -21,17 +21,18 @@ from gymnasium import spaces
 
 import specgym.catalogue as catalogue
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor, SignalSource, load_predictor
-from specgym.envs.core.cost import CostProfile, load_profile
+from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.features import FeatureTracker, feature_bounds, feature_table
 from specgym.envs.core.rounds import DEFAULT_K_MAX, RoundOutcome, check_k_max
 from specgym.envs.core.token_protocol import TokenProtocol
 from specgym.envs.engines.trace_engine import ReplayRequest, TraceEngine
 from specgym.envs.gym.config import check_reset_options, int_key, source_key, update_config
 from specgym.envs.gym.shell import EnvShell
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.domains import DomainDistribution, generalist_domains
 from specgym.envs.workloads.trace_format import SPLITS, Workload, cached_workload
 from specgym.errors import SpecgymError
-from specgym.paths import default_workload_name
+from specgym.paths import MODEL_ROOTS, default_workload_name
 
 
 class _ReplayEnvBase(EnvShell):
@@ -127,7 +128,7 @@ class _ReplayEnvBase(EnvShell):
                                f"(this is {self.mode} mode)")
         if pred is not None:  # another pair's predictor is refused (a fallback keeps predicting per step)
             for wl in self.domains.workloads if self.domains is not None else [self.workload]:
-                pred.for_source(SignalSource.of_workload(wl))
+                pred.for_source(SignalSource.of_workload(wl, MODEL_ROOTS))
         return pred
 
     def _use(self, workload: Workload, profile: CostProfile | None) -> None:

@@ -46,8 +46,9 @@ from typing import Any
 
 import numpy as np
 
-from specgym.envs.core.cost import CostProfile, load_profile
+from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.lookup import LOOKUP_MAX_N, lookup_columns
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.build import workload_from_requests
 from specgym.envs.workloads.workload import RUNS_DTYPE, Workload, drafter_entry
 from specgym.errors import SpecgymError

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from specgym.envs.core.cost import CostProfile, load_profile
+from specgym.envs.core.cost import CostProfile
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.trace_format import Workload, assign_splits, validate_workload
 from specgym.errors import SpecgymError
 

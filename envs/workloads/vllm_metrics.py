@@ -78,7 +78,8 @@ from typing import Any
 
 import numpy as np
 
-from specgym.envs.core.cost import CostProfile, load_profile
+from specgym.envs.core.cost import CostProfile
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.build import workload_from_requests
 from specgym.envs.workloads.specdecode import input_files as jsonl_files
 from specgym.envs.workloads.specdecode import json_lines

@@ -1,4 +1,4 @@
-"""``specgym bench --sections batch``: batched replay speed, the vLLM tuner's time, and the measured batched profile
+"""``specgym bench batch``: batched replay speed, the vLLM tuner's time, and the measured batched profile
 of the shipped pair against a roofline model of this CPU."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import numpy as np
 from rich.table import Table
 
 import specgym.catalogue as catalogue
-from specgym.envs.core.batch_cost import Roofline, load_batch_profile
+from specgym.envs.core.batch_cost import Roofline
 from specgym.envs.engines.batch_engine import BatchReplay
+from specgym.envs.profiles import load_batch_profile
 from specgym.envs.workloads.synthetic import generate_workload
 from specgym.eval.bench.common import print_table, versus
 from specgym.eval.tune import tune_vllm

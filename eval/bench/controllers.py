@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from specgym.agents.specs import Traits, all_specs, make
+from specgym.agents.specs import Traits, all_specs, make, row_of
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RoundOutcome
 from specgym.envs.engines.trace_engine import TraceEngine
@@ -63,7 +63,7 @@ def controllers_section(args: Any, workload: str, console: Any) -> dict[str, Any
     ctx, outcomes = recorded_outcomes(workload)
     rows, figures = [], {}
     baselines, _ = all_specs(Traits.anything(), DEFAULT_K_MAX, ("chain",))
-    for spec in ["fixed:4", *(s for s in baselines if not s.startswith("fixed:"))]:
+    for spec in ["fixed:4", *(s for s in baselines if row_of(s, ("chain",)).family != "fixed")]:
         f = decision_overhead_us(make(spec, DEFAULT_K_MAX), ctx, outcomes)
         # Rule-based controllers: <= 5 us. Controllers that fit a model every round (SpecLane's Lambert W,
         # the adaptive ROC threshold, which re-fits like transformers does) get SpecLane's 20 us budget.

@@ -18,7 +18,8 @@ from rich.table import Table
 
 import specgym.catalogue as catalogue
 from specgym.agents.artifact import list_policies
-from specgym.envs.core.cost import CostProfile, load_profile
+from specgym.envs.core.cost import CostProfile
+from specgym.envs.profiles import load_profile
 from specgym.errors import SpecgymError
 from specgym.eval.harness import open_replay, resolve_controllers, run_controllers
 from specgym.eval.references import references

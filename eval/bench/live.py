@@ -1,4 +1,4 @@
-"""Live-engine benchmark (``specgym bench --sections live``): sim-to-real for every controller on a real pair.
+"""Live-engine benchmark (``specgym bench live``): sim-to-real for every controller on a real pair.
 
 On test prompts of a workload recorded from the pair (the same requests the replay harness evaluates), every
 controller decodes live, with the pair on this machine. What makes the figures trustworthy:
@@ -52,28 +52,30 @@ from rich.table import Table
 
 import specgym.catalogue as catalogue
 from specgym.agents.artifact import list_policies
-from specgym.agents.specs import EVAL_KINDS, Traits, all_specs, build, expand, kind_of, make, usage_line
+from specgym.agents.specs import EVAL_KINDS, Traits, all_specs, build, expand, kind_of, make, row_of, usage_line
 from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_static import StaticTree
 from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
-from specgym.envs.core.cost import TREE_NODE_LIMIT, load_profile
+from specgym.envs.core.cost import TREE_NODE_LIMIT
 from specgym.envs.core.drafter_choice import drive_drafters
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
 from specgym.envs.engines.clock import syncer, timed
 from specgym.envs.engines.live_engine import LiveEngine
+from specgym.envs.engines.live_tree import run_live_tree
 from specgym.envs.engines.model_loading import encode_prompt, load_pair
 from specgym.envs.engines.profiler import extend_tree_verify, hardware_description, interleaved_ms, measure_profile
 from specgym.envs.engines.recorder import with_ngram_runs
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
 from specgym.eval.drafter_runner import run_drafter_controller
 from specgym.eval.runner import run_controller
 from specgym.eval.stats import PairedBootstrap
-from specgym.eval.tree_runner import run_live_tree, run_tree_controller
-from specgym.paths import DATA_DIR, default_pair_name, portable_name
+from specgym.eval.tree_runner import run_tree_controller
+from specgym.paths import DATA_DIR, MODEL_ROOTS, default_pair_name, portable_name
 
 #: Defaults sized for about +-2% intervals in ~15 minutes on a 2-core CI-class machine (see the README).
 DEFAULT_PER_CATEGORY = 10
@@ -92,12 +94,18 @@ def controller_specs(traits: Traits, k_fixed: int = 6) -> list[str]:
     chain, _ = all_specs(traits, DEFAULT_K_MAX, ("chain",), live=True)
     trees, _ = all_specs(traits, DEFAULT_K_MAX, ("tree",), live=True)
     fixed = [f"fixed:{k}" for k in range(1, k_fixed + 1)]
-    return ["fixed:0", *fixed, *(s for s in chain if kind_of(s) == "chain" and not s.startswith("fixed:")),
+    return ["fixed:0", *fixed, *(s for s in chain if row_of(s, ("chain",)).family != "fixed"),
             *_policies(), *trees]
 
 
+def _fixed_draft_cap(spec: str) -> bool:
+    """A fixed draft cap (``fixed:K`` of one drafter or of the default one): a fixed row that is not a tree shape."""
+    row = row_of(spec)
+    return row.family == "fixed" and row.level != "tree"
+
+
 def check_live_specs(specs: str) -> list[str]:
-    """Validate a comma-separated ``--live-controllers`` list (chain and tree specs): each must name a row a live
+    """Validate a comma-separated ``bench live --controllers`` list (chain and tree specs): each must name a row a live
     engine can run, and build; returns the specs."""
     items, _ = expand(specs, DEFAULT_K_MAX, Traits.anything(), EVAL_KINDS, live=True)
     for x in items:
@@ -192,7 +200,7 @@ def recorded_pair(wl: Any) -> tuple[str, str] | None:
             found.append(str(name))
         else:
             raise SpecgymError(f"live bench: workload {wl.name} was recorded from draft {draft} and target {target}; "
-                               f"{name} is not here: pass the pair with --live-draft and --live-target")
+                               f"{name} is not here: pass the pair with --draft and --target")
     return found[0], found[1]
 
 
@@ -230,7 +238,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     transformers.utils.logging.disable_progress_bar()
     t_start = time.perf_counter()
     if (draft is None) != (target is None):
-        raise SpecgymError("live bench: give both --live-draft and --live-target, or neither")
+        raise SpecgymError("live bench: give both --draft and --target, or neither")
     if workload is None:
         pair_name = pair_name or default_pair_name()
         workload = f"{pair_name}-greedy"
@@ -300,7 +308,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     live_source = SignalSource.of_engine(f"the live engine on {pair_name}", portable_name(pair.draft_name),
                                          portable_name(pair.target_name), eng.signals, eng.sketch,
                                          (wl.signal_meta.get("hidden_sketch") or {}).get("seed"),
-                                         (model_signature(pair.draft.config), model_signature(pair.target.config)))
+                                         (model_signature(pair.draft.config), model_signature(pair.target.config)),
+                                         MODEL_ROOTS)
     notes: set[str] = set()
 
     def _make(spec: str) -> Any:
@@ -371,7 +380,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     totals = per_prompt.sum(axis=1)
     n_tok = sum(lengths)
     plain = specs.index("fixed:0")
-    fixed_ix = [i for i, s in enumerate(specs) if s.startswith("fixed:") and s != "fixed:0"]
+    fixed_ix = [i for i, s in enumerate(specs) if i != plain and _fixed_draft_cap(s)]
     best_fixed = min(fixed_ix, key=lambda i: totals[i])
     boot = PairedBootstrap(n_p, resamples, seed=0)
     replay = TraceEngine(wl, prof, k_max, seed=0)
@@ -440,7 +449,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         tree_vs_chain = {"tree": best_tree.controller, "chain": best_chain.controller, "ratio": float(ratio),
                          "ci": ci, "verdict": verdict(ci, ratio)}
     drafter_choice: dict[str, Any] | None = None
-    choosers = [r for r in rows if r.controller in drafter_specs and not r.controller.startswith("fixed:")]
+    choosers = [r for r in rows if r.controller in drafter_specs and row_of(r.controller).family != "fixed"]
     if choosers:  # the best single drafter at a fixed K: every fixed row, either drafter (fixed:K, fixed:K@ngram)
         best_choice = max(choosers, key=lambda r: r.tok_s)
         bd = specs.index(best_choice.controller)
@@ -555,7 +564,7 @@ def _hf_generate(pair: Any, prompts: list[list[int]], lengths: list[int], contro
 
 def live_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     """``live``: the sim-to-real benchmark on the test prompts of ``workload``, decoded by the pair it was recorded
-    from (or ``--live-draft``/``--live-target``; skipped without torch/transformers)."""
+    from (or ``--draft``/``--target``; skipped without torch/transformers)."""
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401

@@ -1,11 +1,11 @@
 """Benchmark section ``scale``: a million requests in bounded memory, and recording on 1 vs 2 Ray workers.
 
-1. A SYNTHETIC sharded workload (speclane-mix, ``--scale-requests`` requests, ``--scale-shard-requests`` per shard)
-   is generated shard by shard (:func:`generate_sharded`) into ``--scale-dir`` (reused when it is already there).
+1. A SYNTHETIC sharded workload (speclane-mix, ``--requests`` requests, ``--shard-requests`` per shard)
+   is generated shard by shard (:func:`generate_sharded`) into ``--dir`` (reused when it is already there).
 2. The streaming evaluation (:func:`specgym.eval.streaming.evaluate_streaming`) of fixed K = 1..8, ``marginal``
    and both oracles over every request: wall time and peak RSS (target <= 3 GB).
-3. Recording throughput of the default pair on ``--scale-record-prompts`` prompts: one process (one torch thread)
-   vs ``--scale-record-workers`` Ray actors (one thread each), pair loading and cluster start excluded, and whether
+3. Recording throughput of the default pair on ``--record-prompts`` prompts: one process (one torch thread)
+   vs ``--record-workers`` Ray actors (one thread each), pair loading and cluster start excluded, and whether
    the two workloads are byte-identical (target: >= 1.7x with 2 workers). Both load the pair without the timed
    fast-kernel choice (``fast_kernels=False``), so that the float columns are reproducible. Skipped without Ray.
 
@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 
 import specgym.catalogue as catalogue
-from specgym.envs.core.cost import load_profile
 from specgym.envs.engines.distributed import record_distributed
 from specgym.envs.engines.model_loading import load_pair
 from specgym.envs.engines.recorder import RecordingSpec, record_workload
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.dataset import write_dataset
 from specgym.envs.workloads.prompts import read_prompts
 from specgym.envs.workloads.synthetic import generate_workload

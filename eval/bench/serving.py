@@ -1,4 +1,4 @@
-"""``specgym bench --sections serving``: the serving engine's speed (the batch env at concurrency 64, ragged steps,
+"""``specgym bench serving``: the serving engine's speed (the batch env at concurrency 64, ragged steps,
 the engine rules' decision time) and the sweep's time, against the serving issue's targets."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 
 from specgym.agents.specs import make
 from specgym.envs.core.batch import BatchDecision
-from specgym.envs.core.batch_cost import load_batch_profile
 from specgym.envs.engines.batch_engine import BatchReplay
+from specgym.envs.profiles import load_batch_profile
 from specgym.envs.workloads.synthetic import generate_workload
 from specgym.eval.bench.common import print_table, versus
 

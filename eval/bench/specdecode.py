@@ -19,8 +19,8 @@ from typing import Any
 
 from rich.table import Table
 
-from specgym.envs.core.cost import load_profile
 from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.specdecode import PROFILE, dataset_name, import_file, input_files
 from specgym.envs.workloads.trace_format import save_workload
 from specgym.errors import SpecgymError
@@ -38,7 +38,7 @@ EVAL_CONTROLLERS = "marginal,assc,speclane,hf-heuristic,ucb," + ",".join(f"fixed
 def _data(args: Any) -> list[Path]:
     data = getattr(args, "data", None)
     if data is None:
-        raise SpecgymError("--sections specdecode-bench/specdecode-eval need --data DIR (a copy of SpecDecode-Bench's "
+        raise SpecgymError("bench specdecode-bench/specdecode-eval need --data DIR (a copy of SpecDecode-Bench's "
                            "data/llama3.1-8B folder: combined_<dataset>.jsonl)")
     return input_files(data)
 

@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from specgym.agents.traits import Traits
-from specgym.envs.core.cost import load_profile
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.trace_format import cached_workload, workload_from_requests
 from specgym.eval.bench.common import print_table, timeit, versus
 

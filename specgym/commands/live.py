@@ -28,12 +28,13 @@ from specgym.commands.args import (
 from specgym.console import make_progress
 from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
 from specgym.envs.core.batch_cost import save_batch_profile
-from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile, load_profile, save_profile
+from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile, save_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.tree import TreeController
 from specgym.envs.engines.calibration import calibrate
 from specgym.envs.engines.distributed import record_distributed, require_ray
 from specgym.envs.engines.live_engine import LiveEngine
+from specgym.envs.engines.live_tree import run_live_tree
 from specgym.envs.engines.model_loading import dtype_name, encode_prompt, load_pair
 from specgym.envs.engines.profiler import (
     extend_tree_verify,
@@ -44,12 +45,12 @@ from specgym.envs.engines.profiler import (
 from specgym.envs.engines.recorder import PARTIAL_SUFFIX, RecordingSpec, check_sketch_dim, record_workload
 from specgym.envs.engines.vllm_engine import require_vllm
 from specgym.envs.engines.vllm_profile import measure_vllm_profile
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.prompts import read_prompts
 from specgym.envs.workloads.trace_format import SPLITS, cached_workload
 from specgym.errors import SpecgymError
-from specgym.eval.tree_runner import run_live_tree
 from specgym.io import check_output, read_text
-from specgym.paths import default_pair_name, pair_profile, portable_name
+from specgym.paths import MODEL_ROOTS, default_pair_name, pair_profile, portable_name
 
 
 def _setup(args: argparse.Namespace) -> None:
@@ -161,7 +162,7 @@ def _generate(args: argparse.Namespace) -> int:
     source = SignalSource.of_engine(f"the live engine on {_pair_paths(args)[2]}", portable_name(pair.draft_name),
                                     portable_name(pair.target_name), engine.signals, engine.sketch,
                                     signatures=(model_signature(pair.draft.config),
-                                                model_signature(pair.target.config)))
+                                                model_signature(pair.target.config)), model_roots=MODEL_ROOTS)
     for note in bind_signals([(spec, controller)], source):  # another pair's predictor: refused here
         print(f"specgym generate: note: {note}", file=sys.stderr)
     ids = encode_prompt(pair.tokenizer, args.prompt)

@@ -36,8 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         art = load_policy(a.policy)
-        if art.row.kind != "chain":
-            raise SpecgymError(f"{a.policy}: a {art.mode}-mode policy; the guard covers chain policies (k, token)")
+        art.require(("k", "token"), f"the guard (of {a.policy})")
         if a.domains:
             source: object = generalist_domains()
             what = f"{a.episodes} episodes of the generalist training distribution"

@@ -27,12 +27,12 @@ from specgym.envs.core.acceptance_predictor import (
     load_predictor,
     save_predictor,
 )
-from specgym.envs.core.cost import load_profile
 from specgym.envs.core.run_predictor import save_run_predictor
+from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text, check_output
-from specgym.paths import default_workload_name
+from specgym.paths import MODEL_ROOTS, default_workload_name
 from specgym.training.predictor import predictor_metrics, select_predictor, workload_dataset
 from specgym.training.predictor_report import predictor_report, report_markdown
 
@@ -124,7 +124,7 @@ def _train(args: argparse.Namespace) -> int:
     if bad or not kinds:
         raise SpecgymError(f"--kinds: unknown model kind(s) {bad}; choose from {', '.join(MODEL_KINDS)}")
     wls = [_workload(w.strip()) for w in (args.workload or default_workload_name()).split(",") if w.strip()]
-    sources = [SignalSource.of_workload(wl) for wl in wls]
+    sources = [SignalSource.of_workload(wl, MODEL_ROOTS) for wl in wls]
     for src in sources[1:]:  # one predictor is one pair's function of one sketch
         for field, what in (("target", "target model"), ("draft", "draft model"), ("sketch", "hidden sketch")):
             if field == "sketch" and "hidden" not in groups:
@@ -179,7 +179,7 @@ def _eval(args: argparse.Namespace) -> int:
             check_output(path, args.force, "file", option, suffixes=(f".{option[2:]}",))
     pred = load_predictor(catalogue.resolve("predictor", args.predictor))
     wl = _workload(args.workload)
-    active, note = pred.for_source(SignalSource.of_workload(wl))  # another pair's: refused here, in one line
+    active, note = pred.for_source(SignalSource.of_workload(wl, MODEL_ROOTS))  # another pair's: refused in one line
     if active is None:
         why = (note or "no model of its chain fits").rstrip(".")
         raise SpecgymError(f"{why}: nothing of predictor {pred.name!r} can be measured on it")

@@ -12,7 +12,8 @@ from specgym.agents.modes import MODES
 from specgym.agents.sglang_export import write_sglang_module
 from specgym.commands.args import k_max_type, nonneg_int, path_type, positive_int
 from specgym.deps import require
-from specgym.envs.core.batch_cost import load_batch_profile
+from specgym.envs.core.kinds import MODE_NAMES
+from specgym.envs.profiles import load_batch_profile
 from specgym.errors import SpecgymError
 from specgym.io import check_output
 from specgym.paths import default_workload_name
@@ -27,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``train`` and ``export``."""
     p = sub.add_parser("train", help="train a PPO policy (stable-baselines3) on a workload's train split")
     p.add_argument("--workload", default=None, help="workload name or .parquet path (default: the default workload)")
-    p.add_argument("--mode", choices=("k", "token", "batch", "tree", "drafter", "alloc"), default=None,
+    p.add_argument("--mode", choices=MODE_NAMES, default=None,
                    help="k: choose K per round; token: continue/stop after each draft token; batch: the K of each "
                         "serving step of a batch (specgym/SpecDecodeBatch-v0); tree: the draft tree of each round "
                         "(specgym/SpecDecodeTree-v0, greedy traces with ranks; priced with gpu-like-published unless "

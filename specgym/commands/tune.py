@@ -13,9 +13,10 @@ from pathlib import Path
 from specgym.agents.specs import resolve, usage_line
 from specgym.baselines.batch_rules import BatchSizeTable
 from specgym.commands.args import float_range, int_range, k_max_type, nonneg_int, path_type, positive_int
-from specgym.envs.core.batch_cost import Roofline, load_batch_profile, roofline_profile, save_batch_profile
+from specgym.envs.core.batch_cost import Roofline, roofline_profile, save_batch_profile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.switching import SwitchCosts
+from specgym.envs.profiles import load_batch_profile
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
 from specgym.eval.batch_eval import compare

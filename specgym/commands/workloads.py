@@ -14,8 +14,7 @@ import numpy as np
 import specgym.catalogue as catalogue
 from specgym.commands.args import MAX_SYNTHETIC_REQUESTS, int_range, nonneg_int, path_type
 from specgym.envs.core.acceptance_predictor import load_predictor
-from specgym.envs.core.batch_cost import load_batch_profile
-from specgym.envs.core.cost import load_profile
+from specgym.envs.profiles import load_batch_profile, load_profile
 from specgym.envs.workloads.dataset import (
     DEFAULT_SHARD_REQUESTS,
     check_shard_files,

@@ -44,7 +44,7 @@ def write_model_card(pair_dir: Path, work: Path, profile: Path | None = None, wo
         work: The build's work folder (corpus and token statistics).
         profile: The pair's measured cost profile (JSON).
         workloads: Workloads recorded from the pair.
-        figures: Live benchmark figures (JSON written by ``specgym bench --sections live``).
+        figures: Live benchmark figures (JSON written by ``specgym bench live``).
         notes: Markdown with what is particular to this pair (inserted after the models table).
     """
     name = pair_dir.name
@@ -108,7 +108,7 @@ def write_model_card(pair_dir: Path, work: Path, profile: Path | None = None, wo
         fig = json.loads(figures.read_text())
         fig = fig.get("live", fig)  # the JSON of `specgym bench --json` holds it under "live"
         L += [f"Live engine ({fig['prompts']} held-out test prompts x {fig['max_new_tokens']} tokens, greedy, "
-              f"{fig['clock']} clock, median of {fig['repeats']} repeats; `specgym bench --sections live`): plain "
+              f"{fig['clock']} clock, median of {fig['repeats']} repeats; `specgym bench live`): plain "
               f"decoding {fig['plain_tok_s']:.1f} tok/s; best fixed K = {fig['best_fixed_k']}: "
               f"**{fig['best_fixed_speedup']:.2f}x** plain decoding.", ""]
     for path in workloads or []:

@@ -1,0 +1,77 @@
+"""The documentation cannot drift: generated pages equal what the code gives, the site builds strictly (a broken
+link or anchor is a warning, and a warning fails), the README stays short, and every results page says how its
+figures were made."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+BIN = Path(sys.executable).parent
+
+
+def test_generated_pages_are_current():
+    r = subprocess.run([sys.executable, str(DOCS / "gen_ref.py"), "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr  # names the stale pages and the command that regenerates them
+
+
+def test_cli_reference_has_a_page_per_subcommand():
+    from specgym.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for name in sub.choices:
+        assert (DOCS / "reference" / "cli" / f"{name}.md").is_file(), f"no CLI page for {name}: run docs/gen_ref.py"
+        assert f"reference/cli/{name}.md" in nav, f"mkdocs.yml's nav lacks reference/cli/{name}.md"
+
+
+@pytest.mark.skipif(not (BIN / "mkdocs").is_file(), reason="the docs extra is not installed (make install has it)")
+def test_site_builds_strictly_without_warnings(tmp_path):
+    r = subprocess.run([str(BIN / "mkdocs"), "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT,
+                       capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, timeout=600)
+    log = r.stdout + r.stderr
+    assert r.returncode == 0, log[-4000:]
+    assert not re.search(r"^(WARNING|ERROR)", log, re.M), log[-4000:]
+    assert (tmp_path / "site" / "index.html").is_file()
+
+
+def test_readme_is_short_and_links_into_the_site():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.encode()) <= 12 * 1024
+    links = re.findall(r"\]\((docs/[^)#]+)", text)
+    assert len(links) >= 15
+    for link in links:
+        assert (ROOT / link).is_file(), f"README links to a missing {link}"
+    table = [line for line in text.splitlines() if line.startswith("| ") and "](docs/" in line]
+    assert 1 < len(table) <= 16, "one results table of at most ~15 headline rows"
+
+
+def test_every_results_page_names_command_machine_date_and_plot():
+    for page in sorted((DOCS / "results").glob("*.md")):
+        if page.name == "index.md":
+            continue
+        head = page.read_text()
+        assert re.search(r"\*\*Command", head), f"{page.name}: no **Command**"
+        assert re.search(r"\*\*Machine", head), f"{page.name}: no **Machine**"
+        assert re.search(r"\*\*Date\*\*:? *\d{4}-\d\d-\d\d", head), f"{page.name}: no **Date** YYYY-MM-DD"
+        plot = f"../assets/results/{page.stem}.png"
+        assert plot in head and (DOCS / "assets" / "results" / f"{page.stem}.png").is_file(), \
+            f"{page.name}: no plot {plot} (draw with .venv/bin/python docs/gen_figures.py)"
+
+
+def test_no_reference_to_the_removed_semantics_page():
+    assert not (DOCS / "semantics.md").exists()
+    hits = []
+    for folder in ("specgym", "envs", "agents", "baselines", "training", "eval", "tests", "docs"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix in (".py", ".md", ".yaml") and path.name != "test_docs.py":
+                if "semantics.md" in path.read_text(errors="replace"):
+                    hits.append(str(path.relative_to(ROOT)))
+    assert not hits, hits

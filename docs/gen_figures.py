@@ -6,8 +6,8 @@
   workload's test split under the shipped ``cpu-midpair`` profile, computed now by ``specgym eval``: tokens/s of
   every fixed K against ``marginal``, ``predicted:midpair``, plain decoding and the clairvoyant oracle.
 * ``docs/assets/results/PAGE.png``: one plot per results page, drawn from the page's own table that follows a
-  ``<!-- plot: COLUMN -->`` comment (labels from the first column, values = the first number in COLUMN), so a plot
-  shows exactly the figures its page states.
+  ``<!-- plot: COLUMN -->`` comment (labels from the first column, values = the first number in COLUMN, or the
+  first ratio such as ``1.036x`` in a column of ratios), so a plot shows exactly the figures its page states.
 
 Part of the docs, not of the installed package.
 """
@@ -31,6 +31,7 @@ ASSETS = DOCS / "assets"
 SAVE = {"metadata": {"Software": None}, "dpi": 110}
 PLOT = re.compile(r"<!-- plot: (.+?) -->\s*\n+(\|.*?)(?:\n\n|\Z)", re.S)
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+RATIO = re.compile(r"(-?\d+(?:\.\d+)?)x")
 
 
 def overview(out: Path) -> None:
@@ -66,22 +67,23 @@ def overview(out: Path) -> None:
 def table_plot(page: Path, column: str, table: str, out: Path) -> None:
     rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table.strip().splitlines()]
     header, body = rows[0], [r for r in rows[2:] if len(r) == len(rows[0])]
-    col = next((i for i, h in enumerate(header) if h.strip("*` ") == column), None)
+    col = next((i for i, h in enumerate(header) if h.strip("*` ") == column.strip("*` ")), None)
     if col is None:
         raise SystemExit(f"{page.relative_to(DOCS)}: no column {column!r} in the table after its plot comment "
                          f"(columns: {header})")
     labels, values = [], []
+    ratios = sum(bool(RATIO.search(r[col])) for r in body) * 2 > len(body)  # a column of ratios: plot only ratios
     for r in body:
-        m = NUMBER.search(r[col].replace(",", ""))
+        m = (RATIO if ratios else NUMBER).search(r[col].replace(",", ""))
         if m:
             labels.append(re.sub(r"[*`]", "", r[0])[:48])
-            values.append(float(m.group()))
+            values.append(float(m.group(1) if ratios else m.group()))
     fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(labels) + 1.0))
     ax.barh(range(len(values)), values, color="#7f9cc7")
     ax.set_yticks(range(len(values)), labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel(re.sub(r"[*`]", "", column), fontsize=8)
-    if "x" in (body[0][col] if body else "") or "vs" in column:
+    if ratios:
         ax.axvline(1.0, color="#333333", linewidth=0.8)
     ax.set_title(page.stem, fontsize=8)
     fig.tight_layout()

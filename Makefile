@@ -76,7 +76,7 @@ test: lint vllm-env-or-reason
 # a broken link, fails the build; tests/test_docs.py does the same in `make test`)
 docs: $(STAMP)
 	$(PY) docs/gen_ref.py
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 test-fast: $(STAMP)
 	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS)

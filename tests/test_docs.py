@@ -75,3 +75,23 @@ def test_no_reference_to_the_removed_semantics_page():
                 if "semantics.md" in path.read_text(errors="replace"):
                     hits.append(str(path.relative_to(ROOT)))
     assert not hits, hits
+
+
+def test_no_passage_is_written_on_two_pages():
+    """One home per topic: no run of 20 words of prose (tables, code blocks and each results page's command /
+    machine / date header aside) appears on two pages of the site."""
+    homes: dict[str, str] = {}
+    clashes = set()
+    for page in sorted(DOCS.rglob("*.md")):
+        rel = str(page.relative_to(DOCS))
+        if rel.startswith(("_generated", "reference/cli")):
+            continue
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        text = "\n".join(line for line in text.splitlines()
+                         if not line.startswith(("|", "**Command**", "**Machine**", "**Date**", "![")))
+        words = re.findall(r"\w+", text.lower())
+        for i in range(len(words) - 20):
+            shingle = " ".join(words[i:i + 20])
+            if homes.setdefault(shingle, rel) != rel:
+                clashes.add((homes[shingle], rel, shingle))
+    assert not clashes, sorted(clashes)[:5]

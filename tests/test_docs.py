@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 BIN = Path(sys.executable).parent
@@ -32,8 +30,8 @@ def test_cli_reference_has_a_page_per_subcommand():
         assert f"reference/cli/{name}.md" in nav, f"mkdocs.yml's nav lacks reference/cli/{name}.md"
 
 
-@pytest.mark.skipif(not (BIN / "mkdocs").is_file(), reason="the docs extra is not installed (make install has it)")
 def test_site_builds_strictly_without_warnings(tmp_path):
+    assert (BIN / "mkdocs").is_file(), "the docs extra is not installed: make install (pip install -e '.[docs]')"
     r = subprocess.run([str(BIN / "mkdocs"), "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT,
                        capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, timeout=600)
     log = r.stdout + r.stderr
@@ -95,3 +93,18 @@ def test_no_passage_is_written_on_two_pages():
             if homes.setdefault(shingle, rel) != rel:
                 clashes.add((homes[shingle], rel, shingle))
     assert not clashes, sorted(clashes)[:5]
+
+
+def test_every_decision_kind_page_opens_with_its_environment_card():
+    """Gymnasium's card sections, from each environment's docstring (docs/gen_ref.py), at the top of its page."""
+    sections = ("Action Space", "Observation Space", "Rewards", "Starting State", "Episode End", "Arguments",
+                "Version History")
+    cards = sorted((DOCS / "_generated" / "cards").glob("*.md"))
+    assert len(cards) == 7
+    for card in cards:
+        text = card.read_text()
+        missing = [s for s in sections if f"### {s}" not in text]
+        assert not missing, f"{card.name} lacks {missing}: add them to the environment's docstring"
+    pages = "".join(p.read_text() for p in (DOCS / "kinds").glob("*.md"))
+    for card in cards:
+        assert f'--8<-- "_generated/cards/{card.name}"' in pages, f"no kind page includes {card.name}"

@@ -24,7 +24,7 @@ VLLM_PIP    := $(VLLM_PY) -m pip install --quiet --no-index --no-deps --find-lin
 PKG_FILES := $(shell find specgym envs agents baselines training eval data -type f -not -path '*/__pycache__/*' \
                -not -name '*.pyc' 2>/dev/null | LC_ALL=C sort)
 
-.PHONY: gpu-check install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
+.PHONY: gpu-check docs install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
         models-midpair models-tinypair predictors profile record record-midpair record-midpair-greedy record-midpair-t08 record-tinypair clean FORCE
 
 $(VENV)/.files: FORCE
@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml $(VENV)/.files
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
 	@# PYTHONWARNINGS: setuptools prints a notice about the strict link tree (under build/) on every install
-	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e ".[hf,train,test,distributed]" "$(TORCH)" \
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e ".[hf,train,test,distributed,docs]" "$(TORCH)" \
 		--config-settings editable_mode=strict
 	touch $(STAMP)
 
@@ -75,6 +75,12 @@ lint: $(STAMP)
 
 test: lint vllm-env-or-reason
 	$(PYTEST_RUN) $(PYTEST_ARGS)
+
+# the documentation site: regenerate the generated reference pages, then build into site/ (strict: a warning, such as
+# a broken link, fails the build; tests/test_docs.py does the same in `make test`)
+docs: $(STAMP)
+	$(PY) docs/gen_ref.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 test-fast: $(STAMP)
 	$(PYTEST_RUN) -m "not slow" $(PYTEST_ARGS)
@@ -234,7 +240,7 @@ record-tinypair: $(STAMP)  # ~12 min
 		--out data/workloads/tinypair-t08.parquet
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .venv-vllm.log .venv-vllm.unavailable build runs out .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) .venv-vllm.log .venv-vllm.unavailable build runs out site .pytest_cache .hypothesis
 
 # --- the GPU check (issue 30): on a machine with CUDA (a CUDA build of torch 2.13.0), the shipped midpair pair on the
 # GPU: a measured profile, a small greedy and sampled recording (the sampled one compared with the CPU's), the live

@@ -23,7 +23,7 @@ Every decision uses what a deployed draft has before it is taken (no target rank
 distribution), the same signals ``predicted:NAME`` reads per draft token. **Replay**: acceptance is the exact walk
 of the ranks (:meth:`TreeReplayRequest.play`); the spine's signals are the trace's correct-prefix ones, as the chain
 replay's for draft tokens after the first rejection: where the true path has already left the spine they only
-decide how much more is drafted (cost), never what is accepted (docs/semantics.md "Tree drafts").
+decide how much more is drafted (cost), never what is accepted (docs/kinds/tree.md).
 """
 
 from __future__ import annotations

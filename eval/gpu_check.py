@@ -16,7 +16,7 @@ On the shipped midpair pair, on the given device (``--device cuda`` by default):
 
 ``specgym gpu-check`` runs it (``make gpu-check``: ``--device cuda``); ``--device cpu --quick`` runs the same steps
 at a toy size on the CPU (the test suite's dry run). Every figure is a measurement on the device named in the JSON;
-nothing here has been run on a GPU until the README says so.
+nothing here has been run on a GPU until docs/guides/own-pair.md says so.
 """
 
 from __future__ import annotations

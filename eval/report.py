@@ -181,7 +181,7 @@ def markdown_report(report: dict[str, Any], plots: bool = True) -> str:
         f"specgym {report['specgym_version']}",
         "- times are simulated by the replay engine from the cost profile; speedups are ratios of total time; "
         f"[lo, hi] = paired bootstrap 95% interval over requests ({report['bootstrap']['resamples']} resamples; "
-        "every ratio's interval is in report.json under ci95); column meanings: docs/semantics.md",
+        "every ratio's interval is in report.json under ci95); column meanings: docs/reference/report-columns.md",
         "",
         markdown_table(report),
         "",

@@ -1,7 +1,7 @@
 """Measurement (not a test): how often speculative greedy decoding differs from plain greedy decoding, float32 vs
 bfloat16, on the tiny RANDOMLY-INITIALISED pairs of tests/hf_pairs.py (10 prompts x K = 2, 4, 6, 48 tokens each).
 
-Run: ``OMP_NUM_THREADS=1 .venv/bin/python tests/bf16_exactness.py [FOLDER]`` (README, *Any Hugging Face pair*).
+Run: ``OMP_NUM_THREADS=1 .venv/bin/python tests/bf16_exactness.py [FOLDER]`` (docs/guides/own-pair.md).
 """
 
 from __future__ import annotations

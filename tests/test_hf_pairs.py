@@ -333,10 +333,11 @@ def test_matrix_generate_equals_plain_generate(arch, tmp_path_factory):
         assert live == ref[0, ids.shape[1]:].tolist()
 
 
-def test_readme_states_exactness_in_float32_and_no_gpu_run():
-    """Fix 7: the README qualifies token exactness with float32 and states bfloat16's behaviour; the GPU check's
+def test_docs_state_exactness_in_float32_and_no_gpu_run():
+    """Fix 7: the docs qualify token exactness with float32 and state bfloat16's behaviour; the GPU check's
     status is said as it is."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    text = (docs / "reference" / "round.md").read_text() + (docs / "guides" / "own-pair.md").read_text()
     assert "tested token for token in float32" in text and "Exactness is a float32 property" in text
     assert "bfloat16" in text.split("Exactness is a float32 property")[1][:400]
     assert "It has not been run on a GPU" in text

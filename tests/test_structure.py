@@ -423,7 +423,7 @@ def test_docs_cite_nothing_outside_the_repository():
     hits = []
     shipped_text = sorted((ROOT / "data").rglob("*.json")) + sorted((ROOT / "data").rglob("*.md"))
     for path in (list(_modules().values()) + sorted((ROOT / "tests").glob("*.py")) + [ROOT / "README.md"]
-                 + sorted((ROOT / "docs").glob("*.md")) + shipped_text):
+                 + sorted((ROOT / "docs").rglob("*.md")) + shipped_text):
         if path == Path(__file__).resolve():
             continue
         text = path.read_text()

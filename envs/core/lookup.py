@@ -2,7 +2,7 @@
 
 Prompt-lookup decoding drafts by copying: if the last few tokens occurred earlier in the context, the token that
 followed them then is a good guess for the next one. specgym records that guess as a signal a controller can read
-before verification (:mod:`specgym.envs.workloads.trace_format`, ``docs/semantics.md``).
+before verification (:mod:`specgym.envs.workloads.trace_format`, ``docs/reference/trace-format.md``).
 
 **Definition.** For a sequence ``S`` of length ``L`` (prompt + completion so far) and ``n_max = 4``:
 ``lookup_len`` is the largest ``n <= n_max`` such that the suffix ``S[L-n:L]`` also occurs at an earlier start

@@ -37,7 +37,7 @@ measured against plain decoding of the same target in the same dtype.
 Greedy outputs equal plain decoding's token for token in float32. In bfloat16 (or float16) the target's
 multi-token verify forward rounds differently from its one-token forward, so where two logits nearly tie the
 argmax can differ between them and a greedy output can differ from plain decoding's (measured on tiny random
-pairs: README, *Any Hugging Face pair*).
+pairs: docs/guides/own-pair.md).
 
 Timing: ``timing="wall"`` measures each round with ``time.perf_counter``, the device synchronised before every
 clock read (:mod:`~specgym.envs.engines.clock`: CUDA, MPS, XPU);

@@ -46,6 +46,11 @@ class SpecDecodeAllocEnv(EnvShell):
     ``(produced - time_ms * b / verify(b, 1)) / b``, as the batch env: tokens gained over plain decoding at the same
     batch size in the same time, per sequence. An episode's tokens are fixed, so its return falls with its time.
 
+    ## Starting State
+    A concurrency drawn with ``np_random`` from the powers of two up to ``max_batch`` (``"sampled"``) or the fixed
+    one, ``max(requests, 3 x concurrency)`` requests drawn without replacement from the split, and the outcome seed
+    (``outcome_seed``, else drawn).
+
     ## Episode End
     Terminates when every request of the episode finished; never truncated.
 

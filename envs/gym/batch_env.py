@@ -45,6 +45,10 @@ class SpecDecodeBatchEnv(EnvShell):
     ``(produced - time_ms * b / verify(b, 1)) / b``: tokens the step gained over plain decoding at the same batch size
     in the same time, per sequence (0 for plain decoding).
 
+    ## Starting State
+    ``requests`` requests drawn without replacement from the split with ``np_random``, the concurrency schedule
+    (``"mixed"``: drawn with ``np_random``) and the outcome seed (``outcome_seed``, else drawn).
+
     ## Episode End
     Terminates when every request of the episode finished; never truncated.
 

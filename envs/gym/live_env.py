@@ -39,11 +39,39 @@ ENV_ID = "specgym/SpecDecodeLive-v1"
 class SpecDecodeLiveEnv(EnvShell):
     """Choose the draft cap K of each round of live speculative decoding.
 
-    One episode is one prompt decoded to ``max_new_tokens`` tokens. ``reset(options={"prompt": text})`` decodes a
-    given prompt; otherwise a prompt is drawn with ``np_random`` from the configured list.
+    ## Description
+    The rounds of ``specgym/SpecDecode-v1`` played by a real Hugging Face draft/target pair (default: the shipped
+    midpair): every step drafts and verifies with the models. Use it to check a policy trained in replay against
+    real decoding (sim-to-real), not to train: a step costs milliseconds instead of microseconds.
 
-    Action: ``Discrete(k_max - k_min + 1, start=k_min)``. Observation: as ``specgym/SpecDecode-v1``.
-    Reward: ``produced - time_ms / t_AR``. Info: the round's fields plus ``tokens`` (completion so far).
+    ## Action Space
+    ``Discrete(k_max - k_min + 1, start=k_min)``, as ``specgym/SpecDecode-v1``.
+
+    ## Observation Space
+    As ``specgym/SpecDecode-v1`` (the same feature tracker, fed with the live rounds).
+
+    ## Rewards
+    ``produced - time_ms / t_AR``; ``time_ms`` from ``timing`` (``"profile"``: priced by the cost profile,
+    deterministic; ``"wall"`` or ``"cpu"``: measured), ``t_AR`` always the profile's.
+
+    ## Starting State
+    The prompt's prefill: ``reset(options={"prompt": text})`` decodes a given prompt, otherwise one is drawn with
+    ``np_random`` from the configured list.
+
+    ## Episode End
+    Terminates when ``max_new_tokens`` tokens are produced; never truncated.
+
+    ## Arguments
+    ``draft``, ``target`` (folders or hub names), ``prompts``, ``max_new_tokens``, ``temperature``, ``k_max``,
+    ``k_min``, ``timing``, ``profile`` (None: a shipped pair's measured profile, another pair's measured when the
+    env is made), ``device``, ``dtype``.
+
+    ## Info
+    The round's fields plus ``position``, ``length``, ``episode_time_ms`` and ``tokens`` (the completion so far).
+
+    ## Version History
+    * v1: feature version 3 and action checks, as ``specgym/SpecDecode-v1``.
+    * v0: initial release.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 30}

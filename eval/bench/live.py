@@ -37,7 +37,8 @@ The prediction of a tree row is the tree replay (:mod:`~specgym.envs.engines.tre
 ``tree-chain:SPEC`` is predicted as SPEC (the width-1 tree is the chain round). ``acceptance`` of a tree row is
 accepted tokens per verified node.
 
-One torch thread. Results are printed and written as JSON (``--json``); the README's live table comes from here.
+One torch thread. Results are printed and written as JSON (``--json``); the live table of
+docs/results/live-midpair.md comes from here.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ from specgym.eval.stats import PairedBootstrap
 from specgym.eval.tree_runner import run_tree_controller
 from specgym.paths import DATA_DIR, MODEL_ROOTS, default_pair_name, portable_name
 
-#: Defaults sized for about +-2% intervals in ~15 minutes on a 2-core CI-class machine (see the README).
+#: Defaults sized for about +-2% intervals in ~15 minutes on a 2-core CI-class machine
+#: (see docs/results/live-midpair.md).
 DEFAULT_PER_CATEGORY = 10
 DEFAULT_REPEATS = 3
 DEFAULT_CALIBRATION_PROMPTS = 3  # per category, from the train split

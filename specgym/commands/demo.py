@@ -88,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"  {m + '-mode run:':<19}{runs[m]}/ (summary.md, config.yaml, model.zip, vecnormalize.pkl)")
         print(f"  {m + '-mode policy:':<19}{runs[m]}/policy/ (policy.npz + policy.json; ppo:{runs[m]}/policy)")
     print(f"  {'tensorboard:':<19}tensorboard --logdir {root}")
-    print("\nvalidation verdicts (small demo budget; full-budget figures: README / 'specgym train' defaults):")
+    print("\nvalidation verdicts (small demo budget; full-budget figures: docs/results/ and 'specgym train' defaults):")
     for m in modes:
         v = summaries[m]["val"]
         note = "BELOW the best fixed K" if summaries[m]["below_best_fixed"] else "above the best fixed K"

@@ -498,7 +498,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(default %(default)s)")
     p.add_argument("--temperature", type=temperature_type, default=0.0, help="0 = greedy (default %(default)s)")
     p.add_argument("--out", required=True, help="the workload to write: a .parquet file, or a folder (a sharded "
-                                                "workload, docs/semantics.md)")
+                                                "workload, docs/guides/scale.md)")
     p.add_argument("--name", default=None, help="workload name (default: the output file's stem)")
     p.add_argument("--profile", default=None, help="cost profile stored with the workload (default: measure one)")
     p.add_argument("--profile-out", default=None, help="also save the profile used")

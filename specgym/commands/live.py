@@ -67,9 +67,13 @@ def _setup(args: argparse.Namespace) -> None:
 
 def _pair_args(p: argparse.ArgumentParser) -> None:
     pair = default_pair_name()
-    p.add_argument("--draft", default=None, help=f"draft model: local path or hub name (default: the shipped "
-                                                 f"{pair} pair)")
-    p.add_argument("--target", default=None, help=f"target model: local path or hub name (default: {pair})")
+    p.add_argument("--pair", default=None, metavar="NAME",
+                   help=f"a shipped pair by name ({', '.join(catalogue.names('pair')) or 'none'}; default {pair}); "
+                        f"or give --draft and --target")
+    p.add_argument("--draft", default=None, help=f"draft model: local folder, hub name or .gguf file (default: the "
+                                                 f"shipped {pair} pair)")
+    p.add_argument("--target", default=None, help=f"target model: local folder, hub name, .gguf file or a shipped "
+                                                  f"pair's target by name (smollm2) (default: {pair})")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (default %(default)s)")
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 for both models "
                                                       "(default %(default)s)")
@@ -87,6 +91,10 @@ def _check_pair_args(args: argparse.Namespace) -> None:
             dtype_name(getattr(args, opt), f"--{opt.replace('_', '-')}")
     if (args.draft is None) != (args.target is None):
         raise SpecgymError("give both --draft and --target, or neither (the shipped pair)")
+    if args.pair is not None:
+        if args.draft is not None:
+            raise SpecgymError(f"--pair {args.pair} names both models: give --pair or --draft/--target, not both")
+        catalogue.resolve("pair", args.pair)  # an unknown name: one line listing the shipped pairs
     if not args.device.startswith(("cpu", "cuda")):
         raise SpecgymError(f"--device {args.device!r}: expected cpu, cuda or cuda:N")
 
@@ -94,7 +102,7 @@ def _check_pair_args(args: argparse.Namespace) -> None:
 def _pair_paths(args: argparse.Namespace) -> tuple[str, str, str]:
     """(draft, target, pair name); the shipped default pair when neither was given."""
     if args.draft is None:
-        name = default_pair_name()
+        name = args.pair or default_pair_name()
         draft, target = catalogue.pair_models(name)
         return str(draft), str(target), name
     return args.draft, args.target, Path(args.target).parent.name

@@ -1,0 +1,67 @@
+"""``specgym train-draft``: distil a draft model for a Llama-family target (the real pair's drafter); see
+:mod:`specgym.training.lm_pair.draft_build`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import specgym.catalogue as catalogue
+from specgym.commands.args import float_range, positive_int
+from specgym.deps import require
+from specgym.errors import SpecgymError
+from specgym.io import check_output
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``train-draft``."""
+    p = sub.add_parser("train-draft", help="distil a draft model for a target on this CPU (long; one thread; "
+                                           "resumable)")
+    p.add_argument("--target", default="smollm2",
+                   help="the target: a folder, a .gguf file or a shipped pair's target name (default %(default)s)")
+    p.add_argument("--prompts", default="smollm2-prompts",
+                   help="prompts file whose lines name their split (default %(default)s)")
+    p.add_argument("--work-dir", type=Path, default=Path("runs/draft-smollm2"),
+                   help="answers and checkpoints; running again resumes (default %(default)s)")
+    p.add_argument("--stages", default="answers,init,train,export",
+                   help="comma-separated, in order, from answers,init,train,export (default %(default)s)")
+    p.add_argument("--layers", default="0,1,2,3", help="target layers the draft starts from (default %(default)s)")
+    p.add_argument("--budget-min", type=float_range(0, lo_open=True), default=60.0,
+                   help="distillation wall-clock budget, minutes (default %(default)s)")
+    p.add_argument("--samples", type=positive_int, default=2,
+                   help="sampled answers per train prompt at each temperature 0.7 and 1.0 (default %(default)s)")
+    p.add_argument("--out", type=Path, default=None, help="stage export: the draft folder to write")
+    p.add_argument("--force", action="store_true", help="replace an --out folder specgym wrote")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads (default %(default)s)")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from specgym.training.lm_pair.distill import AnswerPlan
+    from specgym.training.lm_pair.draft_build import STAGES, DraftBuild, run
+
+    stages = tuple(s.strip() for s in args.stages.split(",") if s.strip())
+    bad = [s for s in stages if s not in STAGES]
+    if bad or not stages:
+        raise SpecgymError(f"--stages {args.stages!r}: choose from {','.join(STAGES)}")
+    try:
+        layers = [int(x) for x in args.layers.split(",")]
+    except ValueError:
+        raise SpecgymError(f"--layers {args.layers!r}: expected comma-separated layer indices, e.g. 0,1,2,3") from None
+    if "export" in stages:
+        if args.out is None:
+            raise SpecgymError("--stages includes export: give --out (the draft folder to write)")
+        check_output(args.out, args.force, "dir")
+    prompts = str(catalogue.resolve("prompts", args.prompts))
+    require("hf", "train-draft")
+    import torch
+    import transformers
+
+    torch.set_num_threads(args.threads)
+    transformers.utils.logging.set_verbosity_error()
+    build = DraftBuild(target=args.target, prompts=prompts, work=args.work_dir, layers=layers,
+                       budget_s=60.0 * args.budget_min, plan=AnswerPlan(samples=args.samples))
+    report = run(build, stages, args.out, args.force)
+    print(json.dumps(report, indent=2, default=str))
+    return 0

@@ -1,0 +1,307 @@
+"""A draft model distilled from a Llama-family target: the target's own answers, a layer subset, sparse distillation.
+
+How specgym makes a drafter for a pretrained target it did not train (SmolLM2-135M-Instruct, ``make
+drafter-smollm2``), in four resumable stages over one work folder:
+
+1. **answers** (:func:`sample_answers`): the target answers the *train* prompts of a prompts file (chat template
+   applied by :func:`~specgym.envs.engines.model_loading.encode_prompt`), greedily and sampled, stopping at EOS; at
+   every answer position the target's top-``k`` logits and log-normaliser are kept. Those are the distillation
+   targets, so training needs no teacher forward at all.
+2. **init** (:func:`layer_subset_draft`): the draft starts as the target's embedding, a few of its layers and its
+   final norm (a LayerSkip-style subset), so it starts close to the target's function.
+3. **train** (:func:`train_draft`): the draft's layers and final norm learn to match the target's next-token
+   distribution on the answers (cross-entropy against the target's renormalised top-``k`` distribution). The
+   embedding, and with it the tied output layer, stays the target's: the shipped draft borrows it
+   (:mod:`specgym.envs.engines.model_cache`), which keeps ~28M parameters out of the repository.
+4. **eval** (:func:`heldout_acceptance`): on the *val* prompts' greedy answers, how often the draft's top token is
+   the target's (what greedy verification accepts) and the expected acceptance ``sum_x min(p, q)`` of sampling.
+
+Work folder layout: ``answers/NNNN.npz`` (one batch each), ``draft_init/``, ``draft_ckpt/`` (resumed), ``state.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specgym.console import make_progress
+from specgym.envs.engines.model_loading import encode_prompt
+from specgym.envs.workloads.prompts import PromptSpec
+
+
+@dataclass(frozen=True)
+class AnswerPlan:
+    """Which answers the target writes: one greedy answer per prompt and ``samples`` per temperature.
+
+    Attributes:
+        temperatures: Sampling temperatures (0 is greedy, one answer).
+        samples: Answers per prompt at each temperature above 0.
+        max_new_tokens: Longest answer (the target stops earlier at EOS).
+        top_k: Logits kept per answer position.
+        batch: Prompts per ``generate`` call.
+        seed: Sampling seed (per batch: ``seed + batch index``).
+    """
+
+    temperatures: tuple[float, ...] = (0.0, 0.7, 1.0)
+    samples: int = 2
+    max_new_tokens: int = 160
+    top_k: int = 32
+    batch: int = 8
+    seed: int = 0
+
+    def jobs(self, prompts: list[PromptSpec]) -> list[tuple[float, int, list[PromptSpec]]]:
+        """``(temperature, sample index, prompts)`` batches in a fixed order (the resume key is the batch index)."""
+        out = []
+        for temp in self.temperatures:
+            for s in range(1 if temp == 0 else self.samples):
+                for i in range(0, len(prompts), self.batch):
+                    out.append((temp, s, prompts[i : i + self.batch]))
+        return out
+
+
+def sample_answers(target: Any, tokenizer: Any, prompts: list[PromptSpec], out: Path, plan: AnswerPlan) -> int:
+    """Write the target's answers with their top-``k`` logits, one ``.npz`` per batch (finished batches are skipped,
+    so an interrupted run resumes); returns the number of answer tokens on disk.
+
+    Each file holds, per answer ``a``: ``prompt_<a>`` and ``answer_<a>`` token ids, ``topi_<a>``/``topv_<a>``
+    ``(len, k)`` top-``k`` indices and logits (float16) and ``lse_<a>`` the log-normaliser of every position.
+    """
+    import torch
+
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = plan.jobs(prompts)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    with make_progress() as progress:
+        task = progress.add_task("target answers", total=len(jobs))
+        for j, (temp, s, batch) in enumerate(jobs):
+            path = out / f"{j:04d}.npz"
+            if path.exists():
+                progress.advance(task)
+                continue
+            ids = [encode_prompt(tokenizer, p.text) for p in batch]
+            width = max(map(len, ids))
+            x = torch.full((len(ids), width), pad, dtype=torch.long)
+            mask = torch.zeros_like(x)
+            for r, row in enumerate(ids):  # left padding: every prompt ends where generation starts
+                x[r, width - len(row):] = torch.tensor(row)
+                mask[r, width - len(row):] = 1
+            torch.manual_seed(plan.seed + j)
+            with torch.inference_mode():
+                gen = target.generate(input_ids=x, attention_mask=mask, max_new_tokens=plan.max_new_tokens,
+                                      do_sample=temp > 0, temperature=temp if temp > 0 else None, top_k=None,
+                                      top_p=None, pad_token_id=pad, output_logits=True,
+                                      return_dict_in_generate=True)
+            logits = torch.stack(gen.logits, dim=1).float()  # (batch, steps, vocab), before any processing
+            arrays: dict[str, np.ndarray] = {}
+            for r, p in enumerate(batch):
+                answer = gen.sequences[r, width:].tolist()
+                n = _answer_length(answer, tokenizer.eos_token_id, pad)
+                lg = logits[r, :n]
+                top = lg.topk(plan.top_k, dim=-1)
+                key = f"{p.request_id}.{temp}.{s}"
+                arrays[f"prompt_{key}"] = np.asarray(ids[r], dtype=np.int32)
+                arrays[f"answer_{key}"] = np.asarray(answer[:n], dtype=np.int32)
+                arrays[f"topi_{key}"] = top.indices.numpy().astype(np.int32)
+                arrays[f"topv_{key}"] = top.values.numpy().astype(np.float16)
+                arrays[f"lse_{key}"] = torch.logsumexp(lg, dim=-1).numpy().astype(np.float32)
+            tmp = path.with_name(f".specgym-tmp-{path.name}")
+            with open(tmp, "wb") as f:
+                np.savez(f, **arrays)
+            tmp.rename(path)
+            progress.advance(task)
+    return sum(int(a.size) for f in sorted(out.glob("*.npz")) for k, a in np.load(f).items() if k.startswith("answer_"))
+
+
+def _answer_length(answer: list[int], eos: int | None, pad: int) -> int:
+    """Tokens up to and including the first EOS (the rest of a batch row is padding)."""
+    if eos is not None and eos in answer:
+        return answer.index(eos) + 1
+    return len(answer)
+
+
+@dataclass
+class Answer:
+    """One stored answer: its prompt and answer ids and the target's sparse distribution at each answer position."""
+
+    prompt: np.ndarray
+    answer: np.ndarray
+    topi: np.ndarray
+    topv: np.ndarray
+    lse: np.ndarray
+
+
+def load_answers(folder: Path) -> list[Answer]:
+    """Every answer in a work folder's ``answers/`` (in file order)."""
+    out = []
+    for f in sorted(folder.glob("*.npz")):
+        z = np.load(f)
+        for key in [k[len("answer_"):] for k in z.files if k.startswith("answer_")]:
+            if z[f"answer_{key}"].size:
+                out.append(Answer(z[f"prompt_{key}"], z[f"answer_{key}"], z[f"topi_{key}"], z[f"topv_{key}"],
+                                  z[f"lse_{key}"]))
+    return out
+
+
+def layer_subset_draft(target: Any, layers: list[int]) -> Any:
+    """A Llama-family draft made of the target's embedding, the given decoder layers (in order) and its final norm.
+
+    The embedding is the target's (the draft borrows it when shipped), and so is the tied output layer.
+    """
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    n = target.config.num_hidden_layers
+    if not layers or any(not 0 <= i < n for i in layers):
+        raise ValueError(f"layers must be indices in 0..{n - 1}, got {layers}")
+    cfg = copy.deepcopy(target.config)
+    cfg.num_hidden_layers = len(layers)
+    if getattr(cfg, "layer_types", None):
+        cfg.layer_types = [cfg.layer_types[i] for i in layers]
+    draft = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    sd = target.state_dict()
+    mine = {}
+    for k in draft.state_dict():
+        if k.startswith("model.layers."):
+            parts = k.split(".")
+            parts[2] = str(layers[int(parts[2])])
+            mine[k] = sd[".".join(parts)]
+        else:
+            mine[k] = sd[k]
+    draft.load_state_dict(mine, strict=True)
+    draft.tie_weights()
+    return draft
+
+
+def _lr(frac: float, peak: float, warm: float = 0.03, floor: float = 0.1) -> float:
+    if frac < warm:
+        return peak * max(frac / warm, 0.02)
+    p = min(1.0, (frac - warm) / (1 - warm))
+    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def sparse_kd_loss(logits: Any, topi: Any, topv: Any) -> Any:
+    """Cross-entropy of the draft's log-softmax against the target's distribution renormalised over its top-``k``
+    tokens, averaged over positions (the part of the target's mass outside its top ``k`` is dropped)."""
+    import torch
+
+    logq = torch.log_softmax(logits.float(), dim=-1)
+    p = torch.softmax(topv.float(), dim=-1)
+    return -(p * logq.gather(-1, topi.long())).sum(-1).mean()
+
+
+def train_draft(work: Path, budget_s: float, peak_lr: float = 3e-4, seq_per_step: int = 4,
+                ckpt_every_s: float = 300.0, val_ids: set[str] | None = None) -> dict[str, Any]:
+    """Train ``work/draft_ckpt`` (started from ``work/draft_init``) for ``budget_s`` wall-clock seconds on the
+    stored answers; resumable. Only the decoder layers and the final norm learn (the embedding stays the target's).
+
+    Returns the training state (steps, tokens, elapsed seconds, last loss).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    ckpt, init = work / "draft_ckpt", work / "draft_init"
+    start = ckpt if (ckpt / "state.json").exists() else init
+    model = AutoModelForCausalLM.from_pretrained(str(start), dtype=torch.float32)
+    state = json.loads((ckpt / "state.json").read_text()) if start == ckpt else \
+        {"step": 0, "tokens": 0, "elapsed_s": 0.0, "peak_lr": peak_lr, "seq_per_step": seq_per_step}
+    state["budget_s"] = budget_s
+    for name, prm in model.named_parameters():
+        prm.requires_grad = not name.startswith(("model.embed_tokens", "lm_head"))
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=peak_lr, betas=(0.9, 0.95), weight_decay=0.0)
+    if (ckpt / "optim.pt").exists() and start == ckpt:
+        opt.load_state_dict(torch.load(ckpt / "optim.pt"))
+    answers = load_answers(work / "answers")
+    rng = np.random.default_rng(1000 + state["step"])
+    model.train()
+    t0 = time.time() - state["elapsed_s"]
+    last_ckpt = time.time()
+    loss_ema = None
+    with make_progress() as progress:
+        task = progress.add_task("draft distillation", total=budget_s, completed=min(state["elapsed_s"], budget_s))
+        while (elapsed := time.time() - t0) < budget_s:
+            for g in opt.param_groups:
+                g["lr"] = _lr(elapsed / budget_s, peak_lr)
+            loss_sum = torch.zeros(())
+            n_tok = 0
+            for a in (answers[i] for i in rng.integers(0, len(answers), size=seq_per_step)):
+                seq = torch.from_numpy(np.concatenate([a.prompt, a.answer]).astype(np.int64))[None]
+                hidden = model.model(seq[:, :-1]).last_hidden_state[0, len(a.prompt) - 1 :]
+                out = model.lm_head(hidden)  # the answer's positions only: the prompt's are not trained on
+                loss = sparse_kd_loss(out, torch.from_numpy(a.topi), torch.from_numpy(a.topv))
+                (loss / seq_per_step).backward()
+                loss_sum += loss.detach()
+                n_tok += len(a.answer)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            state["step"] += 1
+            state["tokens"] += n_tok
+            step_loss = float(loss_sum) / seq_per_step
+            loss_ema = step_loss if loss_ema is None else 0.98 * loss_ema + 0.02 * step_loss
+            state["loss_ema"] = loss_ema
+            progress.update(task, completed=min(time.time() - t0, budget_s),
+                            description=f"draft distillation {loss_ema:.3f}")
+            if time.time() - last_ckpt > ckpt_every_s:
+                state["elapsed_s"] = time.time() - t0
+                _save(model, opt, state, ckpt)
+                last_ckpt = time.time()
+    state["elapsed_s"] = time.time() - t0
+    _save(model, opt, state, ckpt)
+    return state
+
+
+def _save(model: Any, opt: Any, state: dict, path: Path) -> None:
+    """Checkpoint atomically (a temporary folder renamed over the old one)."""
+    import torch
+
+    tmp = path.with_name(f".specgym-tmp-{path.name}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(str(tmp))
+    torch.save(opt.state_dict(), tmp / "optim.pt")
+    (tmp / "state.json").write_text(json.dumps(state, indent=2))
+    old = path.with_name(f".specgym-tmp-{path.name}.old")
+    if path.exists():
+        path.rename(old)
+    tmp.rename(path)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def heldout_acceptance(draft: Any, answers: list[Answer], vocab: np.ndarray | None = None) -> dict[str, float]:
+    """How well the draft predicts the target on held-out answers (teacher-forced on the target's own tokens).
+
+    Returns ``top1`` (share of positions where the draft's top token is the target's: greedy acceptance per token),
+    ``expected_accept`` (mean ``sum_x min(p, q)`` with ``p`` the target's top-``k`` distribution, what sampled
+    verification accepts per token at T = 1) and ``positions``. ``vocab`` restricts the draft to those token ids.
+    """
+    import torch
+
+    draft.eval()
+    hits, acc, n = 0, 0.0, 0
+    with torch.inference_mode():
+        for a in answers:
+            seq = torch.from_numpy(np.concatenate([a.prompt, a.answer]).astype(np.int64))[None]
+            logits = draft(seq[:, :-1]).logits[0, len(a.prompt) - 1 :].float()
+            if vocab is not None:
+                masked = torch.full_like(logits, float("-inf"))
+                idx = torch.from_numpy(vocab.astype(np.int64))
+                masked[:, idx] = logits[:, idx]
+                logits = masked
+            q = torch.softmax(logits, -1)
+            topi = torch.from_numpy(a.topi).long()
+            p = torch.softmax(torch.from_numpy(a.topv).float(), -1)
+            hits += int((logits.argmax(-1) == topi[:, 0]).sum())
+            acc += float(torch.minimum(p, q.gather(-1, topi)).sum())
+            n += len(a.answer)
+    return {"top1": hits / max(n, 1), "expected_accept": acc / max(n, 1), "positions": n}

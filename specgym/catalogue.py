@@ -13,10 +13,9 @@ or ``draft/`` and :data:`EXTERNAL_TARGET`: a target installed from a registry pa
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import json
 from importlib import metadata
+from pathlib import Path
 
 import specgym.paths as paths
 from specgym.errors import SpecgymError

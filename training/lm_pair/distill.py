@@ -113,7 +113,7 @@ def sample_answers(target: Any, tokenizer: Any, prompts: list[PromptSpec], out: 
                 arrays[f"lse_{key}"] = torch.logsumexp(lg, dim=-1).numpy().astype(np.float32)
             tmp = path.with_name(f".specgym-tmp-{path.name}")
             with open(tmp, "wb") as f:
-                np.savez(f, **arrays)
+                np.savez(f, **arrays)  # type: ignore[arg-type]
             tmp.rename(path)
             progress.advance(task)
     return sum(int(a.size) for f in sorted(out.glob("*.npz")) for k, a in np.load(f).items() if k.startswith("answer_"))
@@ -211,7 +211,7 @@ def train_draft(work: Path, budget_s: float, peak_lr: float = 3e-4, seq_per_step
     ckpt, init = work / "draft_ckpt", work / "draft_init"
     start = ckpt if (ckpt / "state.json").exists() else init
     model = AutoModelForCausalLM.from_pretrained(str(start), dtype=torch.float32)
-    state = json.loads((ckpt / "state.json").read_text()) if start == ckpt else \
+    state: dict[str, Any] = json.loads((ckpt / "state.json").read_text()) if start == ckpt else \
         {"step": 0, "tokens": 0, "elapsed_s": 0.0, "peak_lr": peak_lr, "seq_per_step": seq_per_step}
     state["budget_s"] = budget_s
     for name, prm in model.named_parameters():
@@ -221,7 +221,7 @@ def train_draft(work: Path, budget_s: float, peak_lr: float = 3e-4, seq_per_step
     if (ckpt / "optim.pt").exists() and start == ckpt:
         opt.load_state_dict(torch.load(ckpt / "optim.pt"))
     answers = load_answers(work / "answers")
-    rng = np.random.default_rng(1000 + state["step"])
+    rng = np.random.default_rng(1000 + int(state["step"]))
     model.train()
     t0 = time.time() - state["elapsed_s"]
     last_ckpt = time.time()

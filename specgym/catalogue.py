@@ -29,7 +29,9 @@ EXTERNAL_TARGET = "target.json"
 
 
 def _is_pair(p: Path) -> bool:
-    return (p / "target" / "config.json").is_file() or (p / EXTERNAL_TARGET).is_file()
+    """A draft folder and a target: a folder beside it, or a package-provided one (:data:`EXTERNAL_TARGET`)."""
+    target = (p / "target" / "config.json").is_file() or (p / EXTERNAL_TARGET).is_file()
+    return target and (p / "draft" / "config.json").is_file()
 
 
 def external_target(name: str) -> Path | None:

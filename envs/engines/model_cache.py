@@ -12,8 +12,9 @@ load from there offline afterwards:
   repository small. The file names the target and the tensors; materializing copies them from the target's folder.
 
 The cache is ``$SPECGYM_CACHE`` or ``~/.cache/specgym``; an entry is keyed by what it was made from (the GGUF's
-size, modification time and first MiB; the draft's weights file and its target), written to a temporary folder and
-renamed into place, so an interrupted conversion leaves no half-made entry and the next run starts over.
+size, modification time and first MiB; the draft's weights file, its borrow record and its target), written to a
+temporary folder and renamed into place, so an interrupted conversion leaves no half-made entry and the next run
+starts over.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _file_key(path: Path) -> str:
     st = path.stat()
     with open(path, "rb") as f:
         head = hashlib.sha256(f.read(1 << 20)).hexdigest()
-    return f"{st.st_size}:{int(st.st_mtime)}:{head}"
+    return f"{st.st_size}:{st.st_mtime_ns}:{head}"
 
 
 def _finished(folder: Path) -> bool:
@@ -156,7 +157,8 @@ def materialized_draft(folder: str | Path, target_folder: str | Path) -> Path:
     own = folder / "model.safetensors"
     if not own.is_file():
         raise SpecgymError(f"{folder}: borrowing draft without model.safetensors")
-    dest = cache_root() / "drafts" / f"{folder.name}-{_key(_file_key(own), str(target_folder.resolve()))}"
+    key = _key(_file_key(own), json.dumps(rec, sort_keys=True), str(target_folder.resolve()))
+    dest = cache_root() / "drafts" / f"{folder.name}-{key}"
 
     def make(tmp: Path) -> None:
         tensors = load_file(str(own))

@@ -247,3 +247,10 @@ def write_prompts(out: str | Path, max_new_tokens: int = 128) -> int:
     rows = build_prompts(max_new_tokens)
     atomic_write_text(Path(out), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     return len(rows)
+
+
+if __name__ == "__main__":  # ``make prompts-smollm2``
+    import sys
+
+    target = sys.argv[1] if len(sys.argv) > 1 else "data/workloads/smollm2-prompts.jsonl"
+    print(f"wrote {target}: {write_prompts(target)} prompts")

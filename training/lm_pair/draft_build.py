@@ -29,6 +29,7 @@ from specgym.training.lm_pair.distill import (
     sample_answers,
     train_draft,
 )
+from specgym.training.lm_pair.draft_card import draft_card
 
 STAGES = ("answers", "init", "train", "export")
 #: Tensors a shipped draft borrows from its target (the tied embedding / output layer).
@@ -140,4 +141,10 @@ def export_draft(build: DraftBuild, out: Path, force: bool = False) -> dict[str,
         meta = {"layers_from_target": build.layers, "budget_s": build.budget_s, "plan": asdict(build.plan),
                 "training": state, "heldout": report["heldout"], "val_positions": total}
         (tmp / "training_state.json").write_text(json.dumps(meta, indent=2) + "\n")
+        prompts = f" --prompts {build.prompts}" if Path(build.prompts).stem != "smollm2-prompts" else ""
+        common = f"specgym train-draft --target {build.target}{prompts} --layers {','.join(map(str, build.layers))}"
+        commands = [f"{common} --stages answers,init,train --budget-min {build.budget_s / 60:g}",
+                    f"{common} --stages export --out {out}"]
+        card = draft_card(meta, build.target, sum(int(v.numel()) for v in own.values()), commands)
+        (tmp / "README.md").write_text(card, encoding="utf-8")
     return report

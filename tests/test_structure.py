@@ -57,7 +57,11 @@ HEAVY = ("torch", "transformers", "tokenizers", "stable_baselines3", "matplotlib
 #: What ``import specgym``, ``specgym --help`` and ``specgym eval`` on replay never load.
 NEVER_AT_START = ("torch", "transformers", "stable_baselines3", "matplotlib", "ray", "vllm")
 #: Function-level imports of light modules that stay: ``(importer, imported module) -> why``. Aim: none.
-LAZY_ALLOWED: dict[tuple[str, str], str] = {}
+LAZY_ALLOWED: dict[tuple[str, str], str] = {
+    ("specgym.envs.engines.model_cache", "safetensors.numpy"): "safetensors comes with the hf extra, and "
+    "model_cache is imported wherever a model is resolved",
+    ("specgym.training.lm_pair.draft_build", "safetensors.torch"): "imports torch",
+}
 
 
 def _modules() -> dict[str, Path]:

@@ -12,6 +12,8 @@ from specgym.commands.args import float_range, positive_int
 from specgym.deps import require
 from specgym.errors import SpecgymError
 from specgym.io import check_output
+from specgym.training.lm_pair.distill import AnswerPlan
+from specgym.training.lm_pair.draft_build import STAGES, DraftBuild, run
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,9 +40,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from specgym.training.lm_pair.distill import AnswerPlan
-    from specgym.training.lm_pair.draft_build import STAGES, DraftBuild, run
-
     stages = tuple(s.strip() for s in args.stages.split(",") if s.strip())
     bad = [s for s in stages if s not in STAGES]
     if bad or not stages:

@@ -21,6 +21,7 @@ Work folder layout: ``answers/NNNN.npz`` (one batch each), ``draft_init/``, ``dr
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import shutil
@@ -154,8 +155,6 @@ def layer_subset_draft(target: Any, layers: list[int]) -> Any:
 
     The embedding is the target's (the draft borrows it when shipped), and so is the tied output layer.
     """
-    import copy
-
     import torch
     from transformers import AutoModelForCausalLM
 

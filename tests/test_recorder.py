@@ -275,3 +275,37 @@ def test_recording_spec_checks_itself_and_names_lengths_as_the_cli_does():
                           (dict(temperature=float("nan")), "--temperature"), (dict(batch=0), "batch must be >= 1")):
         with pytest.raises(SpecgymError, match=fragment):
             RecordingSpec(**{"max_new_tokens": 8, "temperature": 0.0, "profile": PROFILE, **bad})
+
+
+def test_prompt_splits_are_kept_and_eos_ends_a_completion(pair, tmp_path):
+    """A prompts file that names each prompt's split fixes the recording's splits (seed-independent); with
+    ``stop_at_eos`` a completion ends at the target's EOS token, which the recording keeps as its last token."""
+    splits = ["train", "val", "test", "train", "train"]
+    specs = [PromptSpec(f"q{i}", t, "c", split=s) for i, (t, s) in enumerate(zip(TEXTS, splits))]
+    eos = pair.tokenizer.eos_token_id
+    for seed in (1, 2):
+        wl, _ = record_workload(pair, specs, tmp_path / f"s{seed}.parquet", RecordingSpec(24, 0.0, PROFILE, seed=seed))
+        assert list(wl.split) == splits
+    wl, _ = record_workload(pair, specs, tmp_path / "forced.parquet",
+                            RecordingSpec(24, 0.0, PROFILE, split_fractions=(1.0, 0.0, 0.0)))
+    assert set(wl.split) == {"train"}  # --splits given: honoured over the file's
+    # the toy target's greedy continuation, with its EOS id moved onto a token it emits: the stop is exercised
+    first = record_workload(pair, specs[:1], tmp_path / "plain.parquet", RecordingSpec(24, 0.0, PROFILE))[0]
+    emitted = [int(t) for t in first.token_id[first.span(0)]]
+    stop = emitted[5]
+    pair.tokenizer.eos_token_id = stop
+    try:
+        from specgym.envs.engines.recorder import Recorder
+
+        rec = Recorder(pair, gen_k=3, stop_at_eos=True)
+        out = rec.generate(specs[0], 24, 0.0, 0)["completion"]
+    finally:
+        pair.tokenizer.eos_token_id = eos
+    assert out == emitted[: emitted.index(stop) + 1]
+
+
+def test_a_prompts_file_with_some_splits_is_refused(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt": "a", "split": "train"}\n{"prompt": "b"}\n')
+    with pytest.raises(SpecgymError, match="lacks a 'split' while others name one"):
+        read_prompts(f)

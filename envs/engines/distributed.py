@@ -390,6 +390,7 @@ def record_distributed(
     plan = {"draft": str(load_kwargs.get("draft")), "target": str(load_kwargs.get("target")),
             "temperature": spec.temperature, "max_new_tokens": spec.length_text, "seed": spec.seed,
             "gen_k": spec.gen_k, "batch": spec.batch, "hidden_sketch": spec.hidden_sketch, "format": 2,
+            **({"stop_at_eos": True} if spec.stop_at_eos else {}),
             "prompts": sha256_file(prompts_path)[:16] if prompts_path else len(prompts),
             "shards": [[p.request_id for p in prompts[lo:hi]] for lo, hi in ranges]}
     work = out.with_name(out.name + WORK_SUFFIX)
@@ -472,10 +473,13 @@ def record_distributed(
     requests: list[dict[str, Any]] = []
     completions: list[list[int]] = []
     first: Workload | None = None
+    by_id = {p.request_id: p.split for p in prompts}
     for i in range(len(ranges)):
         wl = load_workload(work / _shard_file(i))
         first = first or wl
         r, c = _requests_of(wl)
+        if all(by_id.values()):  # the prompts file's splits, as the one-process recorder keeps them
+            r = [{**req, "split": by_id[req["request_id"]]} for req in r]
         requests += r
         completions += c
     assert first is not None

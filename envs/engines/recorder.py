@@ -93,6 +93,8 @@ class RecordingSpec:
             val and one test request from 3 requests on).
         batch: Requests per batched teacher-forced forward.
         hidden_sketch: Dimension of the optional ``hidden_sketch`` column (0 = not recorded).
+        stop_at_eos: End a completion at the target's EOS token (a chat model's answer ends there, as served);
+            completions then have their own lengths up to ``max_new_tokens``.
         prompts_path: The prompts file (its checksum identifies the prompts of a resumed recording).
         extra: More metadata for the workload.
     """
@@ -106,6 +108,7 @@ class RecordingSpec:
     split_fractions: tuple[float, float, float] | None = None
     batch: int = 8
     hidden_sketch: int = 0
+    stop_at_eos: bool = False
     prompts_path: str | Path | None = None
     extra: dict[str, Any] | None = None
 
@@ -219,8 +222,9 @@ class Recorder:
     """
 
     def __init__(self, pair: LivePair, gen_k: int = 4, k_max: int = 8, hidden_sketch: int = 0,
-                 sketch_seed: int = 0):
+                 sketch_seed: int = 0, stop_at_eos: bool = False):
         self.pair = pair
+        self.stop_at_eos = stop_at_eos
         self.engine = LiveEngine.from_pair(pair, k_max=max(k_max, gen_k), signals=False)
         self.gen_k = gen_k
         hidden = int(pair.draft.get_output_embeddings().weight.shape[1])
@@ -240,9 +244,11 @@ class Recorder:
         rseed = (seed * 1_000_003 + zlib.crc32(spec.request_id.encode())) & 0x7FFFFFFF
         t0 = time.perf_counter()
         res = self.engine.run_request(prompt_ids, self.gen_k, n, temperature, seed=rseed,
-                                      request_id=spec.request_id, category=spec.category)
+                                      request_id=spec.request_id, category=spec.category,
+                                      stop_at_eos=self.stop_at_eos)
         self.gen_s += time.perf_counter() - t0
         return {"request_id": spec.request_id, "category": spec.category, "temperature": float(temperature),
+                **({"split": spec.split} if spec.split else {}),
                 "prompt_len": len(prompt_ids), "prompt_text": spec.text, "completion": res.tokens,
                 "_prompt_ids": prompt_ids, "_seed": rseed + 1}
 
@@ -390,7 +396,7 @@ def record_workload(pair: LivePair, prompts: Sequence[PromptSpec], out: str | Pa
     out = check_output(out, overwrite, "file", hint="pass --force to overwrite")
     lo, hi = spec.lengths
     seed, gen_k, temperature, prompts_path = spec.seed, spec.gen_k, spec.temperature, spec.prompts_path
-    rec = Recorder(pair, gen_k=gen_k, hidden_sketch=spec.hidden_sketch)
+    rec = Recorder(pair, gen_k=gen_k, hidden_sketch=spec.hidden_sketch, stop_at_eos=spec.stop_at_eos)
     for prompt in prompts:
         n = prompt.max_new_tokens or hi
         plen = len(encode_prompt(pair.tokenizer, prompt.text))
@@ -402,7 +408,7 @@ def record_workload(pair: LivePair, prompts: Sequence[PromptSpec], out: str | Pa
     header = {"draft": pair.draft_name, "target": pair.target_name, "temperature": temperature,
               "max_new_tokens": spec.length_text, "seed": seed, "gen_k": gen_k,
               "prompts": sha256_file(prompts_path)[:16] if prompts_path else len(prompts),
-              "format": 2, "hidden_sketch": spec.hidden_sketch}
+              "format": 2, "hidden_sketch": spec.hidden_sketch, **({"stop_at_eos": True} if spec.stop_at_eos else {})}
     partial = out.with_name(out.name + PARTIAL_SUFFIX)
     if restart and partial.exists():
         partial.unlink()
@@ -462,6 +468,7 @@ def record_workload(pair: LivePair, prompts: Sequence[PromptSpec], out: str | Pa
               "max_new_tokens": spec.length_text, "seed": seed, "generator": f"live engine, fixed K={gen_k}",
               "device": pair.device, "dtype": pair.dtypes,
               "split_fractions": list(spec.split_fractions or DEFAULT_SPLITS),
+              **({"stop_at_eos": True} if spec.stop_at_eos else {}),
               "prompts": portable_name(prompts_path) if prompts_path else None}
     wl, summary = assemble_recording(spec.name or out.stem, source, spec.profile, requests, completions, seed,
                                      spec.split_fractions, spec.extra, rec.signal_meta())
@@ -513,7 +520,8 @@ def assemble_recording(name: str, source: dict[str, Any], profile: CostProfile, 
     workload from the same requests.
 
     Splits: ``split_fractions`` given (``--splits``) are honoured exactly
-    (:func:`~specgym.envs.workloads.trace_format.split_counts`; a fraction of 0 is an empty split); ``None`` is
+    (:func:`~specgym.envs.workloads.trace_format.split_counts`; a fraction of 0 is an empty split); ``None`` keeps
+    the prompts file's splits when every request carries one (``split`` in the prompts file), else is
     :data:`DEFAULT_SPLITS` with at least one val and one test request from 3 requests on."""
     if split_fractions is not None:
         splits = assign_splits(len(requests), seed, split_fractions, exact=True)

@@ -310,7 +310,7 @@ def _record(args: argparse.Namespace) -> int:
     print(f"wrote {out}: {wl.n_requests} requests, {wl.n_positions} positions "
           f"({stats['resumed']} resumed); mean p_accept {stats['mean_p_accept']:.3f}; "
           f"greedy loop share {stats['loop_share']:.2f}")
-    print(split_line(wl, args.splits))
+    print(split_line(wl, args.splits, all(p.split for p in prompts)))
     print(f"trace extraction {stats['trace_positions_per_s']:.0f} positions/s (teacher-forced forwards); "
           f"end to end incl. generation {stats['end_to_end_positions_per_s']:.0f} positions/s")
     return 0
@@ -321,7 +321,7 @@ def _recording_spec(args: argparse.Namespace, out: Path, lengths: tuple[int, int
     """The recording ``specgym record`` was asked for."""
     return RecordingSpec(lengths, args.temperature, profile, name=args.name or out.stem, seed=args.seed,
                          gen_k=args.gen_k, split_fractions=splits, hidden_sketch=args.hidden_sketch,
-                         prompts_path=args.prompts)
+                         stop_at_eos=args.stop_at_eos, prompts_path=args.prompts)
 
 
 def _record_distributed(args: argparse.Namespace, prompts: list, out: Path, lengths: tuple[int, int],
@@ -350,15 +350,17 @@ def _record_distributed(args: argparse.Namespace, prompts: list, out: Path, leng
           f"({stats['shards_resumed']} resumed, {stats['retries']} retried) on {args.workers} workers; "
           f"mean p_accept {stats['mean_p_accept']:.3f}; greedy loop share {stats['loop_share']:.2f}")
     print(f"recording {stats['record_s']:.1f} s after {stats['startup_s']:.1f} s of cluster start and pair loading")
-    print(split_line(wl, args.splits))
+    print(split_line(wl, args.splits, all(p.split for p in prompts)))
     return 0
 
 
-def split_line(wl, splits: str | None) -> str:
-    """What the recording's splits hold, empty ones named (``--splits`` is honoured exactly, never adjusted)."""
+def split_line(wl, splits: str | None, from_prompts: bool = False) -> str:
+    """What the recording's splits hold, empty ones named (``--splits`` is honoured exactly, never adjusted; without
+    it, a prompts file that names every prompt's split decides)."""
     counts = {s: int((wl.split == s).sum()) for s in SPLITS}
     empty = [s for s, n in counts.items() if n == 0]
-    rule = f"--splits {splits}" if splits else "the default 0.8,0.1,0.1, at least one val and one test request"
+    rule = (f"--splits {splits}" if splits else "the prompts file's splits" if from_prompts
+            else "the default 0.8,0.1,0.1, at least one val and one test request")
     return (f"splits: {', '.join(f'{s} {n}' for s, n in counts.items())} ({rule}"
             + (f"; {' and '.join(empty)} empty: commands on {'that split' if len(empty) == 1 else 'those splits'} "
                f"will refuse it" if empty else "") + ")")
@@ -498,7 +500,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _pair_args(p)
     p.add_argument("--prompts", required=True,
                    help="JSON Lines, one object per line: prompt (text, required), id, category, max_new_tokens, "
-                        "temperature (optional); e.g. the shipped data/workloads/midpair-prompts.jsonl")
+                        "temperature, split (optional); a shipped prompts file by name (midpair-prompts, "
+                        "smollm2-prompts) or a path")
     p.add_argument("--max-prompts", type=positive_int, default=None,
                    help="record only the first N prompts of the file (default: all)")
     p.add_argument("--max-new-tokens", default="128",
@@ -518,6 +521,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "fraction of 0 is an empty split); default 0.8,0.1,0.1 with at least one val and one test "
                         "request from 3 requests on")
     p.add_argument("--seed", type=nonneg_int, default=0, help="lengths, sampling and split seed (default %(default)s)")
+    p.add_argument("--stop-at-eos", action="store_true",
+                   help="end each completion at the target's EOS token, as a chat model's answer ends when served "
+                        "(default: exactly the drawn length)")
     p.add_argument("--force", action="store_true", help="overwrite --out")
     p.add_argument("--restart", action="store_true", help="discard an interrupted recording instead of resuming")
     p.add_argument("--hidden-sketch", type=nonneg_int, default=0, metavar="D",

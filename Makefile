@@ -217,14 +217,23 @@ drafter-smollm2: $(STAMP)  # ~25 min target answers, 55 min distillation, ~3 min
 	$(SPECGYM) train-draft --target smollm2 --prompts smollm2-prompts --work-dir $(SMOL_WORK) \
 		--stages export --out data/models/smollm2/draft --force
 
-profile: profile-midpair profile-tinypair
-record: record-midpair record-tinypair
+profile: profile-midpair profile-tinypair profile-smollm2
+record: record-midpair record-tinypair record-smollm2
+
+# the real pair's recordings: its 246 chat prompts (splits from the prompts file), answers ending at EOS (<= 128
+# tokens), greedy and T=0.7; the two may run in parallel (make -j2), ~20 min each
+record-smollm2: record-smollm2-greedy record-smollm2-t07
+
+record-smollm2-%: $(STAMP)
+	$(SPECGYM) record --pair smollm2 --prompts smollm2-prompts --max-new-tokens 128 --stop-at-eos \
+		--temperature $(if $(filter greedy,$*),0,0.$(subst t0,,$*)) --seed 1 --gen-k 3 --hidden-sketch 16 \
+		--name smollm2-$* --profile data/profiles/cpu-smollm2.json --quiet --force \
+		--out data/workloads/smollm2-$*.parquet
 
 profile-%: $(STAMP)  # ~2 min each, on a quiet machine: the pair's measured cost profiles (one sequence; batched)
-	$(SPECGYM) profile --draft data/models/$*/draft --target data/models/$*/target --out data/profiles/cpu-$*.json \
-		--name cpu-$* --force
-	$(SPECGYM) profile --draft data/models/$*/draft --target data/models/$*/target --batch-sizes 1,2,4,8,16,32 \
-		--out data/profiles/batch-cpu-$*.json --name batch-cpu-$* --force
+	$(SPECGYM) profile --pair $* --out data/profiles/cpu-$*.json --name cpu-$* --force
+	$(SPECGYM) profile --pair $* --batch-sizes 1,2,4,8,16,32 --out data/profiles/batch-cpu-$*.json \
+		--name batch-cpu-$* --force
 
 # the recorded workloads: greedy and T=0.8 (seed 1), generated with a fixed K (recording is exact for any K)
 # midpair: 1,200 requests each, 20% test split (240 requests); the two recordings may run in parallel (make -j2)

@@ -29,6 +29,7 @@ SECTIONS: dict[str, str] = {
     "vllm": "specgym.eval.bench.vllm:vllm_section",
     "guard": "specgym.eval.bench.guard:guard_section",
     "families": "specgym.eval.bench.families:families_section",
+    "draft-vocab": "specgym.eval.bench.draft_vocab:draft_vocab_section",
 }
 DEFAULT_SECTIONS = ("load", "env", "vector", "controllers", "eval", "policy", "batch", "predictor", "tree")
 

@@ -109,9 +109,17 @@ _DATA_FLAG = ("--data", "data", dict(type=Path, default=None,
                                      help="your copy of SpecDecode-Bench's published traces (the folder of "
                                           "combined_<dataset>.jsonl files, or one file)"))
 SECTION_FLAGS["specdecode-bench"] = SECTION_FLAGS["specdecode-eval"] = [_DATA_FLAG]
+SECTION_FLAGS["draft-vocab"] = [
+    ("--pair", "vocab_pair", dict(default="smollm2", help="a shipped pair whose draft ships draft-vocab-N.json lists "
+                                                          "(default %(default)s)")),
+    ("--tokens", "vocab_tokens", _count(48, "one-token forwards timed per run")),
+    ("--repeats", "vocab_repeats", _count(5, "runs; the median is reported")),
+]
 SECTION_HELP = {"vllm": "real vLLM on this CPU; run from the vLLM environment (make vllm-env)",
                 "live": "the live engine: measured tok/s of every controller vs replay's prediction",
-                "scale": "the sharded workload at scale and recording on Ray workers"}
+                "scale": "the sharded workload at scale and recording on Ray workers",
+                "draft-vocab": "a draft token's cost with its full and reduced output layers, beside a target token "
+                               "and the held-out acceptance of each (the real pair)"}
 #: the spellings before sub-commands (``--vllm-concurrency``, ``--live-prompts``, ``--eval-requests`` ...) -> the
 #: sub-command and flag that replace them; refused with that pointer.
 OLD_FLAGS: dict[str, tuple[str, str]] = {

@@ -185,6 +185,7 @@ def _specgym(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     (["--stages", "init", "--layers", "0,x"], "--layers '0,x': expected comma-separated layer indices"),
     (["--stages", "init", "--budget-min", "0"], "--budget-min"),
     (["--stages", "init", "--prompts", "no-such-prompts"], "no-such-prompts"),
+    (["--stages", "export", "--out", "d", "--draft-vocab", "5000"], "--draft-vocab 5000: choose one of 4096"),
 ])
 def test_train_draft_refuses_bad_arguments_in_one_line(tmp_path, argv, fragment):
     res = _specgym("train-draft", "--work-dir", str(tmp_path / "w"), *argv, cwd=tmp_path)
@@ -224,7 +225,7 @@ def test_train_draft_stages_end_to_end(tmp_path, tiny_target, cache):
     work = tmp_path / "work"
     build = DraftBuild(target=str(tiny_target), prompts=str(prompts), work=work, layers=[0, 3], budget_s=2.0,
                        plan=AnswerPlan(temperatures=(0.0, 1.0), samples=1, max_new_tokens=6, top_k=8, batch=2),
-                       vocab_sizes=(64,))
+                       vocab_sizes=(64,), draft_vocab=64)
     report = run(build, ("answers", "init", "train"))
     assert report["train_tokens"] > 0 and report["val_tokens"] > 0 and report["train"]["step"] >= 1
     answers = load_answers(work / "answers")
@@ -240,8 +241,9 @@ def test_train_draft_stages_end_to_end(tmp_path, tiny_target, cache):
     assert 0 <= h["full"]["top1"] <= 1 and 0 <= h["vocab64"]["coverage"] <= 1 and h["full"]["positions"] > 0
     assert json.loads((out / model_cache.BORROW_FILE).read_text())["target"] == str(tiny_target)
     assert len(json.loads((out / "draft-vocab-64.json").read_text())) == 64
+    assert json.loads((out / "specgym-draft-vocab.json").read_text()) == {"file": "draft-vocab-64.json"}
     card = (out / "README.md").read_text()
-    assert f"| trained | {h['full']['top1']:.3f} |" in card and "--stages export --out" in card
+    assert f"| trained | {h['full']['top1']:.3f} |" in card and "--stages export --draft-vocab 64 --out" in card
     full = resolve_model_path(str(out), "draft")
     assert Path(full) != out and Path(full).is_relative_to(cache)
     shipped = load_model(str(out), "draft")
@@ -249,6 +251,8 @@ def test_train_draft_stages_end_to_end(tmp_path, tiny_target, cache):
     x = torch.tensor([[1, 5, 9, 2, 7]])
     with torch.inference_mode():
         a, b = shipped(x).logits, ckpt(x).logits
+    vocab = json.loads((out / "draft-vocab-64.json").read_text())
+    a, b = a[..., vocab], b[..., vocab]  # the shipped draft scores its 64 tokens only
     assert torch.equal(a.argmax(-1), b.argmax(-1)) and torch.allclose(a, b, atol=5e-2)
     with pytest.raises(SpecgymError, match="already exists"):
         run(build, ("export",), out)
@@ -275,3 +279,40 @@ def test_the_real_target_converts_once_and_matches_its_card(cache):
     stamp = (folder / model_cache.DONE_FILE).stat().st_mtime_ns
     assert resolve_model_path("smollm2", "target") == str(folder)  # offline afterwards: no second conversion
     assert (folder / model_cache.DONE_FILE).stat().st_mtime_ns == stamp
+
+
+def test_a_reduced_draft_vocabulary_scores_only_its_tokens_and_decodes_exactly(tmp_path, tiny_target):
+    """A draft folder naming a vocabulary list: the output layer scores those tokens only (the others get
+    probability 0), and speculative decoding still returns the target's greedy tokens, as plain decoding does."""
+    import shutil
+
+    import torch
+
+    from specgym.envs.engines.draft_vocab import DRAFT_VOCAB_FILE, OUTSIDE, output_rows
+    from specgym.envs.engines.live_engine import LiveEngine
+    from specgym.envs.engines.model_loading import load_model, load_pair
+
+    draft = tmp_path / "draft"
+    shutil.copytree(tiny_target, draft)
+    ids = list(range(0, 400, 3))
+    (draft / "draft-vocab-134.json").write_text(json.dumps(ids))
+    (draft / DRAFT_VOCAB_FILE).write_text(json.dumps({"file": "draft-vocab-134.json"}))
+    full, reduced = load_model(str(tiny_target), "target"), load_model(str(draft), "draft")
+    assert output_rows(reduced) == output_rows(full) == full.config.vocab_size
+    x = torch.tensor([[5, 9, 33, 2]])
+    with torch.inference_mode():
+        a, b = full(x).logits, reduced(x).logits
+    assert torch.allclose(a[..., ids], b[..., ids], atol=1e-5)
+    outside = torch.ones(a.shape[-1], dtype=torch.bool)
+    outside[ids] = False
+    assert bool((b[..., outside] == OUTSIDE).all()) and float(torch.softmax(b, -1)[..., outside].max()) == 0.0
+    pair = load_pair(str(draft), str(tiny_target))
+    engine = LiveEngine.from_pair(pair, k_max=4)
+    prompt = [1, 5, 9, 33]
+    plain = engine.run_plain(prompt, 20).tokens
+    assert engine.run_request(prompt, 3, 20).tokens == plain
+    sampled = engine.run_request(prompt, 3, 20, temperature=1.0, seed=3)
+    assert len(sampled.tokens) == 20
+    (draft / "draft-vocab-134.json").write_text("[1, -2]")
+    with pytest.raises(SpecgymError, match="must be a non-empty list of token ids"):
+        load_model(str(draft), "draft")

@@ -70,6 +70,7 @@ from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, R
 from specgym.envs.core.signals import TOPK, DraftSignals, SignalColumns
 from specgym.envs.engines.clock import host_generator, host_multinomial, host_uniform, synchronize
 from specgym.envs.engines.draft_stats import draft_stats, top_probs
+from specgym.envs.engines.draft_vocab import output_rows
 from specgym.envs.engines.lean_forward import lean_runner
 from specgym.envs.engines.model_loading import LivePair, context_limit
 from specgym.errors import SpecgymError
@@ -161,7 +162,7 @@ class LiveEngine:
             raise SpecgymError(f"timing='cpu' measures CPU time and is meaningless on a {self.device.type} device; use "
                                f"'wall'")
         self._clock = time.thread_time if timing == "cpu" else time.perf_counter
-        self.vocab = min(draft.get_output_embeddings().weight.shape[0], target.get_output_embeddings().weight.shape[0])
+        self.vocab = min(output_rows(draft), output_rows(target))
         self._torch = torch
         self._lean = {id(m): lean_runner(m) for m in (draft, target)} if lean else {}
         self.signals = bool(signals)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specgym.catalogue import external_target
+from specgym.envs.engines.draft_vocab import restrict_draft_vocab
 from specgym.envs.engines.fast_linear import engine_forward, pack_linears, select_kernels
 from specgym.envs.engines.model_cache import borrowing, gguf_folder, materialized_draft
 from specgym.errors import SpecgymError
@@ -151,6 +152,8 @@ def load_model(name: str, role: str, device: str = "cpu", dtype: str = "float32"
         raise unsupported_family(name, role, family, f"no causal LM: {_first_line(exc)[:120]}") from None
     except Exception as exc:  # noqa: BLE001 - a folder transformers cannot build (mismatched shapes, missing code)
         raise SpecgymError(f"--{role} {name}: cannot load model ({type(exc).__name__}: {_first_line(exc)})") from None
+    if role == "draft":  # a draft whose folder names a reduced vocabulary scores only those tokens
+        restrict_draft_vocab(model, ref)
     try:
         model = model.to(device).eval()  # type: ignore[arg-type]  # transformers stub of .to
         with torch.inference_mode():

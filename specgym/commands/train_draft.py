@@ -13,7 +13,7 @@ from specgym.deps import require
 from specgym.errors import SpecgymError
 from specgym.io import check_output
 from specgym.training.lm_pair.distill import AnswerPlan
-from specgym.training.lm_pair.draft_build import STAGES, DraftBuild, run
+from specgym.training.lm_pair.draft_build import STAGES, VOCAB_SIZES, DraftBuild, run
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--samples", type=positive_int, default=2,
                    help="sampled answers per train prompt at each temperature 0.7 and 1.0 (default %(default)s)")
     p.add_argument("--out", type=Path, default=None, help="stage export: the draft folder to write")
+    p.add_argument("--draft-vocab", type=positive_int, default=None, metavar="N",
+                   help="stage export: restrict the draft's output layer to its N most frequent answer tokens (4096, "
+                        "8192 or 16384; `specgym bench draft-vocab` measures the trade; default: full vocabulary)")
     p.add_argument("--force", action="store_true", help="replace an --out folder specgym wrote")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads (default %(default)s)")
     p.set_defaults(func=_run)
@@ -48,6 +51,9 @@ def _run(args: argparse.Namespace) -> int:
         layers = [int(x) for x in args.layers.split(",")]
     except ValueError:
         raise SpecgymError(f"--layers {args.layers!r}: expected comma-separated layer indices, e.g. 0,1,2,3") from None
+    if args.draft_vocab is not None and args.draft_vocab not in VOCAB_SIZES:
+        raise SpecgymError(f"--draft-vocab {args.draft_vocab}: choose one of "
+                           f"{', '.join(map(str, VOCAB_SIZES))}")
     if "export" in stages:
         if args.out is None:
             raise SpecgymError("--stages includes export: give --out (the draft folder to write)")
@@ -60,7 +66,8 @@ def _run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     transformers.utils.logging.set_verbosity_error()
     build = DraftBuild(target=args.target, prompts=prompts, work=args.work_dir, layers=layers,
-                       budget_s=60.0 * args.budget_min, plan=AnswerPlan(samples=args.samples))
+                       budget_s=60.0 * args.budget_min, plan=AnswerPlan(samples=args.samples),
+                       draft_vocab=args.draft_vocab)
     report = run(build, stages, args.out, args.force)
     print(json.dumps(report, indent=2, default=str))
     return 0

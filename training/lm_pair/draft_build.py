@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from specgym.envs.engines.draft_vocab import DRAFT_VOCAB_FILE
 from specgym.envs.engines.model_cache import BORROW_FILE
 from specgym.envs.engines.model_loading import load_model, load_tokenizer
 from specgym.envs.workloads.prompts import read_prompts
@@ -32,6 +33,8 @@ from specgym.training.lm_pair.distill import (
 from specgym.training.lm_pair.draft_card import draft_card
 
 STAGES = ("answers", "init", "train", "export")
+#: The reduced draft vocabularies an export measures and ships (most frequent answer tokens).
+VOCAB_SIZES = (4096, 8192, 16384)
 #: Tensors a shipped draft borrows from its target (the tied embedding / output layer).
 BORROWED = {"model.embed_tokens.weight": "model.embed_tokens.weight"}
 
@@ -48,6 +51,8 @@ class DraftBuild:
         budget_s: Wall-clock seconds of distillation.
         plan: Which answers the target writes.
         vocab_sizes: Draft vocabularies (most frequent answer tokens) whose coverage and acceptance are reported.
+        draft_vocab: The one of ``vocab_sizes`` the exported draft is restricted to
+            (:mod:`specgym.envs.engines.draft_vocab`), or None for the full vocabulary.
     """
 
     target: str
@@ -56,7 +61,8 @@ class DraftBuild:
     layers: list[int] = field(default_factory=lambda: [0, 1, 2, 3])
     budget_s: float = 3600.0
     plan: AnswerPlan = field(default_factory=AnswerPlan)
-    vocab_sizes: tuple[int, ...] = (4096, 8192, 16384)
+    vocab_sizes: tuple[int, ...] = VOCAB_SIZES
+    draft_vocab: int | None = None
 
 
 def run(build: DraftBuild, stages: tuple[str, ...] = STAGES, out: Path | None = None, force: bool = False) -> dict:
@@ -116,6 +122,8 @@ def export_draft(build: DraftBuild, out: Path, force: bool = False) -> dict[str,
     from transformers import AutoModelForCausalLM
 
     work = build.work
+    if build.draft_vocab is not None and build.draft_vocab not in build.vocab_sizes:
+        raise SpecgymError(f"--draft-vocab {build.draft_vocab}: choose one of {', '.join(map(str, build.vocab_sizes))}")
     draft = AutoModelForCausalLM.from_pretrained(str(work / "draft_ckpt"), dtype=torch.float32)
     val = load_answers(work / "answers_val")
     init = AutoModelForCausalLM.from_pretrained(str(work / "draft_init"), dtype=torch.float32)
@@ -138,13 +146,17 @@ def export_draft(build: DraftBuild, out: Path, force: bool = False) -> dict[str,
         (tmp / BORROW_FILE).write_text(json.dumps({"target": build.target, "tensors": BORROWED}, indent=2) + "\n")
         for size, vocab in vocabs.items():
             (tmp / f"draft-vocab-{size}.json").write_text(json.dumps([int(v) for v in vocab]) + "\n")
+        if build.draft_vocab is not None:
+            (tmp / DRAFT_VOCAB_FILE).write_text(json.dumps({"file": f"draft-vocab-{build.draft_vocab}.json"}) + "\n")
         meta = {"layers_from_target": build.layers, "budget_s": build.budget_s, "plan": asdict(build.plan),
+                "draft_vocab": build.draft_vocab,
                 "training": state, "heldout": report["heldout"], "val_positions": total}
         (tmp / "training_state.json").write_text(json.dumps(meta, indent=2) + "\n")
         prompts = f" --prompts {build.prompts}" if Path(build.prompts).stem != "smollm2-prompts" else ""
         common = f"specgym train-draft --target {build.target}{prompts} --layers {','.join(map(str, build.layers))}"
+        vocab = f" --draft-vocab {build.draft_vocab}" if build.draft_vocab is not None else ""
         commands = [f"{common} --stages answers,init,train --budget-min {build.budget_s / 60:g}",
-                    f"{common} --stages export --out {out}"]
+                    f"{common} --stages export{vocab} --out {out}"]
         card = draft_card(meta, build.target, sum(int(v.numel()) for v in own.values()), commands)
         (tmp / "README.md").write_text(card, encoding="utf-8")
     return report

@@ -316,3 +316,13 @@ def test_a_reduced_draft_vocabulary_scores_only_its_tokens_and_decodes_exactly(t
     (draft / "draft-vocab-134.json").write_text("[1, -2]")
     with pytest.raises(SpecgymError, match="must be a non-empty list of token ids"):
         load_model(str(draft), "draft")
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--pair", "midpair", "--draft", "a", "--target", "b"], "give --pair or --draft/--target, not both"),
+    (["--pair", "no-such-pair"], "no-such-pair"),
+])
+def test_generate_pair_option_errors_are_one_line(tmp_path, argv, fragment):
+    res = _specgym("generate", *argv, "--prompt", "hi", cwd=tmp_path)
+    assert res.returncode == 2 and fragment in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

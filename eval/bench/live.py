@@ -198,8 +198,8 @@ def recorded_pair(wl: Any) -> tuple[str, str] | None:
         shipped = DATA_DIR / name
         if (shipped / "config.json").exists():
             found.append(str(shipped))
-        elif (Path(name) / "config.json").exists():
-            found.append(str(name))
+        elif (Path(name) / "config.json").exists() or catalogue.external_target(name) is not None:
+            found.append(str(name))  # a folder, or a shipped pair's package-provided target (smollm2)
         else:
             raise SpecgymError(f"live bench: workload {wl.name} was recorded from draft {draft} and target {target}; "
                                f"{name} is not here: pass the pair with --draft and --target")

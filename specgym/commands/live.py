@@ -104,7 +104,8 @@ def _pair_paths(args: argparse.Namespace) -> tuple[str, str, str]:
     if args.draft is None:
         name = args.pair or default_pair_name()
         draft, target = catalogue.pair_models(name)
-        return str(draft), str(target), name
+        # a package-provided target goes by the pair's name (what a recording stores; resolved where it is loaded)
+        return str(draft), name if catalogue.external_target(name) else str(target), name
     return args.draft, args.target, Path(args.target).parent.name
 
 

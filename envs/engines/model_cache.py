@@ -27,13 +27,12 @@ import tempfile
 from pathlib import Path
 
 from specgym.errors import SpecgymError
+from specgym.io import TMP_PREFIX
 
 #: The file that marks a draft folder whose missing tensors come from its target.
 BORROW_FILE = "specgym-borrow.json"
 #: What marks a finished cache entry (written last).
 DONE_FILE = ".specgym-complete"
-#: Temporary folders of this module start with this prefix; a later run removes its stale ones.
-TMP_PREFIX = ".specgym-tmp-"
 
 
 def cache_root() -> Path:

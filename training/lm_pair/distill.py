@@ -35,6 +35,7 @@ import numpy as np
 from specgym.console import make_progress
 from specgym.envs.engines.model_loading import encode_prompt
 from specgym.envs.workloads.prompts import PromptSpec
+from specgym.io import TMP_PREFIX
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ def sample_answers(target: Any, tokenizer: Any, prompts: list[PromptSpec], out: 
                 arrays[f"topi_{key}"] = top.indices.numpy().astype(np.int32)
                 arrays[f"topv_{key}"] = top.values.numpy().astype(np.float16)
                 arrays[f"lse_{key}"] = torch.logsumexp(lg, dim=-1).numpy().astype(np.float32)
-            tmp = path.with_name(f".specgym-tmp-{path.name}")
+            tmp = path.with_name(f"{TMP_PREFIX}{path.name}")
             with open(tmp, "wb") as f:
                 np.savez(f, **arrays)  # type: ignore[arg-type]
             tmp.rename(path)
@@ -263,13 +264,13 @@ def _save(model: Any, opt: Any, state: dict, path: Path) -> None:
     """Checkpoint atomically (a temporary folder renamed over the old one)."""
     import torch
 
-    tmp = path.with_name(f".specgym-tmp-{path.name}")
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}")
     if tmp.exists():
         shutil.rmtree(tmp)
     model.save_pretrained(str(tmp))
     torch.save(opt.state_dict(), tmp / "optim.pt")
     (tmp / "state.json").write_text(json.dumps(state, indent=2))
-    old = path.with_name(f".specgym-tmp-{path.name}.old")
+    old = path.with_name(f"{TMP_PREFIX}{path.name}.old")
     if path.exists():
         path.rename(old)
     tmp.rename(path)

@@ -326,3 +326,36 @@ def test_generate_pair_option_errors_are_one_line(tmp_path, argv, fragment):
     res = _specgym("generate", *argv, "--prompt", "hi", cwd=tmp_path)
     assert res.returncode == 2 and fragment in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def _shipped_real_pair() -> None:
+    if "smollm2" not in catalogue.names("pair"):
+        pytest.skip("the smollm2 draft is not shipped in this checkout")
+    try:
+        catalogue.external_target("smollm2")
+    except SpecgymError as exc:
+        pytest.skip(str(exc))
+    pytest.importorskip("gguf")
+
+
+@pytest.mark.slow
+def test_the_real_pair_decodes_a_chat_prompt_live_and_exactly(tmp_path):
+    """``generate --pair smollm2``: the chat template applied, the answer ends at EOS, and speculative decoding's
+    greedy output equals plain decoding's (about a minute, the first run converting the GGUF)."""
+    _shipped_real_pair()
+    res = _specgym("generate", "--pair", "smollm2", "--prompt", "Name three primary colours.", "--k", "3",
+                   "--max-new-tokens", "40", "--stop-at-eos", "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["greedy_identical"] is True and 0 < out["tokens"] <= 40, out
+
+
+@pytest.mark.slow
+def test_the_draft_vocabulary_bench_prints_its_ratios(tmp_path):
+    _shipped_real_pair()
+    res = _specgym("bench", "draft-vocab", "--tokens", "4", "--repeats", "1", "--json", str(tmp_path / "b.json"),
+                   cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "x a target token" in res.stdout and "x the full draft" in res.stdout
+    figures = json.loads((tmp_path / "b.json").read_text())["draft_vocab"]
+    assert figures["target_token_ms"] > 0 and set(figures["draft_token_ms"]) == {"full", "4096", "8192", "16384"}

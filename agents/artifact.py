@@ -30,7 +30,7 @@ from specgym.agents.modes import MODES, PolicyMode, get_mode
 from specgym.agents.policy_controller import GUARD_MARGIN, TEACHERS
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor
 from specgym.envs.core.features import FEATURE_VERSION
-from specgym.envs.core.kinds import ModeName
+from specgym.envs.core.kinds import ModeName, runs_in
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.errors import SpecgymError
 from specgym.io import atomic_dir, atomic_write_bytes, atomic_write_text, sha256_file
@@ -101,7 +101,7 @@ class PolicyArtifact:
         if self.mode not in modes:
             raise SpecgymError(f"a {self.mode}-mode policy is a {row.kind} controller and {who} runs "
                                f"{'/'.join(modes)}-mode policies: name it {row.spec_prefix}:PATH"
-                               + (" in specgym tune compare" if row.kind == "batch" else ""))
+                               + runs_in(row.kind))
         return row
 
     @property

@@ -30,7 +30,7 @@ from specgym.envs.core.batch import BATCH_FEATURE_NAMES
 from specgym.envs.core.drafter_features import DRAFTER_FEATURE_NAMES, DRAFTER_FEATURE_VERSION
 from specgym.envs.core.drafter_features import n_actions as drafter_actions
 from specgym.envs.core.features import FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS, feature_names
-from specgym.envs.core.kinds import KindName, ModeName
+from specgym.envs.core.kinds import TOKEN_LEVEL_MODES, KindName, ModeName
 from specgym.errors import SpecgymError
 
 #: Feature version of batch-mode policies (their features are :data:`BATCH_FEATURE_NAMES`).
@@ -60,6 +60,8 @@ class PolicyMode:
         predictor: It may be trained with an acceptance predictor (``--hyperparams predictor=NAME``).
         guarded: Its export records the observation range seen in training, and a guard hands decisions outside
             it to a teacher rule (``specgym policy-guard``).
+        env_demonstrations: Behaviour cloning records its teacher in its own training env (the budget rule the
+            alloc policy calibrates) instead of replaying the teacher controller over the workload.
         k_actions: Its action index is a draft cap ``k_min + a`` (SB3 needs ``SB3ActionWrapper``'s ``start=0``).
         compared: The baselines training validation compares it with.
         best_key: The validation figure its best model is kept by.
@@ -77,8 +79,8 @@ class PolicyMode:
     controller: Callable[[Any, str, int], Any]
     env_id: str
     config: str
-    token_level: bool = False
     k_actions: bool = False
+    env_demonstrations: bool = False
     draft_view: bool = False
     predictor: bool = False
     guarded: bool = False
@@ -86,6 +88,11 @@ class PolicyMode:
     best_key: str = "speedup_vs_best_fixed"
     reference: str = "the best fixed K"
     decides: str = ""
+
+    @property
+    def token_level(self) -> bool:
+        """Its decisions are per draft token (:data:`~specgym.envs.core.kinds.TOKEN_LEVEL_MODES`)."""
+        return self.name in TOKEN_LEVEL_MODES
 
     def n_actions(self, k_min: int, k_max: int, shapes: list[list[int]] | None = None) -> int:
         """Size of the action layer of a policy of this mode."""
@@ -129,7 +136,7 @@ MODES: dict[str, PolicyMode] = {m.name: m for m in (
                _chain, "specgym/SpecDecode-v1", "k.yaml", k_actions=True, guarded=True, compared=("speclane",),
                decides="it chooses the draft cap K of each round."),
     PolicyMode("token", "chain", "ppo", _chain_features("token"), FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS,
-               "stop_or_continue", _chain, "specgym/SpecDecodeToken-v1", "token.yaml", token_level=True,
+               "stop_or_continue", _chain, "specgym/SpecDecodeToken-v1", "token.yaml",
                predictor=True, guarded=True, compared=("speclane", "confidence:0.4"),
                decides="it decides after each draft token whether to keep drafting (and at the start of a round "
                        "whether to draft at all)."),
@@ -149,12 +156,16 @@ MODES: dict[str, PolicyMode] = {m.name: m for m in (
                        "round."),
     PolicyMode("alloc", "batch", "alloc-ppo", lambda version: list(ALLOC_FEATURE_NAMES), ALLOC_FEATURE_VERSION,
                (ALLOC_FEATURE_VERSION,), "budget_gamma", lambda art, name, k_max: AllocPolicyController(art, name),
-               "specgym/SpecDecodeAlloc-v0", "alloc.yaml", draft_view=True, predictor=True,
+               "specgym/SpecDecodeAlloc-v0", "alloc.yaml", draft_view=True, predictor=True, env_demonstrations=True,
                compared=("budget:logistic",),
                best_key="speedup_vs_budget", reference="the best static K",
                decides="it sets each serving step's verification budget (the calibration of the budget rule's "
                        "survivals); the budget rule splits it across requests and cuts their drafts."),
 )}
+
+#: The modes a :class:`~specgym.agents.policy_controller.PolicyController` runs (a draft cap per round, or a stop per
+#: draft token).
+ROUND_POLICY_MODES: tuple[str, ...] = tuple(name for name, m in MODES.items() if m.controller is _chain)
 
 
 def get_mode(name: str) -> PolicyMode:

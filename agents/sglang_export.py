@@ -29,6 +29,7 @@ from specgym.agents.sglang_policy import SGLangPolicyBase
 from specgym.envs.core import batch as batch_mod
 from specgym.envs.core.batch import BatchFeatureTracker, BatchState, BatchStep
 from specgym.envs.core.batch_cost import BatchCostProfile
+from specgym.envs.core.kinds import kind_row
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text
 from specgym.version import __version__
@@ -121,7 +122,7 @@ def module_source(art: PolicyArtifact, profile: BatchCostProfile, name: str,
                   candidate_steps: Sequence[int] | None = None, max_batch: int = MAX_BATCH) -> str:
     """The module's text (see the module docstring)."""
     art.validate()
-    if art.row.kind != "batch":
+    if not kind_row(art.row.kind).serving_step:
         raise SpecgymError(f"policy mode is {art.mode!r}: SGLang chooses steps per batch, export a batch-mode policy")
     if max_batch < 1:
         raise SpecgymError(f"--max-batch must be >= 1, got {max_batch}")

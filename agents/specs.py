@@ -65,7 +65,17 @@ from specgym.envs.core.batch import BatchController
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import TREE_NODE_LIMIT
 from specgym.envs.core.drafter_choice import DrafterController, parse_drafter_k
-from specgym.envs.core.kinds import EVAL_KINDS, FAMILIES, KINDS, FamilyName, KindName, LevelName
+from specgym.envs.core.kinds import (
+    DRAFTER_KIND,
+    EVAL_KINDS,
+    FAMILIES,
+    KINDS,
+    FamilyName,
+    KindName,
+    LevelName,
+    kind_row,
+    runs_in,
+)
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.run_predictor import load_run_predictor
 from specgym.envs.core.tree import TreeController, TreeShape
@@ -222,9 +232,9 @@ def lookup(spec: str, kinds: Sequence[str] = EVAL_KINDS, k_max: int = DEFAULT_K_
     if len(parse(spec)) > 1:
         raise SpecgymError(f"controller spec {spec!r}: one spec expected, got a comma-separated list")
     prefix, arg = split_spec(spec)
-    if arg is not None and "@" in arg and ("drafter", prefix) in TABLE:
-        if "drafter" in kinds:
-            return spec, arg, TABLE[("drafter", prefix)]
+    if arg is not None and "@" in arg and (DRAFTER_KIND, prefix) in TABLE:
+        if DRAFTER_KIND in kinds:
+            return spec, arg, TABLE[(DRAFTER_KIND, prefix)]
         raise _bad(spec, "'@DRAFTER' picks a drafter, which only specgym eval does, on a workload with several "
                          "drafters", kinds, k_max)
     for kind in kinds:
@@ -271,7 +281,7 @@ def _mode_entry(ctrl: Any, entry: Entry) -> Entry:
     """A learned row's level follows the policy it loaded (K or token mode; a drafter-mode policy is a drafter row)."""
     if entry.family == "learned" and isinstance(ctrl, DrafterController):
         return Entry(**{**entry.__dict__, "kind": "drafter", "level": "drafter"})
-    if entry.family == "learned" and entry.kind == "chain":
+    if entry.family == "learned" and kind_row(entry.kind).per_token:
         level = "token" if getattr(ctrl, "token_level", False) else "k"
         if level != entry.level:
             return Entry(**{**entry.__dict__, "level": level})
@@ -362,7 +372,7 @@ def entry_of(ctrl: Any, label: str | None = None) -> Entry:
     own = getattr(ctrl, "family", None)
     family: FamilyName = own if own in FAMILIES else ("fixed" if type(ctrl) is FixedK else
                                                       "learned" if hasattr(ctrl, "artifact") else "rule")
-    level: LevelName = "token" if getattr(ctrl, "token_level", False) else "k" if kind == "chain" else kind
+    level: LevelName = "token" if getattr(ctrl, "token_level", False) else kind_row(kind).level
     return Entry(getattr(ctrl, "name", "controller"), kind, family, None, "", level=level, builtin=False)
 
 
@@ -464,7 +474,7 @@ def _policy(prefix: str) -> Factory:
         mode = MODES[artifact.mode]
         if mode.spec_prefix != prefix:
             raise SpecgymError(f"{arg} is a {artifact.mode}-mode policy: name it {mode.spec_prefix}:{arg}"
-                               + (" in specgym tune compare" if mode.kind == "batch" else ""))
+                               + runs_in(mode.kind))
         return mode.controller(artifact, f"{prefix}:{arg}", k_max)
 
     return factory

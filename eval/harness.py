@@ -22,7 +22,7 @@ import specgym.catalogue as catalogue
 from specgym.agents.specs import EVAL_KINDS, Resolution, Resolved, resolve
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile
-from specgym.envs.core.kinds import KindName
+from specgym.envs.core.kinds import KindName, kind_row
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.tree import TreeController
 from specgym.envs.engines.trace_engine import TraceEngine
@@ -234,7 +234,7 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
 
 def _best_static_tree(named: Resolution, results: list[RunResult]) -> RunResult | None:
     """The fastest exact static tree of the evaluation (Sequoia's included), if any ran."""
-    static = [r for r, row in zip(results, named) if row.kind == "tree" and row.controller is not None
+    static = [r for r, row in zip(results, named) if kind_row(row.kind).drafts_trees and row.controller is not None
               and row.controller.static_shape() is not None]
     return min(static, key=lambda r: float(r.time_ms.sum())) if static else None
 
@@ -242,8 +242,8 @@ def _best_static_tree(named: Resolution, results: list[RunResult]) -> RunResult 
 def _best_single_drafter(named: Resolution, results: list[RunResult], refs: References) -> RunResult | None:
     """The fastest single drafter at a fixed K (the default drafter's fixed K references and every
     ``fixed:K@DRAFTER`` row), when some drafter-choice row ran; else None."""
-    fixed = [r for r, row in zip(results, named) if row.kind == "drafter" and row.family == "fixed"]
-    if not any(row.kind == "drafter" for row in named):
+    fixed = [r for r, row in zip(results, named) if kind_row(row.kind).chooses_drafter and row.family == "fixed"]
+    if not any(kind_row(row.kind).chooses_drafter for row in named):
         return None
     candidates = fixed + [refs.fixed[k] for k in refs.fixed if k > 0]
     return min(candidates, key=lambda r: float(r.time_ms.sum()))
@@ -280,7 +280,7 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results:
         guard = getattr(resolved.controller, "guard_stats", None)
         if callable(guard) and (stats := guard()) is not None:
             row["guard"] = stats  # a learned policy's decisions handed to its teacher outside its training range
-        if resolved.kind == "tree":
+        if kind_row(resolved.kind).drafts_trees:
             row["tree"] = True
             row["approximate"] = bool(getattr(resolved.controller, "approximate", False))
         row["categories"] = category_metrics(r, categories)

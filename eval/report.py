@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from specgym.envs.core.cost import CostProfile
+from specgym.envs.core.kinds import KIND_ROWS, kind_row
 from specgym.io import atomic_dir
 
 COLUMNS = (
@@ -113,11 +114,17 @@ def tree_section(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _chooses_drafter(row: dict[str, Any]) -> bool:
+    """A report row of a kind that names the drafter of each round (rows without a kind: no)."""
+    kind = row.get("kind")
+    return kind in KIND_ROWS and kind_row(kind).chooses_drafter
+
+
 def drafter_section(report: dict[str, Any]) -> str:
     """Every drafter-choice row against the best single drafter at its best fixed K and the lookup rule (paired 95%
     intervals), and the share of the clairvoyant drafter choice's headroom over that single drafter it closes."""
     best = report["best_single_drafter"]
-    rows = [r for r in report["rows"] if r.get("kind") == "drafter" and r.get("family") != "fixed"]
+    rows = [r for r in report["rows"] if _chooses_drafter(r) and r.get("family") != "fixed"]
     base = next((r for r in report["rows"] if r["spec"] == best), None)
     base_tok = None if base is None else float(base["throughput_tok_s"])
     oracles = [r for r in rows if r.get("family") == "oracle"]  # the planning one first, then the per-round one

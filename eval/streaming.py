@@ -20,6 +20,7 @@ import numpy as np
 
 from specgym.agents.specs import EVAL_KINDS, Resolution, lookup, parse, resolve
 from specgym.envs.core.cost import CostProfile
+from specgym.envs.core.kinds import kind_row
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.profiles import load_profile
@@ -54,9 +55,9 @@ def evaluate_streaming(workload: str | Path, controllers: str = "all", split: st
     if split not in (*SPLITS, "all"):
         raise SpecgymError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)} or all")
     kinds = {s: lookup(s, EVAL_KINDS, k_max)[2].kind for s in parse(controllers) if s.lower() != "all"}
-    others = [s for s, k in kinds.items() if k != "chain"]
+    others = [s for s, k in kinds.items() if not kind_row(k).streams]
     if others:
-        what = " and ".join(sorted({"drafter-choice" if kinds[s] == "drafter" else kinds[s] for s in others}))
+        what = " and ".join(sorted({kind_row(kinds[s]).label for s in others}))
         raise SpecgymError(f"--stream: {what} controllers ({', '.join(others)}) need the whole workload; evaluate "
                            f"them without --stream")
     shard_iter = iter_workload_shards(workload)

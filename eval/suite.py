@@ -64,7 +64,7 @@ def run_suite(policies: Sequence[str], cells: Sequence[Cell] | None = None, k_ma
         times = {row.spec: run.time_ms for row, run in zip(named, runs)}
         total = {spec: float(t.sum()) for spec, t in times.items()}
         best = min(baselines, key=lambda s: total[s])
-        k_level = {row.spec for row in named if row.entry.level == "k" and row.family in ("fixed", "rule")}
+        k_level = {row.spec for row in named if not row.token_level and row.family in ("fixed", "rule")}
         best_k_level = min([s for s in baselines if s in k_level], key=lambda s: total[s])
         boot = PairedBootstrap(len(replay.requests), bootstrap, seed=0)
         tok_s = {name: refs.tokens / t * 1000.0 for name, t in (("best", total[best]), ("marginal",

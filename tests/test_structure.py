@@ -464,3 +464,77 @@ def test_argparse_only_in_the_cli():
     bad = [mod for mod, path in _modules().items()
            if not (mod.startswith("specgym.commands") or mod == "specgym.cli") and "argparse" in imported(path)]
     assert not bad, bad
+
+
+#: The names of "what is decided" (decision kinds, policy modes, decision levels: envs/core/kinds.py).
+DECISION_NAMES = frozenset({"chain", "tree", "batch", "drafter", "token", "alloc", "k"})
+#: At most this many library lines may compare a value with one of :data:`DECISION_NAMES` outside the kind table
+#: (issue 42's target). The lines it counts today are not branches on the kind, and stay counted so that the figure is
+#: the plain pattern's: ``agents/traits.py`` (``m == "tree"``: a missing *signal*, the ranks a tree needs) and
+#: ``training/callbacks.py`` (``"batch" in info and "k" in info``: the keys of a step's info dict).
+KIND_BRANCH_LIMIT = 3
+
+
+def _names_a_decision(node: ast.expr) -> bool:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value in DECISION_NAMES
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_a_decision(e) for e in node.elts)
+    return False
+
+
+def _kind_branches(files: dict[str, Path]) -> list[str]:
+    """``module:line`` of every line outside ``envs/core/kinds.py`` that compares a value with a decision name: a
+    comparison (``==``, ``!=``, ``in``, ``not in``) with a string literal of :data:`DECISION_NAMES` (or a tuple, list
+    or set holding one) on either side, or a ``case "tree":`` of a match statement. Iterating over names
+    (``for mode in ...``) and looking a name up (``KIND_ROWS[kind]``) are not branches."""
+    hits = set()
+    for mod, path in files.items():
+        if mod == "specgym.envs.core.kinds":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Compare)
+                    and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops)
+                    and any(_names_a_decision(x) for x in (node.left, *node.comparators))):
+                hits.add(f"{mod}:{node.lineno}")
+            elif (isinstance(node, ast.match_case) and isinstance(node.pattern, ast.MatchValue)
+                  and _names_a_decision(node.pattern.value)):
+                hits.add(f"{mod}:{node.pattern.lineno}")
+    return sorted(hits)
+
+
+def test_code_asks_the_kind_table_not_the_kind_name():
+    """Branches on the decision kind live in its row (``KIND_ROWS``, ``MODES``): at most :data:`KIND_BRANCH_LIMIT`
+    library lines compare a kind, mode or level with its name (23 on main before the kind rows; 0 of those are left)."""
+    hits = _kind_branches(_modules())
+    assert len(hits) <= KIND_BRANCH_LIMIT, f"{len(hits)} lines branch on a decision name (ask kind_row(...)): {hits}"
+
+
+def test_the_kind_branch_count_catches_a_branch(tmp_path):
+    """The count sees the forms a kind branch takes."""
+    src = tmp_path / "m.py"
+    src.write_text('def f(row, mode, kind):\n    if row.kind == "tree":\n        pass\n'
+                   '    x = 1 if mode in ("k", "token") else 2\n'
+                   '    match kind:\n        case "drafter":\n            pass\n'
+                   '    for m in ("k", "token"):\n        pass\n    return {"batch": 1}[kind]\n')
+    assert _kind_branches({"m": src}) == ["m:2", "m:4", "m:6"]
+
+
+def test_no_spec_prefix_read_as_its_type():
+    """Code asks a resolved spec's row, never its prefix: no ``spec.startswith("fixed:")`` on a controller-spec
+    prefix outside the kind table (the vLLM bench's policy labels are not specs: ``policy_family``)."""
+    from specgym.agents.specs import TABLE
+
+    prefixes = {prefix for _, prefix in TABLE}
+    assert {"fixed", "ppo", "tree-ppo", "predicted"} <= prefixes
+    hits = []
+    for mod, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "startswith" and node.args):
+                arg = node.args[0]
+                values = arg.elts if isinstance(arg, ast.Tuple) else [arg]
+                if any(isinstance(v, ast.Constant) and isinstance(v.value, str) and v.value.rstrip(":-@") in prefixes
+                       for v in values):
+                    hits.append(f"{mod}:{node.lineno}")
+    assert not hits, f"a spec's prefix read as its type (ask row_of(spec)): {hits}"

@@ -39,6 +39,7 @@ from specgym.envs.core.controller import Controller
 from specgym.envs.core.drafter_choice import DrafterController, DrafterDecision, drive_drafters
 from specgym.envs.core.drafter_features import DrafterFeatureTracker, action_of
 from specgym.envs.core.features import FeatureTracker
+from specgym.envs.core.kinds import kind_row
 from specgym.envs.core.request import drive
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome, RoundStart
 from specgym.envs.core.token_protocol import TokenProtocol
@@ -154,7 +155,7 @@ def demonstrations(spec: str, workload: Any, mode: str, k_min: int, k_max: int, 
     domain_episodes`` episodes are drawn from it as the training env draws them (a workload, a profile, a request
     of its ``split``), so the clone sees the same mix of domains PPO will.
     """
-    if get_mode(mode).kind == "drafter":
+    if kind_row(get_mode(mode).kind).chooses_drafter:
         return drafter_demonstrations(spec, workload, k_max, split)
     inner = make_controller(spec, k_max)
     if get_mode(mode).token_level and not inner.token_level:

@@ -9,6 +9,7 @@ from typing import Any
 import gymnasium as gym
 
 from specgym.agents.modes import get_mode
+from specgym.envs.core.kinds import kind_row
 from specgym.envs.gym.wrappers import SB3ActionWrapper
 from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.domains import DomainDistribution, ProfileJitter
@@ -52,7 +53,7 @@ def make_env_fn(run: TrainingRun, split: str = "train") -> Callable[[], gym.Env]
     batch env is rewarded in tokens per step time by itself (no reward wrapper)."""
     rc, ppo, workload = run.config, run.config.ppo, run.workload
     row = get_mode(rc.mode)
-    if row.kind == "batch":
+    if kind_row(row.kind).serving_step:
         bcfg = {"workload": workload, "batch_profile": ppo.batch_profile, "split": split,
                 "requests": ppo.batch_requests, "max_batch": ppo.max_batch, "k_max": ppo.k_max}
         if row.draft_view:

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from specgym.agents.modes import get_mode
+from specgym.envs.core.kinds import kind_row
 from specgym.envs.workloads.domains import generalist_domains
 from specgym.errors import SpecgymError
 from specgym.io import atomic_dir, atomic_write_text, check_output
@@ -79,7 +80,7 @@ def card_markdown(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], s
     cfg = tr.get("config", {})
     mode = meta.get("mode") or runs[0]["config"].get("mode")
     row = get_mode(mode)
-    if row.kind == "tree":
+    if kind_row(row.kind).drafts_trees:
         return _tree_card(name, meta, runs, shipped, reproduce)
     L = [f"# specgym policy `{name}`", "",
          f"A PPO policy (stable-baselines3, exported to numpy: `policy.npz` + `policy.json`, no pickle) in **{mode} "

@@ -39,6 +39,7 @@ import specgym.catalogue as catalogue
 from specgym.agents.modes import MODES, get_mode
 from specgym.console import make_console
 from specgym.envs.core.acceptance_predictor import SignalSource
+from specgym.envs.core.kinds import kind_row
 from specgym.envs.workloads.domains import TRAIN_RECORDED, generalist_domains
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
@@ -135,7 +136,8 @@ def _new_run(req: TrainRequest, run: RunFiles) -> TrainingRun:
     else:
         wl, ident = workload_identity(req.workload)
         drafters = tuple(getattr(wl, "drafter_names", ()))
-        if req.mode == "drafter" and len(drafters) < 2:  # before any cost check that would blame the profile
+        # before any cost check that would blame the profile
+        if kind_row(get_mode(req.mode).kind).chooses_drafter and len(drafters) < 2:
             one = drafters[0] if drafters else "draft"
             raise SpecgymError(f"--mode drafter: workload {wl.name!r} holds one drafter ({one}); drafter choice "
                                f"needs two (e.g. an imported SpecDecode-Bench file)")
@@ -321,7 +323,7 @@ def _train(req: TrainRequest, training: TrainingRun, console: Any) -> dict[str, 
         model = build_model(ppo, venv, seed, run.tb)
         if ppo.bc_init:
             t_bc = time.perf_counter()
-            if cfg.mode == "alloc":  # the teacher is the budget rule the policy calibrates
+            if MODES[cfg.mode].env_demonstrations:  # the teacher is the budget rule the policy calibrates
                 obs, labels = alloc_demonstrations(ppo.bc_init, make_env_fn(training), ppo.bc_passes, seed)
             else:
                 obs, labels = demonstrations(ppo.bc_init, training_distribution(cfg, wl), cfg.mode, ppo.k_min,

@@ -20,6 +20,7 @@ from specgym.agents.modes import get_mode
 from specgym.baselines.marginal import MarginalStop
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile
+from specgym.envs.core.kinds import kind_row
 from specgym.envs.core.tree import TreeController
 from specgym.envs.profiles import load_batch_profile
 from specgym.envs.workloads.domains import TRAIN_RECORDED, ProfileRanges, synthetic_pool
@@ -208,7 +209,7 @@ def make_validator(cfg: Any, workload: Any) -> tuple[Validator, str]:
     profile (batch mode: mixed-concurrency replications), or the validation cells of a domain-randomised run;
     ``key`` is the figure the best model is kept by (the mode's, or ``speedup_vs_marginal`` over cells)."""
     row = get_mode(cfg.mode)
-    if row.kind == "batch":
+    if kind_row(row.kind).serving_step:
         return (lambda art, max_requests=None: validate_batch(art, workload, cfg.ppo.batch_profile,
                                                               cfg.ppo.max_batch, requests=min(96, max_requests or 96))
                 ), row.best_key

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specgym.envs.core.economics import Calibration, RoundCosts
+from specgym.envs.core.kinds import TOKEN_LEVEL_MODES
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
 from specgym.errors import SpecgymError
 
@@ -131,7 +132,7 @@ def check_feature_version(version: int) -> int:
 
 
 def _features(mode: str, version: int = FEATURE_VERSION) -> tuple[Feature, ...]:
-    if mode != "token":
+    if mode not in TOKEN_LEVEL_MODES:
         return ROUND_FEATURES
     return ROUND_FEATURES + TOKEN_FEATURES + (PREDICTOR_FEATURES if check_feature_version(version) >= 4 else ())
 

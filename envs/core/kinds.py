@@ -12,12 +12,14 @@ types. The rows that give each name its behaviour live where the layering allows
   :data:`specgym.agents.modes.MODES`: what ``specgym train --mode`` trains and an exported ``policy.json`` names,
   with its kind, env id, features, controller and compared baselines.
 
-Code asks a resolved spec's row (``row.kind``, ``row.family``), never its prefix (``spec.startswith("fixed:")``).
-``docs/guides/adding-a-decision-kind.md`` lists the files a new kind touches.
+Code asks a resolved spec's row (``row.kind``, ``row.family``), never its prefix (``spec.startswith("fixed:")``),
+and asks a kind's :class:`DecisionKind` row (:data:`KIND_ROWS`) what the kind does, never its name
+(``row.kind == "tree"``). ``docs/guides/adding-a-decision-kind.md`` lists the files a new kind touches.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal, get_args
 
 KindName = Literal["chain", "tree", "batch", "drafter"]
@@ -38,3 +40,66 @@ FAMILY_STYLE: dict[FamilyName, tuple[str, str]] = {
     "fixed": ("tab:gray", "fixed K or tree shape"), "rule": ("tab:blue", "adaptive rule"),
     "predictor": ("tab:purple", "rule on a learned acceptance predictor"), "learned": ("tab:red", "learned policy"),
     "oracle": ("black", "clairvoyant plan")}
+#: Policy modes whose decisions are per draft token (the policy stops drafting; token features and shaping apply).
+TOKEN_LEVEL_MODES: frozenset[ModeName] = frozenset({"token"})
+
+
+@dataclass(frozen=True)
+class DecisionKind:
+    """One decision kind: what code outside this table asks of a kind instead of comparing its name.
+
+    The runners, environments and controllers of a kind live in their layers (``REPLAY_RUNNERS`` in
+    ``eval/harness.py``, the spec rows of ``agents/specs.py``, the policy modes of ``agents/modes.py``); this row
+    holds what every layer may read.
+
+    Attributes:
+        name: The kind.
+        level: The decision level of its spec rows (a chain row may also decide per draft token, ``per_token``).
+        label: How messages name its controllers (``drafter-choice controllers``).
+        per_token: Its rows may decide per draft token (a learned row's level follows the policy it loads).
+        streams: ``specgym eval --stream`` runs it shard by shard (it needs no whole-workload preparation).
+        drafts_trees: Its draft is a tree: replay and live runs verify trees, reports mark its rows ``tree``, the
+            fastest static shape is a reference, ``specgym generate`` runs the live tree engine.
+        chooses_drafter: It names the drafter of each round: its workloads need two drafters, its reference is the
+            best single drafter, its demonstrations are the drafter replay's, the live bench adds the n-gram runs.
+        fitted: Its controllers are prepared on the workload's train split under the profile before a live run
+            (instead of being bound to the live engine's signals).
+        serving_step: It decides once per serving step of a batch (what SGLang's and vLLM's step hooks run).
+        runs_in: Where its policies run when ``specgym eval`` does not (appended to the wrong-mode message).
+    """
+
+    name: KindName
+    level: LevelName
+    label: str
+    per_token: bool = False
+    streams: bool = False
+    drafts_trees: bool = False
+    chooses_drafter: bool = False
+    fitted: bool = False
+    serving_step: bool = False
+    runs_in: str = ""
+
+
+#: One row per decision kind, in :data:`KINDS` order.
+KIND_ROWS: dict[KindName, DecisionKind] = {row.name: row for row in (
+    DecisionKind("chain", "k", "chain", per_token=True, streams=True),
+    DecisionKind("tree", "tree", "tree", drafts_trees=True, fitted=True),
+    DecisionKind("batch", "batch", "batch", serving_step=True, runs_in="specgym tune compare"),
+    DecisionKind("drafter", "drafter", "drafter-choice", chooses_drafter=True, fitted=True),
+)}
+assert tuple(KIND_ROWS) == KINDS, "one row per kind, in KindName order"
+
+#: The kind whose specs name a drafter (``SPEC@DRAFTER``): the one that chooses the drafter of each round.
+DRAFTER_KIND: KindName = next(row.name for row in KIND_ROWS.values() if row.chooses_drafter)
+
+
+def kind_row(name: str) -> DecisionKind:
+    """The row of decision kind ``name`` (a resolved spec's or policy mode's ``kind``)."""
+    return KIND_ROWS[name]  # type: ignore[index]
+
+
+def runs_in(name: str) -> str:
+    """`` in WHERE`` for a kind whose policies run outside ``specgym eval`` (:attr:`DecisionKind.runs_in`), else ``""``
+    (the tail of the wrong-mode message)."""
+    where = kind_row(name).runs_in
+    return f" in {where}" if where else ""

@@ -23,6 +23,7 @@ import specgym.catalogue as catalogue
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor, SignalSource, load_predictor
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.features import FeatureTracker, feature_bounds, feature_table
+from specgym.envs.core.kinds import TOKEN_LEVEL_MODES
 from specgym.envs.core.rounds import DEFAULT_K_MAX, RoundOutcome, check_k_max
 from specgym.envs.core.token_protocol import TokenProtocol
 from specgym.envs.engines.trace_engine import ReplayRequest, TraceEngine
@@ -123,7 +124,7 @@ class _ReplayEnvBase(EnvShell):
         else:
             raise SpecgymError(f"env config predictor: expected None, a predictor name or path, or an "
                                f"AcceptancePredictor, got {spec!r}")
-        if pred is not None and self.mode != "token":
+        if pred is not None and self.mode not in TOKEN_LEVEL_MODES:
             raise SpecgymError(f"env config predictor: only the token-mode env reads an acceptance predictor "
                                f"(this is {self.mode} mode)")
         if pred is not None:  # another pair's predictor is refused (a fallback keeps predicting per step)

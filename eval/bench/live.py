@@ -59,6 +59,7 @@ from specgym.baselines.tree_static import StaticTree
 from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
 from specgym.envs.core.cost import TREE_NODE_LIMIT
 from specgym.envs.core.drafter_choice import drive_drafters
+from specgym.envs.core.kinds import kind_row
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
 from specgym.envs.engines.clock import syncer, timed
@@ -103,7 +104,7 @@ def controller_specs(traits: Traits, k_fixed: int = 6) -> list[str]:
 def _fixed_draft_cap(spec: str) -> bool:
     """A fixed draft cap (``fixed:K`` of one drafter or of the default one): a fixed row that is not a tree shape."""
     row = row_of(spec)
-    return row.family == "fixed" and row.level != "tree"
+    return row.family == "fixed" and not kind_row(row.kind).drafts_trees
 
 
 def check_live_specs(specs: str) -> list[str]:
@@ -112,7 +113,7 @@ def check_live_specs(specs: str) -> list[str]:
     items, _ = expand(specs, DEFAULT_K_MAX, Traits.anything(), EVAL_KINDS, live=True)
     for x in items:
         row = build(x)
-        if row.kind == "tree" and row.controller is not None:
+        if kind_row(row.kind).drafts_trees and row.controller is not None:
             row.controller.check_live()  # a controller's own reason first
         if not row.entry.live:
             raise SpecgymError(f"{x}: replay only ({row.entry.usage}); the live bench runs: "
@@ -271,10 +272,10 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     greedy = bool(np.all(wl.temperature[requests] == 0))
     if specs is None:
         specs = controller_specs(Traits.of(wl))
-    tree_specs = [s for s in specs if kind_of(s) == "tree"]
+    tree_specs = [s for s in specs if kind_row(kind_of(s)).drafts_trees]
     if tree_specs:
         check_tree_workload(wl)  # greedy, with ranks: the tree rows' prediction is the tree replay
-    drafter_specs = [s for s in specs if kind_of(s) == "drafter"]
+    drafter_specs = [s for s in specs if kind_row(kind_of(s)).chooses_drafter]
     if drafter_specs:  # the n-gram drafter's runs: what drafter-choice rows fit on and are predicted with
         wl = with_ngram_runs(wl, pair.tokenizer)
     probe = LiveEngine.from_pair(pair, k_max=k_max, timing="wall")
@@ -319,14 +320,11 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         train split under ``prof``; a predictor's fallback is printed once."""
         row = build(spec, k_max)
         ctrl = row.controller
-        if row.kind == "tree":
-            ctrl.prepare(wl, prof)
-            note = getattr(ctrl, "signal_note", None)
-            fresh = [f"{spec}: {note}"] if note else []
-        elif row.kind == "drafter":  # fitted on the workload's train split (the run predictor), priced by prof
+        if kind_row(row.kind).fitted:  # on the workload's train split (a tree's shape, a run predictor), priced by prof
             if hasattr(ctrl, "prepare"):
                 ctrl.prepare(wl, prof)
-            fresh = []
+            note = getattr(ctrl, "signal_note", None)
+            fresh = [f"{spec}: {note}"] if note else []
         else:
             fresh = bind_signals([(spec, ctrl)], live_source)
         for line in fresh:

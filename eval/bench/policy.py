@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from specgym.agents.artifact import PolicyArtifact, load_policy, random_artifact
+from specgym.agents.modes import ROUND_POLICY_MODES
 from specgym.agents.policy_controller import PolicyController
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.eval.bench.common import TARGETS, print_table
@@ -40,7 +41,7 @@ def policy_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
         art = load_policy(args.policy)
         arts.append((f"{args.policy} ({art.mode} mode)", art))
     else:
-        for mode in ("k", "token"):
+        for mode in ROUND_POLICY_MODES:
             arch, act = _default_arch(mode)
             arts.append((f"{mode} mode, random init {'x'.join(map(str, arch))} {act} (timing only)",
                          random_artifact(mode, k_max=DEFAULT_K_MAX, net_arch=arch, activation=act)))

@@ -29,6 +29,7 @@ from specgym.console import make_progress
 from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
 from specgym.envs.core.batch_cost import save_batch_profile
 from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile, save_profile
+from specgym.envs.core.kinds import kind_row
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.tree import TreeController
 from specgym.envs.engines.calibration import calibrate
@@ -160,7 +161,7 @@ def _generate(args: argparse.Namespace) -> int:
     if args.k is not None and args.k > args.k_max:
         raise SpecgymError(f"--k {args.k} is above --k-max {args.k_max}")
     spec = f"fixed:{args.k}" if args.k is not None else args.controller or "fixed:4"
-    if kind_of(spec) == "tree":
+    if kind_row(kind_of(spec)).drafts_trees:
         return _generate_tree(args, spec)
     controller = build(spec, args.k_max, kinds=("chain",)).controller  # a bad spec or policy fails before any model
     profile = _profile_or_none(args)

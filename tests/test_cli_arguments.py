@@ -1,6 +1,5 @@
-"""What a new user hits on the command line: checked numbers, one-line errors, readable output when piped, help.
-
-Each test here pins a defect found by trying the CLI as a new user would (fixed in 0.2.0).
+"""CLI arguments: numeric options and spec parameters checked before any work, one-line errors, readable output
+when piped, help for every spec and option, eval labels as typed.
 """
 
 from __future__ import annotations

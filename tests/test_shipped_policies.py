@@ -1,5 +1,5 @@
-"""The shipped learned policies never fall below their teacher (issue 29 item 1): under a steeper machine of the
-midpair's kind (cpu-midpair's verify slope doubled) every shipped chain policy holds 0.98x ``marginal``."""
+"""The shipped learned policies: each carries a guard and never falls below its teacher: under a steeper machine of
+the midpair's kind (cpu-midpair's verify slope doubled) every shipped chain policy holds 0.98x ``marginal``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Live numbers you can trust: kernels chosen by measurement, a cost model fitted to engine rounds, paired live
-statistics, the machine calibration line.
+"""Live measurement: kernels chosen by measurement, a cost model fitted to engine rounds, paired live statistics,
+the machine calibration line.
 
 The models here are tiny RANDOMLY-INITIALISED GPT-2s (specgym.training.lm_pair.toy) unless a test says otherwise.
 """

@@ -1,6 +1,6 @@
-"""Inputs that used to end in a traceback: each is now a one-line error (SpecgymError; exit status 2 on the CLI).
-
-Found by trying about 150 bad or unusual inputs as a new user would (issue 17).
+"""One-line errors: bad or unusual inputs (env configs, reset options, controller proposals, non-UTF-8 files,
+folders, sizes that would exhaust memory, memory and file-system errors) end in one line (SpecgymError; exit status
+2 on the CLI), never a traceback.
 """
 
 from __future__ import annotations

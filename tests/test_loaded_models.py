@@ -1,5 +1,5 @@
-"""Fix 1 of issue 30: after ``load_pair`` the models are still ordinary models (the fast kernels keep the layers'
-own parameters): ``save_pretrained`` writes byte-identical files, ``.to(dtype)`` works, parameter counts are right.
+"""Loaded models: after ``load_pair`` the models are still ordinary models (the fast kernels keep the layers' own
+parameters): ``save_pretrained`` writes byte-identical files, ``.to(dtype)`` works, parameter counts are right.
 
 Models are tiny RANDOMLY-INITIALISED pairs of several architectures (tests/hf_pairs.py).
 """

@@ -1,6 +1,5 @@
-"""Inputs that used to be accepted silently or gave misleading output, each decided explicitly (issue 17):
-an error where the input cannot mean what it says, a warning where the result is an extrapolation, a label that
-names what it compares with."""
+"""Input checks: every doubtful input is decided explicitly, never accepted silently: an error where the input
+cannot mean what it says, a warning where the result is an extrapolation, a label that names what it compares with."""
 
 from __future__ import annotations
 

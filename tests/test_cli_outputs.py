@@ -1,4 +1,5 @@
-"""A new user's first hour (issue 17): outputs that said less, or other, than they meant."""
+"""CLI outputs say what they mean: a demo run twice or after an interrupt, the reference row of ``tune``, whole-number
+plot ticks and titles, shipped pairs and prompts by name from any folder, what a token-level ``generate`` drafted."""
 
 from __future__ import annotations
 

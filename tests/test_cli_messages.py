@@ -1,5 +1,5 @@
-"""The rest of the new-user run (issues 29 item 4, 31): messages that name the right thing, what ``workloads show``
-and ``list`` tell, batch-size tables checked, trees live in ``generate``, progress on long steps."""
+"""CLI messages: each names the right thing (the controller or sketch a run lacks), what ``workloads show`` and
+``list`` tell, batch-size tables checked, trees live in ``generate``, progress on long steps."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""GPU readiness (issue 30): device-agnostic synchronisation, sampling on a host generator, and the CPU dry run of
-``make gpu-check`` (no GPU here: the GPU run itself has not been made, docs/guides/own-pair.md)."""
+"""The device: device-agnostic synchronisation, sampling on a host generator, and the CPU dry run of ``make
+gpu-check`` (no GPU here: the GPU run itself has not been made, docs/guides/own-pair.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A user's own recordings (issues 29 items 2-3, 31): two ``specgym record`` runs of one pair merge whatever their
+"""A user's own recordings (``specgym record``): two ``specgym record`` runs of one pair merge whatever their
 names and summaries (recomputed), incompatible ones are refused in one line naming the field; ``--splits`` is
 honoured exactly; a full disk leaves the resume file whole or absent; ``--hidden-sketch`` is bounded."""
 

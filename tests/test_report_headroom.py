@@ -1,4 +1,5 @@
-"""Fix 9 of issue 30: a headroom share is only computed over a gap worth sharing (was: -69649% in a report)."""
+"""The report's headroom share: computed only over a gap worth sharing (a gap within noise gives a dash, not a
+share such as -69649%)."""
 
 from __future__ import annotations
 

@@ -74,8 +74,8 @@ def read_prompts(path: str | Path) -> list[PromptSpec]:
         raise SpecgymError(f"{path}: no prompts")
     named = [p.split is not None for p in out]
     if any(named) and not all(named):
-        line = named.index(False) if named[0] else named.index(True)
-        raise SpecgymError(f"{path}: prompt {out[line].request_id!r} {'lacks' if named[0] else 'names'} a 'split' "
+        odd = named.index(False) if named[0] else named.index(True)
+        raise SpecgymError(f"{path}: prompt {out[odd].request_id!r} {'lacks' if named[0] else 'names'} a 'split' "
                            f"while others {'name one' if named[0] else 'do not'}: name the split on every line or "
                            f"on none")
     return out

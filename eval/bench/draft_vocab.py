@@ -59,12 +59,17 @@ def draft_vocab_section(args: Any, workload: str, console: Any) -> dict[str, Any
     draft = load_model(str(draft_dir), "draft")
     prompt = encode_prompt(tok, PROMPT)
     tokens, repeats = getattr(args, "vocab_tokens", 48), getattr(args, "vocab_repeats", 5)
-    t_ms = _token_ms(lean_runner(target), prompt, tokens, repeats)
+    t_runner = lean_runner(target)
+    if t_runner is None:
+        raise SpecgymError(f"pair {pair!r}: the target is not a model the lean forward runs")
+    t_ms = _token_ms(t_runner, prompt, tokens, repeats)
     vocab = output_rows(draft)
     full_head = torch.nn.Linear(draft.config.hidden_size, vocab, bias=False)  # the tied embedding's rows
     full_head.weight = torch.nn.Parameter(draft.get_input_embeddings().weight.detach(), requires_grad=False)
     draft.set_output_embeddings(full_head)  # the shipped draft may already be reduced: timed full first
     runner = lean_runner(draft)
+    if runner is None:
+        raise SpecgymError(f"pair {pair!r}: the draft is not a model the lean forward runs")
     d_ms = _token_ms(runner, prompt, tokens, repeats)
     rows = [(f"target token ({target.config.num_hidden_layers} layers, vocabulary {target.config.vocab_size:,})",
              f"{t_ms:.2f} ms", "(reference)"),

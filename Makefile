@@ -215,7 +215,7 @@ drafter-smollm2: $(STAMP)  # ~25 min target answers, 55 min distillation, ~3 min
 	$(SPECGYM) train-draft --target smollm2 --prompts smollm2-prompts --work-dir $(SMOL_WORK) \
 		--stages answers,init,train --budget-min 55
 	$(SPECGYM) train-draft --target smollm2 --prompts smollm2-prompts --work-dir $(SMOL_WORK) \
-		--stages export --out data/models/smollm2/draft --force
+		--stages export --draft-vocab 4096 --out data/models/smollm2/draft --force
 
 profile: profile-midpair profile-tinypair profile-smollm2
 record: record-midpair record-tinypair record-smollm2

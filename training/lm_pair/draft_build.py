@@ -155,7 +155,8 @@ def export_draft(build: DraftBuild, out: Path, force: bool = False) -> dict[str,
         prompts = f" --prompts {build.prompts}" if Path(build.prompts).stem != "smollm2-prompts" else ""
         common = f"specgym train-draft --target {build.target}{prompts} --layers {','.join(map(str, build.layers))}"
         restrict = f" --draft-vocab {build.draft_vocab}" if build.draft_vocab is not None else ""
-        commands = [f"{common} --stages answers,init,train --budget-min {build.budget_s / 60:g}",
+        budget = float(state.get("budget_s", build.budget_s))  # what the train stage ran with
+        commands = [f"{common} --stages answers,init,train --budget-min {budget / 60:g}",
                     f"{common} --stages export{restrict} --out {out}"]
         card = draft_card(meta, build.target, sum(int(v.numel()) for v in own.values()), commands)
         (tmp / "README.md").write_text(card, encoding="utf-8")

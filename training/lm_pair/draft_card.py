@@ -55,6 +55,11 @@ def draft_card(meta: dict[str, Any], target: str, n_params: int, commands: list[
         _row("trained", h["full"]),
         *vocab_rows,
         "",
+        (f"**This folder's draft scores the {meta['draft_vocab']:,} most frequent tokens** "
+         f"(`specgym-draft-vocab.json`; every other token gets probability 0, decoding stays exact); "
+         "`specgym bench draft-vocab` times each output layer against a target token."
+         if meta.get("draft_vocab") else "This folder's draft scores the full vocabulary."),
+        "",
         "## Use",
         "",
         "```bash",

@@ -25,7 +25,7 @@ VLLM_PIP    := $(VLLM_PY) -m pip install --quiet --no-index --no-deps --find-lin
 PKG_FILES := $(shell find specgym envs agents baselines training eval data -type f -not -path '*/__pycache__/*' \
                -not -name '*.pyc' 2>/dev/null | LC_ALL=C sort)
 
-.PHONY: prompts-smollm2 drafter-smollm2 gpu-check docs install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
+.PHONY: prompts-smollm2 drafter-smollm2 predictor-smollm2 bench-live-smollm2 gpu-check docs install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
         models-midpair models-tinypair predictors profile record record-midpair record-midpair-greedy record-midpair-t08 record-tinypair clean FORCE
 
 $(VENV)/.files: FORCE
@@ -223,6 +223,16 @@ record: record-midpair record-tinypair record-smollm2
 # the real pair's recordings: its 246 chat prompts (splits from the prompts file), answers ending at EOS (<= 128
 # tokens), greedy and T=0.7; the two may run in parallel (make -j2), ~20 min each
 record-smollm2: record-smollm2-greedy record-smollm2-t07
+
+# the real pair's predictor (seconds) and its live table on the 36 test prompts (~25 min on a quiet machine)
+predictor-smollm2: $(STAMP)
+	$(VENV)/bin/specgym predictor train --workload data/workloads/smollm2-greedy.parquet,data/workloads/smollm2-t07.parquet \
+		--groups conf,shape,position,lookup,hidden --name smollm2 --out data/predictors/smollm2.json --force
+
+bench-live-smollm2: $(STAMP)
+	$(SPECGYM) bench live --workload smollm2-greedy --prompts 6 --repeats 1 --profile cpu-smollm2 \
+		--controllers fixed:1,fixed:2,fixed:3,fixed:4,assc,speclane,hf-heuristic,marginal,predicted:smollm2,planned:smollm2,fixed:3@ngram,lookup-rule:3,drafter-marginal \
+		--json out/bench-live-smollm2.json
 
 record-smollm2-%: $(STAMP)
 	$(SPECGYM) record --pair smollm2 --prompts smollm2-prompts --max-new-tokens 128 --stop-at-eos \

@@ -50,6 +50,7 @@ from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, R
 from specgym.envs.core.signals import TOPK, DraftSignals, SignalColumns
 from specgym.envs.engines.clock import timed
 from specgym.envs.engines.draft_stats import draft_stats, top_probs
+from specgym.envs.engines.draft_vocab import output_rows
 from specgym.errors import SpecgymError
 from specgym.paths import MODEL_ROOTS
 
@@ -271,5 +272,5 @@ def generate_with_controller(target: Any, draft: Any, input_ids: Any, controller
 
 
 def _vocab_rows(model: Any) -> int:
-    """Rows of the model's output layer: the token ids it scores."""
-    return int(model.get_output_embeddings().weight.shape[0])
+    """The logits the model's output layer returns (a reduced draft vocabulary still returns every id's)."""
+    return output_rows(model)

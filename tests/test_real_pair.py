@@ -313,6 +313,16 @@ def test_a_reduced_draft_vocabulary_scores_only_its_tokens_and_decodes_exactly(t
     assert engine.run_request(prompt, 3, 20).tokens == plain
     sampled = engine.run_request(prompt, 3, 20, temperature=1.0, seed=3)
     assert len(sampled.tokens) == 20
+    from specgym.agents.hf_generate import generate_with_controller
+    from specgym.agents.specs import make
+
+    x = torch.tensor([prompt])
+    kw = dict(attention_mask=torch.ones_like(x), max_new_tokens=20, min_new_tokens=20, do_sample=False,
+              eos_token_id=None, pad_token_id=0)
+    pair.draft.generation_config.eos_token_id = None
+    ref = pair.target.generate(x, **kw)
+    assert torch.equal(generate_with_controller(pair.target, pair.draft, x, make("marginal"), **kw), ref)
+    assert ref[0, len(prompt):].tolist() == plain  # transformers' assisted generate(): the target's tokens too
     (draft / "draft-vocab-134.json").write_text("[1, -2]")
     with pytest.raises(SpecgymError, match="must be a non-empty list of token ids"):
         load_model(str(draft), "draft")

@@ -309,3 +309,21 @@ def test_a_prompts_file_with_some_splits_is_refused(tmp_path):
     f.write_text('{"prompt": "a", "split": "train"}\n{"prompt": "b"}\n')
     with pytest.raises(SpecgymError, match="lacks a 'split' while others name one"):
         read_prompts(f)
+
+
+@pytest.mark.parametrize("name,temperature", [("smollm2-greedy", 0.0), ("smollm2-t07", 0.7)])
+def test_shipped_real_pair_recordings(name, temperature):
+    """The real pair's recordings: every chat prompt, its file's splits, answers ending at EOS, every signal."""
+    path = WORKLOADS_DIR / f"{name}.parquet"
+    if not path.exists():
+        pytest.skip(f"{path} not recorded yet")
+    wl = load_workload(path)
+    prompts = {p.request_id: p for p in read_prompts(WORKLOADS_DIR / "smollm2-prompts.jsonl")}
+    assert wl.source["kind"] == "recorded" and wl.source.get("stop_at_eos") is True
+    assert wl.source["target_model"] == "smollm2" and wl.profile.name == "cpu-smollm2"
+    assert wl.n_requests == len(prompts) and len(set(wl.categories())) == 8
+    assert [prompts[r].split for r in wl.request_id] == list(wl.split)
+    assert wl.lengths.max() <= 128 and np.all(wl.temperature == np.float32(temperature))
+    assert wl.signal_columns() is not None and wl.extra.get("loop_share") is not None
+    ended = sum(int(wl.token_id[wl.span(r)][-1]) == 2 for r in range(wl.n_requests))  # <|im_end|> is id 2
+    assert ended >= 0.4 * wl.n_requests  # the rest reach the 128-token cap

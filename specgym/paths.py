@@ -60,10 +60,12 @@ def portable_name(path: str | Path) -> str:
     """How metadata names a file: ``models/tinypair/draft`` for shipped data (no machine-specific prefix), else the
     path as given (a hub name stays a hub name)."""
     p = Path(path)
-    try:
-        return p.resolve().relative_to(DATA_DIR.resolve()).as_posix()
-    except (ValueError, OSError):
-        return str(path)
+    for mine, data in ((p.absolute(), DATA_DIR.absolute()), (p.resolve(), DATA_DIR.resolve())):
+        try:  # as given first: in a link-tree install the file resolves outside the data folder
+            return mine.relative_to(data).as_posix()
+        except (ValueError, OSError):
+            continue
+    return str(path)
 
 
 def default_workload_name() -> str:

@@ -285,7 +285,7 @@ def test_prompt_splits_are_kept_and_eos_ends_a_completion(pair, tmp_path):
     eos = pair.tokenizer.eos_token_id
     for seed in (1, 2):
         wl, _ = record_workload(pair, specs, tmp_path / f"s{seed}.parquet", RecordingSpec(24, 0.0, PROFILE, seed=seed))
-        assert list(wl.split) == splits
+        assert list(wl.split) == splits and wl.source["splits"] == "the prompts file's"
     wl, _ = record_workload(pair, specs, tmp_path / "forced.parquet",
                             RecordingSpec(24, 0.0, PROFILE, split_fractions=(1.0, 0.0, 0.0)))
     assert set(wl.split) == {"train"}  # --splits given: honoured over the file's
@@ -320,6 +320,7 @@ def test_shipped_real_pair_recordings(name, temperature):
     wl = load_workload(path)
     prompts = {p.request_id: p for p in read_prompts(WORKLOADS_DIR / "smollm2-prompts.jsonl")}
     assert wl.source["kind"] == "recorded" and wl.source.get("stop_at_eos") is True
+    assert wl.source["prompts"] == "workloads/smollm2-prompts.jsonl" and wl.source["splits"] == "the prompts file's"
     assert wl.source["target_model"] == "smollm2" and wl.profile.name == "cpu-smollm2"
     assert wl.n_requests == len(prompts) and len(set(wl.categories())) == 8
     assert [prompts[r].split for r in wl.request_id] == list(wl.split)

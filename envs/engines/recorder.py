@@ -467,7 +467,8 @@ def record_workload(pair: LivePair, prompts: Sequence[PromptSpec], out: str | Pa
               "temperature": temperature,
               "max_new_tokens": spec.length_text, "seed": seed, "generator": f"live engine, fixed K={gen_k}",
               "device": pair.device, "dtype": pair.dtypes,
-              "split_fractions": list(spec.split_fractions or DEFAULT_SPLITS),
+              **({"splits": "the prompts file's"} if spec.split_fractions is None and all(p.split for p in prompts)
+                 else {"split_fractions": list(spec.split_fractions or DEFAULT_SPLITS)}),
               **({"stop_at_eos": True} if spec.stop_at_eos else {}),
               "prompts": portable_name(prompts_path) if prompts_path else None}
     wl, summary = assemble_recording(spec.name or out.stem, source, spec.profile, requests, completions, seed,

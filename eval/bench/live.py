@@ -304,6 +304,10 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
 
     if "fixed:0" not in specs:
         specs = ["fixed:0", *specs]
+    if not any(s != "fixed:0" and _fixed_draft_cap(s) for s in specs):  # every row is compared with a fixed K
+        specs = [*specs, "fixed:1"]
+        console.print("no fixed K named: fixed:1 added as the reference of the 'vs best fixed' column",
+                      highlight=False)
     # the engine computes the workload's hidden sketch too, so a predictor reading it sees in live what it was
     # trained on (a controller without one ignores it)
     eng = LiveEngine.from_pair(pair, k_max=k_max, profile=prof, timing="wall", sketch=wl.sketch_projection())

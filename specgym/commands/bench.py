@@ -46,7 +46,8 @@ SECTION_FLAGS: dict[str, list[tuple[str, str, dict[str, Any]]]] = {
                                "pair's predictor, every shipped policy, and on a greedy workload with ranks the trees "
                                "tree-sequoia, tree-static:2-2-1, tree-static:3-2-1, tree-eagle; tree specs "
                                "(tree-static:W1-W2-.., tree-sequoia[:BUDGET], tree-eagle[:D:B:M], tree-chain:SPEC) "
-                               "decode with live tree verification; plain decoding is always added)")),
+                               "decode with live tree verification; plain decoding is always added, and fixed:1 "
+                               "when no fixed K is named)")),
         ("--profile", "live_profile", dict(default=None, help="cost profile (name or path) for controllers and the "
                                                               "replay prediction (default: fit one to the engine's "
                                                               "rounds on this machine first)")),

@@ -11,6 +11,7 @@ Training validation and the generalisation suite run the first three steps and s
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,19 +148,19 @@ def run_controllers(replay: Replay, named: Specs, refs: References,
         trace: Requests whose round-by-round choices are kept (chain controllers but fixed K).
         progress: ``progress(label, n_requests)`` returns a per-request callback (progress bars).
     """
-    state = _ReplayState(replay, refs, trace)
+    state = ReplayState(replay, refs, trace)
     results: list[RunResult] = []
     for row in resolve_controllers(named, replay.engine.k_max, replay.workload):
-        runner = REPLAY_RUNNERS.get(row.kind)
+        runner = replay_runner(row.kind)
         if runner is None:
             raise SpecgymError(f"{row.spec}: a {row.kind} controller; the replay harness runs "
-                               f"{', '.join(REPLAY_RUNNERS)} controllers")
+                               f"{', '.join(EVAL_KINDS)} controllers")
         results.append(runner(state, row, progress(row.spec, len(replay.requests)) if progress else None))
     return results
 
 
 @dataclass
-class _ReplayState:
+class ReplayState:
     """What the runners of one evaluation share: the replay, its references, the traced requests, and the tree
     replay engine (built on first use: it refuses v1 and sampled traces with one line)."""
 
@@ -175,14 +176,14 @@ class _ReplayState:
                 tick()
 
 
-def _run_chain(state: _ReplayState, row: Resolved, tick: Callable[[], None] | None) -> RunResult:
+def run_chain(state: ReplayState, row: Resolved, tick: Callable[[], None] | None) -> RunResult:
     """A chain controller on the replay engine (a plain ``fixed:K`` is its reference run)."""
     rp = state.replay
     return run_controller(rp.engine, rp.requests, row.controller, trace=state.trace, on_request=tick,
                           fixed=state.refs)
 
 
-def _run_drafter(state: _ReplayState, row: Resolved, tick: Callable[[], None] | None) -> RunResult:
+def run_drafter(state: ReplayState, row: Resolved, tick: Callable[[], None] | None) -> RunResult:
     """A drafter-choice controller, or the clairvoyant drafter choice (a plan row)."""
     rp = state.replay
     if row.controller is None:
@@ -192,7 +193,7 @@ def _run_drafter(state: _ReplayState, row: Resolved, tick: Callable[[], None] | 
     return run_drafter_controller(rp.engine, rp.requests, row.controller, trace=state.trace, on_request=tick)
 
 
-def _run_tree(state: _ReplayState, row: Resolved, tick: Callable[[], None] | None) -> RunResult:
+def run_tree(state: ReplayState, row: Resolved, tick: Callable[[], None] | None) -> RunResult:
     """A tree controller on the tree replay engine after its ``prepare``, or the tree oracle's plan."""
     rp = state.replay
     if state.tree_engine is None:
@@ -212,9 +213,14 @@ def _run_tree(state: _ReplayState, row: Resolved, tick: Callable[[], None] | Non
     return result
 
 
-#: The replay runner of each decision kind the harness runs (:data:`~specgym.envs.core.kinds.EVAL_KINDS`).
-REPLAY_RUNNERS: dict[KindName, Callable[[_ReplayState, Resolved, Callable[[], None] | None], RunResult]] = {
-    "chain": _run_chain, "tree": _run_tree, "drafter": _run_drafter}
+def replay_runner(kind: KindName) -> Callable[[ReplayState, Resolved, Callable[[], None] | None], RunResult] | None:
+    """The replay runner its kind's row names (:attr:`~specgym.envs.core.kinds.DecisionKind.replay_runner`), or None
+    for a kind ``specgym eval`` does not run."""
+    path = kind_row(kind).replay_runner
+    if not path:
+        return None
+    module, func = path.split(":")
+    return getattr(importlib.import_module(module), func)
 
 
 def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]] | None = None) -> dict[str, Any]:

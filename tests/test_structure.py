@@ -538,3 +538,15 @@ def test_no_spec_prefix_read_as_its_type():
                        for v in values):
                     hits.append(f"{mod}:{node.lineno}")
     assert not hits, f"a spec's prefix read as its type (ask row_of(spec)): {hits}"
+
+
+def test_every_kind_row_names_a_replay_runner_that_imports():
+    """The harness imports each kind's runner by the name its row gives (the core names it without importing
+    upward); a kind with a runner is exactly what ``specgym eval`` runs."""
+    from specgym.envs.core.kinds import EVAL_KINDS, KIND_ROWS
+    from specgym.eval.harness import replay_runner
+
+    for name, row in KIND_ROWS.items():
+        runner = replay_runner(name)
+        assert (runner is not None) == bool(row.replay_runner) == (name in EVAL_KINDS), name
+        assert runner is None or callable(runner)

@@ -30,8 +30,6 @@ LevelName = Literal["k", "token", "tree", "batch", "drafter"]
 
 #: Decision kinds, in the order usage lines list them.
 KINDS: tuple[KindName, ...] = get_args(KindName)
-#: What ``specgym eval`` (the replay harness) runs.
-EVAL_KINDS: tuple[KindName, ...] = ("chain", "tree", "drafter")
 FAMILIES: tuple[FamilyName, ...] = get_args(FamilyName)
 #: Policy modes, in the order ``specgym train --mode`` lists them.
 MODE_NAMES: tuple[ModeName, ...] = get_args(ModeName)
@@ -48,8 +46,8 @@ TOKEN_LEVEL_MODES: frozenset[ModeName] = frozenset({"token"})
 class DecisionKind:
     """One decision kind: what code outside this table asks of a kind instead of comparing its name.
 
-    The runners, environments and controllers of a kind live in their layers (``REPLAY_RUNNERS`` in
-    ``eval/harness.py``, the spec rows of ``agents/specs.py``, the policy modes of ``agents/modes.py``); this row
+    The runners, environments and controllers of a kind live in their layers (its replay runner, named here by
+    ``replay_runner``; the spec rows of ``agents/specs.py``, the policy modes of ``agents/modes.py``); this row
     holds what every layer may read.
 
     Attributes:
@@ -66,6 +64,8 @@ class DecisionKind:
             (instead of being bound to the live engine's signals).
         serving_step: It decides once per serving step of a batch (what SGLang's and vLLM's step hooks run).
         runs_in: Where its policies run when ``specgym eval`` does not (appended to the wrong-mode message).
+        replay_runner: ``"module:function"`` that runs one of its rows in ``specgym eval`` (the replay harness
+            imports it by name, so the core names it without importing upward); empty: not run by ``eval``.
     """
 
     name: KindName
@@ -78,16 +78,21 @@ class DecisionKind:
     fitted: bool = False
     serving_step: bool = False
     runs_in: str = ""
+    replay_runner: str = ""
 
 
 #: One row per decision kind, in :data:`KINDS` order.
 KIND_ROWS: dict[KindName, DecisionKind] = {row.name: row for row in (
-    DecisionKind("chain", "k", "chain", per_token=True, streams=True),
-    DecisionKind("tree", "tree", "tree", drafts_trees=True, fitted=True),
+    DecisionKind("chain", "k", "chain", per_token=True, streams=True,
+                 replay_runner="specgym.eval.harness:run_chain"),
+    DecisionKind("tree", "tree", "tree", drafts_trees=True, fitted=True, replay_runner="specgym.eval.harness:run_tree"),
     DecisionKind("batch", "batch", "batch", serving_step=True, runs_in="specgym tune compare"),
-    DecisionKind("drafter", "drafter", "drafter-choice", chooses_drafter=True, fitted=True),
+    DecisionKind("drafter", "drafter", "drafter-choice", chooses_drafter=True, fitted=True,
+                 replay_runner="specgym.eval.harness:run_drafter"),
 )}
 assert tuple(KIND_ROWS) == KINDS, "one row per kind, in KindName order"
+#: What ``specgym eval`` (the replay harness) runs: the kinds with a replay runner.
+EVAL_KINDS: tuple[KindName, ...] = tuple(name for name, row in KIND_ROWS.items() if row.replay_runner)
 
 #: The kind whose specs name a drafter (``SPEC@DRAFTER``): the one that chooses the drafter of each round.
 DRAFTER_KIND: KindName = next(row.name for row in KIND_ROWS.values() if row.chooses_drafter)

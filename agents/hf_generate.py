@@ -243,10 +243,10 @@ def generate_with_controller(target: Any, draft: Any, input_ids: Any, controller
 
     # a target padded past the tokenizer (more embedding rows) is the same token space: transformers compares the
     # configs' vocab sizes, so the draft's config states the target's for the call, and its logits are padded
-    d_cfg, t_vocab = draft.config.get_text_config(), _vocab_rows(target)
+    d_cfg, t_vocab = draft.config.get_text_config(), output_rows(target)
     d_vocab = d_cfg.vocab_size
-    if _vocab_rows(draft) > t_vocab:
-        raise SpecgymError(f"generate_with_controller: the draft scores {_vocab_rows(draft)} tokens, the target only "
+    if output_rows(draft) > t_vocab:
+        raise SpecgymError(f"generate_with_controller: the draft scores {output_rows(draft)} tokens, the target only "
                            f"{t_vocab}; the draft's vocabulary must not exceed the target's")
 
     def factory(generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model=None,
@@ -258,9 +258,9 @@ def generate_with_controller(target: Any, draft: Any, input_ids: Any, controller
             target_vocab=t_vocab,
         )
 
-    if _vocab_rows(draft) < t_vocab:
+    if output_rows(draft) < t_vocab:
         procs = LogitsProcessorList(generate_kwargs.pop("logits_processor", None) or [])
-        procs.append(_TokenizerSpace(_vocab_rows(draft)))
+        procs.append(_TokenizerSpace(output_rows(draft)))
         generate_kwargs["logits_processor"] = procs
     target._get_candidate_generator = factory
     try:
@@ -269,8 +269,3 @@ def generate_with_controller(target: Any, draft: Any, input_ids: Any, controller
     finally:
         d_cfg.vocab_size = d_vocab
         del target._get_candidate_generator
-
-
-def _vocab_rows(model: Any) -> int:
-    """The logits the model's output layer returns (a reduced draft vocabulary still returns every id's)."""
-    return output_rows(model)

@@ -50,7 +50,7 @@ from typing import Any
 from specgym.envs.core.ngram_proposer import NGRAM_DRAFTER
 from specgym.envs.engines.model_loading import load_pair
 from specgym.envs.engines.recorder import RecordingSpec, assemble_recording, record_workload, save_recording
-from specgym.envs.workloads.prompts import PromptSpec
+from specgym.envs.workloads.prompts import PromptSpec, splits_named
 from specgym.envs.workloads.trace_format import Workload, load_workload
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_bytes, check_output, foreign_entry, make_owned_dir, sha256_file
@@ -473,12 +473,12 @@ def record_distributed(
     requests: list[dict[str, Any]] = []
     completions: list[list[int]] = []
     first: Workload | None = None
-    by_id = {p.request_id: p.split for p in prompts}
+    by_id = {p.request_id: p.split for p in prompts} if splits_named(list(prompts)) else None
     for i in range(len(ranges)):
         wl = load_workload(work / _shard_file(i))
         first = first or wl
         r, c = _requests_of(wl)
-        if all(by_id.values()):  # the prompts file's splits, as the one-process recorder keeps them
+        if by_id is not None:  # the prompts file's splits, as the one-process recorder keeps them
             r = [{**req, "split": by_id[req["request_id"]]} for req in r]
         requests += r
         completions += c

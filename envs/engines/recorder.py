@@ -58,7 +58,7 @@ from specgym.envs.engines.live_engine import LiveEngine
 from specgym.envs.engines.model_loading import LivePair, encode_prompt
 from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS, chunks, write_dataset
 from specgym.envs.workloads.loops import loop_summary
-from specgym.envs.workloads.prompts import PromptSpec
+from specgym.envs.workloads.prompts import PromptSpec, splits_named
 from specgym.envs.workloads.trace_format import (
     Workload,
     assign_splits,
@@ -467,7 +467,7 @@ def record_workload(pair: LivePair, prompts: Sequence[PromptSpec], out: str | Pa
               "temperature": temperature,
               "max_new_tokens": spec.length_text, "seed": seed, "generator": f"live engine, fixed K={gen_k}",
               "device": pair.device, "dtype": pair.dtypes,
-              **({"splits": "the prompts file's"} if spec.split_fractions is None and all(p.split for p in prompts)
+              **({"splits": "the prompts file's"} if spec.split_fractions is None and splits_named(list(prompts))
                  else {"split_fractions": list(spec.split_fractions or DEFAULT_SPLITS)}),
               **({"stop_at_eos": True} if spec.stop_at_eos else {}),
               "prompts": portable_name(prompts_path) if prompts_path else None}

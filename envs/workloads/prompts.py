@@ -30,6 +30,11 @@ class PromptSpec:
     split: str | None = None
 
 
+def splits_named(prompts: list[PromptSpec]) -> bool:
+    """Every prompt names its split: the file, not the recorder's draw, decides each request's split."""
+    return all(p.split for p in prompts)
+
+
 def read_prompts(path: str | Path) -> list[PromptSpec]:
     """Parse a JSONL prompts file; any defect raises a one-line error naming the file and line."""
     path = Path(path)

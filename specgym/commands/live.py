@@ -47,7 +47,7 @@ from specgym.envs.engines.recorder import PARTIAL_SUFFIX, RecordingSpec, check_s
 from specgym.envs.engines.vllm_engine import require_vllm
 from specgym.envs.engines.vllm_profile import measure_vllm_profile
 from specgym.envs.profiles import load_profile
-from specgym.envs.workloads.prompts import read_prompts
+from specgym.envs.workloads.prompts import read_prompts, splits_named
 from specgym.envs.workloads.trace_format import SPLITS, cached_workload
 from specgym.errors import SpecgymError
 from specgym.io import check_output, read_text
@@ -312,7 +312,7 @@ def _record(args: argparse.Namespace) -> int:
     print(f"wrote {out}: {wl.n_requests} requests, {wl.n_positions} positions "
           f"({stats['resumed']} resumed); mean p_accept {stats['mean_p_accept']:.3f}; "
           f"greedy loop share {stats['loop_share']:.2f}")
-    print(split_line(wl, args.splits, all(p.split for p in prompts)))
+    print(split_line(wl, args.splits, splits_named(prompts)))
     print(f"trace extraction {stats['trace_positions_per_s']:.0f} positions/s (teacher-forced forwards); "
           f"end to end incl. generation {stats['end_to_end_positions_per_s']:.0f} positions/s")
     return 0
@@ -352,7 +352,7 @@ def _record_distributed(args: argparse.Namespace, prompts: list, out: Path, leng
           f"({stats['shards_resumed']} resumed, {stats['retries']} retried) on {args.workers} workers; "
           f"mean p_accept {stats['mean_p_accept']:.3f}; greedy loop share {stats['loop_share']:.2f}")
     print(f"recording {stats['record_s']:.1f} s after {stats['startup_s']:.1f} s of cluster start and pair loading")
-    print(split_line(wl, args.splits, all(p.split for p in prompts)))
+    print(split_line(wl, args.splits, splits_named(prompts)))
     return 0
 
 

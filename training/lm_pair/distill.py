@@ -278,12 +278,13 @@ def _save(model: Any, opt: Any, state: dict, path: Path) -> None:
         shutil.rmtree(old)
 
 
-def heldout_acceptance(draft: Any, answers: list[Answer], vocab: np.ndarray | None = None) -> dict[str, float]:
+def heldout_acceptance(draft: Any, answers: list[Answer]) -> dict[str, float]:
     """How well the draft predicts the target on held-out answers (teacher-forced on the target's own tokens).
 
     Returns ``top1`` (share of positions where the draft's top token is the target's: greedy acceptance per token),
     ``expected_accept`` (mean ``sum_x min(p, q)`` with ``p`` the target's top-``k`` distribution, what sampled
-    verification accepts per token at T = 1) and ``positions``. ``vocab`` restricts the draft to those token ids.
+    verification accepts per token at T = 1) and ``positions``. A draft restricted to a vocabulary
+    (:func:`~specgym.envs.engines.draft_vocab.make_reduced_head`) is measured as it will draft.
     """
     import torch
 
@@ -293,11 +294,6 @@ def heldout_acceptance(draft: Any, answers: list[Answer], vocab: np.ndarray | No
         for a in answers:
             seq = torch.from_numpy(np.concatenate([a.prompt, a.answer]).astype(np.int64))[None]
             logits = draft(seq[:, :-1]).logits[0, len(a.prompt) - 1 :].float()
-            if vocab is not None:
-                masked = torch.full_like(logits, float("-inf"))
-                idx = torch.from_numpy(vocab.astype(np.int64))
-                masked[:, idx] = logits[:, idx]
-                logits = masked
             q = torch.softmax(logits, -1)
             topi = torch.from_numpy(a.topi).long()
             p = torch.softmax(torch.from_numpy(a.topv).float(), -1)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from specgym.envs.engines.draft_vocab import DRAFT_VOCAB_FILE
+from specgym.envs.engines.draft_vocab import DRAFT_VOCAB_FILE, make_reduced_head, output_rows
 from specgym.envs.engines.model_cache import BORROW_FILE
 from specgym.envs.engines.model_loading import load_model, load_tokenizer
 from specgym.envs.workloads.prompts import read_prompts
@@ -131,10 +131,13 @@ def export_draft(build: DraftBuild, out: Path, force: bool = False) -> dict[str,
     report: dict[str, Any] = {"heldout": heldout}
     total = sum(a.answer.size for a in val)
     vocabs = {}
+    full_head, vocab_rows = draft.get_output_embeddings(), output_rows(draft)
     for size in build.vocab_sizes:
         vocab = draft_vocab(work, size)
         covered = sum(int(np.isin(a.answer, vocab).sum()) for a in val)
-        report["heldout"][f"vocab{size}"] = {**heldout_acceptance(draft, val, vocab), "coverage": covered / total}
+        draft.set_output_embeddings(make_reduced_head(full_head, [int(v) for v in vocab], vocab_rows))
+        report["heldout"][f"vocab{size}"] = {**heldout_acceptance(draft, val), "coverage": covered / total}
+        draft.set_output_embeddings(full_head)  # the exported weights are the full draft's
         vocabs[size] = vocab
     state = json.loads((work / "draft_ckpt" / "state.json").read_text())
     with atomic_dir(out, overwrite=force, owner="specgym train-draft") as tmp:

@@ -25,7 +25,7 @@ VLLM_PIP    := $(VLLM_PY) -m pip install --quiet --no-index --no-deps --find-lin
 PKG_FILES := $(shell find specgym envs agents baselines training eval data -type f -not -path '*/__pycache__/*' \
                -not -name '*.pyc' 2>/dev/null | LC_ALL=C sort)
 
-.PHONY: prompts-smollm2 drafter-smollm2 predictor-smollm2 bench-live-smollm2 gpu-check docs install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
+.PHONY: prompts-smollm2 drafter-smollm2 predictor-smollm2 policies-smollm2 bench-live-smollm2 gpu-check docs install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
         models-midpair models-tinypair predictors profile record record-midpair record-midpair-greedy record-midpair-t08 record-tinypair clean FORCE
 
 $(VENV)/.files: FORCE
@@ -160,6 +160,14 @@ policies-midpair-predicted: $(STAMP)
 	$(VENV)/bin/specgym export runs/midpair-predicted-s0 --out runs/midpair-predicted-s0/policy --force
 	$(PY) -m specgym.commands.policy_card data/policies/midpair-predicted --force --runs runs/midpair-predicted-s0 \
 		--reproduce "make policies-midpair-predicted"
+
+# --- the real pair's drafter-choice policy (issue 40): PPO on smollm2-greedy's fit split (val: its draft was distilled
+# on the train prompts' answers), behaviour-cloned from drafter-marginal (training/configs/drafter.yaml; ~2 min quiet).
+# Measured, not shipped: a drafter-mode policy has no observation guard yet (docs/results/live-smollm2.md).
+policies-smollm2: $(STAMP)
+	OMP_NUM_THREADS=1 $(VENV)/bin/specgym train --workload smollm2-greedy --mode drafter --seed 0 \
+		--out runs/smollm2-drafter-s0 --force
+	$(VENV)/bin/specgym export runs/smollm2-drafter-s0 --out runs/smollm2-drafter-s0/policy --force
 
 policies-tree: $(STAMP)
 	OMP_NUM_THREADS=1 $(VENV)/bin/specgym train --workload midpair-greedy --mode tree --seed 0 \

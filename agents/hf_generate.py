@@ -205,6 +205,12 @@ class ControllerCandidateGenerator(AssistedCandidateGenerator):
         self.episode.observe(outcome)
 
 
+
+def _model_name(model: Any) -> str | None:
+    """The name a model was loaded by (specgym's loader keeps it: a cache folder is the model the user named), else
+    transformers' ``name_or_path``."""
+    return getattr(model, "specgym_name", None) or getattr(model, "name_or_path", None)
+
 def generate_with_controller(target: Any, draft: Any, input_ids: Any, controller: Controller, *,
                              k_max: int = DEFAULT_K_MAX, profile: CostProfile | None = None,
                              rounds: list | None = None, **generate_kwargs: Any) -> Any:
@@ -234,8 +240,7 @@ def generate_with_controller(target: Any, draft: Any, input_ids: Any, controller
     temperature = float(generate_kwargs.get("temperature", 1.0)) if generate_kwargs.get("do_sample") else 0.0
     # a predictor-reading controller: another pair's predictor is refused; no hidden sketch here, so a predictor
     # reading it uses its fallback (said once, as a warning)
-    source = SignalSource.of_engine("transformers' generate()", getattr(draft, "name_or_path", None),
-                                    getattr(target, "name_or_path", None), True,
+    source = SignalSource.of_engine("transformers' generate()", _model_name(draft), _model_name(target), True,
                                     signatures=(model_signature(draft.config), model_signature(target.config)),
                                     model_roots=MODEL_ROOTS)
     for note in bind_signals([controller], source):

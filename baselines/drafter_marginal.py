@@ -7,7 +7,8 @@ table of ``d`` at the request's KV cache), and play the pair with the largest ``
 decision that maximises the expected rate of this round (the marginal rule's objective,
 :mod:`specgym.baselines.marginal`, with the drafter as a second choice).
 
-The predictor is fitted on the **train split** of the workload being served (:func:`fit_on_train`,
+The predictor is fitted on the **fit split** (:attr:`~specgym.envs.workloads.workload.Workload.fit_split`: train,
+or val where the draft model was trained on the train prompts) of the workload being served (:func:`fit_on_fit_split`,
 :meth:`DrafterMarginal.prepare`), or given. Its recent-round estimate needs the rounds a policy plays: the fit rolls
 this rule out on the train split with the lookup x position estimate alone, records every round start (its
 features and every drafter's run there), and counts on them.
@@ -29,18 +30,18 @@ from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.errors import SpecgymError
 
 
-def fit_on_train(workload: Any, profile: CostProfile, k_max: int = MAX_RUN) -> RunPredictor:
-    """A :class:`RunPredictor` of every drafter of ``workload``, counted on its train split (module docstring)."""
-    train = workload.split_indices("train")
-    if len(train) == 0:
-        raise SpecgymError(f"workload {workload.name!r} has no 'train' split to fit the run predictor on")
+def fit_on_fit_split(workload: Any, profile: CostProfile, k_max: int = MAX_RUN) -> RunPredictor:
+    """A :class:`RunPredictor` of every drafter of ``workload``, counted on its fit split (the train split, or val
+    where the draft model was trained on the train prompts: :attr:`Workload.fit_split`; module docstring)."""
+    split = workload.fit_split
+    train = workload.split_indices(split)
     engine = TraceEngine(workload, profile, min(k_max, profile.max_k))
     idx = np.concatenate([np.arange(workload.offsets[r], workload.offsets[r + 1]) for r in train.tolist()])
     position = np.concatenate([np.arange(int(n)) for n in workload.lengths[train]])
     lookup = workload.lookup_len[idx] if workload.lookup_len is not None else None
     names = workload.drafter_names
     runs = {d: engine.runs(d)[idx] for d in names}
-    meta = {"workload": workload.name, "split": "train"}
+    meta = {"workload": workload.name, "split": split}
     coarse = RunPredictor.fit(runs, lookup, position, meta)
     rule = DrafterMarginal(coarse)
     rule.prepare(workload, profile)
@@ -85,7 +86,7 @@ class DrafterMarginal(DrafterController):
         if not self._given:
             key = f"{workload.name}:{id(workload)}:{profile.name}"
             if key not in self._fitted:
-                self._fitted[key] = fit_on_train(workload, profile)
+                self._fitted[key] = fit_on_fit_split(workload, profile)
             self.predictor = self._fitted[key]
             return []
         fitted_on = (self.predictor.meta or {}).get("workload") if self.predictor is not None else None

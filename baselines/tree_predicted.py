@@ -248,12 +248,12 @@ class PredictedTree(TreeController):
         return note
 
     def prepare(self, workload: Any, profile: Any) -> None:
-        """Predict the acceptance at every position and fit the tables on the train split (the predictor fitted
+        """Predict the acceptance at every position and fit the tables on the fit split (the predictor fitted
         to the workload first: :meth:`bind_signals`; its note is kept in :attr:`signal_note`)."""
         self.bind_signals(SignalSource.of_workload(workload, MODEL_ROOTS))
         self._accept = predicted_accept(workload, self.active) if self.active is not None else \
-            calibrated_confidence(workload, "train")
-        self.tables = fit_tables(workload, self._accept, "train")
+            calibrated_confidence(workload, workload.fit_split)
+        self.tables = fit_tables(workload, self._accept, workload.fit_split)
         self._workload = workload
 
     def reset(self, ctx: RequestContext) -> None:

@@ -141,6 +141,6 @@ class SequoiaTree(StaticTree):
         self.rate = 0.0
 
     def prepare(self, workload: Any, profile: Any) -> None:
-        """Measure ``p[r]`` on the train split and solve the program under ``profile``."""
-        p = rank_acceptance(workload, "train")
+        """Measure ``p[r]`` on the fit split (:attr:`Workload.fit_split`) and solve the program under ``profile``."""
+        p = rank_acceptance(workload, workload.fit_split)
         self.tree, self.rate = sequoia_tree(p, profile, self.node_budget, self.max_depth)

@@ -14,7 +14,7 @@ from specdecode_files import request, shared_files, synthetic_file, write_file
 from specgym.agents.specs import build, expand, resolve
 from specgym.agents.traits import Traits
 from specgym.baselines.drafter_fixed import FixedDrafter
-from specgym.baselines.drafter_marginal import DrafterMarginal, fit_on_train
+from specgym.baselines.drafter_marginal import DrafterMarginal, fit_on_fit_split
 from specgym.baselines.drafter_oracle import drafter_oracle_one, drafter_oracle_times
 from specgym.baselines.lookup_rule import LookupRule
 from specgym.envs.core.drafter_choice import NO_DRAFTER, DrafterController, DrafterDecision, drive_drafters
@@ -160,7 +160,7 @@ def test_run_predictor_counts_survival_per_bucket():
 
 
 def test_marginal_fits_on_the_train_split_and_prefers_the_better_drafter(wl):
-    pred = fit_on_train(wl, wl.profile)
+    pred = fit_on_fit_split(wl, wl.profile)
     assert pred.meta["split"] == "train" and pred.meta["positions"] == int(wl.lengths[wl.split_indices("train")].sum())
     assert 0 < pred.meta["rounds"] < pred.meta["positions"]  # the rollout's round starts
     # a predictor that says n-gram rounds accept everything: the rule drafts n-gram at the largest cap

@@ -136,3 +136,15 @@ def test_online_signals_equal_the_recorders(toy, spec):
             assert sig.lookup_agree[:judged].tolist() == cols["lookup_agree"][rows].tolist()
             compared += judged
     assert compared >= 10
+
+
+def test_a_cache_folder_model_is_named_as_loaded():
+    """A GGUF target converted into the cache (or a draft materialised there) carries the name it was loaded by, so a
+    predictor trained on ``smollm2`` accepts transformers' generate() on it (the live bench's HF section refused it)."""
+    from types import SimpleNamespace
+
+    from specgym.agents.hf_generate import _model_name
+
+    cached = SimpleNamespace(specgym_name="smollm2", name_or_path="/root/.cache/specgym/gguf/SmolLM2-135M-Instruct")
+    assert _model_name(cached) == "smollm2"
+    assert _model_name(SimpleNamespace(name_or_path="models/midpair/target")) == "models/midpair/target"

@@ -28,7 +28,8 @@ def test_a_profile_without_the_traces_drafters_says_how_it_prices_them():
     drafters = [("eagle", "model"), ("ngram", "lookup")]
     notes = load_profile("cpu-midpair").pricing_notes(drafters)
     assert notes == ["cost profile 'cpu-midpair' has no 'eagle' drafter: its rounds are priced as the draft model",
-                     "cost profile 'cpu-midpair' has no 'ngram' drafter: its rounds are priced as the draft model"]
+                     "cost profile 'cpu-midpair' has no 'ngram' drafter: its rounds are priced as prompt lookup (no "
+                     "draft cost: the verify and the overheads)"]
     assert load_profile("h100-llama31-8b").pricing_notes(drafters) == []
     assert load_profile("cpu-midpair").pricing_notes([("draft", "model")]) == []  # one drafter: nothing to say
 

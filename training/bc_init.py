@@ -128,9 +128,10 @@ class DrafterRecorder(DrafterController):
         self.tracker.update(outcome)
 
 
-def drafter_demonstrations(spec: str, workload: Any, k_max: int, split: str = "train") -> tuple[np.ndarray,
-                                                                                                  np.ndarray]:
-    """(observations, actions) of the drafter-choice baseline ``spec`` over ``split`` (per-start runs: one pass)."""
+def drafter_demonstrations(spec: str, workload: Any, k_max: int, split: str | None = None,
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """(observations, actions) of the drafter-choice baseline ``spec`` over ``split`` (``None``: the workload's fit
+    split; per-start runs: one pass)."""
     if isinstance(workload, DomainDistribution):
         raise SpecgymError("bc_init: drafter mode trains on one workload (no domains)")
     inner = build(spec, k_max, ("drafter",)).controller
@@ -141,15 +142,16 @@ def drafter_demonstrations(spec: str, workload: Any, k_max: int, split: str = "t
     if prepare is not None:
         prepare(workload, engine.profile)
     rec = DrafterRecorder(inner, k_max)
-    for r in workload.split_indices(split):
+    for r in workload.split_indices(split or workload.fit_split):
         drive_drafters(rec, engine.start(int(r)), workload.drafter_names)
     return np.asarray(rec.obs, np.float32), np.asarray(rec.labels, np.int64)
 
 
 def demonstrations(spec: str, workload: Any, mode: str, k_min: int, k_max: int, passes: int = 2,
-                   split: str = "train", seed: int = 0,
+                   split: str | None = None, seed: int = 0,
                    domain_episodes: int = 1500, predictor: Any = None) -> tuple[np.ndarray, np.ndarray]:
-    """(observations, labels) of the baseline ``spec`` replayed ``passes`` times over ``split``.
+    """(observations, labels) of the baseline ``spec`` replayed ``passes`` times over ``split`` (``None``: the
+    workload's fit split, :attr:`Workload.fit_split`).
 
     ``workload`` may be a :class:`~specgym.envs.workloads.domains.DomainDistribution`: then ``passes *
     domain_episodes`` episodes are drawn from it as the training env draws them (a workload, a profile, a request
@@ -161,6 +163,7 @@ def demonstrations(spec: str, workload: Any, mode: str, k_min: int, k_max: int, 
     if get_mode(mode).token_level and not inner.token_level:
         raise SpecgymError(f"bc_init: {spec!r} is not a token-level controller (token mode needs one)")
     rec = RecordingController(inner, mode, k_min, k_max, predictor)
+    split = split or workload.fit_split
     if isinstance(workload, DomainDistribution):
         rng = np.random.default_rng(seed)
         for e in range(passes * domain_episodes):

@@ -47,11 +47,14 @@ def env_config(run: TrainingRun, workload: Any, split: str) -> dict[str, Any]:
     return {**cfg, "workload": workload}
 
 
-def make_env_fn(run: TrainingRun, split: str = "train") -> Callable[[], gym.Env]:
+def make_env_fn(run: TrainingRun, split: str | None = None) -> Callable[[], gym.Env]:
     """A zero-argument env factory of a run: the mode's env (its Gymnasium id, :attr:`PolicyMode.env_id`), then
     ``SB3ActionWrapper`` where actions are draft caps, the token-value reward and (token-level modes) shaping. The
-    batch env is rewarded in tokens per step time by itself (no reward wrapper)."""
+    batch env is rewarded in tokens per step time by itself (no reward wrapper). ``split`` ``None``: the training
+    requests, the workload's fit split (:attr:`Workload.fit_split`)."""
     rc, ppo, workload = run.config, run.config.ppo, run.workload
+    fitting = split is None
+    split = workload.fit_split if split is None else split
     row = get_mode(rc.mode)
     if kind_row(row.kind).serving_step:
         bcfg = {"workload": workload, "batch_profile": ppo.batch_profile, "split": split,
@@ -59,7 +62,7 @@ def make_env_fn(run: TrainingRun, split: str = "train") -> Callable[[], gym.Env]
         if row.draft_view:
             bcfg["predictor"] = run.predictor
         return lambda: gym.make(row.env_id, disable_env_checker=True, config=bcfg).unwrapped
-    cfg = env_config(run, training_distribution(rc, workload) if split == "train" else workload, split)
+    cfg = env_config(run, training_distribution(rc, workload) if fitting else workload, split)
     token_value = None if cfg.get("domains") is not None else float(rc.token_value_resolved)
     shaping = list(ppo.shaping) if row.token_level else []
 

@@ -43,10 +43,12 @@ class _Recording(PolicyController):
         return super().act(obs)
 
 
-def observed_range(artifact: Any, workload: Any, split: str = "train", passes: int = 2, episodes: int = 3000,
+def observed_range(artifact: Any, workload: Any, split: str | None = None, passes: int = 2, episodes: int = 3000,
                    seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The range of the observations ``artifact``'s policy decides on over its training requests (``passes`` of
-    ``split`` with fresh outcome draws each, or ``episodes`` episodes of a :class:`DomainDistribution`)."""
+    ``split`` with fresh outcome draws each, or ``episodes`` episodes of a :class:`DomainDistribution`; ``None``: the
+    workload's fit split, :attr:`Workload.fit_split`)."""
+    split = split or workload.fit_split
     rec = _Recording(dataclasses.replace(artifact, obs_low=None, obs_high=None, teacher=None))  # every decision its own
     k_max = artifact.k_max
     if isinstance(workload, DomainDistribution):

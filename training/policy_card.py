@@ -24,11 +24,23 @@ import yaml
 from specgym.agents.modes import get_mode
 from specgym.envs.core.kinds import kind_row
 from specgym.envs.workloads.domains import generalist_domains
+from specgym.envs.workloads.trace_format import cached_workload
 from specgym.errors import SpecgymError
 from specgym.io import atomic_dir, atomic_write_text, check_output
+from specgym.paths import WORKLOADS_DIR
 from specgym.training.run import read_run_state
 from specgym.training.run_folder import RunFiles
 
+
+def _fit_split(workload: str | None) -> str:
+    """The split a policy of ``workload`` trained on (:attr:`Workload.fit_split`; ``train`` for a domain pool)."""
+    if not workload:
+        return "train"
+    shipped = WORKLOADS_DIR / f"{workload}.parquet"
+    try:
+        return cached_workload(shipped if shipped.exists() else workload).fit_split
+    except (SpecgymError, OSError):
+        return "train"
 
 def _seed_rows(runs: list[dict[str, Any]], shipped: str, second: str) -> list[str]:
     """One table row per seed: steps, wall time, best validation vs the best fixed K and ``second``, oracle ratio."""
@@ -115,7 +127,7 @@ def card_markdown(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], s
               f"{distribution['own_profile_share']:.0%} of episodes keep the workload's own profile.", ""]
     else:
         jitter = cfg.get("profile_jitter")
-        L += [f"Workload `{tr.get('workload')}` (train split)" + (
+        L += [f"Workload `{tr.get('workload')}` ({_fit_split(tr.get('workload'))} split)" + (
             f", priced with its own cost profile jittered (`profile_jitter: {jitter}`: draft cost, verify slope and "
             f"round overhead each scaled by a factor drawn log-uniformly in [1/{jitter}, {jitter}], a quarter of "
             "the episodes at the profile itself)" if jitter else "") + ".", ""]
@@ -193,7 +205,8 @@ def _tree_card(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], ship
          f"specgym eval --workload {tr.get('workload')} --profile {cfg.get('profile')} --controllers "
          f"all,tree-ppo:{name}", "```", "",
          "## Training", "",
-         f"Workload `{tr.get('workload')}` (train split), rounds priced with the `{cfg.get('profile')}` profile. PPO, "
+         f"Workload `{tr.get('workload')}` ({_fit_split(tr.get('workload'))} split), rounds priced with the "
+         f"`{cfg.get('profile')}` profile. PPO, "
          f"{cfg.get('timesteps', 0):,} environment steps per seed (the shipped model is the one kept at "
          f"{tr.get('timesteps', 0):,}), net {cfg.get('net_arch')} {cfg.get('activation')}, learning rate "
          f"{cfg.get('learning_rate')} ({cfg.get('lr_schedule')}), entropy coefficient {cfg.get('ent_coef')}; from "

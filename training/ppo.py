@@ -349,7 +349,7 @@ def _train(req: TrainRequest, training: TrainingRun, console: Any) -> dict[str, 
         cbs.append(CriticWarmupCallback(ppo.bc_warmup))
     label = (f"the generalist distribution ({len(wl.workloads)} workloads x randomised profiles)" if ppo.domains
              else wl.label)
-    console.print(f"[bold]specgym train[/bold] {cfg.mode} mode on {label} (train split): "
+    console.print(f"[bold]specgym train[/bold] {cfg.mode} mode on {label} ({wl.fit_split} split): "
                   f"{start:,} -> {target:,} timesteps, n_envs {ppo.n_envs}, token_value "
                   f"{cfg.token_value_resolved:.3f}; run folder {run.root}", highlight=False)
     t0 = time.perf_counter()

@@ -213,8 +213,8 @@ def select_kind(wls: Sequence[Workload], groups: tuple[str, ...], name: str, kin
     sketch = getattr(wls[0], "hidden_sketch", None)
     hidden_dim = int(sketch.shape[1]) if "hidden" in groups and sketch is not None else 0
     per = max_rows // len(wls) if max_rows else None
-    train = _concat([workload_dataset(w, "train", groups, per, seed) for w in wls])
-    val = _concat([workload_dataset(w, "val", groups) for w in wls])
+    train = _concat([workload_dataset(w, "train", groups, per, seed, requests=w.learning_requests()[0]) for w in wls])
+    val = _concat([workload_dataset(w, "val", groups, requests=w.learning_requests()[1]) for w in wls])
     figures: dict[str, Any] = {}
     best: AcceptancePredictor | None = None
     for kind in kinds:
@@ -228,13 +228,14 @@ def select_kind(wls: Sequence[Workload], groups: tuple[str, ...], name: str, kin
     return best, figures
 
 
-def fit_continuations(wls: Sequence[Workload], pred: AcceptancePredictor, split: str = "train",
+def fit_continuations(wls: Sequence[Workload], pred: AcceptancePredictor, split: str | None = None,
                       ) -> dict[str, ContinuationModel]:
     """The continuation models of ``pred`` (what ``planned:`` plans with), one per temperature group present
-    (``greedy``: T = 0; ``sampled``), fitted on ``pred``'s own predictions over ``split``."""
+    (``greedy``: T = 0; ``sampled``), fitted on ``pred``'s own predictions over ``split`` (``None``: the requests
+    the predictor was fitted on, :meth:`Workload.learning_requests`)."""
     parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
     for w, wl in enumerate(wls):
-        reqs = wl.split_indices(split)
+        reqs = wl.learning_requests()[0] if split is None else wl.split_indices(split)
         for group, sel in (("greedy", wl.temperature[reqs] == 0.0), ("sampled", wl.temperature[reqs] != 0.0)):
             chosen = reqs[sel]
             if len(chosen) == 0:
@@ -258,12 +259,13 @@ def _concat(parts: list[Dataset]) -> Dataset:
 THRESHOLDS = tuple(round(0.5 + 0.05 * i, 2) for i in range(15))  # 0.50 .. 1.20
 
 
-def tune_threshold(wl: Workload, pred: AcceptancePredictor, split: str = "val",
+def tune_threshold(wl: Workload, pred: AcceptancePredictor, split: str | None = None,
                    grid: tuple[float, ...] = THRESHOLDS, seed: int = 0) -> tuple[float, dict[float, float]]:
-    """The decision threshold of the ``predicted:`` controller that decodes ``split`` fastest in replay (the
-    workload's own profile, common random numbers); returns it and the tokens/s of every grid point."""
+    """The decision threshold of the ``predicted:`` controller that decodes ``split`` fastest in replay (``None``:
+    the requests a choice is made on, :meth:`Workload.learning_requests`; the workload's own profile, common random
+    numbers); returns it and the tokens/s of every grid point."""
     engine = TraceEngine(wl, wl.profile, seed=seed)
-    requests = wl.split_indices(split)
+    requests = wl.learning_requests()[1] if split is None else wl.split_indices(split)
     tokens = float(wl.lengths[requests].sum())
     speed = {t: tokens / float(run_controller(engine, requests, PredictedMarginal(pred, threshold=t))
                                .time_ms.sum()) * 1000.0 for t in grid}

@@ -311,6 +311,10 @@ class CostProfile:
             return []
         notes = []
         for name, kind in drafters:
+            if self.with_drafter(name, kind) is not self:  # prompt lookup added at no draft cost (with_drafter)
+                notes.append(f"cost profile {self.name!r} has no {name!r} drafter: its rounds are priced as prompt "
+                             f"lookup (no draft cost: the verify and the overheads)")
+                continue
             try:
                 priced = self.pricing_drafter(name, kind) if self.drafters else None
             except SpecgymError:

@@ -18,6 +18,7 @@ from specgym.envs.engines.draft_vocab import restrict_draft_vocab
 from specgym.envs.engines.fast_linear import engine_forward, pack_linears, select_kernels
 from specgym.envs.engines.model_cache import borrowing, gguf_folder, materialized_draft
 from specgym.errors import SpecgymError
+from specgym.paths import portable_name
 
 
 def _looks_like_path(name: str) -> bool:
@@ -167,6 +168,9 @@ def load_model(name: str, role: str, device: str = "cpu", dtype: str = "float32"
         _probe_cache(model, device)
     except Exception as exc:  # noqa: BLE001 - any failure of a cached decode step means the family cannot run
         raise unsupported_family(name, role, family, f"its cache cannot be cropped: {type(exc).__name__}") from None
+    # the name the user gave (``smollm2``, ``models/smollm2/draft``): a converted or materialised folder in the cache
+    # is the same model, and predictors name it so (hf_generate's signal source reads this)
+    model.specgym_name = portable_name(name)
     return model
 
 

@@ -471,8 +471,9 @@ def record_workload(pair: LivePair, prompts: Sequence[PromptSpec], out: str | Pa
                  else {"split_fractions": list(spec.split_fractions or DEFAULT_SPLITS)}),
               **({"stop_at_eos": True} if spec.stop_at_eos else {}),
               "prompts": portable_name(prompts_path) if prompts_path else None}
+    extra = {**draft_fit_split(pair.draft_name, source["prompts"]), **(spec.extra or {})}
     wl, summary = assemble_recording(spec.name or out.stem, source, spec.profile, requests, completions, seed,
-                                     spec.split_fractions, spec.extra, rec.signal_meta())
+                                     spec.split_fractions, extra, rec.signal_meta())
     stats = {
         "requests": len(prompts),
         "resumed": resumed,
@@ -511,6 +512,24 @@ def with_ngram_runs(wl: Workload, tokenizer: Any) -> Workload:
                               source="recomputed from the greedy completion's token ids")]
     cols = {**wl.flat_columns(), f"runs_{NGRAM_DRAFTER}": runs}
     return wl.with_columns(cols, drafters=drafters)
+
+
+def draft_fit_split(draft: str, prompts: str | None) -> dict[str, str]:
+    """``{"fit_split": "val", "fit_split_reason": ...}`` when the draft model was trained on the train split of the
+    prompts being recorded (its ``training_state.json``, written by ``specgym train-draft``), else nothing: there its
+    acceptance on the train prompts is its training set's, so learners fit on val
+    (:attr:`~specgym.envs.workloads.workload.Workload.fit_split`)."""
+    state = Path(draft) / "training_state.json"
+    if prompts is None or not state.is_file():
+        return {}
+    try:
+        trained = json.loads(state.read_text()).get("trained_on") or {}
+    except (OSError, ValueError) as e:
+        raise SpecgymError(f"{state}: unreadable ({e})") from None
+    if trained.get("prompts") != prompts or trained.get("split") != "train":
+        return {}
+    return {"fit_split": "val", "fit_split_reason": f"the draft model was trained on the train split of {prompts} "
+                                                    f"({state.parent.name}/training_state.json): learners fit on val"}
 
 
 def assemble_recording(name: str, source: dict[str, Any], profile: CostProfile, requests: list[dict[str, Any]],

@@ -107,6 +107,14 @@ class DomainDistribution:
         self.profiles = profiles or ProfileRanges()
         self.own_profile_share = float(own_profile_share)
 
+    @property
+    def fit_split(self) -> str:
+        """The split training draws from: the pool's one fit split (:attr:`Workload.fit_split`)."""
+        splits = {w.fit_split for w in self.workloads}
+        if len(splits) != 1:
+            raise SpecgymError(f"a domain pool mixes fit splits {sorted(splits)}: train on workloads that fit on one")
+        return splits.pop()
+
     def sample(self, rng: np.random.Generator) -> tuple[Workload, CostProfile]:
         """One domain: a workload and the profile its episode is priced with."""
         wl = self.workloads[int(rng.choice(len(self.workloads), p=self.p))]

@@ -235,6 +235,30 @@ class Workload:
         """Distinct categories in first-seen order."""
         return list(dict.fromkeys(self.category.tolist()))
 
+    @property
+    def fit_split(self) -> str:
+        """The split fitted rules, predictors and policies learn from: ``train``, or the recording's
+        ``extra["fit_split"]``. A recording whose draft model was trained on its train prompts names ``val`` there:
+        on those prompts the draft's acceptance is its training set's, not that of use (a drafter-choice rule
+        fitted on them over-trusts the draft), so fitting moves to val and test stays held out."""
+        split = self.extra.get("fit_split", "train")
+        if split not in SPLITS[:2]:
+            raise SpecgymError(f"workload {self.name!r}: metadata extra.fit_split must be 'train' or 'val', "
+                               f"got {split!r}")
+        return str(split)
+
+    def learning_requests(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(fit, select)``: the requests a learner fits on and those it chooses a model kind or a setting on: the
+        train and val splits; with :attr:`fit_split` ``val``, val's requests alternately (a choice is never made on
+        the rows fitted)."""
+        if self.fit_split == "train":
+            return self.split_indices("train"), self.split_indices("val")
+        val = self.split_indices("val")
+        if len(val) < 2:
+            raise SpecgymError(f"workload {self.name!r} fits on val but has {len(val)} val request(s): at least 2 "
+                               f"(one to fit on, one to choose on)")
+        return val[0::2], val[1::2]
+
     def split_indices(self, split: str | None) -> np.ndarray:
         """Indices of the requests in ``split`` (``None`` or ``all`` = every request)."""
         if split in (None, "all"):

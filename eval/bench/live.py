@@ -53,7 +53,7 @@ from rich.table import Table
 
 import specgym.catalogue as catalogue
 from specgym.agents.artifact import list_policies
-from specgym.agents.specs import EVAL_KINDS, Traits, all_specs, build, expand, kind_of, make, row_of, usage_line
+from specgym.agents.specs import EVAL_KINDS, Traits, all_specs, build, expand, make, row_of, usage_line
 from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_static import StaticTree
 from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
@@ -272,10 +272,11 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     greedy = bool(np.all(wl.temperature[requests] == 0))
     if specs is None:
         specs = controller_specs(Traits.of(wl))
-    tree_specs = [s for s in specs if kind_row(kind_of(s)).drafts_trees]
+    kind = {s: build(s, k_max).entry.kind for s in specs}  # built: a learned row's kind is its policy's mode
+    tree_specs = [s for s in specs if kind_row(kind[s]).drafts_trees]
     if tree_specs:
         check_tree_workload(wl)  # greedy, with ranks: the tree rows' prediction is the tree replay
-    drafter_specs = [s for s in specs if kind_row(kind_of(s)).chooses_drafter]
+    drafter_specs = [s for s in specs if kind_row(kind[s]).chooses_drafter]
     if drafter_specs:  # the n-gram drafter's runs: what drafter-choice rows fit on and are predicted with
         wl = with_ngram_runs(wl, pair.tokenizer)
     probe = LiveEngine.from_pair(pair, k_max=k_max, timing="wall")

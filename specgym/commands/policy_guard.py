@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             if not name:
                 raise SpecgymError(f"{a.policy}: policy.json names no training workload: pass --workload")
             source = cached_workload(name)
-            what = f"{a.passes} replays of {name}'s train split (fresh outcome draws each)"
+            what = f"{a.passes} replays of {name}'s {source.fit_split} split (fresh outcome draws each)"
         low, high = observed_range(art, source, passes=a.passes, episodes=a.episodes)
         pred = None if art.predictor is None else AcceptancePredictor.from_dict(art.predictor)
         teacher = "planned" if pred is not None and pred.continuation else "marginal"

@@ -17,7 +17,7 @@ import sys
 
 import specgym.catalogue as catalogue
 from specgym.agents.specs import resolve
-from specgym.baselines.drafter_marginal import fit_on_train
+from specgym.baselines.drafter_marginal import fit_on_fit_split
 from specgym.commands.args import bootstrap_type, int_range, path_type
 from specgym.console import make_progress
 from specgym.envs.core.acceptance_predictor import (
@@ -57,7 +57,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``predictor train`` and ``predictor eval``."""
     p = sub.add_parser("predictor", help="train and measure acceptance predictors (recorded context signals)")
     psub = p.add_subparsers(dest="predictor_command", metavar="ACTION")
-    t = psub.add_parser("train", help="fit a predictor on a workload's train split (model kind chosen on val)")
+    t = psub.add_parser("train", help="fit a predictor on a workload's train split (model kind chosen on val; a "
+                                          "workload whose draft was trained on its train prompts: val, alternately)")
     t.add_argument("--workload", default=None,
                    help="workload name or path with v2 signals, or several comma-separated (one pair's greedy and "
                         "sampled traces: one predictor for every temperature) (default: the default workload)")
@@ -72,7 +73,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--force", action="store_true", help="overwrite --out")
     t.set_defaults(func=_train)
     r = psub.add_parser("train-runs", help="fit the run predictor of drafter choice (every drafter's expected "
-                                           "tokens per round) on a per-start workload's train split")
+                                           "tokens per round) on a workload's fit split (train; val where the draft "
+                                           "was trained on the train prompts)")
     r.add_argument("--workload", required=True, help="workload name or path (two or more drafters' runs)")
     r.add_argument("--profile", default=None, help="cost profile the fitting rollout is priced with (default: the "
                                                   "workload's own)")
@@ -107,11 +109,11 @@ def _train_runs(args: argparse.Namespace) -> int:
     check_output(args.out, args.force, "file", suffixes=(".json",))
     wl = _workload(args.workload)
     profile = load_profile(args.profile) if args.profile else wl.profile
-    pred = fit_on_train(wl, profile)
+    pred = fit_on_fit_split(wl, profile)
     save_run_predictor(pred, args.out, overwrite=args.force)
-    print(f"wrote {args.out}: run predictor of drafters {', '.join(pred.drafters)} on {wl.name} (train split: "
-          f"{pred.meta['positions']:,} positions, {pred.meta['rounds']:,} rollout rounds); use it as "
-          f"drafter-marginal:{args.out}")
+    print(f"wrote {args.out}: run predictor of drafters {', '.join(pred.drafters)} on {wl.name} "
+          f"({pred.meta['split']} split: {pred.meta['positions']:,} positions, {pred.meta['rounds']:,} rollout "
+          f"rounds); use it as drafter-marginal:{args.out}")
     return 0
 
 

@@ -22,6 +22,7 @@ from specgym.envs.engines.model_loading import load_model, load_tokenizer
 from specgym.envs.workloads.prompts import read_prompts
 from specgym.errors import SpecgymError
 from specgym.io import atomic_dir
+from specgym.paths import portable_name
 from specgym.training.lm_pair.distill import (
     AnswerPlan,
     heldout_acceptance,
@@ -153,6 +154,7 @@ def export_draft(build: DraftBuild, out: Path, force: bool = False) -> dict[str,
             (tmp / DRAFT_VOCAB_FILE).write_text(json.dumps({"file": f"draft-vocab-{build.draft_vocab}.json"}) + "\n")
         meta = {"layers_from_target": build.layers, "budget_s": build.budget_s, "plan": asdict(build.plan),
                 "draft_vocab": build.draft_vocab,
+                "trained_on": {"prompts": portable_name(build.prompts), "split": "train"},
                 "training": state, "heldout": report["heldout"], "val_positions": total}
         (tmp / "training_state.json").write_text(json.dumps(meta, indent=2) + "\n")
         prompts = f" --prompts {build.prompts}" if Path(build.prompts).stem != "smollm2-prompts" else ""

@@ -240,7 +240,7 @@ def fit_continuations(wls: Sequence[Workload], pred: AcceptancePredictor, split:
             chosen = reqs[sel]
             if len(chosen) == 0:
                 continue
-            sub = workload_dataset(wl, split, pred.groups, requests=chosen)
+            sub = workload_dataset(wl, split or wl.fit_split, pred.groups, requests=chosen)
             # a transition never crosses two requests (of one workload or of two)
             key = np.concatenate([np.full(wl.offsets[r + 1] - wl.offsets[r], (w << 32) + int(r)) for r in chosen])
             parts.setdefault(group, []).append((pred.predict_matrix(sub.x), sub.y, key))

@@ -471,7 +471,8 @@ def record_workload(pair: LivePair, prompts: Sequence[PromptSpec], out: str | Pa
                  else {"split_fractions": list(spec.split_fractions or DEFAULT_SPLITS)}),
               **({"stop_at_eos": True} if spec.stop_at_eos else {}),
               "prompts": portable_name(prompts_path) if prompts_path else None}
-    extra = {**draft_fit_split(pair.draft_name, source["prompts"]), **(spec.extra or {})}
+    extra = {**draft_fit_split(pair.draft_name, portable_name(prompts_path) if prompts_path else None),
+             **(spec.extra or {})}
     wl, summary = assemble_recording(spec.name or out.stem, source, spec.profile, requests, completions, seed,
                                      spec.split_fractions, extra, rec.signal_meta())
     stats = {

@@ -34,10 +34,10 @@ def fit_on_fit_split(workload: Any, profile: CostProfile, k_max: int = MAX_RUN) 
     """A :class:`RunPredictor` of every drafter of ``workload``, counted on its fit split (the train split, or val
     where the draft model was trained on the train prompts: :attr:`Workload.fit_split`; module docstring)."""
     split = workload.fit_split
-    train = workload.split_indices(split)
+    fitted = workload.split_indices(split)
     engine = TraceEngine(workload, profile, min(k_max, profile.max_k))
-    idx = np.concatenate([np.arange(workload.offsets[r], workload.offsets[r + 1]) for r in train.tolist()])
-    position = np.concatenate([np.arange(int(n)) for n in workload.lengths[train]])
+    idx = np.concatenate([np.arange(workload.offsets[r], workload.offsets[r + 1]) for r in fitted.tolist()])
+    position = np.concatenate([np.arange(int(n)) for n in workload.lengths[fitted]])
     lookup = workload.lookup_len[idx] if workload.lookup_len is not None else None
     names = workload.drafter_names
     runs = {d: engine.runs(d)[idx] for d in names}
@@ -46,7 +46,7 @@ def fit_on_fit_split(workload: Any, profile: CostProfile, k_max: int = MAX_RUN) 
     rule = DrafterMarginal(coarse)
     rule.prepare(workload, profile)
     rows: list[tuple[int, int, int, int]] = []
-    for r in train.tolist():
+    for r in fitted.tolist():
         rule.record = []
         drive_drafters(rule, engine.start(r), names)
         rows += [(r, *x) for x in rule.record]

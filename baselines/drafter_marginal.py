@@ -10,7 +10,7 @@ decision that maximises the expected rate of this round (the marginal rule's obj
 The predictor is fitted on the **fit split** (:attr:`~specgym.envs.workloads.workload.Workload.fit_split`: train,
 or val where the draft model was trained on the train prompts) of the workload being served (:func:`fit_on_fit_split`,
 :meth:`DrafterMarginal.prepare`), or given. Its recent-round estimate needs the rounds a policy plays: the fit rolls
-this rule out on the train split with the lookup x position estimate alone, records every round start (its
+this rule out on the fit split with the lookup x position estimate alone, records every round start (its
 features and every drafter's run there), and counts on them.
 """
 
@@ -60,7 +60,7 @@ class DrafterMarginal(DrafterController):
     """Most predicted tokens per unit time over every (drafter, K).
 
     Args:
-        predictor: A fitted run predictor (``None``: fitted in :meth:`prepare` on the workload's train split).
+        predictor: A fitted run predictor (``None``: fitted in :meth:`prepare` on the workload's fit split).
     """
 
     family = "predictor"
@@ -77,7 +77,7 @@ class DrafterMarginal(DrafterController):
         self.record: list[tuple[int, int, int]] | None = None  # round starts, when a fit rolls the rule out
 
     def prepare(self, workload: Any, profile: CostProfile) -> list[str]:
-        """Fit the predictor on the workload's train split (unless one was given); learn its drafters' kinds.
+        """Fit the predictor on the workload's fit split (unless one was given); learn its drafters' kinds.
 
         Returns:
             A note when a given predictor was fitted on another workload (it still runs: a deliberate transfer).

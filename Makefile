@@ -25,7 +25,7 @@ VLLM_PIP    := $(VLLM_PY) -m pip install --quiet --no-index --no-deps --find-lin
 PKG_FILES := $(shell find specgym envs agents baselines training eval data -type f -not -path '*/__pycache__/*' \
                -not -name '*.pyc' 2>/dev/null | LC_ALL=C sort)
 
-.PHONY: prompts-smollm2 drafter-smollm2 predictor-smollm2 policies-smollm2 bench-live-smollm2 gpu-check docs install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
+.PHONY: prompts-smollm2 drafter-smollm2 head-smollm2 predictor-smollm2 policies-smollm2 bench-live-smollm2 gpu-check docs install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
         models-midpair models-tinypair predictors profile record record-midpair record-midpair-greedy record-midpair-t08 record-tinypair clean FORCE
 
 $(VENV)/.files: FORCE
@@ -161,13 +161,17 @@ policies-midpair-predicted: $(STAMP)
 	$(PY) -m specgym.commands.policy_card data/policies/midpair-predicted --force --runs runs/midpair-predicted-s0 \
 		--reproduce "make policies-midpair-predicted"
 
-# --- the real pair's drafter-choice policy (issue 40): PPO on smollm2-greedy's fit split (val: its draft was distilled
-# on the train prompts' answers), behaviour-cloned from drafter-marginal (training/configs/drafter.yaml; ~2 min quiet).
-# Measured, not shipped: a drafter-mode policy has no observation guard yet (docs/results/live-smollm2.md).
+# --- the real pair's policies (issue 40): PPO on smollm2-greedy's fit split (val: its draft and head were trained on
+# the train prompts' answers), behaviour-cloned from the best rule of each mode (training/configs/token.yaml and
+# drafter.yaml), exported with their guards and shipped with a card (~15 min quiet)
 policies-smollm2: $(STAMP)
-	OMP_NUM_THREADS=1 $(VENV)/bin/specgym train --workload smollm2-greedy --mode drafter --seed 0 \
-		--out runs/smollm2-drafter-s0 --force
-	$(VENV)/bin/specgym export runs/smollm2-drafter-s0 --out runs/smollm2-drafter-s0/policy --force
+	for m in token drafter; do \
+	  OMP_NUM_THREADS=1 $(VENV)/bin/specgym train --workload smollm2-greedy --mode $$m --seed 0 \
+	    --out runs/smollm2-$$m-s0 --force && \
+	  $(VENV)/bin/specgym export runs/smollm2-$$m-s0 --out runs/smollm2-$$m-s0/policy --force && \
+	  $(PY) -m specgym.commands.policy_card data/policies/smollm2-$$m --force --runs runs/smollm2-$$m-s0 \
+	    --reproduce "make policies-smollm2" || exit 1; \
+	done
 
 policies-tree: $(STAMP)
 	OMP_NUM_THREADS=1 $(VENV)/bin/specgym train --workload midpair-greedy --mode tree --seed 0 \
@@ -225,6 +229,12 @@ drafter-smollm2: $(STAMP)  # ~25 min target answers, 55 min distillation, ~3 min
 	$(SPECGYM) train-draft --target smollm2 --prompts smollm2-prompts --work-dir $(SMOL_WORK) \
 		--stages export --draft-vocab 4096 --out data/models/smollm2/draft --force
 
+# the draft head (EAGLE-style, on the target's last hidden state) trained on the same answers: features (~8 min), training
+# and export; the recordings (record-smollm2) then store its runs and the profile (profile-smollm2) its cost
+head-smollm2: $(STAMP)
+	$(SPECGYM) train-draft --target smollm2 --prompts smollm2-prompts --work-dir $(SMOL_WORK) --stages answers
+	$(SPECGYM) train-head --target smollm2 --work-dir $(SMOL_WORK) --out data/models/smollm2/head --force
+
 profile: profile-midpair profile-tinypair profile-smollm2
 record: record-midpair record-tinypair record-smollm2
 
@@ -239,7 +249,7 @@ predictor-smollm2: $(STAMP)
 
 bench-live-smollm2: $(STAMP)
 	$(SPECGYM) bench live --workload smollm2-greedy --prompts 6 --repeats 1 --profile cpu-smollm2 \
-		--controllers fixed:1,fixed:2,fixed:3,fixed:4,assc,speclane,hf-heuristic,marginal,predicted:smollm2,planned:smollm2,fixed:3@ngram,lookup-rule:3,drafter-marginal \
+		--controllers fixed:1,fixed:2,fixed:3,fixed:4,fixed:2@ngram,fixed:3@ngram,fixed:4@ngram,fixed:2@head,fixed:3@head,fixed:4@head,assc,speclane,hf-heuristic,marginal,predicted:smollm2,planned:smollm2,ppo:smollm2-token,ppo:smollm2-drafter,lookup-rule:3,drafter-marginal \
 		--json out/bench-live-smollm2.json
 
 record-smollm2-%: $(STAMP)

@@ -166,6 +166,9 @@ class PolicyArtifact:
                 raise SpecgymError(f"policy guard: teacher must be one of {TEACHERS}, got {self.teacher!r}")
             if self.teacher == "planned" and self.predictor is None:
                 raise SpecgymError("policy guard: teacher 'planned' needs the embedded acceptance predictor")
+            if (self.teacher == "drafter-marginal") != (self.mode == "drafter"):
+                raise SpecgymError(f"policy guard: teacher {self.teacher!r} cannot decide for a {self.mode}-mode "
+                                   f"policy")
 
 
 def policy_mode(folder: str | Path) -> str | None:

@@ -4,6 +4,11 @@ It observes through :class:`~specgym.envs.core.drafter_features.DrafterFeatureTr
 ``specgym/SpecDecodeDrafter-v0`` trains it with, and plays the argmax of its actor's logits as the round's
 (drafter, K) (:func:`~specgym.envs.core.drafter_features.decision_of`): the same protocol in the env, the harness
 and a live engine.
+
+**The guard** (as a chain policy's, :mod:`specgym.agents.policy_controller`): a policy exported with the range of
+every feature it saw in training and the teacher ``drafter-marginal`` hands a round whose observation leaves that
+range to the teacher, which runs in lockstep (fitted in :meth:`DrafterPolicyController.prepare` on the workload's
+fit split, as the rule itself is) and so decides with its state warm.
 """
 
 from __future__ import annotations
@@ -11,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from specgym.agents.policy_controller import PolicyNetwork
+from specgym.agents.policy_controller import PolicyNetwork, RangeGuard
+from specgym.baselines.drafter_marginal import DrafterMarginal
 from specgym.envs.core.drafter_choice import DrafterController, DrafterDecision
-from specgym.envs.core.drafter_features import DrafterFeatureTracker, decision_of
+from specgym.envs.core.drafter_features import SLOTS, DrafterFeatureTracker, decision_of, feature_bounds
 from specgym.envs.core.rounds import RequestContext, RoundOutcome, RoundStart
 from specgym.errors import SpecgymError
 
@@ -38,15 +44,26 @@ class DrafterPolicyController(DrafterController):
         self.name = name or "ppo-drafter"
         self.network = PolicyNetwork(artifact)
         self.tracker = DrafterFeatureTracker(artifact.k_max)
+        self.teacher: DrafterMarginal | None = None
+        self.guard: RangeGuard | None = None
+        if artifact.teacher is not None and artifact.obs_low is not None:
+            self.teacher = DrafterMarginal()
+            self.guard = RangeGuard(artifact, *feature_bounds(), self.name)
 
     def prepare(self, workload: Any, profile: Any) -> list[str]:
-        """A note when the workload holds fewer drafters than the policy chooses between (its other slots then
-        mean a plain step), so such a run is never silent."""
+        """Fit the teacher (a guarded policy); a note when the workload holds fewer drafters than the policy
+        chooses between (its other slots then mean a plain step), so such a run is never silent."""
+        if self.teacher is not None:
+            self.teacher.prepare(workload, profile)
         names = list(getattr(workload, "drafter_names", ()))
         if len(names) < 2:
             return [f"a drafter-choice policy on a workload with one drafter ({', '.join(names) or 'draft'}): it "
                     f"chooses only that drafter's K or no draft"]
         return []
+
+    def guard_stats(self) -> dict[str, Any] | None:
+        """The guard's record (None without one), as a chain policy's."""
+        return None if self.guard is None else self.guard.stats()
 
     def reset(self, ctx: RequestContext, drafters: Sequence[str]) -> None:
         """Start a request; the engine must allow the policy's k_max (its action space)."""
@@ -55,11 +72,20 @@ class DrafterPolicyController(DrafterController):
                                f"{ctx.k_max}")
         super().reset(ctx, drafters)
         self.tracker.reset(ctx, drafters)
+        if self.teacher is not None:
+            self.teacher.reset(ctx, drafters)
 
     def propose(self, start: RoundStart) -> DrafterDecision:
-        """The argmax action's decision."""
-        return decision_of(self.network.act(self.tracker.observation(start)), self.drafters[:2], self.artifact.k_max)
+        """The argmax action's decision; outside the training range, the teacher's."""
+        obs = self.tracker.observation(start)
+        if self.teacher is not None:
+            taught = self.teacher.propose(start)
+            if self.guard is not None and self.guard.outside(obs):
+                return taught
+        return decision_of(self.network.act(obs), self.drafters[:SLOTS], self.artifact.k_max)
 
     def observe(self, outcome: RoundOutcome) -> None:
-        """Learn the verified round."""
+        """Learn the verified round (the teacher too)."""
         self.tracker.update(outcome)
+        if self.teacher is not None:
+            self.teacher.observe(outcome)

@@ -151,8 +151,8 @@ MODES: dict[str, PolicyMode] = {m.name: m for m in (
     PolicyMode("drafter", "drafter", "ppo", lambda version: list(DRAFTER_FEATURE_NAMES), DRAFTER_FEATURE_VERSION,
                (DRAFTER_FEATURE_VERSION,), "drafter_cap",
                lambda art, name, k_max: DrafterPolicyController(art, name), "specgym/SpecDecodeDrafter-v0",
-               "drafter.yaml", compared=("lookup-rule:3", "drafter-marginal"),
-               decides="it chooses the drafter (of the engine's first two, or none) and the draft cap of each "
+               "drafter.yaml", compared=("lookup-rule:3", "drafter-marginal"), guarded=True,
+               decides="it chooses the drafter (of the engine's first three, or none) and the draft cap of each "
                        "round."),
     PolicyMode("alloc", "batch", "alloc-ppo", lambda version: list(ALLOC_FEATURE_NAMES), ALLOC_FEATURE_VERSION,
                (ALLOC_FEATURE_VERSION,), "budget_gamma", lambda art, name, k_max: AllocPolicyController(art, name),

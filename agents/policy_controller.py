@@ -46,8 +46,9 @@ from specgym.errors import SpecgymError
 if TYPE_CHECKING:  # the artifact's module imports the mode table, which imports this one
     from specgym.agents.artifact import PolicyArtifact
 
-#: The rules a guarded policy hands its decisions to outside its training range.
-TEACHERS = ("marginal", "planned")
+#: The rules a guarded policy hands its decisions to outside its training range (a chain policy's: ``marginal`` or
+#: ``planned``; a drafter-choice policy's: ``drafter-marginal``).
+TEACHERS = ("marginal", "planned", "drafter-marginal")
 #: How far outside its training range a feature may go before the guard hands over: this share of the feature's
 #: bound range (:func:`~specgym.envs.core.features.feature_bounds`).
 GUARD_MARGIN = 0.02
@@ -101,6 +102,51 @@ class PolicyNetwork:
         return int(self.logits(obs).argmax())
 
 
+class RangeGuard:
+    """Where a policy has no experience: an observation outside the range it saw in training (by more than
+    :data:`GUARD_MARGIN` of a feature's bound range) in any feature. Counts the decisions it checks and hands over,
+    and says once on stderr which feature first left its range.
+
+    Args:
+        artifact: The policy (its ``obs_low``/``obs_high``, ``features`` and ``teacher``).
+        low, high: The bound range of every feature (:func:`~specgym.envs.core.features.feature_bounds`).
+        name: The policy's display name (in the stderr line).
+    """
+
+    def __init__(self, artifact: PolicyArtifact, low: np.ndarray, high: np.ndarray, name: str):
+        assert artifact.obs_low is not None and artifact.obs_high is not None
+        tol = GUARD_MARGIN * (np.asarray(high, np.float64) - low)
+        self.artifact, self.name = artifact, name
+        self.lo, self.hi = artifact.obs_low - tol, artifact.obs_high + tol
+        self.decisions_made = self.decisions_handed = 0
+        self.first_out: tuple[str, float, float, float] | None = None
+
+    def outside(self, obs: np.ndarray) -> bool:
+        """Count a decision; True (and said once on stderr) when ``obs`` leaves the training range."""
+        self.decisions_made += 1
+        out = (obs < self.lo) | (obs > self.hi)
+        if not out.any():
+            return False
+        self.decisions_handed += 1
+        if self.first_out is None:
+            i = int(np.flatnonzero(out)[0])
+            name = self.artifact.features[i]
+            lo, hi = float(self.artifact.obs_low[i]), float(self.artifact.obs_high[i])  # type: ignore[index]
+            self.first_out = (name, float(obs[i]), lo, hi)
+            print(f"{self.name}: feature {name} = {float(obs[i]):.4g} is outside its training range [{lo:.4g}, "
+                  f"{hi:.4g}]; such decisions are its teacher {self.artifact.teacher!r}'s", file=sys.stderr)
+        return True
+
+    def stats(self) -> dict[str, Any]:
+        """Its teacher, decisions taken and handed over, the first feature found outside its range."""
+        first = self.first_out
+        return {"teacher": self.artifact.teacher, "decisions": self.decisions_made,
+                "handed": self.decisions_handed,
+                "share": self.decisions_handed / self.decisions_made if self.decisions_made else 0.0,
+                "first_outside": None if first is None else {"feature": first[0], "value": first[1],
+                                                             "low": first[2], "high": first[3]}}
+
+
 class PolicyController(Controller):
     """Runs an exported policy as a :class:`Controller` (K mode or token mode), numpy only.
 
@@ -129,16 +175,14 @@ class PolicyController(Controller):
         self.decisions = self.protocol.decisions
         self.per_token = row.token_level  # the policy's own decisions are per draft token
         self.teacher: Controller | None = None
+        self.guard: RangeGuard | None = None
         if artifact.teacher is not None and artifact.obs_low is not None and artifact.obs_high is not None:
             pred = self.predictor
             self.teacher = PlannedStop(pred) if artifact.teacher == "planned" and pred is not None else MarginalStop()
             low, high = feature_bounds(row.name if row.token_level else "k", artifact.feature_version)
-            tol = GUARD_MARGIN * (high.astype(np.float64) - low)
-            self._lo, self._hi = artifact.obs_low - tol, artifact.obs_high + tol
+            self.guard = RangeGuard(artifact, low, high, self.name)
             self.token_level = True  # the teacher stops token by token
         self._led = False  # the current round is the teacher's
-        self.decisions_made = self.decisions_handed = 0
-        self._first_out: tuple[str, float, float, float] | None = None
 
     def bind_signals(self, src: Any) -> str | None:
         """A token-mode policy reading an acceptance predictor: predict with the model of its chain that ``src``
@@ -203,31 +247,10 @@ class PolicyController(Controller):
 
     # --- the guard -------------------------------------------------------------------------------------------
     def _outside(self, obs: np.ndarray) -> bool:
-        """Count a decision; True (and said once on stderr) when ``obs`` leaves the training range."""
-        self.decisions_made += 1
-        if self.teacher is None:
-            return False
-        out = (obs < self._lo) | (obs > self._hi)
-        if not out.any():
-            return False
-        self.decisions_handed += 1
-        if self._first_out is None:
-            i = int(np.flatnonzero(out)[0])
-            name = self.artifact.features[i]
-            lo, hi = float(self.artifact.obs_low[i]), float(self.artifact.obs_high[i])  # type: ignore[index]
-            self._first_out = (name, float(obs[i]), lo, hi)
-            print(f"{self.name}: feature {name} = {float(obs[i]):.4g} is outside its training range [{lo:.4g}, "
-                  f"{hi:.4g}]; such decisions are its teacher {self.artifact.teacher!r}'s", file=sys.stderr)
-        return True
+        """True when the guard hands ``obs``'s decision to the teacher (:class:`RangeGuard`)."""
+        return self.guard is not None and self.guard.outside(obs)
 
     def guard_stats(self) -> dict[str, Any] | None:
         """The guard's record (None without one): its teacher, decisions taken and handed over, the first
         feature found outside its range."""
-        if self.teacher is None:
-            return None
-        first = self._first_out
-        return {"teacher": self.artifact.teacher, "decisions": self.decisions_made,
-                "handed": self.decisions_handed,
-                "share": self.decisions_handed / self.decisions_made if self.decisions_made else 0.0,
-                "first_outside": None if first is None else {"feature": first[0], "value": first[1],
-                                                             "low": first[2], "high": first[3]}}
+        return None if self.guard is None else self.guard.stats()

@@ -7,6 +7,8 @@ absent."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from specdecode_files import request, shared_files, synthetic_file, write_file
@@ -290,8 +292,11 @@ def test_env_is_check_env_clean_and_replays_as_the_harness(wl, tmp_path):
         warnings.simplefilter("error")
         check_env(env, skip_render_check=True)
     assert env.action_space.n == n_actions(K_MAX) and env.observation_space.shape == (len(DRAFTER_FEATURE_NAMES),)
+    used = 1 + len(wl.drafter_names) * K_MAX  # the actions of the slots this workload fills
     for a in range(n_actions(K_MAX)):
-        assert action_of(decision_of(a, wl.drafter_names, K_MAX), wl.drafter_names, K_MAX) == a
+        dec = decision_of(a, wl.drafter_names, K_MAX)
+        assert action_of(dec, wl.drafter_names, K_MAX) == (a if a < used else 0)  # an empty slot: a plain step
+        assert dec.plain == (a == 0 or a >= used)
     rng = np.random.default_rng(0)
     for r in (0, 3):
         obs, _ = env.reset(seed=1, options={"request": r})
@@ -341,7 +346,8 @@ def test_train_export_and_run_a_drafter_policy(wl, tmp_path):
     rep = evaluate(EvalConfig(str(path), f"ppo:{out},lookup-rule:3", split="all", k_max=K_MAX, bootstrap=0))
     rows = {row["spec"]: row for row in rep["rows"]}
     assert rows[f"ppo:{out}"]["kind"] == "drafter" and rows[f"ppo:{out}"]["family"] == "learned"
-    ctrl = DrafterPolicyController(art, "p")
+    assert art.teacher == "drafter-marginal" and art.obs_low is not None  # exported with its guard
+    ctrl = DrafterPolicyController(dataclasses.replace(art, obs_low=None, obs_high=None, teacher=None), "p")
     env = SpecDecodeDrafterEnv(workload=wl, split="all", k_max=K_MAX)
     obs, _ = env.reset(options={"request": 2})
     env_time, done = 0.0, False
@@ -350,6 +356,42 @@ def test_train_export_and_run_a_drafter_policy(wl, tmp_path):
         env_time += info["time_ms"]
     tot = drive_drafters(ctrl, TraceEngine(wl, k_max=K_MAX).start(2), wl.drafter_names)
     assert tot.time_ms == pytest.approx(env_time, rel=1e-12)
+
+
+def test_a_guarded_drafter_policy_hands_rounds_outside_its_range_to_drafter_marginal(wl):
+    """Outside the range it saw in training, every round is its teacher's: a range no observation fits makes the
+    policy play drafter-marginal exactly; the range it was trained on hands over nothing on its own requests."""
+    from specgym.agents.artifact import PolicyArtifact
+    from specgym.agents.drafter_policy import DrafterPolicyController
+    from specgym.baselines.drafter_marginal import DrafterMarginal
+    from specgym.envs.core.drafter_features import DRAFTER_FEATURE_NAMES, DRAFTER_FEATURE_VERSION, n_actions
+
+    n, rng = len(DRAFTER_FEATURE_NAMES), np.random.default_rng(0)
+    weights = [rng.normal(size=(8, n)).astype(np.float32), rng.normal(size=(n_actions(K_MAX), 8)).astype(np.float32)]
+    biases = [np.zeros(8, np.float32), np.zeros(n_actions(K_MAX), np.float32)]
+
+    def policy(low: float, high: float, teacher: str | None = "drafter-marginal") -> DrafterPolicyController:
+        art = PolicyArtifact(mode="drafter", k_min=0, k_max=K_MAX, weights=weights, biases=biases,
+                             activation="tanh", feature_version=DRAFTER_FEATURE_VERSION,
+                             features=list(DRAFTER_FEATURE_NAMES), obs_low=np.full(n, low), obs_high=np.full(n, high),
+                             teacher=teacher)
+        ctrl = DrafterPolicyController(art, "guarded")
+        ctrl.prepare(wl, wl.profile)
+        return ctrl
+
+    engine = TraceEngine(wl, k_max=K_MAX)
+    rule = DrafterMarginal()
+    rule.prepare(wl, wl.profile)
+    nowhere, everywhere = policy(5.0, 6.0), policy(-1.0, 2.0)
+    for r in range(4):
+        want = drive_drafters(rule, engine.start(r), wl.drafter_names)
+        got = drive_drafters(nowhere, engine.start(r), wl.drafter_names)
+        assert got.time_ms == want.time_ms and got.tokens == want.tokens
+        drive_drafters(everywhere, engine.start(r), wl.drafter_names)
+    assert nowhere.guard_stats()["share"] == 1.0 and nowhere.guard_stats()["teacher"] == "drafter-marginal"
+    assert everywhere.guard_stats()["handed"] == 0
+    with pytest.raises(SpecgymError, match="teacher 'marginal' cannot decide for a drafter-mode policy"):
+        policy(0.0, 1.0, teacher="marginal")
 
 
 def test_predictor_train_runs_cli_and_the_file_spec(wl, tmp_path):

@@ -55,7 +55,8 @@ def test_tune_says_which_drafter_serving_replays(imported, capsys):
 
 
 def test_a_drafter_policy_on_one_drafter_says_so():
-    ctrl = object.__new__(DrafterPolicyController)  # prepare reads only the workload
+    ctrl = object.__new__(DrafterPolicyController)  # prepare reads only the workload (and fits a guard's teacher)
+    ctrl.teacher = None  # an unguarded policy
     assert ctrl.prepare(SimpleNamespace(drafter_names=["eagle"]), None) == [
         "a drafter-choice policy on a workload with one drafter (eagle): it chooses only that drafter's K or no draft"]
     assert ctrl.prepare(SimpleNamespace(drafter_names=["eagle", "ngram"]), None) == []

@@ -61,6 +61,9 @@ LAZY_ALLOWED: dict[tuple[str, str], str] = {
     ("specgym.envs.engines.model_cache", "safetensors.numpy"): "safetensors comes with the hf extra, and "
     "model_cache is imported wherever a model is resolved",
     ("specgym.training.lm_pair.draft_build", "safetensors.torch"): "imports torch",
+    ("specgym.training.lm_pair.head_build", "safetensors.torch"): "imports torch",
+    ("specgym.envs.engines.draft_head", "safetensors.torch"): "imports torch (draft_head is imported wherever a pair "
+    "is loaded)",
 }
 
 

@@ -37,7 +37,7 @@ from specgym.agents.specs import build
 from specgym.agents.specs import make as make_controller
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.drafter_choice import DrafterController, DrafterDecision, drive_drafters
-from specgym.envs.core.drafter_features import DrafterFeatureTracker, action_of
+from specgym.envs.core.drafter_features import SLOTS, DrafterFeatureTracker, action_of
 from specgym.envs.core.features import FeatureTracker
 from specgym.envs.core.kinds import kind_row
 from specgym.envs.core.request import drive
@@ -120,7 +120,7 @@ class DrafterRecorder(DrafterController):
     def propose(self, start: RoundStart) -> DrafterDecision:
         dec = self.inner.propose(start)
         self.obs.append(self.tracker.observation(start))
-        self.labels.append(action_of(dec, self.drafters[:2], self.k_max))
+        self.labels.append(action_of(dec, self.drafters[:SLOTS], self.k_max))
         return dec
 
     def observe(self, outcome: RoundOutcome) -> None:

@@ -58,7 +58,8 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
     shapes = [list(s) for s in DEFAULT_SHAPES] if row.action == "tree_widths" else []
     # the guard of a chain policy: the range it saw in training and the rule that decides outside it
     seen = vecnorm_range(vecnorm) if row.guarded else None
-    teacher = None if seen is None else "planned" if predictor is not None and predictor.continuation else "marginal"
+    teacher = None if seen is None else "drafter-marginal" if row.action == "drafter_cap" else \
+        "planned" if predictor is not None and predictor.continuation else "marginal"
     art = PolicyArtifact(mode=mode, k_min=k_min, k_max=k_max, weights=weights, biases=biases, activation=activation,
                          obs_mean=mean, obs_var=var, clip_obs=clip_obs, epsilon=eps,
                          feature_version=row.feature_version, features=row.features(row.feature_version),

@@ -315,13 +315,13 @@ class CostProfile:
                 notes.append(f"cost profile {self.name!r} has no {name!r} drafter: its rounds are priced as prompt "
                              f"lookup (no draft cost: the verify and the overheads)")
                 continue
-            try:
-                priced = self.pricing_drafter(name, kind) if self.drafters else None
+            try:  # a profile without drafters prices one, the implicit draft model
+                priced = self.pricing_drafter(name, kind) if self.drafters else IMPLICIT_DRAFTER
             except SpecgymError:
                 continue  # not priceable at all: the engine refuses it in its own line
             if priced != name:
                 notes.append(f"cost profile {self.name!r} has no {name!r} drafter: its rounds are priced as "
-                             f"{'the draft model' if priced is None else repr(priced)}")
+                             f"{'the draft model' if not self.drafters else repr(priced)}")
         return notes
 
     def pricing_drafter(self, drafter: str | None, kind: str | None = None) -> str:

@@ -3,10 +3,12 @@
 One feature code for the env (``specgym/SpecDecodeDrafter-v0``), the exported policy
 (:class:`~specgym.agents.drafter_policy.DrafterPolicyController`) and the harness: :class:`DrafterFeatureTracker`
 turns the :class:`~specgym.envs.core.rounds.RoundStart` before a round and the verified rounds so far into a fixed
-vector (:data:`DRAFTER_FEATURE_NAMES`, feature version :data:`DRAFTER_FEATURE_VERSION`). Two drafter slots: the
-engine's first two drafters, in its order (the default first); a workload with one drafter leaves slot 2 unused.
+vector (:data:`DRAFTER_FEATURE_NAMES`, feature version :data:`DRAFTER_FEATURE_VERSION`). Three drafter slots: the
+engine's first three drafters, in its order (the default first: a draft model, prompt lookup, a draft head on the
+target's hidden state); a workload with fewer drafters leaves the other slots unused (their actions are plain
+steps).
 
-**Actions** (:func:`decision_of`): ``Discrete(1 + 2 * k_max)``: 0 is a plain step, ``1 + s * k_max + (K - 1)``
+**Actions** (:func:`decision_of`): ``Discrete(1 + 3 * k_max)``: 0 is a plain step, ``1 + s * k_max + (K - 1)``
 drafts ``K`` (1..k_max) tokens with the drafter of slot ``s``.
 """
 
@@ -19,12 +21,12 @@ import numpy as np
 
 from specgym.envs.core.drafter_choice import NO_DRAFTER, DrafterDecision
 from specgym.envs.core.rounds import RequestContext, RoundOutcome, RoundStart
-from specgym.envs.core.run_predictor import RECENT_BUCKETS, recent_code
+from specgym.envs.core.run_predictor import RECENT_BUCKETS, RECENT_DRAFTERS, recent_code
 
-#: Bump when a feature's meaning or scaling changes.
-DRAFTER_FEATURE_VERSION = 1
-#: Drafter slots of the observation and the action space.
-SLOTS = 2
+#: Bump when a feature's meaning or scaling changes (2: a third drafter slot).
+DRAFTER_FEATURE_VERSION = 2
+#: Drafter slots of the observation and the action space (the drafters with recent-round codes).
+SLOTS = RECENT_DRAFTERS
 #: Exponential-average weight of each verified round in a slot's recent acceptance.
 EMA = 0.3
 

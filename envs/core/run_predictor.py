@@ -31,9 +31,13 @@ from specgym.io import atomic_write_text
 LOOKUP_BUCKETS = 6
 #: Position buckets: ``min(floor(log2(i + 1)), POSITION_BUCKETS - 1)``.
 POSITION_BUCKETS = 12
-#: Recent-round codes: 0 = the request's first round or a plain step; then, for each of the first two drafters
-#: (index ``i``), ``1 + 3 i + c`` with ``c`` = 0 (the round accepted nothing), 1 (some but not all), 2 (all drafts).
-RECENT_BUCKETS = 7
+#: Drafters whose rounds have their own recent-round codes (an engine's first three: a draft model, prompt lookup, a
+#: draft head); a later drafter's rounds count as plain steps there.
+RECENT_DRAFTERS = 3
+#: Recent-round codes: 0 = the request's first round or a plain step; then, for each of the first
+#: :data:`RECENT_DRAFTERS` drafters (index ``i``), ``1 + 3 i + c`` with ``c`` = 0 (the round accepted nothing),
+#: 1 (some but not all), 2 (all drafts).
+RECENT_BUCKETS = 1 + 3 * RECENT_DRAFTERS
 #: Prior weight (positions) of the coarser estimate in each bucket's estimate (a hierarchy: pooled -> lookup x
 #: position -> lookup x position x recent round).
 PRIOR = 20.0
@@ -45,7 +49,7 @@ N_CONTEXT = LOOKUP_BUCKETS * POSITION_BUCKETS
 
 def recent_code(drafter_index: int, drafted: int, accepted: int) -> int:
     """The recent-round code of a verified round (``drafter_index`` -1 or ``drafted == 0``: a plain step)."""
-    if drafter_index < 0 or drafted == 0 or drafter_index > 1:
+    if drafter_index < 0 or drafted == 0 or drafter_index >= RECENT_DRAFTERS:
         return 0
     return 1 + 3 * drafter_index + (0 if accepted == 0 else 2 if accepted >= drafted else 1)
 

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from specgym.envs.core.cost import CostProfile
+from specgym.envs.core.cost import IMPLICIT_DRAFTER, CostProfile, DraftCost
+from specgym.envs.core.ngram_proposer import NGRAM_DRAFTER
+from specgym.envs.engines.draft_head import HEAD_DRAFTER
 from specgym.errors import SpecgymError
 
 TRIM = 0.05
@@ -67,8 +69,12 @@ class CalibrationFit:
     def summary(self) -> str:
         """One line for logs and bench output."""
         r = self.round_ms
+        head = ""
+        if HEAD_DRAFTER in self.profile.drafter_names:
+            dc = self.profile.draft_cost(HEAD_DRAFTER)
+            head = f", draft head {dc.per_token_ms:.3f} ms/token + {dc.fixed_ms:.3f} ms"
         return (f"fitted to {sum(self.rounds)} engine rounds in {self.seconds:.0f} s: t_AR {r[0]:.2f} ms, "
-                f"draft {self.profile.draft_ms:.3f} ms/token, round(1) {r[1]:.2f} ms, round({len(r) - 1}) "
+                f"draft {self.profile.draft_ms:.3f} ms/token{head}, round(1) {r[1]:.2f} ms, round({len(r) - 1}) "
                 f"{r[-1]:.2f} ms; context {self.context_range[0]}-{self.context_range[1]} tokens changes a round by "
                 f"{100 * self.context_slope:+.1f}% per 100 tokens")
 
@@ -139,10 +145,54 @@ def fit_profile(samples: Sequence[RoundSample], k_max: int, name: str = "fitted"
 def calibrate(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], k_max: int,
               repeats: int = 1, name: str = "fitted", hardware: dict[str, Any] | None = None,
               temperature: float = 0.0, progress: Callable[[float], None] | None = None) -> CalibrationFit:
-    """Measure rounds on ``prompts`` at ``temperature`` (see :func:`measure_rounds`) and fit a profile to them."""
+    """Measure rounds on ``prompts`` at ``temperature`` (see :func:`measure_rounds`) and fit a profile to them; an
+    engine with a draft head also times the head's rounds (:func:`head_cost`) and the profile names three drafters
+    (the draft model, prompt lookup, the head)."""
     if not prompts:
         raise SpecgymError("calibration needs at least one prompt")
     t0 = time.perf_counter()
     engine.run_request(prompts[0], 2, 8)  # warm-up
     samples = measure_rounds(engine, prompts, max_new_tokens, k_max, repeats, temperature, progress=progress)
-    return fit_profile(samples, k_max, name, hardware=hardware, seconds=time.perf_counter() - t0)
+    fit = fit_profile(samples, k_max, name, hardware=hardware, seconds=time.perf_counter() - t0)
+    if getattr(engine, "head", None) is not None:
+        head = head_cost(engine, prompts, max_new_tokens, k_max)
+        prof = with_drafters(fit.profile, ((NGRAM_DRAFTER, DraftCost("lookup")), (HEAD_DRAFTER, head)))
+        fit.profile = replace(prof, description=f"{prof.description}; drafters: draft (the model above), ngram "
+                                                f"(prompt lookup, no draft cost), head (its drafting phases in "
+                                                f"rounds of fixed K = 1..{k_max}: fixed + per_token x K)")
+        fit.seconds = time.perf_counter() - t0
+    return fit
+
+
+def head_cost(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int],
+              k_max: int) -> DraftCost:
+    """The draft head's cost, fitted to its drafting phases: greedy rounds with every fixed K = 1..k_max drafted
+    by the head (it always proposes K tokens), ``phase = fixed + per_token * K`` by least squares (both >= 0)."""
+    drafted, phase = [], []
+    for ids, n in zip(prompts, max_new_tokens):
+        for k in range(1, k_max + 1):
+            req = engine.start(ids, int(n))
+            while not req.done:
+                req.play(k, drafter=HEAD_DRAFTER)
+            for r, ms in zip(req.result.rounds, req.result.draft_phase_ms):
+                if r.drafted:
+                    drafted.append(r.drafted)
+                    phase.append(ms)
+    if len(set(drafted)) < 2:
+        raise SpecgymError("calibration: the draft head drafted too few rounds to fit its cost; decode longer "
+                           "requests")
+    d, t = np.asarray(drafted, dtype=np.float64), np.asarray(phase, dtype=np.float64)
+    keep = t <= np.quantile(t / d, 1 - TRIM) * d  # drop preemption spikes
+    per_token, fixed = np.polyfit(d[keep], t[keep], 1)
+    if fixed < 0:
+        per_token, fixed = float(t[keep].sum() / d[keep].sum()), 0.0
+    return DraftCost("model", round(float(fixed), 4), round(float(per_token), 4))
+
+
+def with_drafters(profile: CostProfile, others: Sequence[tuple[str, DraftCost]]) -> CostProfile:
+    """``profile`` pricing its default drafter as it does and ``others`` beside it (names already there are
+    replaced): how a fitted profile keeps the costs of the drafters a calibration did not time."""
+    default = profile.drafters[:1] or ((IMPLICIT_DRAFTER, DraftCost("model", 0.0, profile.draft_ms)),)
+    names = {n for n, _ in others}
+    return replace(profile, drafters=(*default, *[(n, dc) for n, dc in profile.drafters[1:] if n not in names],
+                                      *others))

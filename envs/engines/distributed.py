@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from specgym.envs.core.ngram_proposer import NGRAM_DRAFTER
+from specgym.envs.engines.draft_head import HEAD_DRAFTER
 from specgym.envs.engines.model_loading import load_pair
 from specgym.envs.engines.recorder import RecordingSpec, assemble_recording, record_workload, save_recording
 from specgym.envs.workloads.prompts import PromptSpec, splits_named
@@ -313,8 +314,8 @@ def _open_work_dir(work: Path, plan: dict[str, Any], restart: bool) -> None:
 
 
 def _requests_of(wl: Workload) -> tuple[list[dict[str, Any]], list[list[int]]]:
-    """A recorded shard back as the recorder's per-request dicts (without split; with the n-gram drafter's runs of a
-    greedy recording) and completions."""
+    """A recorded shard back as the recorder's per-request dicts (without split; with the n-gram drafter's and the
+    draft head's runs of a greedy recording) and completions."""
     cols = (*wl.position_names, *wl.signal_names)
     reqs, completions = [], []
     for r in range(wl.n_requests):
@@ -323,8 +324,9 @@ def _requests_of(wl: Workload) -> tuple[list[dict[str, Any]], list[list[int]]]:
                              "temperature": float(wl.temperature[r]), "prompt_len": int(wl.prompt_len[r]),
                              "prompt_text": None if wl.prompt_text is None else wl.prompt_text[r]}
         d.update({c: getattr(wl, c)[sl] for c in cols})
-        if NGRAM_DRAFTER in wl.runs:  # a greedy recording's second drafter, as the recorder hands it over
-            d["ngram_runs"] = wl.runs[NGRAM_DRAFTER][sl].tolist()
+        for name in (NGRAM_DRAFTER, HEAD_DRAFTER):  # a greedy recording's other drafters, as the recorder hands them
+            if name in wl.runs:
+                d[f"{name}_runs"] = wl.runs[name][sl].tolist()
         reqs.append(d)
         completions.append(wl.token_id[sl].tolist() if wl.token_id is not None else [])
     return reqs, completions

@@ -12,6 +12,11 @@ so any :class:`Controller` drives either through :func:`~specgym.envs.core.reque
   resample from ``normalize(max(0, p - q))``, bonus token from ``p``), so outputs are distributed as the target's;
 * the round produces ``accepted + 1`` tokens.
 
+Drafters: the draft model (the default), prompt lookup (``ngram``) and, for a pair with one, the draft head
+(``head``, :mod:`~specgym.envs.engines.draft_head`: it drafts from the target's last hidden state at the position
+that produced the sequence's last token, which the engine keeps from each verify forward and the prefill). Prompt
+lookup and the head propose a whole proposal at once and draft greedy requests only.
+
 KV caches: both models keep a ``DynamicCache`` (GPT-2 and Llama-family models: the lean forward's ``KVCache``, with less
 per-call overhead, :mod:`~specgym.envs.engines.lean_forward`). The target cache always holds every token but the last
 one; each round feeds ``[last, d_1..d_drafted]`` and crops the rejected suffix afterwards. The draft cache holds a
@@ -69,6 +74,7 @@ from specgym.envs.core.request import KeepDrafting, Request, drive
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome, RoundStart, check_k_max
 from specgym.envs.core.signals import TOPK, DraftSignals, SignalColumns
 from specgym.envs.engines.clock import host_generator, host_multinomial, host_uniform, synchronize
+from specgym.envs.engines.draft_head import HEAD_DRAFTER
 from specgym.envs.engines.draft_stats import draft_stats, top_probs
 from specgym.envs.engines.draft_vocab import output_rows
 from specgym.envs.engines.lean_forward import lean_runner
@@ -133,11 +139,13 @@ class LiveEngine:
             records); ``False`` leaves them ``None`` (the recorder's generation pass).
         sketch: Projection ``(hidden, D)`` of the draft's last hidden state (``signals.hidden_sketch``); ``None`` =
             no sketch.
+        head: A draft head on the target's hidden state (:mod:`~specgym.envs.engines.draft_head`), served as the
+            drafter ``head``; the target's verify forward then also keeps its last hidden state.
     """
 
     def __init__(self, draft: Any, target: Any, k_max: int = DEFAULT_K_MAX, timing: str | CostProfile = "wall",
                  profile: CostProfile | None = None, eos_token_id: int | None = None, lean: bool = True,
-                 signals: bool = True, sketch: np.ndarray | None = None):
+                 signals: bool = True, sketch: np.ndarray | None = None, head: Any = None):
         import torch
 
         self.k_max = check_k_max(k_max)
@@ -166,6 +174,8 @@ class LiveEngine:
         self._torch = torch
         self._lean = {id(m): lean_runner(m) for m in (draft, target)} if lean else {}
         self.signals = bool(signals)
+        self.head = head
+        self.drafter_names = (IMPLICIT_DRAFTER, NGRAM_DRAFTER) + ((HEAD_DRAFTER,) if head is not None else ())
         self.sketch = None if sketch is None else np.asarray(sketch, dtype=np.float32)
         hidden = int(draft.get_output_embeddings().weight.shape[1])
         if self.sketch is not None and (self.sketch.ndim != 2 or self.sketch.shape[0] != hidden):
@@ -173,7 +183,8 @@ class LiveEngine:
                                f"draft's hidden size {hidden}")
 
     #: The drafters a live engine serves, the default first: its draft model, then prompt lookup
-    #: (:mod:`specgym.envs.core.ngram_proposer`, vLLM's ``ngram`` with ``prompt_lookup_min/max`` = ``ngram_n``).
+    #: (:mod:`specgym.envs.core.ngram_proposer`, vLLM's ``ngram`` with ``prompt_lookup_min/max`` = ``ngram_n``), then
+    #: its draft head when it has one.
     drafter_names: tuple[str, ...] = (IMPLICIT_DRAFTER, NGRAM_DRAFTER)
     ngram_n: tuple[int, int] = (NGRAM_MIN_N, NGRAM_MAX_N)
 
@@ -181,6 +192,7 @@ class LiveEngine:
     def from_pair(cls, pair: LivePair, **kw: Any) -> LiveEngine:
         """Engine over a :class:`LivePair` (EOS id taken from its tokenizer)."""
         kw.setdefault("eos_token_id", pair.tokenizer.eos_token_id)
+        kw.setdefault("head", pair.head)
         return cls(pair.draft, pair.target, **kw)
 
     # ------------------------------------------------------------------------------------------ helpers
@@ -313,25 +325,31 @@ class LiveRequest(Request):
         self.position = 0
         self.done = False
         self.index = NGramIndex(self.prompt) if engine.signals else None
+        #: The target's last hidden state before the last token (what the draft head drafts from), or None.
+        self.feature: Any = None
         with torch.inference_mode():
             t0 = engine._clock()
             self.tcache = engine.new_cache(engine.target)
             self.dcache = engine.new_cache(engine.draft)
             self.seq = list(self.prompt)
             if len(self.seq) > 1:
-                engine.forward(engine.target, self.seq[:-1], self.tcache)
+                if engine.head is not None:
+                    self.feature = engine.forward_hidden(engine.target, self.seq[:-1], self.tcache)[1][-1]
+                else:
+                    engine.forward(engine.target, self.seq[:-1], self.tcache)
                 engine.forward(engine.draft, self.seq[:-1], self.dcache)
             engine._sync()
             self.result = LiveResult(tokens=[], prefill_ms=(engine._clock() - t0) * 1000.0)
 
     def play(self, k: int, keep_drafting: KeepDrafting | None = None, drafter: str | None = None) -> RoundOutcome:
         """Play one round with draft cap ``k``; ``keep_drafting`` may stop after draft token ``j < cap``;
-        ``drafter="ngram"`` proposes by prompt lookup instead of the draft model (greedy only)."""
+        ``drafter="ngram"`` proposes by prompt lookup, ``drafter="head"`` by the draft head, instead of the draft
+        model (both greedy only)."""
         if self.done:
             raise SpecgymError("request already finished; start a new one")
         with self.engine._torch.inference_mode():
             if drafter is not None and drafter != IMPLICIT_DRAFTER:
-                return self._play_ngram(self.clip(k), drafter)
+                return self._play_proposal(self.clip(k), drafter)
             return self._play(self.clip(k), keep_drafting)
 
     def round_start(self) -> RoundStart:
@@ -340,19 +358,32 @@ class LiveRequest(Request):
         n = self.index.lookup()[0] if self.index is not None else lookup_brute(self.seq)[0]
         return RoundStart(self.position, len(self.seq), int(n))
 
-    def _play_ngram(self, cap: int, drafter: str) -> RoundOutcome:
-        """A round drafted by prompt lookup: vLLM's ``ngram`` proposal of up to ``cap`` tokens (none when the context
-        has no match: a plain step), verified by the target in one forward. Priced by the engine's timing: measured,
-        or the profile's ``ngram`` drafter (a profile without a lookup drafter: no draft cost,
-        :meth:`CostProfile.with_drafter`)."""
+    def _propose(self, cap: int, drafter: str) -> list[int]:
+        """A whole proposal of up to ``cap`` tokens by prompt lookup (vLLM's ``ngram``; none when the context has no
+        match) or by the draft head (from the target's feature before the last token; none without one)."""
         eng = self.engine
-        if drafter != NGRAM_DRAFTER:
+        if drafter not in eng.drafter_names or drafter == IMPLICIT_DRAFTER:
             raise SpecgymError(f"the live engine serves drafters {', '.join(eng.drafter_names)}, not {drafter!r}")
         if not self.greedy:
-            raise SpecgymError("the n-gram drafter runs greedy requests only (temperature 0)")
+            raise SpecgymError(f"the {drafter} drafter runs greedy requests only (temperature 0)")
+        if cap <= 0:
+            return []
+        if drafter == NGRAM_DRAFTER:
+            return ngram_propose(self.seq, cap, *eng.ngram_n)
+        if self.feature is None:
+            return []
+        drafts = eng.head.propose(self.feature, self.seq[-1], cap)
+        eng._sync()
+        return drafts
+
+    def _play_proposal(self, cap: int, drafter: str) -> RoundOutcome:
+        """A round drafted by a whole-proposal drafter (prompt lookup or the draft head: :meth:`_propose`), verified
+        by the target in one forward. Priced by the engine's timing: measured, or the profile's drafter of that name
+        (a profile without a lookup drafter prices prompt lookup at no draft cost, :meth:`CostProfile.with_drafter`)."""
+        eng = self.engine
         i = self.position
         r0 = eng._clock()
-        drafts = ngram_propose(self.seq, cap, *eng.ngram_n) if cap > 0 else []
+        drafts = self._propose(cap, drafter)
         draft_phase_ms = (eng._clock() - r0) * 1000.0
         drafted = len(drafts)
         accepted, extra = self._verify(drafts, [])
@@ -361,13 +392,14 @@ class LiveRequest(Request):
         new, accepted, produced, measured_ms = self._commit(drafts[:accepted] + [extra], 0, r0)
         timing = eng.timing
         if isinstance(timing, CostProfile):
-            time_ms = timing.with_drafter(NGRAM_DRAFTER, "lookup").round_time(
-                drafted, self.context.prompt_len + i, NGRAM_DRAFTER if drafted else None)
+            kind = "lookup" if drafter == NGRAM_DRAFTER else "model"
+            time_ms = timing.with_drafter(drafter, kind).round_time(
+                drafted, self.context.prompt_len + i, drafter if drafted else None)
         else:
             time_ms = measured_ms
         nan = np.full(drafted, np.nan, dtype=np.float32)
         outcome = RoundOutcome(i, cap, drafted, accepted, produced, time_ms, nan, nan, done=self.done,
-                               drafter=NGRAM_DRAFTER if drafted else None)
+                               drafter=drafter if drafted else None)
         self._record(self.result, new, outcome, time_ms)
         self.result.draft_phase_ms.append(draft_phase_ms)
         return outcome
@@ -425,9 +457,19 @@ class LiveRequest(Request):
         return drafts, q_probs, confs, ents, sig
 
     def _verify(self, drafts: list[int], q_probs: list) -> tuple[int, int]:
-        """One target forward over ``[last, drafts...]``; returns (accepted, the target's extra token)."""
-        eng, torch = self.engine, self.engine._torch
-        tlogits = eng.forward(eng.target, [self.seq[-1]] + drafts, self.tcache)
+        """One target forward over ``[last, drafts...]``; returns (accepted, the target's extra token). With a draft
+        head, keeps the target's hidden state at the position that produced the extra token (:attr:`feature`)."""
+        eng = self.engine
+        if eng.head is None:
+            return self._accept(eng.forward(eng.target, [self.seq[-1]] + drafts, self.tcache), drafts, q_probs)
+        tlogits, hidden = eng.forward_hidden(eng.target, [self.seq[-1]] + drafts, self.tcache)
+        accepted, extra = self._accept(tlogits, drafts, q_probs)
+        self.feature = hidden[accepted]
+        return accepted, extra
+
+    def _accept(self, tlogits: Any, drafts: list[int], q_probs: list) -> tuple[int, int]:
+        """Greedy verification or exact speculative sampling of ``drafts`` against the target's logits."""
+        torch = self.engine._torch
         drafted = len(drafts)
         if self.greedy:
             targ = torch.argmax(tlogits, -1).tolist()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specgym.catalogue import external_target
+from specgym.envs.engines.draft_head import load_head, pair_head_folder
 from specgym.envs.engines.draft_vocab import restrict_draft_vocab
 from specgym.envs.engines.fast_linear import engine_forward, pack_linears, select_kernels
 from specgym.envs.engines.model_cache import borrowing, gguf_folder, materialized_draft
@@ -238,6 +239,8 @@ class LivePair:
         packed: Linear layers given kernels chosen by measurement (:mod:`specgym.envs.engines.fast_linear`).
         kernels: The measured kernel plan of each model (``{"draft": plan, "target": plan}``; empty when no layer
             was swapped).
+        head: The draft head trained for the target (:mod:`~specgym.envs.engines.draft_head`; a pair folder's
+            ``head/``), or None.
     """
 
     draft: Any
@@ -250,13 +253,16 @@ class LivePair:
     target_dtype: str = "float32"
     packed: int = 0
     kernels: dict[str, Any] = field(default_factory=dict)
+    head: Any = None
 
     def kernel_summary(self) -> str:
         """Which linear kernel each model uses per row count, and what the candidates cost (one line per model)."""
+        head = [] if self.head is None else [f"draft head kernel (a 3-token proposal, measured): {self.head.kernel}"]
         if not self.kernels:
-            return "kernels: framework default (no layer swapped: not a float32 CPU model, or fast kernels off)"
-        return "\n".join(f"{role} kernels (whole forward, context {plan.context}): {plan.summary()}"
-                         for role, plan in self.kernels.items())
+            return "\n".join(["kernels: framework default (no layer swapped: not a float32 CPU model, or fast kernels "
+                              "off)", *head])
+        return "\n".join([*(f"{role} kernels (whole forward, context {plan.context}): {plan.summary()}"
+                            for role, plan in self.kernels.items()), *head])
 
     @property
     def dtypes(self) -> str:
@@ -265,7 +271,8 @@ class LivePair:
 
 
 def load_pair(draft: str, target: str, device: str = "cpu", dtype: str = "float32",
-              draft_dtype: str | None = None, target_dtype: str | None = None, fast_kernels: bool = True) -> LivePair:
+              draft_dtype: str | None = None, target_dtype: str | None = None, fast_kernels: bool = True,
+              head: bool = True) -> LivePair:
     """Load both models and check that they share a tokenizer (local paths or hub names).
 
     Args:
@@ -275,6 +282,8 @@ def load_pair(draft: str, target: str, device: str = "cpu", dtype: str = "float3
         fast_kernels: On CPU, give float32 linear layers the kernel measured fastest on this machine for each row
             count (one token for plain decoding and drafting, several for verification; same outputs up to float
             rounding). The measurement takes about a second per model, once per architecture and process.
+        head: Load the draft head of the draft's pair folder when it has one (``<pair>/head``,
+            :func:`~specgym.envs.engines.draft_head.pair_head_folder`).
     """
     if device.startswith("cuda"):
         import torch
@@ -297,4 +306,6 @@ def load_pair(draft: str, target: str, device: str = "cpu", dtype: str = "float3
             plan = select_kernels(model, *engine_forward(model)) if n else None
             if plan is not None:
                 kernels[role] = plan
-    return LivePair(d, t, tok_t, draft, target, device, d_dtype, t_dtype, packed, kernels)
+    head_dir = pair_head_folder(draft) if head else None
+    draft_head = load_head(head_dir, t, fast_kernels) if head_dir is not None else None
+    return LivePair(d, t, tok_t, draft, target, device, d_dtype, t_dtype, packed, kernels, draft_head)

@@ -53,6 +53,7 @@ from specgym.envs.core.ngram_proposer import NGRAM_DRAFTER, ngram_runs
 from specgym.envs.core.rounds import K_MAX_LIMIT
 from specgym.envs.core.signals import TOPK, projection_to_meta, sketch_projection
 from specgym.envs.engines.clock import host_generator
+from specgym.envs.engines.draft_head import HEAD_DRAFTER, HEAD_PROVENANCE, recorded_head_runs
 from specgym.envs.engines.draft_stats import draft_stats, token_rank, top_probs
 from specgym.envs.engines.live_engine import LiveEngine
 from specgym.envs.engines.model_loading import LivePair, encode_prompt
@@ -260,16 +261,21 @@ class Recorder:
                                    vocab=self.engine.vocab, sketch=self.sketch)
         self.trace_s += time.perf_counter() - t0
         self.positions += sum(len(r["completion"]) for r in pending)
-        return [{**{k: v for k, v in r.items() if not k.startswith("_")}, **c, **self._ngram(r)}
+        return [{**{k: v for k, v in r.items() if not k.startswith("_")}, **c, **self._runs(r)}
                 for r, c in zip(pending, cols)]
 
-    def _ngram(self, r: dict[str, Any]) -> dict[str, Any]:
+    def _runs(self, r: dict[str, Any]) -> dict[str, Any]:
         """A greedy request's per-start runs of the prompt-lookup drafter (exact from its token ids:
-        :func:`~specgym.envs.core.ngram_proposer.ngram_runs`, proposals of up to ``K_MAX_LIMIT`` tokens)."""
+        :func:`~specgym.envs.core.ngram_proposer.ngram_runs`) and of the pair's draft head when it has one
+        (:func:`~specgym.envs.engines.draft_head.recorded_head_runs`), proposals of up to ``K_MAX_LIMIT`` tokens."""
         if r["temperature"] != 0:
             return {}
-        return {"ngram_runs": ngram_runs(r["_prompt_ids"], r["completion"], K_MAX_LIMIT,
-                                         *self.engine.ngram_n).tolist()}
+        out = {"ngram_runs": ngram_runs(r["_prompt_ids"], r["completion"], K_MAX_LIMIT,
+                                        *self.engine.ngram_n).tolist()}
+        if self.pair.head is not None:
+            out["head_runs"] = recorded_head_runs(self.pair.target, self.pair.head, r["_prompt_ids"],
+                                                  r["completion"], K_MAX_LIMIT).tolist()
+        return out
 
     def signal_meta(self) -> dict[str, Any]:
         """The ``signals`` metadata block of the traces this recorder writes."""
@@ -515,6 +521,25 @@ def with_ngram_runs(wl: Workload, tokenizer: Any) -> Workload:
     return wl.with_columns(cols, drafters=drafters)
 
 
+def with_head_runs(wl: Workload, pair: LivePair) -> Workload:
+    """A greedy recorded workload with the pair's draft head's per-start runs added (``runs_head``, what the recorder
+    stores for a pair with a head: :func:`~specgym.envs.engines.draft_head.recorded_head_runs`); the n-gram runs
+    must be there already; a workload that holds head runs is returned as is."""
+    if HEAD_DRAFTER in wl.drafter_names:
+        return wl
+    if pair.head is None:
+        raise SpecgymError(f"workload {wl.name!r}: the pair {portable_name(pair.draft_name)} has no draft head")
+    if NGRAM_DRAFTER not in wl.drafter_names or wl.token_id is None or not wl.prompt_text:
+        raise SpecgymError(f"workload {wl.name!r}: the head's runs need a greedy recording with prompt texts, token "
+                           f"ids and the n-gram drafter's runs")
+    runs = np.concatenate([recorded_head_runs(pair.target, pair.head, encode_prompt(pair.tokenizer,
+                                                                                     wl.prompt_text[r]),
+                                              wl.token_id[wl.span(r)].tolist(), K_MAX_LIMIT)
+                           for r in range(wl.n_requests)])
+    drafters = [*(wl.drafters or []), drafter_entry(HEAD_DRAFTER, "model", "per-start", **HEAD_PROVENANCE)]
+    return wl.with_columns({**wl.flat_columns(), f"runs_{HEAD_DRAFTER}": runs}, drafters=drafters)
+
+
 def draft_fit_split(draft: str, prompts: str | None) -> dict[str, str]:
     """``{"fit_split": "val", "fit_split_reason": ...}`` when the draft model was trained on the train split of the
     prompts being recorded (its ``training_state.json``, written by ``specgym train-draft``), else nothing: there its
@@ -554,16 +579,21 @@ def assemble_recording(name: str, source: dict[str, Any], profile: CostProfile, 
         "lookup_agree_share": float(np.mean(np.concatenate([np.asarray(r["lookup_agree"]) for r in requests]))),
     }
     drafters = None
-    if requests and all(r.get("ngram_runs") is not None for r in requests):  # greedy: a second drafter's runs
+    run_keys = ("ngram_runs", "head_runs")
+    if requests and all(r.get("ngram_runs") is not None for r in requests):  # greedy: more drafters' runs
         lo, hi = LiveEngine.ngram_n
-        requests = [{**{k: v for k, v in r.items() if k != "ngram_runs"},
-                     "runs": {NGRAM_DRAFTER: np.asarray(r["ngram_runs"], dtype=np.int16)}} for r in requests]
         drafters = [drafter_entry(IMPLICIT_DRAFTER, "model", "per-position"),
                     drafter_entry(NGRAM_DRAFTER, "lookup", "per-start",
                                   proposer=f"vLLM ngram semantics, prompt_lookup_min {lo}, prompt_lookup_max {hi}",
                                   source="recomputed from the greedy completion's token ids")]
+        names = [NGRAM_DRAFTER]
+        if all(r.get("head_runs") is not None for r in requests):
+            drafters.append(drafter_entry(HEAD_DRAFTER, "model", "per-start", **HEAD_PROVENANCE))
+            names.append(HEAD_DRAFTER)
+        requests = [{**{k: v for k, v in r.items() if k not in run_keys},
+                     "runs": {n: np.asarray(r[f"{n}_runs"], dtype=np.int16) for n in names}} for r in requests]
     else:
-        requests = [{k: v for k, v in r.items() if k != "ngram_runs"} for r in requests]
+        requests = [{k: v for k, v in r.items() if k not in run_keys} for r in requests]
     wl = workload_from_requests(name, source, profile, requests, split_seed=seed,
                                 split_fractions=split_fractions or DEFAULT_SPLITS,
                                 extra={"loop_share": summary["loop_share"],

@@ -24,10 +24,10 @@ class SpecDecodeDrafterEnv(_ReplayEnvBase):
     An engine with two drafters (SpecDecode-Bench: an EAGLE head and vLLM's n-gram proposer) picks, before each
     round, the drafter and the draft cap K; the round replays that drafter's per-start runs exactly (format v3:
     ``min(run_d[g], K) + 1`` tokens) at that drafter's cost (:mod:`specgym.envs.core.drafter_choice`). One episode
-    is one request. The workload must hold two or more drafters (the first two are the action slots).
+    is one request. The workload must hold two or more drafters (the first three are the action slots).
 
     ## Action Space
-    ``Discrete(1 + 2 * k_max)``: 0 = a plain target step; ``1 + s * k_max + (K - 1)`` = drafter slot ``s`` (the
+    ``Discrete(1 + 3 * k_max)``: 0 = a plain target step; ``1 + s * k_max + (K - 1)`` = drafter slot ``s`` (the
     workload's drafters in order, the default first) with cap ``K`` in 1..k_max
     (:func:`~specgym.envs.core.drafter_features.decision_of`). Anything else raises
     :class:`~specgym.errors.InvalidAction`.

@@ -61,7 +61,7 @@ from specgym.envs.core.cost import TREE_NODE_LIMIT
 from specgym.envs.core.drafter_choice import drive_drafters
 from specgym.envs.core.kinds import kind_row
 from specgym.envs.core.rounds import DEFAULT_K_MAX
-from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds
+from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds, with_drafters
 from specgym.envs.engines.clock import syncer, timed
 from specgym.envs.engines.live_engine import LiveEngine
 from specgym.envs.engines.live_tree import run_live_tree
@@ -393,6 +393,9 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     covered = {smp.drafted for smp in cal_samples}
     pricing = fit_profile(cal_samples, k_max, name=f"interleaved-{pair_name}").profile \
         if covered >= set(range(k_max + 1)) else prof
+    # the interleaved rounds and the micro-benchmarks time the draft model: the other drafters keep prof's costs
+    pricing, micro = (with_drafters(p, prof.drafters[1:]) if prof.drafters[1:] and p is not prof else p
+                      for p in (pricing, micro))
     source = (f"fitted to {len(cal_samples)} calibration rounds interleaved with the measurement"
               if pricing is not prof else prof.name)
     console.print(f"pricing profile: {source}: t_AR {pricing.t_ar_ms:.2f} ms, round(1) {pricing.round_time(1):.2f} "

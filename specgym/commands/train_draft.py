@@ -1,5 +1,6 @@
-"""``specgym train-draft``: distil a draft model for a Llama-family target (the real pair's drafter); see
-:mod:`specgym.training.lm_pair.draft_build`."""
+"""``specgym train-draft`` and ``specgym train-head``: the drafters specgym trains for a Llama-family target (the real
+pair's): a distilled draft model (:mod:`specgym.training.lm_pair.draft_build`) and an EAGLE-style draft head
+(:mod:`specgym.training.lm_pair.head_build`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from specgym.errors import SpecgymError
 from specgym.io import check_output
 from specgym.training.lm_pair.distill import AnswerPlan
 from specgym.training.lm_pair.draft_build import STAGES, VOCAB_SIZES, DraftBuild, run
+from specgym.training.lm_pair.head_build import STAGES as HEAD_STAGES
+from specgym.training.lm_pair.head_build import HeadBuild
+from specgym.training.lm_pair.head_build import run as run_head
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -40,6 +44,53 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="replace an --out folder specgym wrote")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads (default %(default)s)")
     p.set_defaults(func=_run)
+    _add_head_parser(sub)
+
+
+def _add_head_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``train-head``."""
+    p = sub.add_parser("train-head", help="train a draft head on a target's hidden state on this CPU (one thread; "
+                                          "resumable; needs train-draft's answers)")
+    p.add_argument("--target", default="smollm2",
+                   help="the target: a folder, a .gguf file or a shipped pair's target name (default %(default)s)")
+    p.add_argument("--work-dir", type=Path, default=Path("runs/draft-smollm2"),
+                   help="train-draft's work folder (its answers/ and answers_val/); the head's features and "
+                        "checkpoint go to its head/ (default %(default)s)")
+    p.add_argument("--stages", default="features,train,export",
+                   help="comma-separated, in order, from features,train,export (default %(default)s)")
+    p.add_argument("--mlp", type=positive_int, default=1536, help="width of the head's gated MLP (default %(default)s)")
+    p.add_argument("--steps", type=positive_int, default=1500, help="optimiser steps (default %(default)s)")
+    p.add_argument("--draft-vocab", type=positive_int, default=4096, metavar="N",
+                   help="the head scores the N most frequent train-answer tokens (4096, 8192 or 16384; default "
+                        "%(default)s)")
+    p.add_argument("--out", type=Path, default=None, help="stage export: the head folder to write")
+    p.add_argument("--force", action="store_true", help="replace an --out folder specgym wrote")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads (default %(default)s)")
+    p.set_defaults(func=_run_head)
+
+
+def _run_head(args: argparse.Namespace) -> int:
+    stages = tuple(s.strip() for s in args.stages.split(",") if s.strip())
+    bad = [s for s in stages if s not in HEAD_STAGES]
+    if bad or not stages:
+        raise SpecgymError(f"--stages {args.stages!r}: choose from {','.join(HEAD_STAGES)}")
+    if args.draft_vocab not in VOCAB_SIZES:
+        raise SpecgymError(f"--draft-vocab {args.draft_vocab}: choose one of {', '.join(map(str, VOCAB_SIZES))}")
+    if "export" in stages:
+        if args.out is None:
+            raise SpecgymError("--stages includes export: give --out (the head folder to write)")
+        check_output(args.out, args.force, "dir")
+    require("hf", "train-head")
+    import torch
+    import transformers
+
+    torch.set_num_threads(args.threads)
+    transformers.utils.logging.set_verbosity_error()
+    build = HeadBuild(target=args.target, work=args.work_dir, mlp=args.mlp, steps=args.steps,
+                      draft_vocab=args.draft_vocab)
+    report = run_head(build, stages, args.out, args.force)
+    print(json.dumps(report, indent=2, default=str))
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -1,0 +1,257 @@
+"""``specgym train-head``: an EAGLE-style draft head for a target (:mod:`specgym.envs.engines.draft_head`).
+
+The head learns the target's own dynamics: from the target's last hidden state ``f_t`` and the token ``x_{t+1}`` it
+produced, the next hidden state ``f_{t+1}`` and the target's next-token distribution. Its data are the target's
+answers to the *train* prompts that ``specgym train-draft --stages answers`` writes (greedy and sampled, chat
+template applied), the same answers the distilled draft learns from, so both drafters of the pair see the same
+prompts; the val prompts' greedy answers measure it.
+
+Stages (each resumable; running the command again continues where it stopped) over the draft's work folder:
+
+1. ``features``: one teacher-forced target forward per answer (prompt + answer), its last hidden states kept in
+   float16 (``head/features_<split>.npz``);
+2. ``train``: the head unrolled ``unroll`` steps from every position, teacher-forced on the target's tokens and fed
+   its own predicted features (so it trains on what it drafts from), minimising the cross-entropy against the
+   target's distribution over the draft vocabulary plus a smooth-L1 pull of each predicted feature to the target's
+   (EAGLE's two losses); AdamW, one-cycle schedule, checkpointed (``head/ckpt.pt``);
+3. ``export``: the head's held-out runs on the val answers (what greedy verification accepts from each start:
+   :func:`~specgym.envs.engines.draft_head.head_runs`) and the shipped folder with its card.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specgym.console import make_progress
+from specgym.envs.engines.draft_head import HEAD_CONFIG, HEAD_WEIGHTS, build_head, head_runs, target_features
+from specgym.envs.engines.model_loading import load_model
+from specgym.errors import SpecgymError
+from specgym.io import TMP_PREFIX, atomic_dir
+from specgym.training.lm_pair.distill import load_answers
+from specgym.training.lm_pair.draft_build import draft_vocab
+from specgym.training.lm_pair.head_card import head_card
+
+STAGES = ("features", "train", "export")
+#: Proposal length of the held-out runs an export reports (the live engine's K cap).
+HELDOUT_K = 8
+
+
+@dataclass
+class HeadBuild:
+    """One ``train-head`` run.
+
+    Attributes:
+        target: The target (a folder, a ``.gguf`` file or a shipped pair's target name such as ``smollm2``).
+        work: The draft's work folder (``answers/`` and ``answers_val/`` from ``train-draft --stages answers``).
+        mlp: Width of the head's gated MLP.
+        steps: Optimiser steps.
+        batch: Start positions per step.
+        unroll: Steps the head is unrolled from each start in training.
+        lr: Peak learning rate.
+        weight_decay: AdamW weight decay.
+        feature_noise: Uniform noise added to the starting feature (EAGLE's: robustness to its own errors).
+        draft_vocab: The head's output tokens: the ``draft_vocab`` most frequent train-answer tokens (the list
+            the distilled draft uses).
+        seed: Seed of the initialisation and the batches.
+    """
+
+    target: str
+    work: Path
+    mlp: int = 1536
+    steps: int = 1500
+    batch: int = 256
+    unroll: int = 3
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    feature_noise: float = 0.2
+    draft_vocab: int = 4096
+    seed: int = 0
+
+
+def collect_features(target: Any, answers: list[Any], out: Path, what: str) -> None:
+    """The target's last hidden states over every answer's prompt + answer, written once to ``out`` (ids, prompt
+    lengths and float16 features, concatenated with offsets)."""
+    import torch
+
+    if out.exists():
+        return
+    ids, plen, feats = [], [], []
+    with make_progress() as progress:
+        task = progress.add_task(f"target features ({what})", total=len(answers))
+        for a in answers:
+            seq = [int(t) for t in np.concatenate([a.prompt, a.answer])]
+            with torch.inference_mode():
+                feats.append(target_features(target, seq).float().cpu().numpy().astype(np.float16))
+            ids.append(np.asarray(seq, dtype=np.int32))
+            plen.append(len(a.prompt))
+            progress.advance(task)
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in ids])]).astype(np.int64)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{TMP_PREFIX}{out.name}")
+    with open(tmp, "wb") as f:
+        np.savez(f, ids=np.concatenate(ids), h=np.concatenate(feats), offsets=offsets,
+                 prompt_len=np.asarray(plen, dtype=np.int32))
+    tmp.rename(out)
+
+
+@dataclass
+class Features:
+    """Stored features: ``ids`` and ``h`` concatenated over sequences, ``offsets`` ``(S + 1,)``, ``prompt_len``."""
+
+    ids: np.ndarray
+    h: np.ndarray
+    offsets: np.ndarray
+    prompt_len: np.ndarray
+
+    @classmethod
+    def load(cls, path: Path) -> Features:
+        z = np.load(path)
+        return cls(z["ids"].astype(np.int64), z["h"], z["offsets"], z["prompt_len"])
+
+    def starts(self, unroll: int) -> np.ndarray:
+        """Flat indices ``s`` of every trainable start: ``s - 1`` and ``s + unroll - 1`` in the same sequence."""
+        out = [np.arange(lo + 1, hi - unroll + 1) for lo, hi in zip(self.offsets[:-1], self.offsets[1:])]
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    def sequences(self) -> list[tuple[list[int], Any, int]]:
+        """``(ids, features, prompt_len)`` per sequence (features as float32 torch tensors)."""
+        import torch
+
+        return [(self.ids[lo:hi].tolist(), torch.from_numpy(self.h[lo:hi].astype(np.float32)), int(p))
+                for lo, hi, p in zip(self.offsets[:-1], self.offsets[1:], self.prompt_len)]
+
+
+def train_head(build: HeadBuild, target: Any, feats: Features, ckpt: Path) -> dict[str, Any]:
+    """Train (or resume) the head for ``build.steps`` steps; returns the training state."""
+    import torch
+
+    torch.manual_seed(build.seed)
+    ids = [int(i) for i in draft_vocab(build.work, build.draft_vocab)]
+    emb = target.get_input_embeddings().weight.detach().float()
+    head = build_head(emb.shape[1], build.mlp, emb, ids)
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=build.lr, weight_decay=build.weight_decay)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=build.lr, total_steps=build.steps, pct_start=0.05)
+    state: dict[str, Any] = {"step": 0, "elapsed_s": 0.0, "loss": None}
+    if ckpt.exists():
+        saved = torch.load(ckpt, weights_only=False)
+        head.load_state_dict(saved["head"])
+        opt.load_state_dict(saved["opt"])
+        sched.load_state_dict(saved["sched"])
+        state = saved["state"]
+    starts = feats.starts(build.unroll)
+    if not len(starts):
+        raise SpecgymError(f"{build.work}: no answers long enough to train a head on")
+    h_all = torch.from_numpy(feats.h)
+    tok_all = torch.from_numpy(feats.ids)
+    rows = head.rows
+    steps = np.arange(build.unroll)
+    t0 = time.time() - state["elapsed_s"]
+    last_ckpt = time.time()
+    head.train()
+    with make_progress() as progress:
+        task = progress.add_task("draft head", total=build.steps, completed=state["step"])
+        while state["step"] < build.steps:
+            rng = np.random.default_rng(build.seed * 1_000_003 + state["step"])
+            s = starts[rng.integers(0, len(starts), build.batch)]
+            f = h_all[s - 1].float()
+            f = f + (torch.rand_like(f) - 0.5) * build.feature_noise
+            pos = s[:, None] + steps[None, :]
+            toks, want = tok_all[pos], h_all[pos].float()
+            loss = torch.zeros(())
+            for j in range(build.unroll):
+                f = head.step(f, toks[:, j])
+                with torch.no_grad():
+                    p = torch.softmax(want[:, j] @ rows.T, dim=-1)
+                ce = -(p * torch.log_softmax(head.scores(f), dim=-1)).sum(-1).mean()
+                loss = loss + ce + torch.nn.functional.smooth_l1_loss(f, want[:, j])
+            opt.zero_grad(set_to_none=True)
+            (loss / build.unroll).backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+            state["step"] += 1
+            state["loss"] = float(loss.detach()) / build.unroll
+            progress.update(task, completed=state["step"], description=f"draft head {state['loss']:.3f}")
+            if time.time() - last_ckpt > 120 or state["step"] == build.steps:
+                state["elapsed_s"] = time.time() - t0
+                _save(ckpt, head, opt, sched, state)
+                last_ckpt = time.time()
+    return state
+
+
+def _save(path: Path, head: Any, opt: Any, sched: Any, state: dict[str, Any]) -> None:
+    import torch
+
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}")
+    torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "state": state},
+               tmp)
+    tmp.rename(path)
+
+
+def heldout_runs(head: Any, feats: Features, k: int = HELDOUT_K) -> dict[str, Any]:
+    """The head's runs from every start of the held-out answers (teacher-forced on the target's greedy tokens):
+    ``accept_ge`` = share of starts whose first ``j`` proposals all match (j = 1..k), and the mean run."""
+    runs = np.concatenate([head_runs(head, h, ids, p, k) for ids, h, p in feats.sequences()])
+    return {"starts": int(runs.size), "mean_run": round(float(runs.mean()), 4),
+            "accept_ge": [round(float((runs >= j).mean()), 4) for j in range(1, k + 1)]}
+
+
+def run(build: HeadBuild, stages: tuple[str, ...] = STAGES, out: Path | None = None, force: bool = False) -> dict:
+    """Run ``stages`` in order; returns the build's report (held-out runs after ``export``)."""
+    import torch
+
+    work, folder = build.work, build.work / "head"
+    if not (work / "answers").is_dir() or not (work / "answers_val").is_dir():
+        raise SpecgymError(f"{work}: no answers/ and answers_val/ (run `specgym train-draft --stages answers "
+                           f"--work-dir {work}` first)")
+    target = load_model(build.target, "target")
+    report: dict[str, Any] = {}
+    if "features" in stages:
+        collect_features(target, load_answers(work / "answers"), folder / "features_train.npz", "train answers")
+        collect_features(target, load_answers(work / "answers_val"), folder / "features_val.npz", "val answers")
+    if "train" in stages:
+        report["train"] = train_head(build, target, Features.load(folder / "features_train.npz"),
+                                     folder / "ckpt.pt")
+    if "export" in stages:
+        if out is None:
+            raise SpecgymError("the export stage needs --out")
+        saved = torch.load(folder / "ckpt.pt", weights_only=False)
+        ids = [int(i) for i in draft_vocab(work, build.draft_vocab)]
+        emb = target.get_input_embeddings().weight.detach().float()
+        head = build_head(emb.shape[1], build.mlp, emb, ids)
+        head.load_state_dict(saved["head"])
+        head.eval()
+        report["heldout"] = heldout_runs(head, Features.load(folder / "features_val.npz"))
+        report["train_runs"] = heldout_runs(head, Features.load(folder / "features_train.npz"))
+        export_head(build, head, ids, saved["state"], report, out, force)
+    return report
+
+
+def export_head(build: HeadBuild, head: Any, ids: list[int], state: dict[str, Any], report: dict[str, Any],
+                out: Path, force: bool) -> None:
+    """Write the head folder: config, float16 weights (no embedding: the target's, borrowed at load), the
+    vocabulary, ``training_state.json`` and a README card."""
+    import torch
+    from safetensors.torch import save_file
+
+    vocab_file = f"draft-vocab-{build.draft_vocab}.json"
+    with atomic_dir(out, overwrite=force, owner="specgym train-head") as tmp:
+        own = {k: v.to(torch.float16).contiguous() for k, v in head.state_dict().items()}
+        save_file(own, str(tmp / HEAD_WEIGHTS), metadata={"format": "pt"})
+        (tmp / vocab_file).write_text(json.dumps(ids) + "\n")
+        cfg = {"width": head.width, "mlp": head.mlp, "vocab_file": vocab_file, "target": build.target,
+               "kind": "specgym draft head (EAGLE-style recurrence, gated MLP)"}
+        (tmp / HEAD_CONFIG).write_text(json.dumps(cfg, indent=2) + "\n")
+        meta = {"build": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(build).items()},
+                "trained_on": {"answers": "train prompts (train-draft --stages answers)", "split": "train"},
+                "training": state, "heldout": report["heldout"], "train_runs": report["train_runs"]}
+        (tmp / "training_state.json").write_text(json.dumps(meta, indent=2) + "\n")
+        n_params = sum(int(v.numel()) for v in own.values())
+        (tmp / "README.md").write_text(head_card(meta, build.target, n_params, out), encoding="utf-8")

@@ -325,7 +325,9 @@ class LiveRequest(Request):
         self.position = 0
         self.done = False
         self.index = NGramIndex(self.prompt) if engine.signals else None
-        #: The target's last hidden state before the last token (what the draft head drafts from), or None.
+        #: The target's last hidden state before the last token (what the draft head drafts from), or None. Chain
+        #: rounds keep it current; tree rounds (:mod:`~specgym.envs.engines.live_tree`) do not, and no request
+        #: mixes the two.
         self.feature: Any = None
         with torch.inference_mode():
             t0 = engine._clock()

@@ -361,6 +361,23 @@ def test_the_real_pair_decodes_a_chat_prompt_live_and_exactly(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_real_pair_chooses_its_drafter_per_round_live_and_exactly(tmp_path):
+    """``generate --pair smollm2 --controller drafter-marginal``: the rule fitted on the pair's greedy recording
+    chooses among the draft model, prompt lookup and the draft head each round; the output equals plain decoding."""
+    _shipped_real_pair()
+    res = _specgym("generate", "--pair", "smollm2", "--prompt", "Repeat this sentence twice: the cat sat on the mat.",
+                   "--controller", "drafter-marginal", "--max-new-tokens", "40", "--stop-at-eos", "--json",
+                   cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["greedy_identical"] is True and out["drafters"] == ["draft", "ngram", "head"], out
+    assert any(r.split(":")[0] in ("head", "ngram") for r in out["rounds"]), out
+    bad = _specgym("generate", "--pair", "smollm2", "--prompt", "x", "--controller", "fixed:3@head",
+                   "--temperature", "0.7", cwd=tmp_path)
+    assert bad.returncode == 2 and "drafter choice is greedy" in bad.stderr
+
+
+@pytest.mark.slow
 def test_the_draft_vocabulary_bench_prints_its_ratios(tmp_path):
     _shipped_real_pair()
     res = _specgym("bench", "draft-vocab", "--tokens", "4", "--repeats", "1", "--json", str(tmp_path / "b.json"),

@@ -12,6 +12,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -29,6 +30,7 @@ from specgym.console import make_progress
 from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
 from specgym.envs.core.batch_cost import save_batch_profile
 from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile, save_profile
+from specgym.envs.core.drafter_choice import drive_drafters
 from specgym.envs.core.kinds import kind_row
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.tree import TreeController
@@ -163,6 +165,8 @@ def _generate(args: argparse.Namespace) -> int:
     spec = f"fixed:{args.k}" if args.k is not None else args.controller or "fixed:4"
     if kind_row(kind_of(spec)).drafts_trees:
         return _generate_tree(args, spec)
+    if kind_row(kind_of(spec)).chooses_drafter:
+        return _generate_drafter(args, spec)
     controller = build(spec, args.k_max, kinds=("chain",)).controller  # a bad spec or policy fails before any model
     profile = _profile_or_none(args)
     _setup(args)
@@ -263,6 +267,60 @@ def _generate_tree(args: argparse.Namespace, spec: str) -> int:
     print(f"rounds {len(res.rounds)}, nodes {res.drafted}, accepted {res.accepted}, mean tokens/round "
           f"{len(res.tokens) / max(len(res.rounds), 1):.2f}")
     print(f"tree {1000 * len(res.tokens) / res.time_ms:.1f} tok/s vs plain {plain.tokens_per_s:.1f} tok/s -> speedup "
+          f"{speedup:.2f}x (measured, {args.clock} clock, same pair, {len(res.tokens)} tokens)")
+    print(f"greedy output identical to plain decoding: {plain.tokens == res.tokens}")
+    return 0
+
+
+def _generate_drafter(args: argparse.Namespace, spec: str) -> int:
+    """``generate --controller drafter-marginal | fixed:K@DRAFTER | lookup-rule | ppo:(a drafter policy)``: the
+    drafter and K of each round (greedy: prompt lookup and a draft head draft greedy requests only), against plain
+    decoding. A rule or policy that fits itself does so on the pair's shipped greedy recording and profile."""
+    ctrl = build(spec, args.k_max, kinds=("drafter",)).controller
+    if args.temperature != 0:
+        raise SpecgymError(f"--controller {spec}: drafter choice is greedy (--temperature 0)")
+    profile = _profile_or_none(args)
+    if hasattr(ctrl, "prepare"):
+        name = f"{_pair_paths(args)[2]}-greedy"
+        if name not in catalogue.names("workload") or profile is None:
+            raise SpecgymError(f"--controller {spec}: fits itself on a greedy recording of the pair with its cost "
+                               f"profile, and none is shipped for this pair (live without one: fixed:K@DRAFTER)")
+        for note in ctrl.prepare(cached_workload(name), profile):
+            print(f"specgym generate: note: {note}", file=sys.stderr)
+    _setup(args)
+    pair = _load_pair(args)
+    profile = _profile_for(args, pair, profile)
+    engine = LiveEngine.from_pair(pair, k_max=args.k_max, profile=profile, timing=args.clock)
+    ids = encode_prompt(pair.tokenizer, args.prompt)
+    if not ids:
+        raise SpecgymError("--prompt encodes to zero tokens")
+    engine.check_request(len(ids), args.max_new_tokens)
+
+    def run(n: int, stop_at_eos: bool = False) -> Any:
+        req = engine.start(ids, n, stop_at_eos=stop_at_eos)
+        drive_drafters(ctrl, req, engine.drafter_names)
+        return req.result
+
+    run(min(8, args.max_new_tokens))  # warm-up both paths
+    engine.run_plain(ids, min(8, args.max_new_tokens), 0.0, args.seed)
+    res = run(args.max_new_tokens, args.stop_at_eos)
+    plain = engine.run_plain(ids, len(res.tokens), 0.0, args.seed)
+    text = pair.tokenizer.decode(res.tokens)
+    speedup = plain.time_ms / res.time_ms if res.time_ms > 0 else float("nan")
+    rounds = [f"{r.drafter}:{r.drafted}" if r.drafted else "plain" for r in res.rounds]
+    if args.json:
+        print(json.dumps({"text": text, "rounds": rounds, "drafted": res.drafted, "accepted": res.accepted,
+                          "tokens": len(res.tokens), "spec_ms": res.time_ms, "plain_ms": plain.time_ms,
+                          "speedup": speedup, "controller": spec, "drafters": list(engine.drafter_names),
+                          "greedy_identical": plain.tokens == res.tokens}))
+        return 0
+    print(args.prompt + text)
+    print("-" * 60)
+    print(f"controller {spec} (drafter choice among {', '.join(engine.drafter_names)}); drafter:drafted per round: "
+          f"{' '.join(rounds)}")
+    print(f"rounds {len(res.rounds)}, drafted {res.drafted}, accepted {res.accepted}, mean tokens/round "
+          f"{len(res.tokens) / max(len(res.rounds), 1):.2f}")
+    print(f"drafter choice {res.tokens_per_s:.1f} tok/s vs plain {plain.tokens_per_s:.1f} tok/s -> speedup "
           f"{speedup:.2f}x (measured, {args.clock} clock, same pair, {len(res.tokens)} tokens)")
     print(f"greedy output identical to plain decoding: {plain.tokens == res.tokens}")
     return 0
@@ -482,7 +540,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--controller", default=None,
                    help="controller spec (fixed:K, assc, speclane, ppo:NAME, ...), a policy folder, or a live tree "
-                        "(greedy: tree-static:W1-W2-..., tree-sequoia, tree-eagle, tree-chain:SPEC, tree-ppo:NAME) "
+                        "(greedy: tree-static:W1-W2-..., tree-sequoia, tree-eagle, tree-chain:SPEC, tree-ppo:NAME), "
+                        "or a drafter choice (greedy: drafter-marginal, fixed:K@DRAFTER, lookup-rule, a drafter "
+                        "policy) "
                         "(default fixed:4)")
     p.add_argument("--k", type=nonneg_int, default=None, help="shortcut for --controller fixed:K")
     p.add_argument("--k-max", type=k_max_type, default=DEFAULT_K_MAX, help="largest draft cap (default %(default)s)")

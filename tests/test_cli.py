@@ -20,6 +20,10 @@ def test_workloads_make_and_show(tmp_path, capsys):
     assert main(["workloads", "show", str(out)]) == 0
     text = capsys.readouterr().out
     assert "SYNTHETIC" in text and "splits" in text and "reasoning" in text
+    n_test = int((wl.split == "test").sum())
+    assert main(["workloads", "show", str(out), "--split", "test"]) == 0  # one split's requests only
+    text = capsys.readouterr().out
+    assert f"requests  {n_test} " in text and f"splits    train 0  val 0  test {n_test}" in text
     # same seed -> identical file content
     out2 = tmp_path / "w2.parquet"
     main(["workloads", "make", "--preset", "assc-regimes", "--requests", "30", "--seed", "4", "--out", str(out2)])

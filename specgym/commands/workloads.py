@@ -57,6 +57,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     sh = wsub.add_parser("show", help="summarise a workload")
     sh.add_argument("workload", help="shipped workload name or path to a .parquet file")
+    sh.add_argument("--split", choices=SPLITS, default=None,
+                    help="summarise one split's requests only (e.g. the held-out test split's acceptance)")
     sh.set_defaults(func=_show)
 
     mg = wsub.add_parser("merge", help="concatenate workloads (files or sharded folders) of one recording setup: "
@@ -242,6 +244,9 @@ def _describe_source(src: dict) -> str:
 
 def _show(args: argparse.Namespace) -> int:
     if Path(args.workload).is_dir():  # a sharded workload: the record and every shard's footer, not its columns
+        if args.split is not None:
+            raise SpecgymError(f"--split {args.split}: summarise a sharded workload's split after merging it "
+                               f"(specgym workloads merge ... --out F.parquet, then show F --split {args.split})")
         ds = open_dataset(args.workload)
         check_shard_files(ds)
         first = ds.shard(0)
@@ -252,7 +257,12 @@ def _show(args: argparse.Namespace) -> int:
         print("(a full summary: specgym workloads merge ... --out F.parquet, then show F)")
         return 0
     path = catalogue.resolve("workload", args.workload)
-    print(summarize(load_workload(path), stored_version(path)))
+    wl = load_workload(path)
+    if args.split is not None:
+        wl = wl.subset(wl.split_indices(args.split))
+        if not wl.n_requests:
+            raise SpecgymError(f"--split {args.split}: workload {wl.name} has no {args.split} requests")
+    print(summarize(wl, stored_version(path)))
     return 0
 
 

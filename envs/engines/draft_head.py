@@ -45,6 +45,9 @@ HEAD_DRAFTER = "head"
 HEAD_CONFIG = "config.json"
 #: A head folder's weights.
 HEAD_WEIGHTS = "head.safetensors"
+#: How a recording describes its ``head`` drafter (the metadata ``drafters`` entry).
+HEAD_PROVENANCE = {"proposer": "the pair's draft head (specgym.envs.engines.draft_head), greedy",
+                   "source": "recomputed from the greedy completion's token ids and one teacher-forced target forward"}
 
 
 def pair_head_folder(draft: str | Path) -> Path | None:
@@ -219,8 +222,3 @@ def recorded_head_runs(target: Any, head: Any, prompt: list[int], completion: li
     """``runs_head`` of one greedy request (:func:`head_runs` over one teacher-forced target forward)."""
     ids = [int(t) for t in prompt] + [int(t) for t in completion]
     return head_runs(head, target_features(target, ids), ids, len(prompt), k)
-
-
-#: How a recording describes its ``head`` drafter (the metadata ``drafters`` entry).
-HEAD_PROVENANCE = {"proposer": "the pair's draft head (specgym.envs.engines.draft_head), greedy",
-                   "source": "recomputed from the greedy completion's token ids and one teacher-forced target forward"}

@@ -25,7 +25,7 @@ VLLM_PIP    := $(VLLM_PY) -m pip install --quiet --no-index --no-deps --find-lin
 PKG_FILES := $(shell find specgym envs agents baselines training eval data -type f -not -path '*/__pycache__/*' \
                -not -name '*.pyc' 2>/dev/null | LC_ALL=C sort)
 
-.PHONY: prompts-smollm2 drafter-smollm2 head-smollm2 predictor-smollm2 policies-smollm2 bench-live-smollm2 gpu-check docs install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
+.PHONY: prompts-smollm2 drafter-smollm2 head-smollm2 predictor-smollm2 policies-smollm2 bench-live-smollm2 bench-live-smollm2-t07 gpu-check docs install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
         models-midpair models-tinypair predictors profile record record-midpair record-midpair-greedy record-midpair-t08 record-tinypair clean FORCE
 
 $(VENV)/.files: FORCE
@@ -251,6 +251,11 @@ bench-live-smollm2: $(STAMP)
 	$(SPECGYM) bench live --workload smollm2-greedy --prompts 6 --repeats 1 --profile cpu-smollm2 \
 		--controllers fixed:1,fixed:2,fixed:3,fixed:4,fixed:2@ngram,fixed:3@ngram,fixed:4@ngram,fixed:2@head,fixed:3@head,fixed:4@head,assc,speclane,hf-heuristic,marginal,predicted:smollm2,planned:smollm2,ppo:smollm2-token,ppo:smollm2-drafter,lookup-rule:3,drafter-marginal \
 		--json out/bench-live-smollm2.json
+
+bench-live-smollm2-t07: $(STAMP)
+	$(SPECGYM) bench live --workload smollm2-t07 --prompts 6 --repeats 1 --profile cpu-smollm2 \
+		--controllers fixed:1,fixed:2,fixed:3,fixed:2@ngram,fixed:3@ngram,fixed:1@head,fixed:2@head,fixed:3@head,fixed:4@head,assc,speclane,hf-heuristic,marginal,predicted:smollm2,planned:smollm2,drafter-marginal \
+		--json out/bench-live-smollm2-t07.json
 
 record-smollm2-%: $(STAMP)
 	$(SPECGYM) record --pair smollm2 --prompts smollm2-prompts --max-new-tokens 128 --stop-at-eos \

@@ -315,7 +315,7 @@ def _open_work_dir(work: Path, plan: dict[str, Any], restart: bool) -> None:
 
 def _requests_of(wl: Workload) -> tuple[list[dict[str, Any]], list[list[int]]]:
     """A recorded shard back as the recorder's per-request dicts (without split; with the n-gram drafter's and the
-    draft head's runs of a greedy recording) and completions."""
+    draft head's runs where the recording has them) and completions."""
     cols = (*wl.position_names, *wl.signal_names)
     reqs, completions = [], []
     for r in range(wl.n_requests):
@@ -324,7 +324,7 @@ def _requests_of(wl: Workload) -> tuple[list[dict[str, Any]], list[list[int]]]:
                              "temperature": float(wl.temperature[r]), "prompt_len": int(wl.prompt_len[r]),
                              "prompt_text": None if wl.prompt_text is None else wl.prompt_text[r]}
         d.update({c: getattr(wl, c)[sl] for c in cols})
-        for name in (NGRAM_DRAFTER, HEAD_DRAFTER):  # a greedy recording's other drafters, as the recorder hands them
+        for name in (NGRAM_DRAFTER, HEAD_DRAFTER):  # the other drafters, as the recorder hands them
             if name in wl.runs:
                 d[f"{name}_runs"] = wl.runs[name][sl].tolist()
         reqs.append(d)

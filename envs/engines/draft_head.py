@@ -45,9 +45,6 @@ HEAD_DRAFTER = "head"
 HEAD_CONFIG = "config.json"
 #: A head folder's weights.
 HEAD_WEIGHTS = "head.safetensors"
-#: How a recording describes its ``head`` drafter (the metadata ``drafters`` entry).
-HEAD_PROVENANCE = {"proposer": "the pair's draft head (specgym.envs.engines.draft_head), greedy",
-                   "source": "recomputed from the greedy completion's token ids and one teacher-forced target forward"}
 
 
 def pair_head_folder(draft: str | Path) -> Path | None:
@@ -105,12 +102,45 @@ def build_head(width: int, mlp: int, embedding: Any, ids: list[int]) -> Any:
                 out.append(tok)
             return torch.stack(out, dim=1) if out else last.new_zeros((len(last), 0))
 
+        def sample_batch(self, f: Any, last: Any, k: int, temperature: float, u: Any) -> tuple[Any, Any]:
+            """Sampled proposals from ``n`` round starts (as :meth:`propose_batch`) at ``temperature > 0``: each
+            token drawn from the head's softmax over the draft vocabulary by inverse CDF of the uniforms ``u``
+            ``(n, k)``, the chain fed its own draws. Returns the tokens ``(n, k)`` and the head's distributions
+            ``(n, k, len(ids))`` they were drawn from (what exact speculative sampling divides by)."""
+            toks, dists = [], []
+            tok = last
+            for j in range(k):
+                f = self.step(f, tok)
+                probs = torch.softmax(self.scores(f).float() / temperature, -1)
+                cdf = probs.cumsum(-1)
+                col = torch.searchsorted(cdf, (u[:, j: j + 1].to(cdf) * cdf[:, -1:]).contiguous())
+                tok = self.ids[col[:, 0].clamp_max(probs.shape[1] - 1)]
+                toks.append(tok)
+                dists.append(probs)
+            if not toks:
+                return last.new_zeros((len(last), 0)), f.new_zeros((len(last), 0, len(self.ids)))
+            return torch.stack(toks, dim=1), torch.stack(dists, dim=1)
+
         def propose(self, f: Any, last: int, k: int) -> list[int]:
             """Greedy proposal of ``k`` tokens from one round start (``f``: ``(width,)``)."""
             if k <= 0:
                 return []
             t = torch.tensor([int(last)], dtype=torch.long, device=f.device)
             return [int(x) for x in self.propose_batch(f.reshape(1, -1), t, k)[0].tolist()]
+
+        def propose_sampled(self, f: Any, last: int, k: int, temperature: float, vocab: int,
+                            generator: Any) -> tuple[list[int], list[Any]]:
+            """A sampled proposal of ``k`` tokens from one round start, the uniforms drawn from ``generator``;
+            returns the tokens and, per token, the head's distribution over the target's first ``vocab`` ids (zero
+            outside the draft vocabulary), what :meth:`LiveRequest._accept` verifies against."""
+            if k <= 0:
+                return [], []
+            u = torch.rand((1, k), generator=generator, device=getattr(generator, "device", None) or "cpu")
+            t = torch.tensor([int(last)], dtype=torch.long, device=f.device)
+            toks, dists = self.sample_batch(f.reshape(1, -1), t, k, temperature, u.to(f.device))
+            full = dists.new_zeros((k, vocab))
+            full[:, self.ids] = dists[0]
+            return [int(x) for x in toks[0].tolist()], list(full)
 
     return DraftHead()
 

@@ -15,7 +15,10 @@ so any :class:`Controller` drives either through :func:`~specgym.envs.core.reque
 Drafters: the draft model (the default), prompt lookup (``ngram``) and, for a pair with one, the draft head
 (``head``, :mod:`~specgym.envs.engines.draft_head`: it drafts from the target's last hidden state at the position
 that produced the sequence's last token, which the engine keeps from each verify forward and the prefill). Prompt
-lookup and the head propose a whole proposal at once and draft greedy requests only.
+lookup and the head propose a whole proposal at once; under sampling prompt lookup's tokens are deterministic (``q``
+one-hot: a token is accepted with probability ``p(x)``, a rejection resamples from ``p`` without it) and the head
+draws each token from its softmax at the request's temperature, so every drafter's output is the target's
+distribution.
 
 KV caches: both models keep a ``DynamicCache`` (GPT-2 and Llama-family models: the lean forward's ``KVCache``, with less
 per-call overhead, :mod:`~specgym.envs.engines.lean_forward`). The target cache always holds every token but the last
@@ -211,6 +214,11 @@ class LiveEngine:
         """True when both models run through the lean forward."""
         return all(self._lean.get(id(m)) is not None for m in (self.draft, self.target))
 
+    def runner_of(self, model: Any) -> Any:
+        """``model``'s lean forward (:mod:`~specgym.envs.engines.lean_forward`), or None where it runs through
+        transformers."""
+        return self._lean.get(id(model))
+
     def new_cache(self, model: Any) -> Any:
         """An empty KV cache for ``model`` (the lean forward's, or a transformers ``DynamicCache``)."""
         runner = self._lean.get(id(model))
@@ -346,7 +354,7 @@ class LiveRequest(Request):
     def play(self, k: int, keep_drafting: KeepDrafting | None = None, drafter: str | None = None) -> RoundOutcome:
         """Play one round with draft cap ``k``; ``keep_drafting`` may stop after draft token ``j < cap``;
         ``drafter="ngram"`` proposes by prompt lookup, ``drafter="head"`` by the draft head, instead of the draft
-        model (both greedy only)."""
+        model (greedy or exact speculative sampling, as the draft model)."""
         if self.done:
             raise SpecgymError("request already finished; start a new one")
         with self.engine._torch.inference_mode():
@@ -360,23 +368,28 @@ class LiveRequest(Request):
         n = self.index.lookup()[0] if self.index is not None else lookup_brute(self.seq)[0]
         return RoundStart(self.position, len(self.seq), int(n))
 
-    def _propose(self, cap: int, drafter: str) -> list[int]:
+    def _propose(self, cap: int, drafter: str) -> tuple[list[int], list]:
         """A whole proposal of up to ``cap`` tokens by prompt lookup (vLLM's ``ngram``; none when the context has no
-        match) or by the draft head (from the target's feature before the last token; none without one)."""
+        match) or by the draft head (from the target's feature before the last token; none without one), with the
+        distributions it was drawn from (sampling: ``None`` for prompt lookup's deterministic tokens, the head's
+        softmax for the head's draws; nothing when greedy)."""
         eng = self.engine
         if drafter not in eng.drafter_names or drafter == IMPLICIT_DRAFTER:
             raise SpecgymError(f"the live engine serves drafters {', '.join(eng.drafter_names)}, not {drafter!r}")
-        if not self.greedy:
-            raise SpecgymError(f"the {drafter} drafter runs greedy requests only (temperature 0)")
         if cap <= 0:
-            return []
+            return [], []
         if drafter == NGRAM_DRAFTER:
-            return ngram_propose(self.seq, cap, *eng.ngram_n)
+            drafts = ngram_propose(self.seq, cap, *eng.ngram_n)
+            return drafts, [] if self.greedy else [None] * len(drafts)
         if self.feature is None:
-            return []
-        drafts = eng.head.propose(self.feature, self.seq[-1], cap)
+            return [], []
+        if self.greedy:
+            drafts, q_probs = eng.head.propose(self.feature, self.seq[-1], cap), []
+        else:
+            drafts, q_probs = eng.head.propose_sampled(self.feature, self.seq[-1], cap, self.temperature, eng.vocab,
+                                                       self.gen)
         eng._sync()
-        return drafts
+        return drafts, q_probs
 
     def _play_proposal(self, cap: int, drafter: str) -> RoundOutcome:
         """A round drafted by a whole-proposal drafter (prompt lookup or the draft head: :meth:`_propose`), verified
@@ -385,10 +398,10 @@ class LiveRequest(Request):
         eng = self.engine
         i = self.position
         r0 = eng._clock()
-        drafts = self._propose(cap, drafter)
+        drafts, q_probs = self._propose(cap, drafter)
         draft_phase_ms = (eng._clock() - r0) * 1000.0
         drafted = len(drafts)
-        accepted, extra = self._verify(drafts, [])
+        accepted, extra = self._verify(drafts, q_probs)
         if drafted > accepted:
             self.tcache.crop(-(drafted - accepted))
         new, accepted, produced, measured_ms = self._commit(drafts[:accepted] + [extra], 0, r0)
@@ -470,7 +483,9 @@ class LiveRequest(Request):
         return accepted, extra
 
     def _accept(self, tlogits: Any, drafts: list[int], q_probs: list) -> tuple[int, int]:
-        """Greedy verification or exact speculative sampling of ``drafts`` against the target's logits."""
+        """Greedy verification or exact speculative sampling of ``drafts`` against the target's logits (``q_probs``:
+        the distribution each draft was drawn from; ``None`` for a deterministic one, whose residual is ``p`` without
+        the drafted token)."""
         torch = self.engine._torch
         drafted = len(drafts)
         if self.greedy:
@@ -485,11 +500,15 @@ class LiveRequest(Request):
         for accepted in range(drafted):
             x = drafts[accepted]
             p, q = p_all[accepted], q_probs[accepted]
-            px, qx = float(p[x]), float(q[x])
+            px, qx = float(p[x]), 1.0 if q is None else float(q[x])  # None: a deterministic proposal, q one-hot
             u = host_uniform(gen)
             if qx > 0 and u < min(1.0, px / qx):
                 continue
-            resid = torch.clamp(p - q, min=0)
+            if q is None:
+                resid = p.clone()
+                resid[x] = 0.0
+            else:
+                resid = torch.clamp(p - q, min=0)
             s = float(resid.sum())
             return accepted, int(host_multinomial(resid / s if s > 0 else p, gen))
         return drafted, int(host_multinomial(p_all[drafted], gen))

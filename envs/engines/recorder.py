@@ -53,10 +53,11 @@ from specgym.envs.core.ngram_proposer import NGRAM_DRAFTER, ngram_runs
 from specgym.envs.core.rounds import K_MAX_LIMIT
 from specgym.envs.core.signals import TOPK, projection_to_meta, sketch_projection
 from specgym.envs.engines.clock import host_generator
-from specgym.envs.engines.draft_head import HEAD_DRAFTER, HEAD_PROVENANCE, recorded_head_runs
+from specgym.envs.engines.draft_head import HEAD_DRAFTER, recorded_head_runs
 from specgym.envs.engines.draft_stats import draft_stats, token_rank, top_probs
 from specgym.envs.engines.live_engine import LiveEngine
 from specgym.envs.engines.model_loading import LivePair, encode_prompt
+from specgym.envs.engines.sampled_runs import SAMPLED_RUNS_SOURCE, request_sampled_runs
 from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS, chunks, write_dataset
 from specgym.envs.workloads.loops import loop_summary
 from specgym.envs.workloads.prompts import PromptSpec, splits_named
@@ -72,6 +73,9 @@ from specgym.io import check_output, sha256_file
 from specgym.paths import portable_name
 
 PARTIAL_SUFFIX = ".partial.jsonl"
+#: How a greedy recording's whole-proposal drafters' runs are made (the ``drafters`` metadata's source).
+GREEDY_RUNS_SOURCE = ("the leading matches of each start's proposal with the greedy completion (recomputed from its "
+                      "token ids; the draft head's from one teacher-forced target forward)")
 #: The train/val/test fractions of a recording without ``--splits``.
 DEFAULT_SPLITS = (0.8, 0.1, 0.1)
 
@@ -265,17 +269,11 @@ class Recorder:
                 for r, c in zip(pending, cols)]
 
     def _runs(self, r: dict[str, Any]) -> dict[str, Any]:
-        """A greedy request's per-start runs of the prompt-lookup drafter (exact from its token ids:
-        :func:`~specgym.envs.core.ngram_proposer.ngram_runs`) and of the pair's draft head when it has one
-        (:func:`~specgym.envs.engines.draft_head.recorded_head_runs`), proposals of up to ``K_MAX_LIMIT`` tokens."""
-        if r["temperature"] != 0:
-            return {}
-        out = {"ngram_runs": ngram_runs(r["_prompt_ids"], r["completion"], K_MAX_LIMIT,
-                                        *self.engine.ngram_n).tolist()}
-        if self.pair.head is not None:
-            out["head_runs"] = recorded_head_runs(self.pair.target, self.pair.head, r["_prompt_ids"],
-                                                  r["completion"], K_MAX_LIMIT).tolist()
-        return out
+        """A request's per-start runs of the whole-proposal drafters, proposals of up to ``K_MAX_LIMIT`` tokens: of
+        prompt lookup and, for a pair with one, the draft head (:func:`request_drafter_runs`)."""
+        runs = request_drafter_runs(self.engine, self.pair.head, r["_prompt_ids"], r["completion"],
+                                    r["temperature"], r["request_id"])
+        return {f"{name}_runs": arr.tolist() for name, arr in runs.items()}
 
     def signal_meta(self) -> dict[str, Any]:
         """The ``signals`` metadata block of the traces this recorder writes."""
@@ -501,43 +499,67 @@ def record_workload(pair: LivePair, prompts: Sequence[PromptSpec], out: str | Pa
     return wl, stats
 
 
-def with_ngram_runs(wl: Workload, tokenizer: Any) -> Workload:
-    """A greedy recorded workload with the prompt-lookup drafter's per-start runs added (recomputed from its prompt
-    texts and token ids, as a greedy recording stores them now); a workload that holds them is returned as is."""
-    if NGRAM_DRAFTER in wl.drafter_names:
-        return wl
-    if not bool(np.all(wl.temperature == 0)) or wl.token_id is None or not wl.prompt_text:
-        raise SpecgymError(f"workload {wl.name!r}: the n-gram drafter's runs need a greedy recording with prompt "
-                           f"texts and token ids")
-    runs = np.concatenate([ngram_runs(encode_prompt(tokenizer, wl.prompt_text[r]),
-                                      wl.token_id[wl.span(r)].tolist(), K_MAX_LIMIT, *LiveEngine.ngram_n)
-                           for r in range(wl.n_requests)])
+def request_drafter_runs(engine: LiveEngine, head: Any, prompt_ids: Sequence[int], completion: Sequence[int],
+                         temperature: float, request_id: str) -> dict[str, np.ndarray]:
+    """One request's per-start runs of prompt lookup and, given a ``head``, the draft head, proposals of up to
+    ``K_MAX_LIMIT`` tokens: greedy, the leading matches with the completion
+    (:func:`~specgym.envs.core.ngram_proposer.ngram_runs`, :func:`~specgym.envs.engines.draft_head.recorded_head_runs`);
+    sampled, one seeded draw of exact speculative sampling per start
+    (:func:`~specgym.envs.engines.sampled_runs.request_sampled_runs`), which needs the target's lean forward (none
+    without it: such a recording offers the draft model only)."""
+    if temperature == 0:
+        out = {NGRAM_DRAFTER: ngram_runs(prompt_ids, completion, K_MAX_LIMIT, *engine.ngram_n)}
+        if head is not None:
+            out[HEAD_DRAFTER] = recorded_head_runs(engine.target, head, list(prompt_ids), list(completion),
+                                                   K_MAX_LIMIT)
+        return out
+    runner = engine.runner_of(engine.target)
+    if runner is None:
+        return {}
+    return request_sampled_runs(runner, prompt_ids, completion, temperature, request_id, K_MAX_LIMIT, engine.vocab,
+                                engine.ngram_n, head)
+
+
+def drafter_entries(names: Sequence[str], temperatures: np.ndarray) -> list[dict[str, Any]]:
+    """The ``drafters`` metadata of a recording whose requests (at ``temperatures``) carry the per-start runs of
+    ``names`` beside the draft model's per-position trace: each drafter's proposer and how its runs were made."""
+    greedy, sampled = bool(np.any(temperatures == 0)), bool(np.any(temperatures > 0))
+    source = "; ".join(
+        ([f"greedy requests: {GREEDY_RUNS_SOURCE}"] if greedy and sampled else [GREEDY_RUNS_SOURCE] if greedy else [])
+        + ([f"sampled requests: {SAMPLED_RUNS_SOURCE}"] if greedy and sampled else
+           [SAMPLED_RUNS_SOURCE] if sampled else []))
     lo, hi = LiveEngine.ngram_n
-    drafters = [drafter_entry(IMPLICIT_DRAFTER, "model", "per-position"),
-                drafter_entry(NGRAM_DRAFTER, "lookup", "per-start",
-                              proposer=f"vLLM ngram semantics, prompt_lookup_min {lo}, prompt_lookup_max {hi}",
-                              source="recomputed from the greedy completion's token ids")]
-    cols = {**wl.flat_columns(), f"runs_{NGRAM_DRAFTER}": runs}
-    return wl.with_columns(cols, drafters=drafters)
+    proposer = {NGRAM_DRAFTER: ("lookup", f"vLLM ngram semantics, prompt_lookup_min {lo}, prompt_lookup_max {hi}"),
+                HEAD_DRAFTER: ("model", "the pair's draft head (specgym.envs.engines.draft_head), greedy or sampled "
+                                        "at the request's temperature")}
+    return [drafter_entry(IMPLICIT_DRAFTER, "model", "per-position")] + [
+        drafter_entry(n, proposer[n][0], "per-start", proposer=proposer[n][1], source=source) for n in names]
 
 
-def with_head_runs(wl: Workload, pair: LivePair) -> Workload:
-    """A greedy recorded workload with the pair's draft head's per-start runs added (``runs_head``, what the recorder
-    stores for a pair with a head: :func:`~specgym.envs.engines.draft_head.recorded_head_runs`); the n-gram runs
-    must be there already; a workload that holds head runs is returned as is."""
-    if HEAD_DRAFTER in wl.drafter_names:
+def with_drafter_runs(wl: Workload, pair: LivePair, engine: LiveEngine | None = None) -> Workload:
+    """A recorded workload with the per-start runs of the whole-proposal drafters the pair serves added (prompt
+    lookup; the draft head for a pair with one), recomputed per request from its prompt text and token ids as the
+    recorder stores them (:func:`request_drafter_runs`); a workload that holds them all is returned as is."""
+    names = [NGRAM_DRAFTER] + ([HEAD_DRAFTER] if pair.head is not None else [])
+    if all(n in wl.drafter_names for n in names):
         return wl
-    if pair.head is None:
-        raise SpecgymError(f"workload {wl.name!r}: the pair {portable_name(pair.draft_name)} has no draft head")
-    if NGRAM_DRAFTER not in wl.drafter_names or wl.token_id is None or not wl.prompt_text:
-        raise SpecgymError(f"workload {wl.name!r}: the head's runs need a greedy recording with prompt texts, token "
-                           f"ids and the n-gram drafter's runs")
-    runs = np.concatenate([recorded_head_runs(pair.target, pair.head, encode_prompt(pair.tokenizer,
-                                                                                     wl.prompt_text[r]),
-                                              wl.token_id[wl.span(r)].tolist(), K_MAX_LIMIT)
-                           for r in range(wl.n_requests)])
-    drafters = [*(wl.drafters or []), drafter_entry(HEAD_DRAFTER, "model", "per-start", **HEAD_PROVENANCE)]
-    return wl.with_columns({**wl.flat_columns(), f"runs_{HEAD_DRAFTER}": runs}, drafters=drafters)
+    if wl.token_id is None or not wl.prompt_text:
+        raise SpecgymError(f"workload {wl.name!r}: the {' and '.join(names)} drafters' runs need a recording with "
+                           f"prompt texts and token ids")
+    engine = engine or LiveEngine.from_pair(pair, signals=False)
+    parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    for r in range(wl.n_requests):
+        runs = request_drafter_runs(engine, pair.head, encode_prompt(pair.tokenizer, wl.prompt_text[r]),
+                                    wl.token_id[wl.span(r)].tolist(), float(wl.temperature[r]),
+                                    str(wl.request_id[r]))
+        missing = [n for n in names if n not in runs]
+        if missing:
+            raise SpecgymError(f"workload {wl.name!r}: the {' and '.join(missing)} drafters' runs of sampled "
+                               f"requests need the target's lean forward (Llama-family or GPT-2)")
+        for n in names:
+            parts[n].append(runs[n])
+    cols = {**wl.flat_columns(), **{f"runs_{n}": np.concatenate(parts[n]) for n in names}}
+    return wl.with_columns(cols, drafters=drafter_entries(names, wl.temperature))
 
 
 def draft_fit_split(draft: str, prompts: str | None) -> dict[str, str]:
@@ -579,21 +601,14 @@ def assemble_recording(name: str, source: dict[str, Any], profile: CostProfile, 
         "lookup_agree_share": float(np.mean(np.concatenate([np.asarray(r["lookup_agree"]) for r in requests]))),
     }
     drafters = None
-    run_keys = ("ngram_runs", "head_runs")
-    if requests and all(r.get("ngram_runs") is not None for r in requests):  # greedy: more drafters' runs
-        lo, hi = LiveEngine.ngram_n
-        drafters = [drafter_entry(IMPLICIT_DRAFTER, "model", "per-position"),
-                    drafter_entry(NGRAM_DRAFTER, "lookup", "per-start",
-                                  proposer=f"vLLM ngram semantics, prompt_lookup_min {lo}, prompt_lookup_max {hi}",
-                                  source="recomputed from the greedy completion's token ids")]
-        names = [NGRAM_DRAFTER]
-        if all(r.get("head_runs") is not None for r in requests):
-            drafters.append(drafter_entry(HEAD_DRAFTER, "model", "per-start", **HEAD_PROVENANCE))
-            names.append(HEAD_DRAFTER)
-        requests = [{**{k: v for k, v in r.items() if k not in run_keys},
-                     "runs": {n: np.asarray(r[f"{n}_runs"], dtype=np.int16) for n in names}} for r in requests]
-    else:
-        requests = [{k: v for k, v in r.items() if k not in run_keys} for r in requests]
+    run_keys = tuple(f"{n}_runs" for n in (NGRAM_DRAFTER, HEAD_DRAFTER))
+    names = [n for n in (NGRAM_DRAFTER, HEAD_DRAFTER) if requests and all(r.get(f"{n}_runs") is not None
+                                                                            for r in requests)]
+    if names:  # more drafters' runs (greedy; sampled where the target has the lean forward)
+        drafters = drafter_entries(names, np.asarray([r["temperature"] for r in requests]))
+    requests = [{**{k: v for k, v in r.items() if k not in run_keys},
+                 **({"runs": {n: np.asarray(r[f"{n}_runs"], dtype=np.int16) for n in names}} if names else {})}
+                for r in requests]
     wl = workload_from_requests(name, source, profile, requests, split_seed=seed,
                                 split_fractions=split_fractions or DEFAULT_SPLITS,
                                 extra={"loop_share": summary["loop_share"],

@@ -18,11 +18,13 @@ controller decodes live, with the pair on this machine. What makes the figures t
 * once through transformers' ``generate(assistant_model=...)`` (:func:`generate_with_controller`) with the best
   chain controller, against transformers' own plain ``generate()``.
 
-**Drafter-choice controllers** (the ``drafter`` kind: ``fixed:K@ngram``, ``lookup-rule[:N]``, ``drafter-marginal``;
-greedy workloads) choose each round between the draft model (``draft``) and the engine's prompt-lookup drafter
-(``ngram``, :mod:`~specgym.envs.core.ngram_proposer`) in the same rotation; the workload gains the n-gram drafter's
-per-start runs (recomputed from its token ids, :func:`~specgym.envs.engines.recorder.with_ngram_runs`), which
-``drafter-marginal`` fits on (train split) and the replay prediction reads.
+**Drafter-choice controllers** (the ``drafter`` kind: ``fixed:K@DRAFTER``, ``lookup-rule[:N]``,
+``drafter-marginal``, drafter policies) choose each round between the draft model (``draft``), the engine's
+prompt-lookup drafter (``ngram``, :mod:`~specgym.envs.core.ngram_proposer`) and, for a pair with one, its draft head
+(``head``), greedy or sampled, in the same rotation; the workload gains those drafters' per-start runs where it
+lacks them (recomputed per request as the recorder stores them,
+:func:`~specgym.envs.engines.recorder.with_drafter_runs`), which the fitting rules fit on and the replay prediction
+reads.
 
 **Tree controllers** (specs starting with ``tree``: ``tree-static:W1-W2-..``, ``tree-sequoia[:BUDGET]``,
 ``tree-eagle[:DEPTH:BEAM:M]`` (exact live; its replay prediction is approximate), ``tree-chain:SPEC``; greedy
@@ -67,7 +69,7 @@ from specgym.envs.engines.live_engine import LiveEngine
 from specgym.envs.engines.live_tree import run_live_tree
 from specgym.envs.engines.model_loading import encode_prompt, load_pair
 from specgym.envs.engines.profiler import extend_tree_verify, hardware_description, interleaved_ms, measure_profile
-from specgym.envs.engines.recorder import with_ngram_runs
+from specgym.envs.engines.recorder import with_drafter_runs
 from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.envs.engines.tree_engine import TreeEngine, check_tree_workload
 from specgym.envs.profiles import load_profile
@@ -277,8 +279,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     if tree_specs:
         check_tree_workload(wl)  # greedy, with ranks: the tree rows' prediction is the tree replay
     drafter_specs = [s for s in specs if kind_row(kind[s]).chooses_drafter]
-    if drafter_specs:  # the n-gram drafter's runs: what drafter-choice rows fit on and are predicted with
-        wl = with_ngram_runs(wl, pair.tokenizer)
+    if drafter_specs:  # the other drafters' runs: what drafter-choice rows fit on and are predicted with
+        wl = with_drafter_runs(wl, pair)
     probe = LiveEngine.from_pair(pair, k_max=k_max, timing="wall")
     fwd = engine_forward_ms(probe, pair.target)
     console.print(f"target forward through the engine: 1 token {fwd[1]:.3f} ms, 2 tokens {fwd[2]:.3f} ms "
@@ -360,7 +362,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                 if specs[s] in tree_specs:
                     res: Any = run_live_tree(eng, ids, controllers[s], n, request_id=rid, category=cat)
                 elif specs[s] in drafter_specs:  # the draft model or prompt lookup, chosen every round
-                    req = eng.start(ids, n, request_id=rid, category=cat)
+                    req = eng.start(ids, n, float(wl.temperature[requests[p]]), int(requests[p]),
+                                    request_id=rid, category=cat)
                     drive_drafters(controllers[s], req, eng.drafter_names)
                     res = req.result
                 else:

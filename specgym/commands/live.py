@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import specgym.catalogue as catalogue
@@ -268,24 +269,27 @@ def _generate_tree(args: argparse.Namespace, spec: str) -> int:
           f"{len(res.tokens) / max(len(res.rounds), 1):.2f}")
     print(f"tree {1000 * len(res.tokens) / res.time_ms:.1f} tok/s vs plain {plain.tokens_per_s:.1f} tok/s -> speedup "
           f"{speedup:.2f}x (measured, {args.clock} clock, same pair, {len(res.tokens)} tokens)")
-    print(f"greedy output identical to plain decoding: {plain.tokens == res.tokens}")
+    if args.temperature == 0:
+        print(f"greedy output identical to plain decoding: {plain.tokens == res.tokens}")
     return 0
 
 
 def _generate_drafter(args: argparse.Namespace, spec: str) -> int:
     """``generate --controller drafter-marginal | fixed:K@DRAFTER | lookup-rule | ppo:(a drafter policy)``: the
-    drafter and K of each round (greedy: prompt lookup and a draft head draft greedy requests only), against plain
-    decoding. A rule or policy that fits itself does so on the pair's shipped greedy recording and profile."""
+    drafter and K of each round, against plain decoding at the same temperature and seed. A rule or policy that
+    fits itself does so on the pair's shipped recording at that temperature (``PAIR-greedy``, ``PAIR-t07`` for 0.7)
+    and its profile."""
     ctrl = build(spec, args.k_max, kinds=("drafter",)).controller
-    if args.temperature != 0:
-        raise SpecgymError(f"--controller {spec}: drafter choice is greedy (--temperature 0)")
     profile = _profile_or_none(args)
     if hasattr(ctrl, "prepare"):
-        name = f"{_pair_paths(args)[2]}-greedy"
-        if name not in catalogue.names("workload") or profile is None:
-            raise SpecgymError(f"--controller {spec}: fits itself on a greedy recording of the pair with its cost "
-                               f"profile, and none is shipped for this pair (live without one: fixed:K@DRAFTER)")
-        for note in ctrl.prepare(cached_workload(name), profile):
+        t = args.temperature
+        name = f"{_pair_paths(args)[2]}-" + ("greedy" if t == 0 else f"t{round(10 * t):02d}")
+        wl = cached_workload(name) if name in catalogue.names("workload") else None
+        if wl is None or profile is None or not bool(np.all(wl.temperature == t)):
+            raise SpecgymError(f"--controller {spec}: fits itself on a recording of the pair at temperature {t} "
+                               f"({name}) with its cost profile, and none is shipped (live without one: "
+                               f"fixed:K@DRAFTER)")
+        for note in ctrl.prepare(wl, profile):
             print(f"specgym generate: note: {note}", file=sys.stderr)
     _setup(args)
     pair = _load_pair(args)
@@ -297,14 +301,14 @@ def _generate_drafter(args: argparse.Namespace, spec: str) -> int:
     engine.check_request(len(ids), args.max_new_tokens)
 
     def run(n: int, stop_at_eos: bool = False) -> Any:
-        req = engine.start(ids, n, stop_at_eos=stop_at_eos)
+        req = engine.start(ids, n, args.temperature, args.seed, stop_at_eos=stop_at_eos)
         drive_drafters(ctrl, req, engine.drafter_names)
         return req.result
 
     run(min(8, args.max_new_tokens))  # warm-up both paths
-    engine.run_plain(ids, min(8, args.max_new_tokens), 0.0, args.seed)
+    engine.run_plain(ids, min(8, args.max_new_tokens), args.temperature, args.seed)
     res = run(args.max_new_tokens, args.stop_at_eos)
-    plain = engine.run_plain(ids, len(res.tokens), 0.0, args.seed)
+    plain = engine.run_plain(ids, len(res.tokens), args.temperature, args.seed)
     text = pair.tokenizer.decode(res.tokens)
     speedup = plain.time_ms / res.time_ms if res.time_ms > 0 else float("nan")
     rounds = [f"{r.drafter}:{r.drafted}" if r.drafted else "plain" for r in res.rounds]
@@ -312,7 +316,7 @@ def _generate_drafter(args: argparse.Namespace, spec: str) -> int:
         print(json.dumps({"text": text, "rounds": rounds, "drafted": res.drafted, "accepted": res.accepted,
                           "tokens": len(res.tokens), "spec_ms": res.time_ms, "plain_ms": plain.time_ms,
                           "speedup": speedup, "controller": spec, "drafters": list(engine.drafter_names),
-                          "greedy_identical": plain.tokens == res.tokens}))
+                          "greedy_identical": plain.tokens == res.tokens if args.temperature == 0 else None}))
         return 0
     print(args.prompt + text)
     print("-" * 60)
@@ -322,7 +326,8 @@ def _generate_drafter(args: argparse.Namespace, spec: str) -> int:
           f"{len(res.tokens) / max(len(res.rounds), 1):.2f}")
     print(f"drafter choice {res.tokens_per_s:.1f} tok/s vs plain {plain.tokens_per_s:.1f} tok/s -> speedup "
           f"{speedup:.2f}x (measured, {args.clock} clock, same pair, {len(res.tokens)} tokens)")
-    print(f"greedy output identical to plain decoding: {plain.tokens == res.tokens}")
+    if args.temperature == 0:
+        print(f"greedy output identical to plain decoding: {plain.tokens == res.tokens}")
     return 0
 
 

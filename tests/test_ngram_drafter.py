@@ -82,8 +82,11 @@ def test_live_drafter_choice_is_greedy_exact_and_records_the_ngram_drafter(toy):
             assert r.accepted == min(int(runs[r.position]), r.planned_k) or r.drafted == 0
             want = profile.verify(r.drafted + 1) + (profile.round_overhead_ms if r.drafted else 0.0)
             assert r.time_ms == pytest.approx(want)  # no draft phase: the verify and the round's overhead
-    with pytest.raises(Exception, match="greedy"):
-        eng.start(tok("abc")["input_ids"], 5, temperature=0.7).play(3, drafter="ngram")
+    sampled = eng.start(ids, 12, temperature=0.7)  # sampled requests draft by prompt lookup too (q one-hot)
+    while not sampled.done:
+        sampled.play(3, drafter="ngram")
+    assert len(sampled.result.tokens) == 12
+    assert any(r.drafter == "ngram" and r.drafted for r in sampled.result.rounds)
 
 
 def test_a_default_drafter_round_without_a_name_counts_as_the_default():

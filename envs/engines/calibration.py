@@ -155,33 +155,43 @@ def calibrate(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: Seq
     samples = measure_rounds(engine, prompts, max_new_tokens, k_max, repeats, temperature, progress=progress)
     fit = fit_profile(samples, k_max, name, hardware=hardware, seconds=time.perf_counter() - t0)
     if getattr(engine, "head", None) is not None:
-        head = head_cost(engine, prompts, max_new_tokens, k_max)
+        head = head_cost(engine, prompts, max_new_tokens, k_max, temperature)
         prof = with_drafters(fit.profile, ((NGRAM_DRAFTER, DraftCost("lookup")), (HEAD_DRAFTER, head)))
         fit.profile = replace(prof, description=f"{prof.description}; drafters: draft (the model above), ngram "
                                                 f"(prompt lookup, no draft cost), head (its drafting phases in "
-                                                f"rounds of fixed K = 1..{k_max}: fixed + per_token x K)")
+                                                f"rounds of fixed K = 1..{k_max} at T = {temperature:g}: fixed + "
+                                                f"per_token x K)")
         fit.seconds = time.perf_counter() - t0
     return fit
 
 
 def head_cost(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int],
-              k_max: int) -> DraftCost:
-    """The draft head's cost, fitted to its drafting phases: greedy rounds with every fixed K = 1..k_max drafted
-    by the head (it always proposes K tokens), ``phase = fixed + per_token * K`` by least squares (both >= 0)."""
-    drafted, phase = [], []
-    for ids, n in zip(prompts, max_new_tokens):
-        for k in range(1, k_max + 1):
-            req = engine.start(ids, int(n))
-            while not req.done:
-                req.play(k, drafter=HEAD_DRAFTER)
-            for r, ms in zip(req.result.rounds, req.result.draft_phase_ms):
-                if r.drafted:
-                    drafted.append(r.drafted)
-                    phase.append(ms)
-    if len(set(drafted)) < 2:
+              k_max: int, temperature: float = 0.0) -> DraftCost:
+    """The draft head's cost, fitted to its drafting phases: rounds with every fixed K = 1..k_max drafted by the
+    head at ``temperature`` (sampling draws from the head's softmax, so it costs more than greedy)."""
+    samples = [s for ids, n in zip(prompts, max_new_tokens) for k in range(1, k_max + 1)
+               for s in head_rounds(engine, ids, int(n), k, temperature)]
+    return fit_head_cost(samples)
+
+
+def head_rounds(engine: Any, ids: Sequence[int], max_new_tokens: int, k: int, temperature: float = 0.0,
+                seed: int = 0) -> list[RoundSample]:
+    """Decode one request with the draft head at a fixed K and return its drafting rounds' timings."""
+    req = engine.start(ids, max_new_tokens, temperature, seed)
+    while not req.done:
+        req.play(k, drafter=HEAD_DRAFTER)
+    return [RoundSample(r.drafted, len(ids) + r.position, ms, r.time_ms)
+            for r, ms in zip(req.result.rounds, req.result.draft_phase_ms) if r.drafted]
+
+
+def fit_head_cost(samples: Sequence[RoundSample]) -> DraftCost:
+    """``phase = fixed + per_token * drafted`` by least squares over the head's drafting phases (both >= 0; the
+    head always proposes K tokens, so the rounds need at least two distinct K)."""
+    if len({s.drafted for s in samples}) < 2:
         raise SpecgymError("calibration: the draft head drafted too few rounds to fit its cost; decode longer "
                            "requests")
-    d, t = np.asarray(drafted, dtype=np.float64), np.asarray(phase, dtype=np.float64)
+    d = np.asarray([s.drafted for s in samples], dtype=np.float64)
+    t = np.asarray([s.draft_phase_ms for s in samples], dtype=np.float64)
     keep = t <= np.quantile(t / d, 1 - TRIM) * d  # drop preemption spikes
     per_token, fixed = np.polyfit(d[keep], t[keep], 1)
     if fixed < 0:

@@ -16,6 +16,11 @@ one accessor (the scalar form :class:`ReplayRequest`, the vectorised form :class
 the references read it), and the drafter is a parameter of the round machinery (``drafter=`` on the engine, on
 :meth:`ReplayRequest.play` / :meth:`ReplayRequest.verify` and on :class:`VectorReplay`; ``None`` = the engine's).
 
+A lookup drafter (prompt lookup) proposes nothing where the context has no earlier match: there the round is a plain
+step, priced as one (:meth:`TraceEngine.proposal_caps`, from the recorded context lookup ``lookup_len``, whose
+n-gram range is the proposer's; a proposal cut short because the match's continuation ends early is not modelled,
+0.3% of the starts of ``smollm2-greedy``'s test split). The live engine does the same.
+
 Costs: a round is priced by the profile's :class:`~specgym.envs.core.cost.RoundTable` of the round's drafter at
 the request's KV cache, ``prompt_len + i`` tokens at position ``i`` (``base[d] + per_kv[d] * kv``); a profile
 without a context term takes the classic path (``round_times[d]``), bit-identical to before.
@@ -76,6 +81,7 @@ class TraceEngine:
         self.has_context = self.table.has_context
         self._runs: dict[int, np.ndarray] = {}
         self._flat_runs: dict[str, np.ndarray] = {}
+        self._caps: dict[str, np.ndarray | None] = {}
         self.signals = workload.signal_columns()
         self.lacks = workload.lacks
 
@@ -107,6 +113,19 @@ class TraceEngine:
                                          self.seed)
             self._flat_runs[name] = flat
         return flat
+
+    def proposal_caps(self, drafter: str | None = None) -> np.ndarray | None:
+        """Flat most tokens ``drafter`` can propose from each position: 0 for a lookup drafter where the recorded
+        context lookup found no match, else no limit (``k_max``); ``None`` where nothing limits it (a model drafter,
+        or a trace without ``lookup_len``)."""
+        name = self.drafter if drafter is None else drafter
+        if name not in self._caps:
+            found = self.workload.lookup_len
+            caps = None
+            if found is not None and self.workload.drafter_info(name)["kind"] == "lookup":
+                caps = np.where(found > 0, self.k_max, 0).astype(np.int64)
+            self._caps[name] = caps
+        return self._caps[name]
 
     def all_runs(self) -> np.ndarray:
         """Flat runs of every request for the engine's drafter (:meth:`runs`)."""
@@ -174,7 +193,7 @@ class ReplayRequest(Request):
     """
 
     __slots__ = ("engine", "r", "context", "position", "length", "k_max", "done", "_runs", "_conf", "_ent",
-                 "_times", "_per_kv", "_kv0", "_sig", "_base", "_other", "_lookup")
+                 "_times", "_per_kv", "_kv0", "_sig", "_base", "_other", "_lookup", "_caps")
 
     def __init__(self, engine: TraceEngine, r: int, runs: np.ndarray):
         wl = engine.workload
@@ -194,8 +213,10 @@ class ReplayRequest(Request):
         self._kv0 = int(wl.prompt_len[r])
         self._sig = engine.signals
         self._base = sl.start
-        self._other: dict[str, tuple[list[int], list[float], list[float] | None]] = {}
+        self._other: dict[str, tuple[list[int], list[float], list[float] | None, list[int] | None]] = {}
         self._lookup = wl.lookup_len[sl].tolist() if wl.lookup_len is not None else None
+        caps = engine.proposal_caps()
+        self._caps = None if caps is None else caps[sl].tolist()
 
     def round_start(self) -> RoundStart:
         """What a drafter-choice controller knows before the next round: the position, the KV cache and the
@@ -237,14 +258,16 @@ class ReplayRequest(Request):
         """(draft_conf, draft_entropy) of the token the draft proposes for ``position`` (NaN where absent)."""
         return float(self._conf[position]), float(self._ent[position])
 
-    def _drafter(self, drafter: str) -> tuple[list[int], list[float], list[float] | None]:
-        """Runs and costs of another drafter of this request (cached)."""
+    def _drafter(self, drafter: str) -> tuple[list[int], list[float], list[float] | None, list[int] | None]:
+        """Runs, costs and proposal caps of another drafter of this request (cached)."""
         got = self._other.get(drafter)
         if got is None:
             eng = self.engine
             table = eng.table_for(drafter)
+            caps = eng.proposal_caps(drafter)
             got = self._other[drafter] = (eng.request_runs(self.r, drafter).tolist(), table.base.tolist(),
-                                          table.per_kv.tolist() if table.has_context else None)
+                                          table.per_kv.tolist() if table.has_context else None,
+                                          None if caps is None else caps[eng.workload.span(self.r)].tolist())
         return got
 
     def verify(self, cap: int, drafted: int, drafter: str | None = None) -> RoundOutcome:
@@ -252,9 +275,12 @@ class ReplayRequest(Request):
         i = self.position
         if drafter is None or drafter == self.engine.drafter:
             drafter = self.engine.drafter
-            runs, times, per_kv = self._runs, self._times, self._per_kv
+            runs, times, per_kv, caps = self._runs, self._times, self._per_kv, self._caps
         else:
-            runs, times, per_kv = self._drafter(drafter)
+            runs, times, per_kv, caps = self._drafter(drafter)
+        if caps is not None and caps[i] < drafted:  # prompt lookup found nothing to propose: a plain step
+            drafted = caps[i]
+            drafter = drafter if drafted else None
         run = runs[i]
         accepted = run if run < drafted else drafted
         produced = accepted + 1
@@ -286,6 +312,7 @@ class VectorReplay:
         self.start = wl.offsets[self.requests].astype(np.int64)
         self.end = wl.offsets[self.requests + 1].astype(np.int64)
         self.runs = engine.runs(drafter)
+        self.caps = engine.proposal_caps(drafter)
         self.table = engine.table_for(drafter)
         self.round_times = self.table.base
         # the KV cache at a round: prompt_len + (pos - start), pos a flat position
@@ -316,7 +343,10 @@ class VectorReplay:
         cap = np.minimum(np.minimum(k, self.engine.k_max), remaining)
         cap = np.where(act, np.maximum(cap, 0), 0)
         d = cap if drafted is None else np.minimum(np.where(act, drafted, 0), cap)
-        run = self.runs[np.minimum(self.pos, len(self.runs) - 1)]
+        at = np.minimum(self.pos, len(self.runs) - 1)
+        if self.caps is not None:  # prompt lookup found nothing to propose: a plain step
+            d = np.minimum(d, self.caps[at])
+        run = self.runs[at]
         acc = np.minimum(run, d)
         times = self.round_times[d] if self.kv0 is None else self.round_times[d] + self.table.per_kv[d] * (
             self.kv0 + self.pos)

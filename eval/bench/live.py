@@ -63,8 +63,17 @@ from specgym.envs.core.cost import TREE_NODE_LIMIT
 from specgym.envs.core.drafter_choice import drive_drafters
 from specgym.envs.core.kinds import kind_row
 from specgym.envs.core.rounds import DEFAULT_K_MAX
-from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, measure_rounds, with_drafters
+from specgym.envs.engines.calibration import (
+    RoundSample,
+    calibrate,
+    fit_head_cost,
+    fit_profile,
+    head_rounds,
+    measure_rounds,
+    with_drafters,
+)
 from specgym.envs.engines.clock import syncer, timed
+from specgym.envs.engines.draft_head import HEAD_DRAFTER
 from specgym.envs.engines.live_engine import LiveEngine
 from specgym.envs.engines.live_tree import run_live_tree
 from specgym.envs.engines.model_loading import encode_prompt, load_pair
@@ -134,7 +143,8 @@ class LiveRow:
         vs_best_fixed: Over the best fixed K, with ``vs_best_fixed_ci``; ``verdict`` is ``faster``, ``slower`` or
             ``tie`` (the interval contains 1).
         predicted_tok_s: The replay prediction: the controller's replayed rounds (decided under the profile
-            controllers see) priced by the profile fitted to calibration rounds interleaved with the measurement;
+            controllers see) priced by the profile fitted to calibration rounds interleaved with the measurement
+            (with drafter rows, the draft head's cost too, from head rounds interleaved the same way);
             ``measured_over_predicted`` = live tok/s / predicted (1 = exact). ``upfront_measured_over_predicted`` and
             ``micro_measured_over_predicted``: the same priced by the up-front fit and by the micro-benchmarks.
         acceptance: Accepted / drafted tokens (first repeat).
@@ -347,6 +357,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     identical = np.ones(len(specs), dtype=bool)
     plain_tokens: list[list[int]] = [[] for _ in range(n_p)]
     cal_samples: list[RoundSample] = []  # calibration rounds interleaved with the measurement (pricing)
+    head_samples: list[RoundSample] = []  # and the draft head's, when drafter rows run (its cost on this machine)
+    time_head = eng.head is not None and bool(drafter_specs)
     slot = 0
     for rep in range(repeats):
         controllers = [_make(s) for s in specs]  # fresh per repeat, reused across its prompts
@@ -381,6 +393,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
             k, c = slot % (k_max + 1), (slot // (k_max + 1)) % len(cal_ids)
             slot += 1
             cal_samples += measure_rounds(eng, [cal_ids[c]], [cal_len[c]], k_max, temperature=cal_temp, ks=[k])
+            if time_head:  # and one head request, K cycling 1..k_max
+                head_samples += head_rounds(eng, cal_ids[c], cal_len[c], 1 + (slot - 1) % k_max, cal_temp, seed=c)
         done = (rep + 1) / repeats
         console.print(f"  repeat {rep + 1}/{repeats} done ({time.perf_counter() - t_start:.0f} s; "
                       f"{100 * done:.0f}%)", highlight=False)
@@ -396,9 +410,15 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     covered = {smp.drafted for smp in cal_samples}
     pricing = fit_profile(cal_samples, k_max, name=f"interleaved-{pair_name}").profile \
         if covered >= set(range(k_max + 1)) else prof
-    # the interleaved rounds and the micro-benchmarks time the draft model: the other drafters keep prof's costs
+    # the interleaved rounds and the micro-benchmarks time the draft model: the other drafters keep prof's costs,
+    # but for the head's when its interleaved rounds timed it
     pricing, micro = (with_drafters(p, prof.drafters[1:]) if prof.drafters[1:] and p is not prof else p
                       for p in (pricing, micro))
+    if pricing is not prof and len({smp.drafted for smp in head_samples}) >= 2:
+        pricing = with_drafters(pricing, ((HEAD_DRAFTER, fit_head_cost(head_samples)),))
+        hc = pricing.draft_cost(HEAD_DRAFTER)
+        console.print(f"draft head timed in {len(head_samples)} interleaved rounds: {hc.fixed_ms:.3f} ms + "
+                      f"{hc.per_token_ms:.3f} ms per token", highlight=False)
     source = (f"fitted to {len(cal_samples)} calibration rounds interleaved with the measurement"
               if pricing is not prof else prof.name)
     console.print(f"pricing profile: {source}: t_AR {pricing.t_ar_ms:.2f} ms, round(1) {pricing.round_time(1):.2f} "

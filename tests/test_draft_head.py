@@ -130,6 +130,23 @@ def test_calibration_fits_the_head_cost_beside_the_draft_model(toy):
     assert kept.drafter_names == prof.drafter_names and kept.draft_cost().per_token_ms == 2.0
 
 
+def test_the_head_cost_fits_its_drafting_phases_at_any_temperature(toy):
+    """A linear law is recovered from its phases (spikes dropped); sampled head rounds time the head's own draws."""
+    from specgym.envs.engines.calibration import RoundSample, fit_head_cost, head_rounds
+    from specgym.envs.engines.live_engine import LiveEngine
+
+    law = [RoundSample(k, 10, 0.75 + 0.5 * k, 20.0) for k in range(1, 9) for _ in range(20)]
+    spike = [RoundSample(3, 10, 40.0, 60.0)]
+    cost = fit_head_cost(law + spike)
+    assert cost.fixed_ms == pytest.approx(0.75, abs=1e-3) and cost.per_token_ms == pytest.approx(0.5, abs=1e-3)
+    with pytest.raises(SpecgymError, match="too few rounds"):
+        fit_head_cost([RoundSample(2, 10, 1.0, 5.0)] * 5)
+    tok, draft, target, head = toy
+    eng = LiveEngine(draft, target, k_max=4, timing="wall", head=head)
+    rounds = head_rounds(eng, tok(TEXTS[0])["input_ids"], 12, 3, temperature=0.7, seed=1)
+    assert rounds and all(0 < r.drafted <= 3 and r.draft_phase_ms > 0 for r in rounds)
+
+
 def test_a_head_folder_round_trips_and_bad_ones_fail_in_one_line(toy, tmp_path):
     from safetensors.torch import save_file
 
@@ -183,6 +200,40 @@ def test_train_head_builds_a_folder_that_loads_and_drafts(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["train-head", "--target", str(target_dir), "--work-dir", str(empty), "--stages", "features"]) == 2
+
+
+def test_train_head_learns_from_extra_answers_and_never_mixes_plans_or_recipes(tmp_path):
+    """More answers with another seed (``--extra-answers``) add sequences; an answers folder resumes only its own
+    plan and a checkpoint only its own recipe, each refusing in one line; the card's rebuild commands name both."""
+    from specgym.cli import main
+    from specgym.envs.engines.model_loading import load_model, load_tokenizer
+    from specgym.envs.workloads.prompts import PromptSpec
+    from specgym.training.lm_pair.distill import AnswerPlan, sample_answers
+    from specgym.training.lm_pair.toy import save_toy_pair
+
+    _, target_dir = save_toy_pair(tmp_path / "pair")
+    target, tok = load_model(str(target_dir), "target"), load_tokenizer(str(target_dir), "target")
+    prompts = [PromptSpec(f"p{i}", text) for i, text in enumerate(TEXTS)]
+    work, extra = tmp_path / "work", tmp_path / "extra"
+    sample_answers(target, tok, prompts, work / "answers", AnswerPlan((0.0,), max_new_tokens=16, top_k=8, batch=3))
+    sample_answers(target, tok, prompts[:1], work / "answers_val", AnswerPlan((0.0,), max_new_tokens=16))
+    sampled = AnswerPlan((1.0,), samples=1, max_new_tokens=16, top_k=8, batch=3, seed=7)
+    sample_answers(target, tok, prompts, extra / "answers", sampled)
+    with pytest.raises(SpecgymError, match=r"plan.json: these answers follow another plan \(seed 7 there, 8 now\)"):
+        sample_answers(target, tok, prompts, extra / "answers", AnswerPlan((1.0,), 1, 16, 8, 3, seed=8))
+    base = ["train-head", "--target", str(target_dir), "--work-dir", str(work), "--mlp", "16", "--steps", "5"]
+    assert main([*base, "--out", str(tmp_path / "h1")]) == 0
+    both = [*base, "--extra-answers", str(extra), "--out", str(tmp_path / "h2")]
+    assert main(both) == 2  # the checkpoint holds a head trained on fewer answers: not resumed into this one
+    assert not (tmp_path / "h2").exists()
+    (work / "head" / "ckpt.pt").unlink()
+    assert main(both) == 0
+    meta = json.loads((tmp_path / "h2" / "training_state.json").read_text())
+    assert meta["training"]["recipe"]["sequences"] == 2 * len(prompts)
+    assert meta["trained_on"]["plans"][str(extra)]["seed"] == 7
+    card = (tmp_path / "h2" / "README.md").read_text()
+    assert f"--work-dir {extra} --stages answers --temperatures 1 --seed 7" in card
+    assert f"--extra-answers {extra} " in card and f"{2 * len(prompts)} answers" in card
 
 
 def test_the_measured_kernel_drafts_what_the_default_drafts(toy):

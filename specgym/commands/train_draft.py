@@ -36,7 +36,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--budget-min", type=float_range(0, lo_open=True), default=60.0,
                    help="distillation wall-clock budget, minutes (default %(default)s)")
     p.add_argument("--samples", type=positive_int, default=2,
-                   help="sampled answers per train prompt at each temperature 0.7 and 1.0 (default %(default)s)")
+                   help="sampled answers per train prompt at each temperature above 0 (default %(default)s)")
+    p.add_argument("--temperatures", default="0,0.7,1.0",
+                   help="stage answers: the temperatures the target answers at, 0 = one greedy answer (default "
+                        "%(default)s)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="stage answers: sampling seed (a second work folder with another seed adds answers for "
+                        "`train-head --extra-answers`; default %(default)s)")
     p.add_argument("--out", type=Path, default=None, help="stage export: the draft folder to write")
     p.add_argument("--draft-vocab", type=positive_int, default=None, metavar="N",
                    help="stage export: restrict the draft's output layer to its N most frequent answer tokens (4096, "
@@ -60,6 +66,8 @@ def _add_head_parser(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated, in order, from features,train,export (default %(default)s)")
     p.add_argument("--mlp", type=positive_int, default=1536, help="width of the head's gated MLP (default %(default)s)")
     p.add_argument("--steps", type=positive_int, default=1500, help="optimiser steps (default %(default)s)")
+    p.add_argument("--extra-answers", type=Path, action="append", default=[], metavar="DIR",
+                   help="another train-draft work folder whose answers/ the head also learns from (repeatable)")
     p.add_argument("--draft-vocab", type=positive_int, default=4096, metavar="N",
                    help="the head scores the N most frequent train-answer tokens (4096, 8192 or 16384; default "
                         "%(default)s)")
@@ -87,7 +95,7 @@ def _run_head(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     transformers.utils.logging.set_verbosity_error()
     build = HeadBuild(target=args.target, work=args.work_dir, mlp=args.mlp, steps=args.steps,
-                      draft_vocab=args.draft_vocab)
+                      draft_vocab=args.draft_vocab, extra_answers=tuple(args.extra_answers))
     report = run_head(build, stages, args.out, args.force)
     print(json.dumps(report, indent=2, default=str))
     return 0
@@ -109,6 +117,13 @@ def _run(args: argparse.Namespace) -> int:
         if args.out is None:
             raise SpecgymError("--stages includes export: give --out (the draft folder to write)")
         check_output(args.out, args.force, "dir")
+    try:
+        temperatures = tuple(float(t) for t in args.temperatures.split(","))
+    except ValueError:
+        raise SpecgymError(f"--temperatures {args.temperatures!r}: expected comma-separated numbers, e.g. "
+                           f"0,0.7,1.0") from None
+    if not temperatures or any(t < 0 for t in temperatures):
+        raise SpecgymError(f"--temperatures {args.temperatures!r}: temperatures are 0 (greedy) or positive")
     prompts = str(catalogue.resolve("prompts", args.prompts))
     require("hf", "train-draft")
     import torch
@@ -117,7 +132,7 @@ def _run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     transformers.utils.logging.set_verbosity_error()
     build = DraftBuild(target=args.target, prompts=prompts, work=args.work_dir, layers=layers,
-                       budget_s=60.0 * args.budget_min, plan=AnswerPlan(samples=args.samples),
+                       budget_s=60.0 * args.budget_min, plan=AnswerPlan(temperatures, args.samples, seed=args.seed),
                        draft_vocab=args.draft_vocab)
     report = run(build, stages, args.out, args.force)
     print(json.dumps(report, indent=2, default=str))

@@ -26,7 +26,7 @@ import json
 import math
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ import numpy as np
 from specgym.console import make_progress
 from specgym.envs.engines.model_loading import encode_prompt
 from specgym.envs.workloads.prompts import PromptSpec
+from specgym.errors import SpecgymError
 from specgym.io import TMP_PREFIX
 
 
@@ -78,6 +79,7 @@ def sample_answers(target: Any, tokenizer: Any, prompts: list[PromptSpec], out: 
     import torch
 
     out.mkdir(parents=True, exist_ok=True)
+    _check_plan(out, plan)
     jobs = plan.jobs(prompts)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     with make_progress() as progress:
@@ -119,6 +121,20 @@ def sample_answers(target: Any, tokenizer: Any, prompts: list[PromptSpec], out: 
             tmp.rename(path)
             progress.advance(task)
     return sum(int(a.size) for f in sorted(out.glob("*.npz")) for k, a in np.load(f).items() if k.startswith("answer_"))
+
+
+def _check_plan(out: Path, plan: AnswerPlan) -> None:
+    """Keep the plan beside the answers (``plan.json``): a folder resumes only the plan it was started with, since
+    its batches are keyed by their index in that plan."""
+    path, want = out / "plan.json", json.dumps(asdict(plan), sort_keys=True)
+    if not path.exists():  # a new folder (or one from before plans were kept: it adopts this one)
+        path.write_text(want + "\n")
+        return
+    have = json.loads(path.read_text())
+    if have != json.loads(want):
+        diff = ", ".join(f"{k} {have.get(k)!r} there, {v!r} now" for k, v in asdict(plan).items()
+                         if have.get(k) != (list(v) if isinstance(v, tuple) else v))
+        raise SpecgymError(f"{path}: these answers follow another plan ({diff}); use another --work-dir")
 
 
 def _answer_length(answer: list[int], eos: int | None, pad: int) -> int:

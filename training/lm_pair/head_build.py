@@ -33,7 +33,7 @@ from specgym.envs.engines.draft_head import HEAD_CONFIG, HEAD_WEIGHTS, build_hea
 from specgym.envs.engines.model_loading import load_model
 from specgym.errors import SpecgymError
 from specgym.io import TMP_PREFIX, atomic_dir
-from specgym.training.lm_pair.distill import load_answers
+from specgym.training.lm_pair.distill import AnswerPlan, load_answers
 from specgym.training.lm_pair.draft_build import draft_vocab
 from specgym.training.lm_pair.head_card import head_card
 
@@ -59,6 +59,9 @@ class HeadBuild:
         draft_vocab: The head's output tokens: the ``draft_vocab`` most frequent train-answer tokens (the list
             the distilled draft uses).
         seed: Seed of the initialisation and the batches.
+        extra_answers: More work folders whose ``answers/`` the head also learns from (``train-draft --stages
+            answers`` with another ``--seed``, typically sampled only): more of the target's answers to the same
+            train prompts; the draft vocabulary and the val answers stay ``work``'s.
     """
 
     target: str
@@ -72,6 +75,7 @@ class HeadBuild:
     feature_noise: float = 0.2
     draft_vocab: int = 4096
     seed: int = 0
+    extra_answers: tuple[Path, ...] = ()
 
 
 def collect_features(target: Any, answers: list[Any], out: Path, what: str) -> None:
@@ -114,6 +118,16 @@ class Features:
         z = np.load(path)
         return cls(z["ids"].astype(np.int64), z["h"], z["offsets"], z["prompt_len"])
 
+    @classmethod
+    def concat(cls, parts: list[Features]) -> Features:
+        """The sequences of every part, in order."""
+        if len(parts) == 1:
+            return parts[0]
+        shift = np.cumsum([0] + [int(p.offsets[-1]) for p in parts[:-1]])
+        offsets = np.concatenate([[0]] + [p.offsets[1:] + s for p, s in zip(parts, shift)]).astype(np.int64)
+        return cls(np.concatenate([p.ids for p in parts]), np.concatenate([p.h for p in parts]), offsets,
+                   np.concatenate([p.prompt_len for p in parts]))
+
     def starts(self, unroll: int) -> np.ndarray:
         """Flat indices ``s`` of every trainable start: ``s - 1`` and ``s + unroll - 1`` in the same sequence."""
         out = [np.arange(lo + 1, hi - unroll + 1) for lo, hi in zip(self.offsets[:-1], self.offsets[1:])]
@@ -139,12 +153,19 @@ def train_head(build: HeadBuild, target: Any, feats: Features, ckpt: Path) -> di
     opt = torch.optim.AdamW(params, lr=build.lr, weight_decay=build.weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=build.lr, total_steps=build.steps, pct_start=0.05)
     state: dict[str, Any] = {"step": 0, "elapsed_s": 0.0, "loss": None}
+    recipe = {k: v for k, v in asdict(build).items() if k not in ("target", "work", "extra_answers")}
+    recipe["sequences"] = len(feats.offsets) - 1
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
+        had = saved["state"].get("recipe")
+        if had is not None and had != recipe:
+            diff = ", ".join(f"{k} {had.get(k)!r} there, {v!r} now" for k, v in recipe.items() if had.get(k) != v)
+            raise SpecgymError(f"{ckpt}: a head trained another way ({diff}); remove it to start over")
         head.load_state_dict(saved["head"])
         opt.load_state_dict(saved["opt"])
         sched.load_state_dict(saved["sched"])
         state = saved["state"]
+    state["recipe"] = recipe
     starts = feats.starts(build.unroll)
     if not len(starts):
         raise SpecgymError(f"{build.work}: no answers long enough to train a head on")
@@ -211,13 +232,19 @@ def run(build: HeadBuild, stages: tuple[str, ...] = STAGES, out: Path | None = N
     if not (work / "answers").is_dir() or not (work / "answers_val").is_dir():
         raise SpecgymError(f"{work}: no answers/ and answers_val/ (run `specgym train-draft --stages answers "
                            f"--work-dir {work}` first)")
+    for extra in build.extra_answers:
+        if not (extra / "answers").is_dir():
+            raise SpecgymError(f"--extra-answers {extra}: no answers/ (run `specgym train-draft --stages answers "
+                               f"--seed N --work-dir {extra}` first)")
+    train_files = [w / "head" / "features_train.npz" for w in (work, *build.extra_answers)]
     target = load_model(build.target, "target")
     report: dict[str, Any] = {}
     if "features" in stages:
-        collect_features(target, load_answers(work / "answers"), folder / "features_train.npz", "train answers")
+        for w, path in zip((work, *build.extra_answers), train_files):
+            collect_features(target, load_answers(w / "answers"), path, f"train answers of {w.name}")
         collect_features(target, load_answers(work / "answers_val"), folder / "features_val.npz", "val answers")
     if "train" in stages:
-        report["train"] = train_head(build, target, Features.load(folder / "features_train.npz"),
+        report["train"] = train_head(build, target, Features.concat([Features.load(p) for p in train_files]),
                                      folder / "ckpt.pt")
     if "export" in stages:
         if out is None:
@@ -229,9 +256,16 @@ def run(build: HeadBuild, stages: tuple[str, ...] = STAGES, out: Path | None = N
         head.load_state_dict(saved["head"])
         head.eval()
         report["heldout"] = heldout_runs(head, Features.load(folder / "features_val.npz"))
-        report["train_runs"] = heldout_runs(head, Features.load(folder / "features_train.npz"))
+        report["train_runs"] = heldout_runs(head, Features.concat([Features.load(p) for p in train_files]))
         export_head(build, head, ids, saved["state"], report, out, force)
     return report
+
+
+def _answer_plan(work: Path) -> dict[str, Any]:
+    """The plan a work folder's answers were written with (``answers/plan.json``; the default plan before one was
+    kept)."""
+    path = work / "answers" / "plan.json"
+    return json.loads(path.read_text()) if path.exists() else asdict(AnswerPlan())
 
 
 def export_head(build: HeadBuild, head: Any, ids: list[int], state: dict[str, Any], report: dict[str, Any],
@@ -249,8 +283,11 @@ def export_head(build: HeadBuild, head: Any, ids: list[int], state: dict[str, An
         cfg = {"width": head.width, "mlp": head.mlp, "vocab_file": vocab_file, "target": build.target,
                "kind": "specgym draft head (EAGLE-style recurrence, gated MLP)"}
         (tmp / HEAD_CONFIG).write_text(json.dumps(cfg, indent=2) + "\n")
-        meta = {"build": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(build).items()},
-                "trained_on": {"answers": "train prompts (train-draft --stages answers)", "split": "train"},
+        meta = {"build": {k: str(v) if isinstance(v, Path) else [str(e) for e in v] if k == "extra_answers" else v
+                          for k, v in asdict(build).items()},
+                "trained_on": {"answers": "train prompts (train-draft --stages answers)", "split": "train",
+                               "folders": [str(w) for w in (build.work, *build.extra_answers)],
+                               "plans": {str(w): _answer_plan(w) for w in (build.work, *build.extra_answers)}},
                 "training": state, "heldout": report["heldout"], "train_runs": report["train_runs"]}
         (tmp / "training_state.json").write_text(json.dumps(meta, indent=2) + "\n")
         n_params = sum(int(v.numel()) for v in own.values())

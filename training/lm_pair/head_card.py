@@ -11,6 +11,11 @@ def _runs_row(label: str, r: dict[str, Any]) -> str:
     return f"| {label} | {r['starts']:,} | {ge[0]:.3f} | {ge[1]:.3f} | {ge[3]:.3f} | {r['mean_run']:.2f} |"
 
 
+def _plan(meta: dict[str, Any], folder: str) -> dict[str, Any]:
+    """The answer plan an extra answers folder was written with (kept in the export's metadata)."""
+    return meta["trained_on"]["plans"][folder]
+
+
 def head_card(meta: dict[str, Any], target: str, n_params: int, out: Path) -> str:
     """The card: what the head is, how it was trained, its held-out runs, how to rebuild it.
 
@@ -21,9 +26,18 @@ def head_card(meta: dict[str, Any], target: str, n_params: int, out: Path) -> st
         out: The folder written (named in the rebuild command).
     """
     b, st = meta["build"], meta["training"]
+    extra = [str(e) for e in b.get("extra_answers") or ()]
     commands = [f"specgym train-draft --target {target} --work-dir {b['work']} --stages answers",
-                f"specgym train-head --target {target} --work-dir {b['work']} --mlp {b['mlp']} --steps {b['steps']} "
-                f"--out {out}"]
+                *(f"specgym train-draft --target {target} --work-dir {e} --stages answers --temperatures "
+                  f"{','.join(f'{t:g}' for t in _plan(meta, e)['temperatures'])} --seed {_plan(meta, e)['seed']}"
+                  for e in extra),
+                f"specgym train-head --target {target} --work-dir {b['work']} "
+                + "".join(f"--extra-answers {e} " for e in extra)
+                + f"--mlp {b['mlp']} --steps {b['steps']} --out {out}"]
+    n = st.get("recipe", {}).get("sequences")
+    n_answers = f"; {n:,} answers" if n else ""
+    data = ("greedy and sampled" if not extra else
+            f"greedy and sampled, and {len(extra)} more sampled set{'s' if len(extra) > 1 else ''} with other seeds")
     return "\n".join([
         f"# A draft head for `{target}`",
         "",
@@ -37,8 +51,8 @@ def head_card(meta: dict[str, Any], target: str, n_params: int, out: Path) -> st
         "",
         "## How it was made",
         "",
-        "- **Data**: the target's answers to the train prompts (`specgym train-draft --stages answers`: greedy and "
-        "sampled, chat template applied) and the target's last hidden states over them (one teacher-forced "
+        f"- **Data**: the target's answers to the train prompts (`specgym train-draft --stages answers`: {data}, "
+        f"chat template applied{n_answers}) and the target's last hidden states over them (one teacher-forced "
         "forward each). No text from any dataset.",
         f"- **Training**: unrolled {b['unroll']} steps from every position, teacher-forced on the target's tokens and "
         "fed its own predicted features; cross-entropy against the target's distribution over the draft vocabulary "

@@ -229,11 +229,15 @@ drafter-smollm2: $(STAMP)  # ~25 min target answers, 55 min distillation, ~3 min
 	$(SPECGYM) train-draft --target smollm2 --prompts smollm2-prompts --work-dir $(SMOL_WORK) \
 		--stages export --draft-vocab 4096 --out data/models/smollm2/draft --force
 
-# the draft head (EAGLE-style, on the target's last hidden state) trained on the same answers: features (~8 min), training
-# and export; the recordings (record-smollm2) then store its runs and the profile (profile-smollm2) its cost
+# the draft head (EAGLE-style, on the target's last hidden state) trained on the same answers and a second sampled set
+# (another seed): answers (~25 + ~20 min), features (~15 min), training (~15 min) and export (~4 min); the recordings
+# (record-smollm2) then store its runs and the profile (profile-smollm2) its cost
 head-smollm2: $(STAMP)
 	$(SPECGYM) train-draft --target smollm2 --prompts smollm2-prompts --work-dir $(SMOL_WORK) --stages answers
-	$(SPECGYM) train-head --target smollm2 --work-dir $(SMOL_WORK) --out data/models/smollm2/head --force
+	$(SPECGYM) train-draft --target smollm2 --prompts smollm2-prompts --work-dir $(SMOL_WORK)-b --stages answers \
+		--temperatures 0.7,1.0 --seed 1000
+	$(SPECGYM) train-head --target smollm2 --work-dir $(SMOL_WORK) --extra-answers $(SMOL_WORK)-b --steps 3000 \
+		--out data/models/smollm2/head --force
 
 profile: profile-midpair profile-tinypair profile-smollm2
 record: record-midpair record-tinypair record-smollm2

@@ -66,6 +66,8 @@ def _add_head_parser(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated, in order, from features,train,export (default %(default)s)")
     p.add_argument("--mlp", type=positive_int, default=1536, help="width of the head's gated MLP (default %(default)s)")
     p.add_argument("--steps", type=positive_int, default=1500, help="optimiser steps (default %(default)s)")
+    p.add_argument("--unroll", type=positive_int, default=3,
+                   help="steps the head is unrolled from each start in training (default %(default)s)")
     p.add_argument("--extra-answers", type=Path, action="append", default=[], metavar="DIR",
                    help="another train-draft work folder whose answers/ the head also learns from (repeatable)")
     p.add_argument("--draft-vocab", type=positive_int, default=4096, metavar="N",
@@ -95,7 +97,7 @@ def _run_head(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     transformers.utils.logging.set_verbosity_error()
     build = HeadBuild(target=args.target, work=args.work_dir, mlp=args.mlp, steps=args.steps,
-                      draft_vocab=args.draft_vocab, extra_answers=tuple(args.extra_answers))
+                      draft_vocab=args.draft_vocab, unroll=args.unroll, extra_answers=tuple(args.extra_answers))
     report = run_head(build, stages, args.out, args.force)
     print(json.dumps(report, indent=2, default=str))
     return 0

@@ -33,7 +33,7 @@ def head_card(meta: dict[str, Any], target: str, n_params: int, out: Path) -> st
                   for e in extra),
                 f"specgym train-head --target {target} --work-dir {b['work']} "
                 + "".join(f"--extra-answers {e} " for e in extra)
-                + f"--mlp {b['mlp']} --steps {b['steps']} --out {out}"]
+                + f"--mlp {b['mlp']} --steps {b['steps']} --unroll {b['unroll']} --out {out}"]
     n = st.get("recipe", {}).get("sequences")
     n_answers = f"; {n:,} answers" if n else ""
     data = ("greedy and sampled" if not extra else

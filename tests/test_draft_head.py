@@ -132,7 +132,7 @@ def test_calibration_fits_the_head_cost_beside_the_draft_model(toy):
 
 def test_the_head_cost_fits_its_drafting_phases_at_any_temperature(toy):
     """A linear law is recovered from its phases (spikes dropped); sampled head rounds time the head's own draws."""
-    from specgym.envs.engines.calibration import RoundSample, fit_head_cost, head_rounds
+    from specgym.envs.engines.calibration import RoundSample, cycled_rounds, fit_head_cost
     from specgym.envs.engines.live_engine import LiveEngine
 
     law = [RoundSample(k, 10, 0.75 + 0.5 * k, 20.0) for k in range(1, 9) for _ in range(20)]
@@ -143,8 +143,9 @@ def test_the_head_cost_fits_its_drafting_phases_at_any_temperature(toy):
         fit_head_cost([RoundSample(2, 10, 1.0, 5.0)] * 5)
     tok, draft, target, head = toy
     eng = LiveEngine(draft, target, k_max=4, timing="wall", head=head)
-    rounds = head_rounds(eng, tok(TEXTS[0])["input_ids"], 12, 3, temperature=0.7, seed=1)
-    assert rounds and all(0 < r.drafted <= 3 and r.draft_phase_ms > 0 for r in rounds)
+    rounds = cycled_rounds(eng, tok(TEXTS[0])["input_ids"], 12, [3], temperature=0.7, seed=1, drafter=HEAD_DRAFTER)
+    assert rounds and all(r.drafted <= 3 for r in rounds)
+    assert all(r.draft_phase_ms > 0 for r in rounds if r.drafted)
 
 
 def test_a_head_folder_round_trips_and_bad_ones_fail_in_one_line(toy, tmp_path):

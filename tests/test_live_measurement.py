@@ -14,7 +14,13 @@ pytest.importorskip("transformers")
 
 from specgym.envs.core.cost import CostProfile  # noqa: E402
 from specgym.envs.engines import fast_linear  # noqa: E402
-from specgym.envs.engines.calibration import RoundSample, calibrate, fit_profile, trimmed_mean  # noqa: E402
+from specgym.envs.engines.calibration import (  # noqa: E402
+    RoundSample,
+    calibrate,
+    cycled_rounds,
+    fit_profile,
+    spike_free_mean,
+)
 from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
 from specgym.envs.engines.model_loading import load_pair  # noqa: E402
 from specgym.envs.engines.trace_engine import TraceEngine  # noqa: E402
@@ -122,10 +128,38 @@ def test_fit_reports_context_dependence():
     assert "per 100 tokens" in fit.summary()
 
 
+def test_other_drafters_rounds_inform_verify_but_not_the_draft_cost():
+    """A head round verifies d + 1 tokens in the same forward: it counts towards verify(d + 1), and its (cheap)
+    drafting phase leaves the draft model's per-token cost alone."""
+    rest = [5.0, 5.5, 5.7, 6.0, 6.4]
+    samples = _samples(0.8, rest)
+    head = [RoundSample(d, 60, 0.1 * d, 0.1 * d + rest[d] + 1.0) for d in range(1, 5) for _ in range(40)]
+    head.append(RoundSample(0, 60, 0.0, 99.0))  # a head round that drafted nothing is not a verify of one token
+    fit = fit_profile(samples, k_max=4, verify_samples=head)
+    assert fit.profile.draft_ms == pytest.approx(0.8)
+    assert fit.profile.verify_ms[0] == pytest.approx(rest[0])
+    assert list(fit.profile.verify_ms[1:]) == pytest.approx([v + 0.5 for v in rest[1:]])  # pooled half and half
+    assert fit.rounds == [40, 80, 80, 80, 80]
+    assert "rounds of other drafters" in fit.profile.description
+
+
+def test_a_cycled_calibration_request_times_every_cap_in_one_request(toy_pair):
+    eng = LiveEngine.from_pair(toy_pair, k_max=4, timing="cpu")
+    rounds = cycled_rounds(eng, list(range(3, 15)), 40, range(5))
+    assert {r.drafted for r in rounds} == set(range(5))  # the toy draft always drafts its cap
+    assert [r.drafted for r in rounds[:5]] == [0, 1, 2, 3, 4]
+    contexts = [r.context for r in rounds]
+    assert contexts == sorted(contexts) and contexts[0] == 12
+    assert all(r.round_ms >= r.draft_phase_ms >= 0 for r in rounds)
+    with pytest.raises(SpecgymError, match="no draft caps"):
+        cycled_rounds(eng, [3, 4], 4, [])
+
+
 def test_fit_needs_every_drafted_count():
     with pytest.raises(SpecgymError, match=r"no rounds drafted \[2\]"):
         fit_profile([RoundSample(0, 10, 0.0, 5.0), RoundSample(1, 10, 1.0, 6.0)], k_max=2)
-    assert trimmed_mean([1.0] * 18 + [100.0, -100.0]) == 1.0
+    assert spike_free_mean([1.0] * 18 + [100.0, 0.01]) == 1.0  # a preemption spike and a clock glitch
+    assert spike_free_mean([1.0] * 18 + [2.0, 2.0]) == pytest.approx(1.1)  # slow rounds are paid live: kept
 
 
 def test_calibration_prices_fixed_k_rounds_as_the_engine_runs_them(toy_pair):

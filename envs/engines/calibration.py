@@ -9,12 +9,21 @@ fixed K = 0..k_max (requests interleaved so a drifting machine slows every K ali
 (:mod:`specgym.envs.core.cost`) to the rounds:
 
 * ``draft_ms`` = total time of the drafting phases / tokens drafted (the engine times each round's drafting phase);
-* ``verify(d + 1)`` = trimmed mean of (round time - drafting phase) over the rounds that drafted ``d`` tokens
-  (``verify(1)`` = the plain rounds: t_AR), with ``round_overhead_ms`` = 0 since the remainder already holds it.
+* ``verify(d + 1)`` = mean of (round time - drafting phase) over the rounds that drafted ``d`` tokens, spikes left
+  out (``verify(1)`` = the plain rounds: t_AR), with ``round_overhead_ms`` = 0 since the remainder already holds it.
 
-The fit also reports how round time depends on context length (the cost model has no context term; the slope says
-whether that matters here) and the residual error. A trimmed mean (5% off each end) rather than a median: a
-request's time is a sum of rounds, so the mean is what predicts it; the trim drops preemption spikes.
+The fit also reports how round time depends on context length (the fitted profile has no context term; the slope
+says whether that matters here) and the residual error. A mean rather than a median: a request's time is a sum of
+rounds, so the mean is what predicts it. Only spikes beyond 3x the median (a preemption, a page fault) are left out:
+an earlier 5% trim of each end also dropped the ordinary slow rounds of a shared VM, which live requests do pay,
+and priced rounds 1-2% fast.
+
+Rounds of other drafters (the draft head's) verify ``d + 1`` tokens in the same target forward, so they count towards
+``verify(d + 1)`` too (``fit_profile(verify_samples=...)``). And a benchmark interleaving calibration with its
+measurement decodes each calibration request with the cap cycling through every K round by round
+(:func:`cycled_rounds`): every drafted count is then timed at every calibration point, in the state the machine is in
+at that moment, instead of each K at a few points of a drifting machine (on a shared VM, one K timed at 4 moments
+priced its rounds 8% off).
 """
 
 from __future__ import annotations
@@ -31,7 +40,8 @@ from specgym.envs.core.ngram_proposer import NGRAM_DRAFTER
 from specgym.envs.engines.draft_head import HEAD_DRAFTER
 from specgym.errors import SpecgymError
 
-TRIM = 0.05
+#: A round this many times its group's median (or a 1/SPIKE fraction of it) is a spike, not the machine's cost.
+SPIKE = 3.0
 
 
 @dataclass(frozen=True)
@@ -79,11 +89,14 @@ class CalibrationFit:
                 f"{100 * self.context_slope:+.1f}% per 100 tokens")
 
 
-def trimmed_mean(x: Sequence[float], trim: float = TRIM) -> float:
-    """Mean of ``x`` without the lowest and highest ``trim`` fraction."""
-    a = np.sort(np.asarray(x, dtype=np.float64))
-    cut = int(len(a) * trim)
-    return float(a[cut: len(a) - cut].mean() if len(a) > 2 * cut else a.mean())
+def spike_free_mean(x: Sequence[float], spike: float = SPIKE) -> float:
+    """Mean of ``x`` without the values beyond ``spike`` times its median (or below the median over ``spike``)."""
+    a = np.asarray(x, dtype=np.float64)
+    med = float(np.median(a))
+    if med <= 0:
+        return float(a.mean())
+    kept = a[(a <= med * spike) & (a >= med / spike)]
+    return float(kept.mean())
 
 
 def measure_rounds(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], k_max: int,
@@ -108,8 +121,11 @@ def measure_rounds(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens
 
 
 def fit_profile(samples: Sequence[RoundSample], k_max: int, name: str = "fitted", description: str = "",
-                hardware: dict[str, Any] | None = None, seconds: float = 0.0) -> CalibrationFit:
-    """Fit the cost model to measured rounds (see the module docstring); every ``d`` in 0..k_max needs rounds."""
+                hardware: dict[str, Any] | None = None, seconds: float = 0.0,
+                verify_samples: Sequence[RoundSample] = ()) -> CalibrationFit:
+    """Fit the cost model to measured rounds of the draft model (see the module docstring); every ``d`` in 0..k_max
+    needs rounds. ``verify_samples``: rounds another drafter proposed, which inform ``verify(d + 1)`` only (their
+    drafting phases are that drafter's cost, not the draft model's)."""
     by_d: list[list[RoundSample]] = [[] for _ in range(k_max + 1)]
     for s in samples:
         if s.drafted <= k_max:
@@ -119,8 +135,12 @@ def fit_profile(samples: Sequence[RoundSample], k_max: int, name: str = "fitted"
         raise SpecgymError(f"calibration: no rounds drafted {missing} tokens; decode longer requests")
     drafted = sum(s.drafted for s in samples if s.drafted > 0)
     draft_ms = sum(s.draft_phase_ms for s in samples if s.drafted > 0) / drafted
-    rest = [trimmed_mean([s.round_ms - s.draft_phase_ms for s in rows]) if d else
-            trimmed_mean([s.round_ms for s in rows]) for d, rows in enumerate(by_d)]
+    verify_by_d = [list(rows) for rows in by_d]
+    for s in verify_samples:
+        if 0 < s.drafted <= k_max:
+            verify_by_d[s.drafted].append(s)
+    rest = [spike_free_mean([s.round_ms - s.draft_phase_ms for s in rows]) if d else
+            spike_free_mean([s.round_ms for s in rows]) for d, rows in enumerate(verify_by_d)]
     verify = [max(v, 1e-3) for v in rest]
     round_ms = [verify[0]] + [d * draft_ms + verify[d] for d in range(1, k_max + 1)]
     # context dependence: relative residual of each round against its d's fit, regressed on context
@@ -134,11 +154,13 @@ def fit_profile(samples: Sequence[RoundSample], k_max: int, name: str = "fitted"
         name=name, draft_ms=round(draft_ms, 4), verify_ms=tuple(round(v, 4) for v in verify), round_overhead_ms=0.0,
         source="measured",
         description=description or (f"fitted to {len(samples)} live-engine rounds (fixed K = 0..{k_max}; drafting "
-                                    f"phase / tokens = draft_ms, trimmed-mean remainder per drafted count = "
-                                    f"verify(d + 1), overhead included there)"),
+                                    f"phase / tokens = draft_ms, mean remainder (spikes out) per drafted count = "
+                                    f"verify(d + 1), overhead included there"
+                                    + (f"; {len(verify_samples)} rounds of other drafters in verify"
+                                       if len(verify_samples) else "") + ")"),
         hardware={**(hardware or {}), "method": "rounds"},
     )
-    return CalibrationFit(prof, [len(rows) for rows in by_d], [round(v, 4) for v in round_ms], slope,
+    return CalibrationFit(prof, [len(rows) for rows in verify_by_d], [round(v, 4) for v in round_ms], slope,
                           (int(ctx.min()), int(ctx.max())), seconds, list(samples))
 
 
@@ -170,29 +192,40 @@ def head_cost(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: Seq
     """The draft head's cost, fitted to its drafting phases: rounds with every fixed K = 1..k_max drafted by the
     head at ``temperature`` (sampling draws from the head's softmax, so it costs more than greedy)."""
     samples = [s for ids, n in zip(prompts, max_new_tokens) for k in range(1, k_max + 1)
-               for s in head_rounds(engine, ids, int(n), k, temperature)]
+               for s in cycled_rounds(engine, ids, int(n), [k], temperature, drafter=HEAD_DRAFTER)]
     return fit_head_cost(samples)
 
 
-def head_rounds(engine: Any, ids: Sequence[int], max_new_tokens: int, k: int, temperature: float = 0.0,
-                seed: int = 0) -> list[RoundSample]:
-    """Decode one request with the draft head at a fixed K and return its drafting rounds' timings."""
+def cycled_rounds(engine: Any, ids: Sequence[int], max_new_tokens: int, ks: Sequence[int],
+                  temperature: float = 0.0, seed: int = 0, drafter: str | None = None) -> list[RoundSample]:
+    """Decode one request with the draft cap cycling through ``ks`` round by round (``[k]``: a fixed K), drafted by
+    the draft model or by ``drafter``, and return every round's timing."""
+    if not ks:
+        raise SpecgymError("calibration: no draft caps to cycle through")
     req = engine.start(ids, max_new_tokens, temperature, seed)
+    j = 0
     while not req.done:
-        req.play(k, drafter=HEAD_DRAFTER)
+        k = int(ks[j % len(ks)])
+        j += 1
+        if drafter is None:
+            req.play(k)
+        else:
+            req.play(k, drafter=drafter)
     return [RoundSample(r.drafted, len(ids) + r.position, ms, r.time_ms)
-            for r, ms in zip(req.result.rounds, req.result.draft_phase_ms) if r.drafted]
+            for r, ms in zip(req.result.rounds, req.result.draft_phase_ms)]
 
 
 def fit_head_cost(samples: Sequence[RoundSample]) -> DraftCost:
     """``phase = fixed + per_token * drafted`` by least squares over the head's drafting phases (both >= 0; the
-    head always proposes K tokens, so the rounds need at least two distinct K)."""
+    head always proposes K tokens, so the rounds need at least two distinct K; rounds that drafted nothing are
+    left out)."""
+    samples = [s for s in samples if s.drafted > 0]
     if len({s.drafted for s in samples}) < 2:
         raise SpecgymError("calibration: the draft head drafted too few rounds to fit its cost; decode longer "
                            "requests")
     d = np.asarray([s.drafted for s in samples], dtype=np.float64)
     t = np.asarray([s.draft_phase_ms for s in samples], dtype=np.float64)
-    keep = t <= np.quantile(t / d, 1 - TRIM) * d  # drop preemption spikes
+    keep = t / d <= np.median(t / d) * SPIKE  # drop preemption spikes
     per_token, fixed = np.polyfit(d[keep], t[keep], 1)
     if fixed < 0:
         per_token, fixed = float(t[keep].sum() / d[keep].sum()), 0.0

@@ -46,7 +46,7 @@ docs/results/live-midpair.md comes from here.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +66,9 @@ from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.calibration import (
     RoundSample,
     calibrate,
+    cycled_rounds,
     fit_head_cost,
     fit_profile,
-    head_rounds,
-    measure_rounds,
     with_drafters,
 )
 from specgym.envs.engines.clock import syncer, timed
@@ -388,13 +387,15 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                     if specs[s] == "fixed:0":
                         plain_tokens[p] = res.tokens
                     identical[s] &= res.tokens == plain_tokens[p]
-            # one calibration request after each prompt: fixed K cycling 0..k_max over the train prompts, so the
-            # fit that prices the replay sees the machine in the same state as the controllers it predicts
-            k, c = slot % (k_max + 1), (slot // (k_max + 1)) % len(cal_ids)
+            # one calibration request after each prompt (the train prompts in turn), its cap cycling 0..k_max round
+            # by round, so the fit that prices the replay sees every K in the machine's state of the moment, as the
+            # controllers it predicts did
+            c = slot % len(cal_ids)
             slot += 1
-            cal_samples += measure_rounds(eng, [cal_ids[c]], [cal_len[c]], k_max, temperature=cal_temp, ks=[k])
-            if time_head:  # and one head request, K cycling 1..k_max
-                head_samples += head_rounds(eng, cal_ids[c], cal_len[c], 1 + (slot - 1) % k_max, cal_temp, seed=c)
+            cal_samples += cycled_rounds(eng, cal_ids[c], cal_len[c], range(k_max + 1), cal_temp, seed=c)
+            if time_head:  # and one drafted by the head, its cap cycling 1..k_max
+                head_samples += cycled_rounds(eng, cal_ids[c], cal_len[c], range(1, k_max + 1), cal_temp, seed=c,
+                                              drafter=HEAD_DRAFTER)
         done = (rep + 1) / repeats
         console.print(f"  repeat {rep + 1}/{repeats} done ({time.perf_counter() - t_start:.0f} s; "
                       f"{100 * done:.0f}%)", highlight=False)
@@ -408,8 +409,11 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     replay = TraceEngine(wl, prof, k_max, seed=0)
     replay_micro = TraceEngine(wl, micro, k_max, seed=0)
     covered = {smp.drafted for smp in cal_samples}
-    pricing = fit_profile(cal_samples, k_max, name=f"interleaved-{pair_name}").profile \
-        if covered >= set(range(k_max + 1)) else prof
+    interleaved = fit_profile(cal_samples, k_max, name=f"interleaved-{pair_name}", verify_samples=head_samples) \
+        if covered >= set(range(k_max + 1)) else None
+    pricing = prof if interleaved is None else interleaved.profile
+    if interleaved is not None:
+        console.print(f"interleaved calibration: {interleaved.summary()}", highlight=False)
     # the interleaved rounds and the micro-benchmarks time the draft model: the other drafters keep prof's costs,
     # but for the head's when its interleaved rounds timed it
     pricing, micro = (with_drafters(p, prof.drafters[1:]) if prof.drafters[1:] and p is not prof else p
@@ -513,6 +517,8 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         "bootstrap": {"resamples": resamples, "level": 0.95, "unit": "prompt"},
         "max_new_tokens": max_new_tokens or f"recorded lengths (mean {n_tok / n_p:.0f})",
         "times_ms": {s: times[i].tolist() for i, s in enumerate(specs)},
+        # every interleaved calibration round, (drafted, context, drafting phase ms, round ms): a refit reprices offline
+        "calibration_rounds": {"draft": [astuple(x) for x in cal_samples], "head": [astuple(x) for x in head_samples]},
         "wall_s": time.perf_counter() - t_start,
     }
     table = Table(title=f"live, {pair_name} ({pair.dtypes}), {n_p} test prompts of {wl.name}, {n_tok} tokens, "

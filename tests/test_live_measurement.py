@@ -218,6 +218,10 @@ def test_live_bench_paired_rows_on_the_shipped_pair(tmp_path):
     assert CostProfile.from_dict(r["profile"]).hardware["method"] == "rounds"
     assert set(r["target_forward_ms"]) == {"1", "2"}
     assert len(r["times_ms"]["marginal"]) == r["prompts"]
+    # one calibration request after each prompt, its cap cycling through every K: the replay is priced by their fit
+    cal = r["calibration_rounds"]["draft"]
+    assert {row[0] for row in cal} == set(range(len(r["pricing_profile"]["verify_ms"])))
+    assert r["pricing_profile"]["name"] == "interleaved-tinypair"
     text = (tmp_path / "out.txt").read_text()
     assert "target forward through the engine" in text and "target kernels" in text
 

@@ -83,7 +83,8 @@ class CalibrationFit:
         if HEAD_DRAFTER in self.profile.drafter_names:
             dc = self.profile.draft_cost(HEAD_DRAFTER)
             head = f", draft head {dc.per_token_ms:.3f} ms/token + {dc.fixed_ms:.3f} ms"
-        return (f"fitted to {sum(self.rounds)} engine rounds in {self.seconds:.0f} s: t_AR {r[0]:.2f} ms, "
+        took = f" in {self.seconds:.0f} s" if self.seconds else ""
+        return (f"fitted to {sum(self.rounds)} engine rounds{took}: t_AR {r[0]:.2f} ms, "
                 f"draft {self.profile.draft_ms:.3f} ms/token{head}, round(1) {r[1]:.2f} ms, round({len(r) - 1}) "
                 f"{r[-1]:.2f} ms; context {self.context_range[0]}-{self.context_range[1]} tokens changes a round by "
                 f"{100 * self.context_slope:+.1f}% per 100 tokens")

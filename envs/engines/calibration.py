@@ -154,7 +154,7 @@ def fit_profile(samples: Sequence[RoundSample], k_max: int, name: str = "fitted"
     prof = CostProfile(
         name=name, draft_ms=round(draft_ms, 4), verify_ms=tuple(round(v, 4) for v in verify), round_overhead_ms=0.0,
         source="measured",
-        description=description or (f"fitted to {len(samples)} live-engine rounds (fixed K = 0..{k_max}; drafting "
+        description=description or (f"fitted to {len(samples)} live-engine rounds (K = 0..{k_max}; drafting "
                                     f"phase / tokens = draft_ms, mean remainder (spikes out) per drafted count = "
                                     f"verify(d + 1), overhead included there"
                                     + (f"; {len(verify_samples)} rounds of other drafters in verify"

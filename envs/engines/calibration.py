@@ -100,13 +100,32 @@ def spike_free_mean(x: Sequence[float], spike: float = SPIKE) -> float:
     return float(kept.mean())
 
 
+def cycled_rounds(engine: Any, ids: Sequence[int], max_new_tokens: int, ks: Sequence[int],
+                  temperature: float = 0.0, seed: int = 0, drafter: str | None = None) -> list[RoundSample]:
+    """Decode one request with the draft cap cycling through ``ks`` round by round (``[k]``: a fixed K), drafted by
+    the draft model or by ``drafter``, and return every round's timing."""
+    if not ks:
+        raise SpecgymError("calibration: no draft caps to cycle through")
+    req = engine.start(ids, max_new_tokens, temperature, seed)
+    j = 0
+    while not req.done:
+        k = int(ks[j % len(ks)])
+        j += 1
+        if drafter is None:
+            req.play(k)
+        else:
+            req.play(k, drafter=drafter)
+    return [RoundSample(r.drafted, len(ids) + r.position, ms, r.time_ms)
+            for r, ms in zip(req.result.rounds, req.result.draft_phase_ms)]
+
+
 def measure_rounds(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], k_max: int,
-                   repeats: int = 1, temperature: float = 0.0, ks: Sequence[int] | None = None,
+                   repeats: int = 1, temperature: float = 0.0,
                    progress: Callable[[float], None] | None = None) -> list[RoundSample]:
-    """Decode every prompt with every fixed K in ``ks`` (default 0..k_max; ``repeats`` times, K rotated per prompt)
-    at ``temperature`` and return every round's timing (``progress(fraction_done)`` after each request)."""
+    """Decode every prompt with every fixed K in 0..k_max (``repeats`` times, K rotated per prompt) at
+    ``temperature`` and return every round's timing (``progress(fraction_done)`` after each request)."""
     samples: list[RoundSample] = []
-    ks = list(range(k_max + 1)) if ks is None else list(ks)
+    ks = list(range(k_max + 1))
     total, done = repeats * len(prompts) * len(ks), 0
     for rep in range(repeats):
         for p, (ids, n) in enumerate(zip(prompts, max_new_tokens)):
@@ -115,9 +134,7 @@ def measure_rounds(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens
                 if progress is not None:
                     progress(done / total)
                 done += 1
-                res = engine.run_request(ids, k, int(n), temperature=temperature, seed=p)
-                for r, draft_ms in zip(res.rounds, res.draft_phase_ms):
-                    samples.append(RoundSample(r.drafted, len(ids) + r.position, draft_ms, r.time_ms))
+                samples += cycled_rounds(engine, ids, int(n), [k], temperature, seed=p)
     return samples
 
 
@@ -195,25 +212,6 @@ def head_cost(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: Seq
     samples = [s for ids, n in zip(prompts, max_new_tokens) for k in range(1, k_max + 1)
                for s in cycled_rounds(engine, ids, int(n), [k], temperature, drafter=HEAD_DRAFTER)]
     return fit_head_cost(samples)
-
-
-def cycled_rounds(engine: Any, ids: Sequence[int], max_new_tokens: int, ks: Sequence[int],
-                  temperature: float = 0.0, seed: int = 0, drafter: str | None = None) -> list[RoundSample]:
-    """Decode one request with the draft cap cycling through ``ks`` round by round (``[k]``: a fixed K), drafted by
-    the draft model or by ``drafter``, and return every round's timing."""
-    if not ks:
-        raise SpecgymError("calibration: no draft caps to cycle through")
-    req = engine.start(ids, max_new_tokens, temperature, seed)
-    j = 0
-    while not req.done:
-        k = int(ks[j % len(ks)])
-        j += 1
-        if drafter is None:
-            req.play(k)
-        else:
-            req.play(k, drafter=drafter)
-    return [RoundSample(r.drafted, len(ids) + r.position, ms, r.time_ms)
-            for r, ms in zip(req.result.rounds, req.result.draft_phase_ms)]
 
 
 def fit_head_cost(samples: Sequence[RoundSample]) -> DraftCost:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import specgym.catalogue as catalogue
@@ -13,7 +14,7 @@ from specgym.commands.args import float_range, positive_int
 from specgym.deps import require
 from specgym.errors import SpecgymError
 from specgym.io import check_output
-from specgym.training.lm_pair.distill import AnswerPlan
+from specgym.training.lm_pair.distill import AnswerPlan, check_layers
 from specgym.training.lm_pair.draft_build import STAGES, VOCAB_SIZES, DraftBuild, run
 from specgym.training.lm_pair.head_build import STAGES as HEAD_STAGES
 from specgym.training.lm_pair.head_build import HeadBuild
@@ -112,6 +113,7 @@ def _run(args: argparse.Namespace) -> int:
         layers = [int(x) for x in args.layers.split(",")]
     except ValueError:
         raise SpecgymError(f"--layers {args.layers!r}: expected comma-separated layer indices, e.g. 0,1,2,3") from None
+    check_layers(layers)  # the range against the target's depth is checked before the target is loaded
     if args.draft_vocab is not None and args.draft_vocab not in VOCAB_SIZES:
         raise SpecgymError(f"--draft-vocab {args.draft_vocab}: choose one of "
                            f"{', '.join(map(str, VOCAB_SIZES))}")
@@ -124,8 +126,12 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError:
         raise SpecgymError(f"--temperatures {args.temperatures!r}: expected comma-separated numbers, e.g. "
                            f"0,0.7,1.0") from None
-    if not temperatures or any(t < 0 for t in temperatures):
-        raise SpecgymError(f"--temperatures {args.temperatures!r}: temperatures are 0 (greedy) or positive")
+    if not temperatures or any(not math.isfinite(t) or t < 0 for t in temperatures):
+        raise SpecgymError(f"--temperatures {args.temperatures!r}: temperatures are finite numbers, 0 (greedy) or "
+                           f"positive")
+    if len(set(temperatures)) != len(temperatures):
+        raise SpecgymError(f"--temperatures {args.temperatures!r}: a temperature is named twice (its answers would "
+                           f"be written and trained on twice); name each once")
     prompts = str(catalogue.resolve("prompts", args.prompts))
     require("hf", "train-draft")
     import torch

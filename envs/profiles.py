@@ -25,7 +25,7 @@ def read_profile_json(name_or_path: str | Path, kind: str = "profile") -> tuple[
     try:
         data = json.loads(read_text(path, "cost profile (JSON)"))
     except json.JSONDecodeError as exc:
-        raise SpecgymError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise SpecgymError(f"{path}: not valid JSON ({exc.msg.removesuffix(' at')} at line {exc.lineno})") from None
     return path, data
 
 

@@ -7,6 +7,7 @@ acceptance_metrics.md): test data, not a recording."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -163,7 +164,7 @@ def test_bad_files_one_line_naming_file_line_field(tmp_path, rows, expect):
 
 @pytest.mark.parametrize("opts, expect", [
     (["--temperature", "-1"], "--temperature must be >= 0"),
-    (["--drafters", "a b"], "drafter 'a b'"),
+    (["--drafters", "a b"], "--drafters 'a b'"),
     (["--profile", "nope"], "nope"),
 ])
 def test_bad_options_one_line(tmp_path, opts, expect):
@@ -172,3 +173,145 @@ def test_bad_options_one_line(tmp_path, opts, expect):
                   cwd=tmp_path)
     assert res.returncode == 2 and expect in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "w.parquet").exists()
+
+
+def _import(tmp_path: Path, rows: list, *opts: str, name: str = "bad.jsonl") -> subprocess.CompletedProcess:
+    src = write(tmp_path / name, rows)
+    return specgym("workloads", "import", "vllm-metrics", str(src), "--out", str(tmp_path / "w.parquet"), *opts,
+                   cwd=tmp_path)
+
+
+def _one_line(res: subprocess.CompletedProcess, *expect: str) -> str:
+    err = res.stderr.strip()
+    assert res.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for e in expect:
+        assert e in err, err
+    return err
+
+
+def test_huge_num_spec_tokens_with_a_histogram_is_refused_at_once(tmp_path):
+    # the report's F4 line: num_spec_tokens 10^9 sized a histogram check of k * n (5 GB, a hang)
+    row = response("a", [1, 2, 0], num_spec_tokens=10**9, acceptance_histogram=[1, 1, 1])
+    res = _import(tmp_path, [row])
+    _one_line(res, "bad.jsonl, line 1", "'metrics.speculative_decoding.num_spec_tokens' = 1000000000",
+              "[1, 128]")
+    assert not (tmp_path / "w.parquet").exists()
+
+
+def test_huge_num_spec_tokens_without_a_histogram_is_refused(tmp_path):
+    row = response("a", [1, 2, 0], num_spec_tokens=10**9)
+    del row["metrics"]["speculative_decoding"]["acceptance_histogram"]
+    _one_line(_import(tmp_path, [row]), "line 1", "num_spec_tokens' = 1000000000")
+
+
+def test_a_suffix_decoding_k_of_32_imports(tmp_path):
+    # vLLM's suffix decoding runs at num_speculative_tokens 32: within the bound
+    acc = [32, 5, 0, 31]
+    row = response("a", acc, [32] * 4, num_spec_tokens=32, acceptance_histogram=[acc.count(j) for j in range(33)])
+    imp = import_metrics(write(tmp_path / "s.jsonl", [row]), method="suffix")
+    assert imp.workload.n_positions == sum(a + 1 for a in acc)
+
+
+@pytest.mark.parametrize("prompt", [2**40, 10**30, 2**31 - 1])
+def test_prompt_tokens_beyond_int32_is_one_line(tmp_path, prompt):
+    res = _import(tmp_path, [response("a", [1, 2], prompt=prompt)])
+    _one_line(res, "bad.jsonl, line 1", f"field 'usage.prompt_tokens' = {prompt}", "int32")
+
+
+def test_prompt_len_outside_int32_is_refused_by_the_builder():
+    from specgym.envs.profiles import load_profile
+    from specgym.envs.workloads.build import workload_from_requests
+    from specgym.errors import SpecgymError
+
+    req = {"request_id": "a", "category": "c", "temperature": 0.0, "prompt_len": 2**40,
+           "runs": {"d": np.zeros(3, np.int16)}}
+    with pytest.raises(SpecgymError, match=r"field 'prompt_len' = 1099511627776 of request 'a'"):
+        workload_from_requests("x", {"kind": "imported"}, load_profile("h100-llama31-8b"), [req])
+
+
+@pytest.mark.parametrize("override, expect", [
+    # F8: the summary floats, checked the way vLLM's own test does
+    ({"num_spec_tokens": 5, "acceptance_histogram": None, "mean_acceptance_length": 9.9},
+     "mean_acceptance_length = 9.9: expected a number in [0, 6] (1 + num_accepted_draft_tokens / num_spec_steps; "
+     "the per-step arrays give 3)"),
+    ({"mean_acceptance_length": 2.9}, "mean_acceptance_length = 2.9 disagrees with the per-step arrays (1 + "
+                                      "num_accepted_draft_tokens / num_spec_steps = 3)"),
+    ({"draft_acceptance_rate": 1.7}, "draft_acceptance_rate = 1.7: expected a number in [0, 1]"),
+    ({"draft_acceptance_rate": 0.9}, "draft_acceptance_rate = 0.9 disagrees with the per-step arrays"),
+    ({"draft_acceptance_rate": "0.5"}, "draft_acceptance_rate = '0.5': expected a number"),
+    # booleans are not integers
+    ({"num_spec_steps": True}, "field 'metrics.speculative_decoding.num_spec_steps' = True: expected an integer in "
+                               "[0, 2,147,483,647] (true and false are not counts)"),
+    ({"acceptance_histogram": [0, True, 0, 1]}, "acceptance_histogram = [0, True, 0, 1] disagrees"),
+])
+def test_summary_fields_inconsistent_with_the_steps_are_refused(tmp_path, override, expect):
+    _one_line(_import(tmp_path, [response("a", [1, 3], **override)]), "bad.jsonl, line 1", expect)
+
+
+def test_summary_floats_of_a_request_with_no_step_are_taken(tmp_path):
+    rows = [response("a", [1, 3]), response("b", [], [], mean_acceptance_length=0.0, draft_acceptance_rate=0.0),
+            response("c", [], [], mean_acceptance_length=None, draft_acceptance_rate=None)]
+    assert import_metrics(write(tmp_path / "ok.jsonl", rows)).skipped == 2
+
+
+def test_id_with_a_newline_is_refused_as_specdecode_bench_does(tmp_path):
+    _one_line(_import(tmp_path, [response("a\nb", [1])]), "line 1", "field 'id' 'a\\nb' holds a control character")
+
+
+def test_two_choices_with_metrics_are_refused(tmp_path):
+    row = response("a", [1, 2])
+    row["choices"] = [{"index": 0, "text": "x"}, {"index": 1, "text": "y"}]
+    _one_line(_import(tmp_path, [row]), "line 1", "field 'choices' has 2 entries", "n == 1")
+
+
+def test_completion_tokens_far_below_the_steps_is_refused(tmp_path):
+    row = response("a", [5, 5, 3, 5, 0] * 8, num_spec_tokens=5, acceptance_histogram=None)
+    row["metrics"]["speculative_decoding"]["per_step_drafted"] = [5] * 40
+    row["metrics"]["speculative_decoding"]["num_draft_tokens"] = 200
+    row["metrics"]["speculative_decoding"]["draft_acceptance_rate"] = 144 / 200
+    row["usage"]["completion_tokens"] = 1  # the report's line: 1 against steps that make 184 tokens
+    _one_line(_import(tmp_path, [row]), "line 1", "field 'usage.completion_tokens' = 1 is below",
+              "at most the last step's tokens, 1 here")
+
+
+def test_summary_never_prints_a_negative_token_count(tmp_path):
+    cut = response("a", [1, 3])  # 1 + 6 tokens; a stop string cut 2 of the last step's 4
+    cut["usage"]["completion_tokens"] -= 2
+    plain = response("b", [2, 0])  # 4 plain decode tokens besides the steps
+    plain["usage"]["completion_tokens"] += 4
+    imp = import_metrics(write(tmp_path / "chat.jsonl", [cut, plain]))
+    line = imp.summary()
+    assert "4 completion tokens outside the recorded steps (plain decode steps" in line
+    assert "2 tokens of last steps cut from the completion by a stop string" in line
+    assert not re.search(r"-\d", line.split(": ", 1)[1])
+    assert imp.workload.extra["vllm_metrics"]["cut_tokens"] == 2
+
+
+def test_folder_summary_names_the_entries_not_imported(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    write(src / "a.jsonl", [response("x", [1, 2])])
+    write(src / "b.json", [response("y", [1, 2])])
+    write(src / "A.JSONL", [response("z", [1, 2])])
+    out = tmp_path / "w.parquet"
+    res = specgym("workloads", "import", "vllm-metrics", str(src), "--out", str(out), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "2 folder entries not imported (only *.jsonl files are read): A.JSONL, b.json" in res.stdout
+
+
+@pytest.mark.parametrize("opts, expect", [
+    (["--method", "nonsense method"], "--method 'nonsense method': expected vLLM's speculative_config method"),
+    (["--temperature", "inf"], "--temperature must be >= 0 and finite"),
+    (["--temperature", "nan"], "--temperature must be >= 0 and finite"),
+    (["--drafters", "eagle,ngram"], "--drafters 'eagle,ngram': expected one drafter name for vllm-metrics"),
+])
+def test_bad_options_name_the_flag_and_the_value(tmp_path, opts, expect):
+    res = _import(tmp_path, random_rows(2), *opts, name="chat.jsonl")
+    err = _one_line(res, expect)
+    assert "workload 'vllm" not in err and "kind in" not in err
+
+
+def test_truncated_line_message_says_at_once(tmp_path):
+    err = _one_line(_import(tmp_path, ['{"id": "cmpl-1', ""]),
+                    "line 1: not valid JSON (Unterminated string starting at column 8)")
+    assert "at at" not in err

@@ -81,6 +81,12 @@ def workload_from_requests(
             raise SpecgymError(f"workload {name!r}: runs of drafter {d!r} present in some requests only")
         runs[d] = _runs_column([r["request_id"] for r in requests], parts, lengths, name, d)
 
+    int32 = np.iinfo(np.int32)
+    bad_len = next((r for r in requests if isinstance(r["prompt_len"], bool) or not isinstance(r["prompt_len"], (
+        int, np.integer)) or not 0 <= r["prompt_len"] <= int32.max), None)
+    if bad_len is not None:  # stored as int32: a larger value would overflow, not be refused
+        raise SpecgymError(f"workload {name!r}: field 'prompt_len' = {bad_len['prompt_len']!r} of request "
+                           f"{bad_len['request_id']!r}: expected an integer in [0, {int32.max:,}]")
     if all("split" in r for r in requests):
         split = np.array([r["split"] for r in requests], dtype=object)
     else:

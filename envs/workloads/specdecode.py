@@ -157,6 +157,24 @@ def check_name(name: str) -> str:
     return name
 
 
+def request_id(rid: Any, path: Path, line: int) -> str:
+    """A request's ``id`` field as a string: a non-empty string (or integer) without control characters.
+
+    Args:
+        rid: The field's value.
+        path, line: Where it was read (for the message).
+
+    Raises:
+        SpecgymError: One line naming the file, the line and the field.
+    """
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)) or str(rid) == "":
+        raise _fail(path, line, f"field 'id' must be a non-empty string, got {rid!r}")
+    rid = str(rid)
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in rid):
+        raise _fail(path, line, f"field 'id' {rid!r} holds a control character (a newline breaks reports)")
+    return rid
+
+
 def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
     """``(line number, parsed value)`` of every non-blank line of a JSON Lines file; a one-line error naming the file
     (and the line) for unreadable text, invalid JSON or a key given twice in one object."""
@@ -172,7 +190,7 @@ def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
         try:
             yield line, json.loads(raw, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as exc:
-            raise _fail(path, line, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+            raise _fail(path, line, f"not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})") from None
         except _DuplicateKey as exc:
             raise _fail(path, line, f"field {exc.args[0]!r} appears twice in one object (which is meant?)") from None
 
@@ -184,12 +202,7 @@ def read_records(path: Path, drafters: Sequence[str]) -> list[dict[str, Any]]:
     for line, d in json_lines(path):
         if not isinstance(d, dict):
             raise _fail(path, line, "expected a JSON object")
-        rid = d.get("id")
-        if isinstance(rid, bool) or not isinstance(rid, (str, int)) or str(rid) == "":
-            raise _fail(path, line, "field 'id' must be a non-empty string")
-        rid = str(rid)
-        if any(ord(ch) < 32 or ord(ch) == 127 for ch in rid):
-            raise _fail(path, line, f"field 'id' {rid!r} holds a control character (a newline breaks reports)")
+        rid = request_id(d.get("id"), path, line)
         if rid in seen:
             raise _fail(path, line, f"field 'id' {rid!r} repeats an earlier request")
         seen.add(rid)

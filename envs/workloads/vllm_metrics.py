@@ -27,7 +27,9 @@ structured output already subtracted) and the target accepted the first ``a_s`` 
 at ``g_s = sum_{t<s} (a_t + 1)``. Tokens the steps do not account for are not in it: the prefill's first token
 (counted in ``prompt_len = usage.prompt_tokens + 1``, as for every specgym workload) and any plain decode step
 that drafted nothing (vLLM records only verification steps; where they fell is unknown). The summary line counts
-them (``usage.completion_tokens - 1 - N``; negative when a stop string cut the last step's tokens).
+them (``usage.completion_tokens - 1 - N`` where positive), and apart from them the tokens a stop string, EOS or
+``max_tokens`` cut from a last step (where negative: the last step keeps at least one of its ``a_s + 1`` tokens, so a
+line whose ``usage.completion_tokens`` falls further below ``1 + N`` is refused: its usage and steps disagree).
 
 **Run semantics (censored).** Each position ``i`` of the completion gets a match flag ``m_i``:
 
@@ -65,14 +67,17 @@ else, can be recomputed from the raw data.
 **Cost profile.** The metrics carry no timing: the workload is priced with ``--profile`` (default the published
 ``h100-llama31-8b``, a Llama-3.1-8B cost model: measure your own GPU with ``specgym profile --engine vllm``).
 Splits: seed 0, 0.7 / 0.1 / 0.2 by request. Every defect is a one-line error naming the file, the line and the
-field; nothing is written until every input parsed.
+field; nothing is written until every input parsed. Every size is bounded before anything is allocated from it:
+``num_spec_tokens`` by :data:`MAX_SPEC_TOKENS`, token counts by the int32 range the workload stores them in.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +86,8 @@ import numpy as np
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.build import workload_from_requests
+from specgym.envs.workloads.specdecode import check_name, json_lines, request_id
 from specgym.envs.workloads.specdecode import input_files as jsonl_files
-from specgym.envs.workloads.specdecode import json_lines
 from specgym.envs.workloads.workload import RUNS_DTYPE, Workload, drafter_entry
 from specgym.errors import SpecgymError
 from specgym.io import sha256_file
@@ -96,6 +101,20 @@ SPLIT_FRACTIONS = (0.7, 0.1, 0.2)
 #: The response field holding the metrics, as a path (for messages).
 FIELD = "metrics.speculative_decoding"
 _RUN_MAX = int(np.iinfo(RUNS_DTYPE).max)
+#: The largest ``num_spec_tokens`` read: vLLM's proposers are run at a few tokens a step (suffix decoding, the
+#: longest, defaults to 24 and vLLM's examples run it at 32), and specgym replays K up to 16. The bound keeps an absurd
+#: value from sizing the histogram check and the per-position arrays (a step accepting ``k`` is ``k + 1`` positions).
+MAX_SPEC_TOKENS = 128
+#: The largest token count read (``usage.*_tokens``, a request's context): the workload stores them as int32.
+MAX_TOKENS = int(np.iinfo(np.int32).max)
+#: A ``--drafters`` / ``--method`` value: one word, as a drafter name in ``fixed:3@NAME`` and ``runs_NAME``.
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+#: What ``--drafters`` and ``--method`` expect (for the messages).
+_DRAFTER_WORD = ("one drafter name for vllm-metrics (the name its runs get in the workload, e.g. eagle3; a "
+                "comma-separated list of drafters is for specdecode-bench)")
+_METHOD_WORD = "vLLM's speculative_config method (eagle, eagle3, draft_model, mtp, ngram, suffix...)"
+#: How close ``mean_acceptance_length`` / ``draft_acceptance_rate`` must be to what the arrays give (float noise).
+_REL_TOL = 1e-6
 
 
 @dataclass
@@ -132,17 +151,26 @@ class ImportedMetrics:
     unrecorded_tokens: int
     censored: int
     rounds: int
+    cut_tokens: int = 0
+    left_out: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        """One line: requests, rounds, censored rounds, what was left out."""
+        """One line: requests, rounds, censored rounds, what was left out (requests, tokens, folder entries)."""
         wl = self.workload
         line = (f"{', '.join(map(str, self.sources))}: {wl.n_requests} requests, {self.rounds:,} verification steps, "
                 f"{wl.n_positions:,} positions; {self.censored:,} steps accepted all they drafted (censored runs)")
         if self.skipped:
             line += f"; {self.skipped} requests with no verification step skipped"
         if self.unrecorded_tokens:
-            line += (f"; {self.unrecorded_tokens:+,} completion tokens outside the recorded steps (plain decode steps "
-                     f"or a stop cut; not in the workload)")
+            line += (f"; {self.unrecorded_tokens:,} completion tokens outside the recorded steps (plain decode steps "
+                     f"that drafted nothing; not in the workload)")
+        if self.cut_tokens:
+            line += (f"; {self.cut_tokens:,} tokens of last steps cut from the completion by a stop string, EOS or "
+                     f"max_tokens (kept in the workload as the steps recorded them)")
+        if self.left_out:
+            names = ", ".join(self.left_out[:5]) + (f" and {len(self.left_out) - 5} more" if len(self.left_out) > 5
+                                                    else "")
+            line += f"; {len(self.left_out)} folder entries not imported (only *.jsonl files are read): {names}"
         return line
 
 
@@ -150,10 +178,59 @@ def _fail(path: Path, line: int, what: str) -> SpecgymError:
     return SpecgymError(f"{path}, line {line}: {what}")
 
 
-def _count(obj: Any, path: Path, line: int, name: str, lo: int = 0) -> int:
-    if isinstance(obj, bool) or not isinstance(obj, int) or obj < lo:
-        raise _fail(path, line, f"field {name!r} = {obj!r}: expected an integer >= {lo}")
+def _count(obj: Any, path: Path, line: int, name: str, lo: int = 0, hi: int = MAX_TOKENS, why: str = "") -> int:
+    """An integer field in ``[lo, hi]`` (a JSON ``true`` is not 1), or a one-line error naming file, line, field."""
+    if isinstance(obj, bool) or not isinstance(obj, int) or not lo <= obj <= hi:
+        why = " (true and false are not counts)" if isinstance(obj, bool) else why
+        raise _fail(path, line, f"field {name!r} = {obj!r}: expected an integer in [{lo}, {hi:,}]{why}")
     return obj
+
+
+def _rate(sd: dict[str, Any], path: Path, line: int, key: str, want: float | None, lo: float, hi: float,
+          formula: str) -> None:
+    """A summary float of vLLM (``mean_acceptance_length``, ``draft_acceptance_rate``) against the arrays.
+
+    Args:
+        sd: The ``speculative_decoding`` object.
+        path, line: Where it was read (for the message).
+        key: The field.
+        want: Its value by vLLM's definition (``formula``); None where undefined (no step, nothing drafted): then
+            any value in ``[lo, hi]`` (or null) is taken.
+        lo, hi: The range the field is defined on.
+        formula: The definition, for the message.
+    """
+    if key not in sd or (sd[key] is None and want is None):
+        return
+    v = sd[key]
+    name = f"{FIELD}.{key}"
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+        given = "" if want is None else f"; the per-step arrays give {want:.6g}"
+        raise _fail(path, line, f"field {name} = {v!r}: expected a number in [{lo:g}, {hi:g}] ({formula}{given})")
+    if want is not None and not math.isclose(v, want, rel_tol=_REL_TOL, abs_tol=1e-9):
+        raise _fail(path, line, f"field {name} = {v!r} disagrees with the per-step arrays ({formula} = {want:.6g})")
+
+
+def check_word(value: str, option: str, what: str) -> str:
+    """A ``--drafters`` / ``--method`` value: one word of letters, digits, ``.``, ``_`` and ``-``.
+
+    Args:
+        value: The value given.
+        option: The option, for the message.
+        what: What the option expects, for the message.
+    """
+    if not isinstance(value, str) or not _WORD.fullmatch(value):
+        raise SpecgymError(f"{option} {value!r}: expected {what}, one word of letters, digits, '.', '_' or '-' "
+                           f"(at most 64, starting with a letter or digit)")
+    return value
+
+
+def check_temperature(temperature: float) -> float:
+    """The ``--temperature`` the requests ran at: a finite number >= 0."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
+            math.isfinite(temperature) and temperature >= 0):
+        raise SpecgymError(f"--temperature must be >= 0 and finite (the sampling temperature the requests ran at), "
+                           f"got {temperature!r}")
+    return float(temperature)
 
 
 def _steps(obj: Any, path: Path, line: int, name: str, hi: int) -> list[int]:
@@ -170,7 +247,16 @@ def _steps(obj: Any, path: Path, line: int, name: str, hi: int) -> list[int]:
 
 
 def parse_line(d: Any, path: Path, line: int) -> VllmRequest:
-    """One response object, checked (every identity vLLM's own test checks); a one-line error otherwise."""
+    """One response object, checked; a one-line error naming file, line and field otherwise.
+
+    Every identity vLLM's own end-to-end test (``_validate_detailed_metrics``) checks is checked where the field is
+    present: the lengths of the per-step arrays and ``num_spec_steps``; ``num_accepted_draft_tokens`` and
+    ``num_draft_tokens`` against their sums; ``acceptance_histogram`` (so its sum and weighted sum too);
+    ``mean_acceptance_length = 1 + accepted / steps`` and ``draft_acceptance_rate = accepted / drafted``. Besides:
+    ``0 <= a_s <= d_s <= num_spec_tokens <= MAX_SPEC_TOKENS``, integers that are not booleans, one choice (vLLM
+    reports the metrics only for ``n == 1``), token counts in the int32 range, and ``usage.completion_tokens`` no
+    further below the steps' tokens than a cut of the last step explains.
+    """
     if not isinstance(d, dict):
         raise _fail(path, line, f"expected a JSON object (one response per line), got {type(d).__name__}")
     metrics = d.get("metrics")
@@ -181,7 +267,12 @@ def parse_line(d: Any, path: Path, line: int) -> VllmRequest:
     if not isinstance(sd, dict):
         raise _fail(path, line, f"field {FIELD!r} is {json.dumps(sd)} (vLLM reports it only for n == 1 requests "
                                 f"with speculative decoding on)")
-    k = _count(sd.get("num_spec_tokens"), path, line, f"{FIELD}.num_spec_tokens", 1)
+    choices = d.get("choices")
+    if isinstance(choices, list) and len(choices) > 1:
+        raise _fail(path, line, f"field 'choices' has {len(choices)} entries, yet {FIELD!r} is set: vLLM reports it "
+                                f"only for n == 1 requests, so these metrics are not of one sequence (send n = 1)")
+    k = _count(sd.get("num_spec_tokens"), path, line, f"{FIELD}.num_spec_tokens", 1, MAX_SPEC_TOKENS,
+               " (vLLM's num_speculative_tokens; its proposers draft a few tokens a step)")
     acc = _steps(sd.get("per_step_accepted"), path, line, f"{FIELD}.per_step_accepted", k)
     dft = _steps(sd.get("per_step_drafted"), path, line, f"{FIELD}.per_step_drafted", k)
     if len(acc) != len(dft):
@@ -191,25 +282,40 @@ def parse_line(d: Any, path: Path, line: int) -> VllmRequest:
     if bad is not None:
         raise _fail(path, line, f"field {FIELD}.per_step_accepted[{bad}] = {acc[bad]} exceeds per_step_drafted"
                                 f"[{bad}] = {dft[bad]}")
-    for name, want in (("num_spec_steps", len(acc)), ("num_accepted_draft_tokens", sum(acc)),
-                       ("num_draft_tokens", sum(dft))):
-        if name in sd and sd[name] != want:
+    steps, n_acc, n_dft = len(acc), sum(acc), sum(dft)
+    for name, want in (("num_spec_steps", steps), ("num_accepted_draft_tokens", n_acc),
+                       ("num_draft_tokens", n_dft)):
+        if name in sd and _count(sd[name], path, line, f"{FIELD}.{name}") != want:
             raise _fail(path, line, f"field {FIELD}.{name} = {sd[name]!r} disagrees with the per-step arrays "
                                     f"({want})")
     hist = sd.get("acceptance_histogram")
-    if hist is not None and hist != [acc.count(j) for j in range(k + 1)]:
-        raise _fail(path, line, f"field {FIELD}.acceptance_histogram = {hist!r} disagrees with per_step_accepted")
+    if hist is not None:
+        counts = [0] * (k + 1)
+        for a in acc:
+            counts[a] += 1
+        if hist != counts or any(isinstance(v, bool) for v in hist):
+            raise _fail(path, line, f"field {FIELD}.acceptance_histogram = {hist!r} disagrees with per_step_accepted "
+                                    f"({counts})")
+    _rate(sd, path, line, "mean_acceptance_length", 1 + n_acc / steps if steps else None, 0, k + 1,
+          "1 + num_accepted_draft_tokens / num_spec_steps")
+    _rate(sd, path, line, "draft_acceptance_rate", n_acc / n_dft if n_dft else None, 0, 1,
+          "num_accepted_draft_tokens / num_draft_tokens")
     usage = d.get("usage")
     if not isinstance(usage, dict):
         raise _fail(path, line, "field 'usage' is missing (the response's token counts: usage.prompt_tokens)")
-    prompt = _count(usage.get("prompt_tokens"), path, line, "usage.prompt_tokens", 1)
+    made = n_acc + steps  # the tokens the steps produced: the imported completion's positions
+    prompt = _count(usage.get("prompt_tokens"), path, line, "usage.prompt_tokens", 1, MAX_TOKENS - 1 - made,
+                    f": the prompt, the prefill's token and the steps' {made:,} tokens must fit the int32 range")
     completion = usage.get("completion_tokens")
     if completion is not None:
         completion = _count(completion, path, line, "usage.completion_tokens")
-    rid = d.get("id", f"{path.name}:{line}")
-    if not isinstance(rid, (str, int)) or isinstance(rid, bool) or str(rid) == "":
-        raise _fail(path, line, f"field 'id' = {rid!r}: expected a non-empty string")
-    return VllmRequest(str(rid), category_of(path), prompt, completion, acc, dft, k, line)
+        if steps and made - (completion - 1) > acc[-1] + 1:
+            raise _fail(path, line, f"field 'usage.completion_tokens' = {completion} is below the 1 + {made:,} "
+                                    f"tokens of the prefill and the recorded steps by more than a cut explains (a "
+                                    f"stop string, EOS or max_tokens removes at most the last step's tokens, "
+                                    f"{acc[-1] + 1} here): usage and metrics are not of one response")
+    rid = request_id(d.get("id", f"{path.name}:{line}"), path, line)
+    return VllmRequest(rid, category_of(path), prompt, completion, acc, dft, k, line)
 
 
 def category_of(path: Path) -> str:
@@ -236,14 +342,12 @@ def match_flags(accepted: Sequence[int], drafted: Sequence[int]) -> np.ndarray:
 
 
 def _runs_through(flags: np.ndarray, counted: tuple[int, ...]) -> np.ndarray:
-    """Per position: how many consecutive flags from it are in ``counted`` (computed from the end)."""
-    ok = np.isin(flags, counted)
-    runs = np.zeros(len(flags), dtype=np.int64)
-    run = 0
-    for i in range(len(flags) - 1, -1, -1):
-        run = run + 1 if ok[i] else 0
-        runs[i] = run
-    return runs
+    """Per position: how many consecutive flags from it are in ``counted`` (the distance to the next flag that is
+    not, or to the end)."""
+    n = len(flags)
+    at = np.arange(n, dtype=np.int64)
+    stops = np.where(np.isin(flags, counted), n, at)  # a flag not counted stops the runs before it
+    return np.minimum.accumulate(stops[::-1])[::-1] - at
 
 
 def known_runs(flags: np.ndarray) -> np.ndarray:
@@ -261,6 +365,15 @@ def input_files(src: str | Path) -> list[Path]:
     return jsonl_files(src, "vLLM responses, one per line")
 
 
+def left_out_entries(src: Path, files: Sequence[Path]) -> list[str]:
+    """The entries of a source folder that are not imported (not ``*.jsonl``: ``b.json``, ``A.JSONL``...), sorted,
+    for the summary; empty for a file source."""
+    if not src.is_dir():
+        return []
+    used = set(files)
+    return sorted(p.name if p.name.isprintable() else repr(p.name) for p in src.iterdir() if p not in used)
+
+
 def import_metrics(src: str | Path, name: str | None = None, drafter: str = "vllm", method: str | None = None,
                    profile: CostProfile | None = None, temperature: float = 0.0) -> ImportedMetrics:
     """vLLM metrics files as one workload (in memory; ``save_workload`` writes it).
@@ -275,6 +388,12 @@ def import_metrics(src: str | Path, name: str | None = None, drafter: str = "vll
         temperature: The sampling temperature the requests ran at (provenance; at T > 0 a step's acceptance is one
             draw of the rejection sampler).
     """
+    drafter = check_word(drafter, "--drafters", _DRAFTER_WORD)  # the options first, before any file is read
+    if method is not None:
+        check_word(method, "--method", _METHOD_WORD)
+    temperature = check_temperature(temperature)
+    if name is not None:
+        check_name(name)
     src = Path(src)
     files = input_files(src)
     recs: list[VllmRequest] = []
@@ -286,7 +405,7 @@ def import_metrics(src: str | Path, name: str | None = None, drafter: str = "vll
                 raise _fail(path, rec.line, f"field 'id' {rec.id!r} repeats the request of {first}, line {at}")
             seen[rec.id] = (path, rec.line)
             recs.append(rec)
-    requests, steps, skipped, unrecorded, censored, rounds = [], [], 0, 0, 0, 0
+    requests, steps, skipped, unrecorded, cut, censored, rounds = [], [], 0, 0, 0, 0, 0
     for rec in recs:
         if not rec.accepted:
             skipped += 1
@@ -299,7 +418,9 @@ def import_metrics(src: str | Path, name: str | None = None, drafter: str = "vll
         censored += int((flags == -1).sum())
         rounds += len(rec.accepted)
         if rec.completion_tokens is not None:
-            unrecorded += rec.completion_tokens - 1 - len(flags)
+            gap = rec.completion_tokens - 1 - len(flags)  # > 0: plain decode steps; < 0: a cut last step
+            unrecorded += max(gap, 0)
+            cut += max(-gap, 0)
     if not requests:
         raise SpecgymError(f"{src}: no request has a verification step (every per_step_accepted is empty)")
     kind = "lookup" if (method or "").lower() in LOOKUP_METHODS else "model"
@@ -315,12 +436,12 @@ def import_metrics(src: str | Path, name: str | None = None, drafter: str = "vll
         "convention": "completion = the recorded verification steps in order; runs = known runs under the "
                       "per-position model (censored positions count as rejected); prompt_len = "
                       "usage.prompt_tokens + 1",
-        "steps": steps, "skipped_requests": skipped, "unrecorded_tokens": unrecorded,
+        "steps": steps, "skipped_requests": skipped, "unrecorded_tokens": unrecorded, "cut_tokens": cut,
         "split_fractions": list(SPLIT_FRACTIONS)}}
     wl = workload_from_requests(name or f"vllm-{src.stem}", source, profile or load_profile(PROFILE), requests,
                                 split_seed=SPLIT_SEED, split_fractions=SPLIT_FRACTIONS, extra=extra,
                                 drafters=[entry])
-    return ImportedMetrics(wl, files, skipped, unrecorded, censored, rounds)
+    return ImportedMetrics(wl, files, skipped, unrecorded, censored, rounds, cut, left_out_entries(src, files))
 
 
 def steps_of(wl: Workload) -> list[tuple[list[int], list[int]]] | None:

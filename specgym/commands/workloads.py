@@ -181,9 +181,7 @@ def _import_vllm(args: argparse.Namespace) -> int:
     check_output(args.out, args.force, "file", suffixes=(".parquet",))
     if args.name is not None:
         check_name(args.name)
-    if not args.temperature >= 0:  # NaN too
-        raise SpecgymError(f"--temperature must be >= 0, got {args.temperature}")
-    drafter = (args.drafters or "vllm").strip()
+    drafter = (args.drafters or "vllm").strip()  # checked, with --method and --temperature, by import_metrics
     profile = load_profile(args.profile) if args.profile else None
     imp = import_metrics(args.source, args.name, drafter=drafter, method=args.method, profile=profile,
                          temperature=args.temperature)  # every input parsed before anything is written

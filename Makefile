@@ -97,7 +97,7 @@ bench: $(STAMP)
 bench-vllm: $(VLLM_STAMP)
 	nice -n 10 $(VLLM_VENV)/bin/specgym bench vllm --concurrency 1,4,16,64 \
 	  --profile-batches 1,2,4,8,16,32,64 --profile-repeats 2 --mixed phased --repeats 3 \
-	  --json out/bench-vllm.json
+	  --json out/bench-vllm.json --force
 
 # --- the README's results table: PPO (K and token mode) on every shipped workload vs all baselines (~20 min) ---
 RESULT_WORKLOADS ?= midpair-greedy midpair-t08 speclane-mix assc-regimes tinypair-greedy tinypair-t08
@@ -205,7 +205,7 @@ models-midpair: $(STAMP)
 		--prompts-per-category 400 --prompts-seed 1 --prompts-id-prefix mp- \
 		--prompts-out data/workloads/midpair-prompts.jsonl
 	$(MAKE) profile-midpair record-midpair
-	$(SPECGYM) bench live --prompts 4 --json out/bench-live.json
+	$(SPECGYM) bench live --prompts 4 --json out/bench-live.json --force
 	$(LMPAIR) --work-dir $(MID_WORK) --stages card --name midpair --target-role big \
 		--card-profile data/profiles/cpu-midpair.json --card-notes training/lm_pair/notes/midpair.md \
 		--card-workloads data/workloads/midpair-greedy.parquet,data/workloads/midpair-t08.parquet \
@@ -254,12 +254,12 @@ predictor-smollm2: $(STAMP)
 bench-live-smollm2: $(STAMP)
 	$(SPECGYM) bench live --workload smollm2-greedy --prompts 6 --repeats 1 --profile cpu-smollm2 \
 		--controllers fixed:1,fixed:2,fixed:3,fixed:4,fixed:2@ngram,fixed:3@ngram,fixed:4@ngram,fixed:2@head,fixed:3@head,fixed:4@head,assc,speclane,hf-heuristic,marginal,predicted:smollm2,planned:smollm2,ppo:smollm2-token,ppo:smollm2-drafter,lookup-rule:3,drafter-marginal \
-		--json out/bench-live-smollm2.json
+		--json out/bench-live-smollm2.json --force
 
 bench-live-smollm2-t07: $(STAMP)
 	$(SPECGYM) bench live --workload smollm2-t07 --prompts 6 --repeats 1 --profile cpu-smollm2 \
 		--controllers fixed:1,fixed:2,fixed:3,fixed:2@ngram,fixed:3@ngram,fixed:1@head,fixed:2@head,fixed:3@head,fixed:4@head,assc,speclane,hf-heuristic,marginal,predicted:smollm2,planned:smollm2,drafter-marginal \
-		--json out/bench-live-smollm2-t07.json
+		--json out/bench-live-smollm2-t07.json --force
 
 record-smollm2-%: $(STAMP)
 	$(SPECGYM) record --pair smollm2 --prompts smollm2-prompts --max-new-tokens 128 --stop-at-eos \

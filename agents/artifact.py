@@ -66,7 +66,8 @@ class PolicyArtifact:
             :data:`~specgym.agents.policy_controller.GUARD_MARGIN` of the feature's bound), a chain policy hands its
             decisions to ``teacher``.
         teacher: The rule that decides where the policy is outside its range (``marginal``; ``planned:`` on the
-            embedded predictor for a predictor-reading policy), or ``None`` (no guard).
+            embedded predictor for a predictor-reading policy; ``drafter-marginal`` for a drafter policy; ``goodput``
+            for a batch policy), or ``None`` (no guard).
     """
 
     mode: str
@@ -166,7 +167,7 @@ class PolicyArtifact:
                 raise SpecgymError(f"policy guard: teacher must be one of {TEACHERS}, got {self.teacher!r}")
             if self.teacher == "planned" and self.predictor is None:
                 raise SpecgymError("policy guard: teacher 'planned' needs the embedded acceptance predictor")
-            if (self.teacher == "drafter-marginal") != (self.mode == "drafter"):
+            if self.teacher not in ((mode.teacher,) if mode.teacher else ("marginal", "planned")):
                 raise SpecgymError(f"policy guard: teacher {self.teacher!r} cannot decide for a {self.mode}-mode "
                                    f"policy")
 

@@ -60,6 +60,8 @@ class PolicyMode:
         predictor: It may be trained with an acceptance predictor (``--hyperparams predictor=NAME``).
         guarded: Its export records the observation range seen in training, and a guard hands decisions outside
             it to a teacher rule (``specgym policy-guard``).
+        teacher: The rule its guard hands those decisions to (None: a chain policy's, ``marginal``, or ``planned``
+            for a policy that reads a continuation predictor).
         env_demonstrations: Behaviour cloning records its teacher in its own training env (the budget rule the
             alloc policy calibrates) instead of replaying the teacher controller over the workload.
         k_actions: Its action index is a draft cap ``k_min + a`` (SB3 needs ``SB3ActionWrapper``'s ``start=0``).
@@ -84,6 +86,7 @@ class PolicyMode:
     draft_view: bool = False
     predictor: bool = False
     guarded: bool = False
+    teacher: str | None = None
     compared: tuple[str, ...] = ()
     best_key: str = "speedup_vs_best_fixed"
     reference: str = "the best fixed K"
@@ -147,11 +150,13 @@ MODES: dict[str, PolicyMode] = {m.name: m for m in (
     PolicyMode("batch", "batch", "ppo", lambda version: list(BATCH_FEATURE_NAMES), BATCH_FEATURE_VERSION,
                (BATCH_FEATURE_VERSION,), "draft_cap", lambda art, name, k_max: BatchPolicyController(art, name),
                "specgym/SpecDecodeBatch-v0", "batch.yaml", compared=("goodput",), best_key="speedup_vs_goodput",
-               reference="the best static K", decides="it chooses the draft length of each serving step."),
+               guarded=True, teacher="goodput", reference="the best static K",
+               decides="it chooses the draft length of each serving step."),
     PolicyMode("drafter", "drafter", "ppo", lambda version: list(DRAFTER_FEATURE_NAMES), DRAFTER_FEATURE_VERSION,
                (DRAFTER_FEATURE_VERSION,), "drafter_cap",
                lambda art, name, k_max: DrafterPolicyController(art, name), "specgym/SpecDecodeDrafter-v0",
                "drafter.yaml", compared=("lookup-rule:3", "drafter-marginal"), guarded=True,
+               teacher="drafter-marginal",
                decides="it chooses the drafter (of the engine's first three, or none) and the draft cap of each "
                        "round."),
     PolicyMode("alloc", "batch", "alloc-ppo", lambda version: list(ALLOC_FEATURE_NAMES), ALLOC_FEATURE_VERSION,

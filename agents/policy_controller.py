@@ -47,8 +47,8 @@ if TYPE_CHECKING:  # the artifact's module imports the mode table, which imports
     from specgym.agents.artifact import PolicyArtifact
 
 #: The rules a guarded policy hands its decisions to outside its training range (a chain policy's: ``marginal`` or
-#: ``planned``; a drafter-choice policy's: ``drafter-marginal``).
-TEACHERS = ("marginal", "planned", "drafter-marginal")
+#: ``planned``; a drafter-choice policy's: ``drafter-marginal``; a batch policy's: ``goodput``).
+TEACHERS = ("marginal", "planned", "drafter-marginal", "goodput")
 #: How far outside its training range a feature may go before the guard hands over: this share of the feature's
 #: bound range (:func:`~specgym.envs.core.features.feature_bounds`).
 GUARD_MARGIN = 0.02
@@ -134,7 +134,7 @@ class RangeGuard:
             lo, hi = float(self.artifact.obs_low[i]), float(self.artifact.obs_high[i])  # type: ignore[index]
             self.first_out = (name, float(obs[i]), lo, hi)
             print(f"{self.name}: feature {name} = {float(obs[i]):.4g} is outside its training range [{lo:.4g}, "
-                  f"{hi:.4g}]; such decisions are its teacher {self.artifact.teacher!r}'s", file=sys.stderr)
+                  f"{hi:.4g}]; such decisions go to its teacher, {self.artifact.teacher}", file=sys.stderr)
         return True
 
     def stats(self) -> dict[str, Any]:

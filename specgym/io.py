@@ -63,7 +63,7 @@ def _kind_of(path: Path) -> str | None:
 
 
 def check_output(path: str | Path, force: bool, kind: str = "dir", option: str = "--out",
-                 hint: str = "pass --force to replace it", suffixes: tuple[str, ...] = ()) -> Path:
+                 hint: str | None = None, suffixes: tuple[str, ...] = ()) -> Path:
     """The one output check of every command; returns ``path`` as a :class:`Path`.
 
     Args:
@@ -71,7 +71,8 @@ def check_output(path: str | Path, force: bool, kind: str = "dir", option: str =
         force: The command's ``--force`` (replace what specgym wrote there before).
         kind: ``"dir"`` (an output folder) or ``"file"``.
         option: The option that named the path, for the message.
-        hint: What the "already exists" message (``--out`` without ``force``) tells the user to do.
+        hint: What the "already exists" message (without ``force``) tells the user to do (default: pass --force
+            to replace it, for ``--out``; for another option, that ``--force`` covers ``--out`` only).
         suffixes: The file name endings the command's format has (``(".json",)``): a file named otherwise (Parquet
             into ``plain.txt``, JSON over a ``.jsonl``) is refused, never written silently.
 
@@ -101,9 +102,9 @@ def check_output(path: str | Path, force: bool, kind: str = "dir", option: str =
         raise SpecgymError(f"{option} {path}: is a {'folder' if found == 'dir' else 'file'}, expected a {what}")
     if not force:
         if option != "--out":
-            raise SpecgymError(f"{option} {path}: already exists (--force covers --out only: remove it or name "
-                               f"another file)")
-        raise SpecgymError(f"{path}: already exists ({hint})")
+            hint = hint or "--force covers --out only: remove it or name another file"
+            raise SpecgymError(f"{option} {path}: already exists ({hint})")
+        raise SpecgymError(f"{path}: already exists ({hint or 'pass --force to replace it'})")
     if kind == "dir":
         foreign = foreign_entry(path)
         if foreign is not None:

@@ -76,7 +76,7 @@ def trained(tmp_path_factory):
     assert main(["train", "--mode", "alloc", "--workload", "speclane-mix", "--timesteps", "1024", "--out", str(run),
                  "--hyperparams", "n_envs=2", "n_steps=256", "batch_size=128", "eval_freq=1024", "max_batch=16",
                  f"batch_profile={PROFILE}", "bc_passes=2", "bc_warmup=512", "eval_max_requests=16"]) == 0
-    assert main(["export", str(run), "--which", "final", "--out", str(root / "pol")]) == 0
+    assert main(["export", str(run), "--which", "final", "--out", str(root / "pol"), "--force"]) == 0  # tiny run
     return run, root / "pol"
 
 

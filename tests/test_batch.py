@@ -135,7 +135,7 @@ def test_train_batch_mode_export_and_compare(tmp_path, capsys):
                  "max_batch=32"]) == 0
     state = json.loads((run / "state.json").read_text())
     assert state["timesteps_done"] == 1024 and "speedup_vs_goodput" in state["val_history"][-1]
-    assert main(["export", str(run), "--out", str(tmp_path / "pol")]) == 0
+    assert main(["export", str(run), "--out", str(tmp_path / "pol"), "--force"]) == 0  # a tiny run: below
     assert json.loads((tmp_path / "pol" / "policy.json").read_text())["mode"] == "batch"
     capsys.readouterr()
     out = tmp_path / "cmp.json"

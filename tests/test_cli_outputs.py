@@ -119,3 +119,40 @@ def test_an_interrupted_demo_can_be_run_again_with_force(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert main(args) == 0
     assert (root / "report" / "report.md").is_file()
+
+
+def test_bench_json_refuses_an_existing_file_without_force(tmp_path, capsys):
+    """The report (F6): ``bench vector --json out/important.json`` replaced the user's file. Now it is refused like
+    every other output, and ``--force`` replaces it."""
+    mine = tmp_path / "important.json"
+    mine.write_text('{"mine": 1}\n')
+    assert main(["bench", "vector", "--workload", "assc-regimes", "--json", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert f"--json {mine}: already exists (pass --force to replace it)" in err
+    assert mine.read_text() == '{"mine": 1}\n'
+    assert main(["bench", "vector", "--workload", "assc-regimes", "--json", str(mine), "--force"]) == 0
+    assert json.loads(mine.read_text())["workload"] == "assc-regimes"
+    (tmp_path / "bench-vllm").mkdir()
+    (tmp_path / "bench-vllm" / "vllm.json").write_text("{}\n")  # an earlier `bench vllm` run's results
+    assert main(["bench", "vllm", "--out", str(tmp_path / "bench-vllm")]) == 2  # refused before vLLM is needed
+    assert "holds an earlier run's vllm.json (pass --force" in capsys.readouterr().err
+    commands = (ROOT / "Makefile").read_text().replace("\\\n", " ").splitlines()  # one line per command
+    benches = [c for c in commands if " bench " in c and "--json" in c]
+    assert len(benches) >= 4 and all("--force" in c for c in benches)  # make's re-runs replace their figures
+
+
+def test_bench_and_tune_errors_name_the_sub_command(capsys):
+    """The report: some errors printed as ``specgym bench:``, others as ``specgym bench live:``."""
+    assert main(["bench", "live", "--device", "tpu"]) == 2
+    assert capsys.readouterr().err.startswith("specgym bench live: error: --device 'tpu'")
+    assert main(["tune", "sweep", "--workload", "assc-regimes", "--profile", "batch-cpu-midpair", "--k-max", "12"]) == 2
+    assert capsys.readouterr().err.startswith("specgym tune sweep: error: --k-max 12: batch profile "
+                                              "'batch-cpu-midpair' prices K up to 8")
+
+
+def test_tune_sweep_default_k_max_fits_the_shipped_batch_profiles(capsys):
+    """The report: ``tune sweep`` failed on both shipped batch profiles with its default ``--k-max 12``."""
+    for profile in ("batch-a100-7b-roofline", "batch-cpu-midpair"):
+        assert main(["tune", "sweep", "--workload", "assc-regimes", "--profile", profile, "--replications", "1",
+                     "--concurrency", "1,4", "--controllers", "goodput"]) == 0, capsys.readouterr().err
+        assert "K in 0..8" in capsys.readouterr().out

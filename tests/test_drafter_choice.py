@@ -345,7 +345,7 @@ def test_train_export_and_run_a_drafter_policy(wl, tmp_path):
             "bc_init": "drafter-marginal"}
     train(TrainRequest(workload=str(path), mode="drafter", out=tmp_path / "run", timesteps=1024, seed=0,
                        overrides=tiny, quiet=True))
-    out = export_run(tmp_path / "run", tmp_path / "policy")
+    out = export_run(tmp_path / "run", tmp_path / "policy", force=True)  # a tiny run, maybe below its teacher
     art = load_policy(out)
     assert art.mode == "drafter"
     rep = evaluate(EvalConfig(str(path), f"ppo:{out},lookup-rule:3", split="all", k_max=K_MAX, bootstrap=0))

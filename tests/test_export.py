@@ -31,7 +31,7 @@ def exported(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"run-{request.param}")
     train(TrainRequest(workload="assc-regimes", mode=request.param, out=tmp / "run", timesteps=3072,
                        overrides=dict(TINY), quiet=True))
-    return tmp / "run", export_run(tmp / "run", tmp / "policy")
+    return tmp / "run", export_run(tmp / "run", tmp / "policy", force=True)  # a tiny run: maybe below
 
 
 def _model_and_vec(run: Path):
@@ -277,7 +277,7 @@ def test_modest_budget_beats_fixed_k4_on_assc_regimes_test_split(tmp_path):
 
     train(TrainRequest(workload="assc-regimes", mode="k", out=tmp_path / "run", timesteps=120_000,
                        overrides={"eval_freq": 20_000}, quiet=True))
-    art_dir = export_run(tmp_path / "run", tmp_path / "policy")
+    art_dir = export_run(tmp_path / "run", tmp_path / "policy", force=True)  # vs fixed:4, whatever the verdict
     rep = evaluate(EvalConfig(workload="assc-regimes", controllers=f"fixed:4,ppo:{art_dir}", split="test"))
     rows = {r["spec"]: r for r in rep["rows"]}
     assert rows[f"ppo:{art_dir}"]["throughput_tok_s"] > rows["fixed:4"]["throughput_tok_s"] * 1.02

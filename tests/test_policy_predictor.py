@@ -119,7 +119,7 @@ def test_training_with_a_predictor_exports_and_summarises_with_it(tmp_path):
     assert main(["train", "--workload", "midpair-greedy", "--mode", "token", "--timesteps", "2048", "--out", str(run),
                  "--hyperparams", "predictor=midpair", "bc_init=planned:midpair", "n_envs=2", "n_steps=256",
                  "batch_size=256", "eval_freq=0", "bc_warmup=0"]) == 0
-    assert main(["export", str(run), "--out", str(tmp_path / "pol")]) == 0
+    assert main(["export", str(run), "--out", str(tmp_path / "pol"), "--force"]) == 0  # a tiny run, maybe below
     art = load_policy(tmp_path / "pol")
     assert art.predictor is not None and art.predictor["name"] == "midpair"
     summary = json.loads((run / "summary.json").read_text())

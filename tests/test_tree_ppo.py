@@ -27,7 +27,7 @@ def tree_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tree-run")
     summary = train(TrainRequest(workload="midpair-greedy", mode="tree", out=tmp / "run", timesteps=2048,
                                  overrides=dict(TINY), quiet=True))
-    return tmp / "run", export_run(tmp / "run", tmp / "policy"), summary
+    return tmp / "run", export_run(tmp / "run", tmp / "policy", force=True), summary  # tiny: maybe below
 
 
 def test_training_smoke_logs_validates_and_checkpoints(tree_run):
@@ -64,7 +64,7 @@ def test_export_matches_sb3_predict(tree_run):
         vec = pickle.load(f)
     ctrl = TreePolicyController(load_policy(art_dir))
     # the final model is exported with --which final; best may differ: compare against the exported one's source
-    final = export_run(run, run / "policy-final", which="final")
+    final = export_run(run, run / "policy-final", which="final", force=True)
     ctrl = TreePolicyController(load_policy(final))
     env = gym.make("specgym/SpecDecodeTree-v0", workload="midpair-greedy", split="val", profile="gpu-like-published")
     rng = np.random.default_rng(0)

@@ -10,6 +10,8 @@ This module imports torch and stable-baselines3 (the ``train`` extra); loading t
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,62 @@ from specgym.training.config import RunConfig
 from specgym.training.env_factory import SpacesOnlyEnv
 from specgym.training.feature_ranges import vecnorm_range
 from specgym.training.run import load_run_predictor
-from specgym.training.run_folder import RunFiles, load_model, load_vecnormalize, read_summary
+from specgym.training.run_folder import RunFiles, load_model, load_vecnormalize, read_state, read_summary
 from specgym.training.sb3_actor import actor_layers
+
+#: The validation figures (``speedup_vs_X``) of the rules a policy hands its decisions to, or calibrates (its
+#: teacher): a policy below one of them, or below its mode's fixed reference (``speedup_vs_best_fixed``: the best
+#: fixed K, batch: the best static K), is exported only with ``force``.
+TEACHER_FIGURES = ("marginal", "planned", "goodput", "drafter-marginal", "budget")
+
+
+def below_verdict(metrics: Mapping[str, Any] | None, mode: str) -> str | None:
+    """What a policy's validation figures put it below (its mode's fixed reference, its teacher), or None: at or
+    above both, or no figures (a run that never validated)."""
+    below = []
+    for key, what in (("best_fixed", get_mode(mode).reference), *((t, f"its teacher {t}") for t in TEACHER_FIGURES)):
+        x = (metrics or {}).get(f"speedup_vs_{key}")
+        if isinstance(x, (int, float)) and x < 1.0:
+            below.append(f"{what} ({x:.3f}x)")
+    return "BELOW " + " and ".join(below) if below else None
+
+
+def check_deployable(metrics: Mapping[str, Any] | None, mode: str, what: str, force: bool) -> str | None:
+    """Refuse to export a policy its validation found below its fixed reference or its teacher (what training's
+    summary tells not to deploy); with ``force``, say so on stderr and return the warning the export carries (None:
+    not below).
+
+    Args:
+        metrics: The policy's validation figures (``summary.json``'s, or an exported ``policy.json``'s ``metrics``).
+        mode: Its policy mode.
+        what: How the messages name it (the run folder and model).
+        force: Export it anyway, with the warning.
+    """
+    verdict = below_verdict(metrics, mode)
+    if verdict is None:
+        return None
+    if not force:
+        raise SpecgymError(f"{what}: its validation puts it {verdict}, so it is not exported (do not deploy it); "
+                           f"train longer or tune it, or pass --force to export it anyway (the export then carries "
+                           f"this warning)")
+    warning = f"{what} is {verdict} on validation: exported with --force; do not deploy it"
+    print(f"warning: {warning}", file=sys.stderr)
+    return warning
+
+
+def run_metrics(run: RunFiles, picked: str) -> dict[str, Any] | None:
+    """The validation figures of a run's ``picked`` model (``best``/``final``): the full-split ones of
+    ``summary.json`` when it describes the run as it is now, else (an unfinished run) the figures the best model was
+    kept by in ``state.json`` (None: the final model of an unfinished run, which no validation describes)."""
+    summary, state = read_summary(run), read_state(run)
+    if summary is not None and summary.get("timesteps") == state.get("timesteps_done"):
+        figures = (summary.get("val_all") or {}).get(picked)
+        if figures is None and summary.get("model") == picked:
+            figures = summary.get("val")
+        if isinstance(figures, dict):
+            return figures
+    best = state.get("best")
+    return best if picked == "best" and isinstance(best, dict) else None
 
 
 def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, k_max: int,
@@ -56,10 +112,10 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
     row = get_mode(mode)
     # a tree menu: the tree env's default one (what `specgym train --mode tree` trains on)
     shapes = [list(s) for s in DEFAULT_SHAPES] if row.action == "tree_widths" else []
-    # the guard of a chain policy: the range it saw in training and the rule that decides outside it
+    # the guard of a chain, drafter or batch policy: the range it saw in training and the rule that decides outside it
     seen = vecnorm_range(vecnorm) if row.guarded else None
-    teacher = None if seen is None else "drafter-marginal" if row.action == "drafter_cap" else \
-        "planned" if predictor is not None and predictor.continuation else "marginal"
+    teacher = None if seen is None else row.teacher or \
+        ("planned" if predictor is not None and predictor.continuation else "marginal")
     art = PolicyArtifact(mode=mode, k_min=k_min, k_max=k_max, weights=weights, biases=biases, activation=activation,
                          obs_mean=mean, obs_var=var, clip_obs=clip_obs, epsilon=eps,
                          feature_version=row.feature_version, features=row.features(row.feature_version),
@@ -106,7 +162,7 @@ def load_run_model(run: RunFiles, which: str = "best") -> tuple[Any, Any, str, R
 
 
 def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = "best",
-               overwrite: bool = False) -> Path:
+               overwrite: bool = False, force: bool = False) -> Path:
     """Export a training run folder (``specgym export``).
 
     Args:
@@ -115,11 +171,14 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = 
         which: ``best`` (the best model by validation speedup; falls back to the final one when no validation
             ran) or ``final`` (the last saved model).
         overwrite: Replace an existing artifact folder.
+        force: Export a policy its validation found below its fixed reference or its teacher
+            (:func:`check_deployable`); ``policy.json`` then carries the warning.
     """
     run = RunFiles(Path(run_dir))
     out = check_output(out or run.root / "policy", overwrite)  # before the model loads
     model, vecnorm, picked, cfg = load_run_model(run, which)
-    summary = read_summary(run)
+    metrics = run_metrics(run, picked)
+    warning = check_deployable(metrics, cfg.mode, f"{run_dir} ({picked} model)", force)
     meta = {
         "training": {
             "run": Path(run_dir).resolve().name,
@@ -131,7 +190,8 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, which: str = 
             "seed": cfg.seed,
             "config": cfg.ppo.to_dict(),
         },
-        "metrics": (summary or {}).get("val", {}),
+        "metrics": metrics or {},
+        **({"warning": warning} if warning else {}),
     }
     art = run_artifact(model, vecnorm, cfg, load_run_predictor(cfg), meta)
     return write_artifact(art, out, overwrite=overwrite)

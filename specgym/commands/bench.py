@@ -147,12 +147,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             sp.add_argument(flag, dest=dest, **({"metavar": flag[2:].upper().replace("-", "_")} | kw
                                                 if kw.get("action") != "store_true" else kw))
         _old_spellings(sp)
-        sp.set_defaults(func=_run)
+        sp.set_defaults(func=_run, command=f"bench {name}")  # errors say `specgym bench live: error: ...`
 
 
 def _common(p: argparse.ArgumentParser, default: Any) -> None:
     p.add_argument("--workload", default=default, help="workload name or path (default: the default workload)")
     p.add_argument("--json", type=Path, default=default, help="also write the figures as JSON here")
+    p.add_argument("--force", action="store_true", default=False if default is None else default,
+                   help="replace an existing --json file (and bench vllm's earlier results in --out)")
 
 
 def _old_spellings(p: argparse.ArgumentParser) -> None:
@@ -182,8 +184,11 @@ def _run(args: argparse.Namespace) -> int:
     console = make_console()
     workload = args.workload or default_workload_name()
     catalogue.resolve("workload", workload)
-    if args.json:  # the figures file is rewritten on every run; still never a folder, device or link
-        check_output(args.json, True, "file", "--json", suffixes=(".json",))
+    if args.json:  # an earlier figures file is replaced only with --force; never a folder, device or link
+        check_output(args.json, args.force, "file", "--json", "pass --force to replace it", suffixes=(".json",))
+    if "vllm" in sections and (Path(args.vllm_out) / "vllm.json").exists() and not args.force:
+        raise SpecgymError(f"--out {args.vllm_out}: holds an earlier run's vllm.json (pass --force to replace its "
+                           f"results, or name another --out)")
     if args.live_profile is not None:
         load_profile(args.live_profile)  # a bad name fails before anything runs
     if args.live_controllers:
@@ -204,5 +209,5 @@ def _run(args: argparse.Namespace) -> int:
     for name in sections:
         figures.update(section(name)(args, workload, console))
     if args.json:
-        atomic_write_text(args.json, json.dumps(figures, indent=2, default=float) + "\n", overwrite=True)
+        atomic_write_text(args.json, json.dumps(figures, indent=2, default=float) + "\n", overwrite=args.force)
     return 0

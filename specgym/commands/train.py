@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import specgym.catalogue as catalogue
-from specgym.agents.artifact import load_policy
+from specgym.agents.artifact import load_policy, policy_mode
 from specgym.agents.modes import MODES
-from specgym.agents.sglang_export import write_sglang_module
-from specgym.commands.args import k_max_type, nonneg_int, path_type, positive_int
+from specgym.agents.sglang_export import SGLANG_MAX_BATCH, require_batch_policy, write_sglang_module
+from specgym.commands.args import int_range, k_max_type, nonneg_int, path_type, positive_int
 from specgym.deps import require
 from specgym.envs.core.kinds import MODE_NAMES
 from specgym.envs.profiles import load_batch_profile
@@ -18,7 +19,7 @@ from specgym.errors import SpecgymError
 from specgym.io import check_output
 from specgym.paths import default_workload_name
 from specgym.training.config import RunConfig, parse_overrides
-from specgym.training.export import export_run, load_run_model, run_artifact
+from specgym.training.export import check_deployable, export_run, load_run_model, run_artifact, run_metrics
 from specgym.training.ppo import TrainRequest, train
 from specgym.training.run import load_run_predictor
 from specgym.training.run_folder import RunFiles
@@ -68,14 +69,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "measured where SGLang runs (required)")
     e.add_argument("--candidate-steps", default=None,
                    help="--to sglang: comma-separated step counts SGLang builds runtime states for (default 0..k_max)")
-    e.add_argument("--max-batch", type=positive_int, default=512,
-                   help="--to sglang: batch sizes the profile is tabulated at, 1..N (default %(default)s)")
+    e.add_argument("--max-batch", type=int_range(1, SGLANG_MAX_BATCH), default=512,
+                   help=f"--to sglang: batch sizes the profile is tabulated at, 1..N, N <= {SGLANG_MAX_BATCH} "
+                        f"(default %(default)s)")
     e.add_argument("--out", type=path_type, default=None,
                    help="artifact folder (default RUN/policy); --to sglang: the .py file (default "
                         "RUN/sglang_policy.py)")
     e.add_argument("--which", choices=("best", "final"), default="best",
                    help="best model by validation speedup (default) or the final one")
-    e.add_argument("--force", action="store_true", help="replace an existing artifact folder")
+    e.add_argument("--force", action="store_true",
+                   help="replace an existing artifact folder or module; and export a policy its validation found "
+                        "below the best fixed K or its teacher (the export then carries the warning)")
     e.set_defaults(func=_export)
 
 
@@ -146,8 +150,9 @@ def _export(args: argparse.Namespace) -> int:
     for opt in ("profile", "candidate_steps"):
         if getattr(args, opt) is not None:
             raise SpecgymError(f"--{opt.replace('_', '-')}: with --to sglang only")
+    _refuse_shipped_name(args.run, "export")
     require("train", "training")
-    out = export_run(args.run, args.out, which=args.which, overwrite=args.force)
+    out = export_run(args.run, args.out, which=args.which, overwrite=args.force, force=args.force)
     mode = MODES.get(json.loads((Path(out) / "policy.json").read_text()).get("mode"))
     spec = mode.spec_prefix if mode else "ppo"
     print(f"exported policy: {out}/policy.json + policy.npz (use it as {spec}:{out})")
@@ -165,18 +170,46 @@ def _export_sglang(args: argparse.Namespace) -> int:
             steps = [int(s) for s in args.candidate_steps.split(",") if s.strip()]
         except ValueError:
             raise SpecgymError(f"--candidate-steps: comma-separated integers, got {args.candidate_steps!r}") from None
+        if steps and max(steps) < 1:
+            raise SpecgymError(f"--candidate-steps {args.candidate_steps}: the module could only choose no "
+                               f"speculation; name at least one step of 1 or more")
     folder = Path(args.run)
+    if not folder.exists() and str(args.run) in catalogue.names("policy"):  # a shipped policy named by its name
+        folder = catalogue.resolve("policy", str(args.run))
+        shipped = load_policy(folder)
+        require_batch_policy(shipped, f"{args.run}: a shipped policy of mode {shipped.mode}")
+        if args.out is None:
+            raise SpecgymError(f"{args.run}: a shipped policy: name the module to write with --out FILE.py")
     out = check_output(args.out or folder / "sglang_policy.py", args.force, "file")
     profile = load_batch_profile(args.profile)
     if (folder / "policy.json").is_file():
         art = load_policy(folder)
+        what = str(args.run)
     elif (folder / "policy" / "policy.json").is_file():
         art = load_policy(folder / "policy")
+        what = str(folder / "policy")
     else:
         require("train", "training")
-        model, vecnorm, _, cfg = load_run_model(RunFiles(folder), args.which)
-        art = run_artifact(model, vecnorm, cfg, load_run_predictor(cfg), {"training": {"run": folder.resolve().name}})
-    write_sglang_module(art, profile, out, steps, args.max_batch, overwrite=args.force)
+        run = RunFiles(folder)
+        model, vecnorm, picked, cfg = load_run_model(run, args.which)
+        art = run_artifact(model, vecnorm, cfg, load_run_predictor(cfg),
+                           {"training": {"run": folder.resolve().name}, "metrics": run_metrics(run, picked) or {}})
+        what = f"{args.run} ({picked} model)"
+    require_batch_policy(art)
+    warning = check_deployable(art.meta.get("metrics"), art.mode, what, args.force)
+    if art.teacher is None:
+        print(f"note: {what} carries no training range (exported before batch policies recorded one): the module "
+              f"has no guard; export its run folder instead to give it one", file=sys.stderr)
+    write_sglang_module(art, profile, out, steps, args.max_batch, overwrite=args.force, warning=warning)
     print(f"exported SGLang policy module: {out} (numpy only; make_policy(initial_steps=N) is the "
           f"AdaptiveSpecPolicy; see docs/guides/sglang.md)")
     return 0
+
+
+def _refuse_shipped_name(run: Path, command: str) -> None:
+    """A shipped policy's name given where a run folder is expected: say what it is (not "not a training run")."""
+    if not run.exists() and str(run) in catalogue.names("policy"):
+        mode = MODES.get(policy_mode(catalogue.resolve("policy", str(run))) or "")
+        raise SpecgymError(f"{run}: a shipped policy of mode {mode.name if mode else '?'}, already exported; "
+                           f"{command} takes a run folder written by 'specgym train' (use the policy as "
+                           f"{mode.spec_prefix if mode else 'ppo'}:{run})")

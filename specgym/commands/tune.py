@@ -25,6 +25,9 @@ from specgym.eval.tune import describe, tune_vllm
 from specgym.io import atomic_write_text, check_output
 from specgym.paths import default_workload_name
 
+#: ``tune sweep``'s largest default K (where the profile prices K that far; else the profile's largest priced K).
+SWEEP_K_MAX = 12
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``tune``."""
@@ -43,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--seed", type=nonneg_int, default=0, help="seed of the acceptance draws (default %(default)s)")
     v.add_argument("--out", type=path_type, default=None, help="also write the result as JSON here")
     v.add_argument("--force", action="store_true", help="overwrite --out")
-    v.set_defaults(func=_vllm)
+    v.set_defaults(func=_vllm, command="tune vllm")
 
     r = tsub.add_parser("roofline", help="write a batched cost profile from public hardware and model numbers")
     r.add_argument("--target-params", type=float_range(1.0, lo_open=False), required=True,
@@ -66,7 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--name", default=None, help="profile name (default: the output file's stem)")
     r.add_argument("--out", type=path_type, required=True, help="the profile JSON to write")
     r.add_argument("--force", action="store_true", help="overwrite --out")
-    r.set_defaults(func=_roofline)
+    r.set_defaults(func=_roofline, command="tune roofline")
 
     c = tsub.add_parser("compare", help="batch controllers on a mixed-concurrency workload (paired CIs)")
     c.add_argument("--workload", default=None, help="workload name or path (default: the default workload)")
@@ -80,7 +83,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--split", default="test", choices=("train", "val", "test", "all"), help="(default test)")
     c.add_argument("--out", type=path_type, default=None, help="also write the result as JSON here")
     c.add_argument("--force", action="store_true", help="overwrite --out")
-    c.set_defaults(func=_compare)
+    c.set_defaults(func=_compare, command="tune compare")
 
     w = tsub.add_parser("sweep", help="batch controllers across concurrencies vs the best fixed K at each (closed "
                                       "loop, paired CIs, the clairvoyant oracle's headroom)")
@@ -92,7 +95,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"comma-separated batch controller specs, 'all' = every batch controller; "
                         f"{usage_line(('batch',))} (static K are always run: the best fixed K; default %(default)s)")
     w.add_argument("--replications", type=positive_int, default=5, help="request sets per concurrency (default 5)")
-    w.add_argument("--k-max", type=k_max_type, default=12, help="largest K (default %(default)s)")
+    w.add_argument("--k-max", type=k_max_type, default=None,
+                   help=f"largest K (default: the profile's largest priced K, at most {SWEEP_K_MAX}; the shipped "
+                        f"batch profiles price K up to 8)")
     w.add_argument("--split", default="all", choices=("train", "val", "test", "all"), help="(default all)")
     w.add_argument("--switch-costs", default="off",
                    help="what a K-tier switch costs: ms=X,cooldown=N,captured=0-1-3,slowdown=F (default off)")
@@ -103,7 +108,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--json", type=path_type, default=None, help="write the result as JSON here")
     w.add_argument("--plot", type=path_type, default=None, help="write a PNG plot here (default: next to --json)")
     w.add_argument("--force", action="store_true", help="overwrite --json and --plot")
-    w.set_defaults(func=_sweep)
+    w.set_defaults(func=_sweep, command="tune sweep")  # errors say `specgym tune sweep: error: ...`
 
 
 def _drafter_note(wl) -> None:
@@ -167,10 +172,15 @@ def _sweep(args: argparse.Namespace) -> int:
     for path in (args.json, png):
         if path is not None:
             check_output(path, args.force, "file", "--json" if path == args.json else "--plot",
+                         "pass --force to replace it",
                          suffixes=(".json",) if path == args.json else (".png", ".pdf", ".svg"))
     switch = SwitchCosts.parse(args.switch_costs)
     profile = load_batch_profile(args.profile)
-    profile.check_k_max(args.k_max)
+    if args.k_max is None:
+        args.k_max = min(profile.max_k, SWEEP_K_MAX)
+    if args.k_max > profile.max_k:  # an explicit --k-max above what the profile prices
+        raise SpecgymError(f"--k-max {args.k_max}: batch profile {profile.name!r} prices K up to {profile.max_k}; "
+                           f"pass --k-max {profile.max_k} or less (the default)")
     if args.capture_sizes is not None and profile.linear is None:
         raise SpecgymError(f"--capture-sizes: batch profile {profile.name!r} is a grid; capture sizes pad a linear "
                            f"profile's batched tokens (e.g. h100-llama31-8b)")

@@ -33,7 +33,7 @@ from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.errors import SpecgymError
 from specgym.eval.censored import bound_note, censored_bound
 from specgym.eval.drafter_runner import run_drafter_controller, run_drafter_oracle
-from specgym.eval.metrics import category_metrics, figures, headroom_split, oracle_figures
+from specgym.eval.metrics import category_metrics, figures, headroom_closed, headroom_split, oracle_figures
 from specgym.eval.references import INFORMED, References, references
 from specgym.eval.runner import RunResult, grouped_notes, run_controller
 from specgym.eval.stats import PairedBootstrap
@@ -255,6 +255,22 @@ def _best_single_drafter(named: Resolution, results: list[RunResult], refs: Refe
     return min(candidates, key=lambda r: float(r.time_ms.sum()))
 
 
+def _drafter_limit(replay: Replay, named: Resolution, results: list[RunResult]) -> RunResult:
+    """The clairvoyant drafter choice over every drafter of the workload: the limit of a drafter-choice evaluation
+    (the chain oracle covers the default drafter alone); the run's own ``drafter-oracle`` row when it has one."""
+    ran = next((r for r, row in zip(results, named) if row.spec == "drafter-oracle"), None)
+    return ran if ran is not None else run_drafter_oracle(replay.engine, replay.requests, "drafter-oracle")
+
+
+def _against_drafter_limit(row: dict[str, Any], t_limit: float, t_best_single: float) -> None:
+    """A drafter-choice evaluation's row measured against its limit, the clairvoyant drafter choice: the oracle ratio
+    to it and the share of the best single drafter's gap to it closed; the informed oracle's columns are left out
+    (it knows the default drafter's acceptance alone)."""
+    row["oracle_ratio"] = t_limit / row["total_time_ms"]
+    row["headroom_closed"] = headroom_closed(t_best_single, row["total_time_ms"], t_limit)
+    row["headroom_closed_informed"] = row["prediction_decision_tok_s"] = None
+
+
 def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results: list[RunResult],
                     refs: References, traced: dict[str, int]) -> dict[str, Any]:
     """The JSON-ready report of an evaluation: rows by throughput, the oracles, the headroom split, K traces."""
@@ -268,6 +284,7 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results:
     best_single = _best_single_drafter(named, results, refs)
     if best_single is not None:  # every row's paired ratio to the best single drafter at its best fixed K
         ratio_refs["speedup_vs_best_single_drafter"] = best_single.time_ms
+    drafter_limit = _drafter_limit(replay, named, results) if best_single is not None else None
     lookup_rule = next(((row.spec, r) for r, row in zip(results, named) if row.entry.prefix == "lookup-rule"), None)
     if lookup_rule is not None:  # and to the (first) lookup rule of the run
         ratio_refs["speedup_vs_lookup_rule"] = lookup_rule[1].time_ms
@@ -297,6 +314,13 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results:
     informed_row.update(spec=INFORMED, token_level=False, categories=category_metrics(refs.informed, categories),
                         expected_time_ms=refs.informed_expected_ms,
                         ci95={key: boot.ratio_ci(ref, refs.informed.time_ms) for key, ref in ratio_refs.items()})
+    oracle_row = oracle_figures(refs).to_dict()
+    limit_row = None
+    if drafter_limit is not None and best_single is not None:
+        limit_row = {**figures(drafter_limit, refs).to_dict(), "spec": drafter_limit.name, "family": "oracle",
+                     "drafters": list(wl.drafter_names)}
+        for row in [*rows, oracle_row, informed_row, limit_row]:
+            _against_drafter_limit(row, float(drafter_limit.time_ms.sum()), float(best_single.time_ms.sum()))
     traces = {}
     for cat, req in traced.items():
         traces[cat] = {"request_id": str(wl.request_id[req]), "length": int(wl.lengths[req]),
@@ -327,7 +351,8 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results:
         "max_requests": cfg.max_requests,
         "reference": {"t_ar_ms": refs.t_ar_ms, "best_fixed_k": refs.best_k,
                       "fixed_time_ms": {str(k): refs.t_fixed(k) for k in refs.fixed}},
-        "oracle": oracle_figures(refs).to_dict(),
+        "oracle": oracle_row,
+        "drafter_oracle": limit_row,
         "informed_oracle": informed_row,
         "headroom": headroom_split(refs),
         "rows": rows,

@@ -63,9 +63,17 @@ def markdown_table(report: dict[str, Any]) -> str:
     head = "| " + " | ".join(_header(report, key, title) for key, title, _ in COLUMNS) + " |"
     sep = "|" + "|".join("---" if i == 0 else "---:" for i in range(len(COLUMNS))) + "|"
     trees = any(row.get("tree") for row in report["rows"])
-    oracle = dict(report["oracle"], controller="**oracle** (clairvoyant limit of chain drafts; a tree can pass it)"
-                  if trees else "**oracle** (clairvoyant limit)")
-    lines = [head, sep, "| " + " | ".join(_cell(oracle, k, f) for k, _, f in COLUMNS) + " |"]
+    limit = report.get("drafter_oracle")
+    label = ("clairvoyant limit of chain drafts; a tree can pass it" if trees else
+             f"clairvoyant limit of the default drafter, {limit['drafters'][0]}, alone; drafter choice can pass it"
+             if limit else "clairvoyant limit")
+    lines = [head, sep]
+    if limit:  # a drafter-choice evaluation: its limit is the clairvoyant choice among every drafter
+        limit = dict(limit, controller=f"**drafter oracle** (clairvoyant limit of drafter choice among "
+                                       f"{', '.join(limit['drafters'])})")
+        lines.append("| " + " | ".join(_cell(limit, k, f) for k, _, f in COLUMNS) + " |")
+    oracle = dict(report["oracle"], controller=f"**oracle** ({label})")
+    lines.append("| " + " | ".join(_cell(oracle, k, f) for k, _, f in COLUMNS) + " |")
     if "informed_oracle" in report:
         informed = dict(report["informed_oracle"], controller=INFORMED_LABEL)
         lines.append("| " + " | ".join(_cell(informed, k, f) for k, _, f in COLUMNS) + " |")
@@ -196,7 +204,7 @@ def markdown_report(report: dict[str, Any], plots: bool = True) -> str:
         *([guard_section(report), ""] if any((r.get("guard") or {}).get("handed") for r in report["rows"]) else []),
         *([tree_section(report), ""] if report.get("best_static_tree") else []),
         *([drafter_section(report), ""] if report.get("best_single_drafter") else []),
-        *([headroom_section(report), ""] if "headroom" in report else []),
+        *([headroom_section(report), ""] if "headroom" in report and not report.get("drafter_oracle") else []),
         *(["## Notes", "", *(f"- {note}" for note in report["notes"]), ""] if report.get("notes") else []),
         *([PLOTS_LINE, ""] if plots else []),
     ])

@@ -40,6 +40,12 @@ DEFAULT_WORKLOADS = ("midpair-greedy", "tinypair-greedy", "speclane-mix")
 #: Shipped model pairs in order of preference for the live commands: the pair where speculation pays on a CPU,
 #: else the small overhead-bound one.
 DEFAULT_PAIRS = ("midpair", "tinypair")
+#: What ``specgym generate`` runs without ``--controller`` or ``--k``.
+DEFAULT_CONTROLLER = "fixed:4"
+#: A shipped pair's recommended controllers for ``specgym generate``, best first: the first that runs at the
+#: requested temperature is the default (a rule that fits itself needs the pair's recording at that temperature).
+#: smollm2: drafter choice is its best live row, the head at K = 4 its best fixed K (docs/results/live-smollm2.md).
+RECOMMENDED_CONTROLLERS: dict[str, tuple[str, ...]] = {"smollm2": ("drafter-marginal", "fixed:4@head")}
 
 
 def default_pair_name() -> str:

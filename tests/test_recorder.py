@@ -150,6 +150,10 @@ def test_prompt_file_errors(tmp_path):
     bad.write_text('{"prompt": "a", "id": "x"}\n{"prompt": "b", "id": "x"}\n')
     with pytest.raises(SpecgymError, match=r":2: duplicate id"):
         read_prompts(bad)
+    for rid in ("null", "true", "{}", '""'):  # was read as the id 'None' (a duplicate on the second such line)
+        bad.write_text(f'{{"prompt": "a", "id": {rid}}}\n')
+        with pytest.raises(SpecgymError, match=r":1: field 'id' must be a non-empty string or an integer, got "):
+            read_prompts(bad)
     bad.write_text('{"prompt": "a", "max_new_tokens": 0}\n')
     with pytest.raises(SpecgymError, match="max_new_tokens"):
         read_prompts(bad)

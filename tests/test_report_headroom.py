@@ -28,3 +28,23 @@ def test_the_report_prints_a_dash_for_it():
                         "headroom_closed": -0.03, "headroom_closed_informed": headroom_closed(25.0, 25.2, 24.9999)}]}
     line = headroom_section(report).splitlines()[-1]
     assert line.endswith("| – |") and "-3.0%" in line
+
+
+def test_a_drafter_evaluation_is_measured_against_the_drafter_oracle():
+    """On the real pair's recording the chain oracle (the draft model alone) is passed by drafter choice; the table
+    leads with the drafter oracle, and every ratio and headroom share is taken against it (the report's F9)."""
+    from specgym.eval.harness import EvalConfig, evaluate
+    from specgym.eval.report import markdown_table
+
+    rep = evaluate(EvalConfig("smollm2-greedy", "fixed:3@head,drafter-marginal", split="test",
+                              profile="cpu-smollm2", bootstrap=0))
+    limit, rows = rep["drafter_oracle"], {r["spec"]: r for r in rep["rows"]}
+    assert limit["drafters"] == ["draft", "ngram", "head"] and limit["oracle_ratio"] == pytest.approx(1.0)
+    assert rows["drafter-marginal"]["throughput_tok_s"] > rep["oracle"]["throughput_tok_s"]  # passes the chain oracle
+    for row in (*rows.values(), rep["oracle"]):
+        assert 0 < row["oracle_ratio"] <= 1.0 and row["headroom_closed_informed"] is None, row
+    assert rows["fixed:3@head"]["headroom_closed"] == pytest.approx(0.0)  # the best single drafter closes none
+    assert 0 < rows["drafter-marginal"]["headroom_closed"] < 1
+    table = markdown_table(rep).splitlines()
+    assert table[2].startswith("| **drafter oracle** (clairvoyant limit of drafter choice among draft, ngram, head)")
+    assert "of the default drafter, draft, alone" in table[3]

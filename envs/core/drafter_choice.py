@@ -72,9 +72,9 @@ class DrafterController(ABC):
         """Refuse, in one line, an engine that lacks a drafter this controller proposes with."""
         missing = [d for d in wanted if d != NO_DRAFTER and d not in self.drafters]
         if missing:
+            where = f"workload {self.ctx.workload}" if self.ctx.workload else "the engine"
             raise SpecgymError(f"controller {self.name} proposes with drafter(s) {', '.join(missing)}, which "
-                               f"workload {self.ctx.workload or '?'} does not hold (it holds "
-                               f"{', '.join(self.drafters)})")
+                               f"{where} does not hold (it holds {', '.join(self.drafters)})")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"

@@ -65,6 +65,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -77,7 +78,7 @@ from specgym.envs.core.request import KeepDrafting, Request, drive
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome, RoundStart, check_k_max
 from specgym.envs.core.signals import TOPK, DraftSignals, SignalColumns
 from specgym.envs.engines.clock import host_generator, host_multinomial, host_uniform, synchronize
-from specgym.envs.engines.draft_head import HEAD_DRAFTER
+from specgym.envs.engines.draft_head import HEAD_DRAFTER, pair_head_folder
 from specgym.envs.engines.draft_stats import draft_stats, top_probs
 from specgym.envs.engines.draft_vocab import output_rows
 from specgym.envs.engines.lean_forward import lean_runner
@@ -178,7 +179,7 @@ class LiveEngine:
         self._lean = {id(m): lean_runner(m) for m in (draft, target)} if lean else {}
         self.signals = bool(signals)
         self.head = head
-        self.drafter_names = (IMPLICIT_DRAFTER, NGRAM_DRAFTER) + ((HEAD_DRAFTER,) if head is not None else ())
+        self.drafter_names = self.drafters_with(head is not None)
         self.sketch = None if sketch is None else np.asarray(sketch, dtype=np.float32)
         hidden = int(draft.get_output_embeddings().weight.shape[1])
         if self.sketch is not None and (self.sketch.ndim != 2 or self.sketch.shape[0] != hidden):
@@ -190,6 +191,17 @@ class LiveEngine:
     #: its draft head when it has one.
     drafter_names: tuple[str, ...] = (IMPLICIT_DRAFTER, NGRAM_DRAFTER)
     ngram_n: tuple[int, int] = (NGRAM_MIN_N, NGRAM_MAX_N)
+
+    @staticmethod
+    def drafters_with(head: bool) -> tuple[str, ...]:
+        """The drafters an engine serves, the default first; with ``head``, its draft head too."""
+        return (IMPLICIT_DRAFTER, NGRAM_DRAFTER) + ((HEAD_DRAFTER,) if head else ())
+
+    @classmethod
+    def serves(cls, draft: str | Path) -> tuple[str, ...]:
+        """The drafters an engine over the draft ``draft`` of a pair will serve (its pair folder's head loads with
+        it, :func:`~specgym.envs.engines.model_loading.load_pair`), known before any model loads."""
+        return cls.drafters_with(pair_head_folder(draft) is not None)
 
     @classmethod
     def from_pair(cls, pair: LivePair, **kw: Any) -> LiveEngine:

@@ -57,7 +57,11 @@ def read_prompts(path: str | Path) -> list[PromptSpec]:
             text = obj.get("prompt")
             if not isinstance(text, str) or not text:
                 raise SpecgymError(f"{where}: field 'prompt' must be a non-empty string")
-            rid = str(obj.get("id", f"p{len(out):05d}"))
+            rid = obj.get("id", f"p{len(out):05d}")
+            if isinstance(rid, bool) or not isinstance(rid, (str, int)) or not str(rid).strip():
+                raise SpecgymError(f"{where}: field 'id' must be a non-empty string or an integer, got "
+                                   f"{json.dumps(rid)} (leave it out for a generated id)")
+            rid = str(rid)
             if rid in seen:
                 raise SpecgymError(f"{where}: duplicate id {rid!r}")
             seen.add(rid)

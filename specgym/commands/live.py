@@ -18,7 +18,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import specgym.catalogue as catalogue
-from specgym.agents.specs import build, kind_of
+from specgym.agents.specs import Resolved, build
 from specgym.commands.args import (
     k_max_type,
     nonneg_int,
@@ -30,10 +30,10 @@ from specgym.commands.args import (
 from specgym.console import make_progress
 from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
 from specgym.envs.core.batch_cost import save_batch_profile
-from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile, save_profile
+from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile, placeholder_profile, save_profile
 from specgym.envs.core.drafter_choice import drive_drafters
 from specgym.envs.core.kinds import kind_row
-from specgym.envs.core.rounds import DEFAULT_K_MAX
+from specgym.envs.core.rounds import DEFAULT_K_MAX, RequestContext
 from specgym.envs.core.tree import TreeController
 from specgym.envs.engines.calibration import calibrate
 from specgym.envs.engines.distributed import record_distributed, require_ray
@@ -54,7 +54,14 @@ from specgym.envs.workloads.prompts import read_prompts, splits_named
 from specgym.envs.workloads.trace_format import SPLITS, cached_workload
 from specgym.errors import SpecgymError
 from specgym.io import check_output, read_text
-from specgym.paths import MODEL_ROOTS, default_pair_name, pair_profile, portable_name
+from specgym.paths import (
+    DEFAULT_CONTROLLER,
+    MODEL_ROOTS,
+    RECOMMENDED_CONTROLLERS,
+    default_pair_name,
+    pair_profile,
+    portable_name,
+)
 
 
 def _setup(args: argparse.Namespace) -> None:
@@ -93,12 +100,14 @@ def _check_pair_args(args: argparse.Namespace) -> None:
     for opt in ("dtype", "draft_dtype", "target_dtype"):
         if getattr(args, opt) is not None:
             dtype_name(getattr(args, opt), f"--{opt.replace('_', '-')}")
+    if args.pair is not None:
+        given = [f"--{opt}" for opt in ("draft", "target") if getattr(args, opt) is not None]
+        if given:
+            raise SpecgymError(f"--pair {args.pair} names both models: give --pair or --draft/--target, not both "
+                               f"(got {' and '.join(given)} too)")
+        catalogue.resolve("pair", args.pair)  # an unknown name: one line listing the shipped pairs
     if (args.draft is None) != (args.target is None):
         raise SpecgymError("give both --draft and --target, or neither (the shipped pair)")
-    if args.pair is not None:
-        if args.draft is not None:
-            raise SpecgymError(f"--pair {args.pair} names both models: give --pair or --draft/--target, not both")
-        catalogue.resolve("pair", args.pair)  # an unknown name: one line listing the shipped pairs
     if not args.device.startswith(("cpu", "cuda")):
         raise SpecgymError(f"--device {args.device!r}: expected cpu, cuda or cuda:N")
 
@@ -156,19 +165,74 @@ def _profile_for(args: argparse.Namespace, pair, profile, command: str = "genera
 
 
 # ----------------------------------------------------------------------------------------------------- generate
-def _generate(args: argparse.Namespace) -> int:
-    """Decode one prompt with speculative decoding; print text, K per round, acceptance and speedup."""
-    _check_pair_args(args)
+#: The decision kinds ``generate`` runs live (a batch kind decides serving steps: ``specgym tune``).
+LIVE_KINDS = ("chain", "tree", "drafter")
+
+
+def _controller_spec(args: argparse.Namespace) -> str:
+    """The spec ``generate`` runs: ``--k`` / ``--controller``, else the pair's recommended controller
+    (:data:`specgym.paths.RECOMMENDED_CONTROLLERS`: the first that runs at this temperature), else ``fixed:4``."""
+    if args.controller is not None and not args.controller.strip():
+        raise SpecgymError("--controller is empty: name a controller (fixed:4, drafter-marginal, ppo:NAME, ...) or "
+                           "leave the flag out for the pair's recommended one")
     if args.k is not None and args.controller is not None:
         raise SpecgymError(f"--k {args.k} means --controller fixed:{args.k}: give one of them, not both")
     if args.k is not None and args.k > args.k_max:
         raise SpecgymError(f"--k {args.k} is above --k-max {args.k_max}")
-    spec = f"fixed:{args.k}" if args.k is not None else args.controller or "fixed:4"
-    if kind_row(kind_of(spec)).drafts_trees:
-        return _generate_tree(args, spec)
-    if kind_row(kind_of(spec)).chooses_drafter:
-        return _generate_drafter(args, spec)
-    controller = build(spec, args.k_max, kinds=("chain",)).controller  # a bad spec or policy fails before any model
+    if args.k is not None:
+        return f"fixed:{args.k}"
+    if args.controller is not None:
+        return args.controller.strip()
+    pair = None if args.draft is not None else _pair_paths(args)[2]
+    for spec in RECOMMENDED_CONTROLLERS.get(pair or "", ()):
+        if not hasattr(build(spec, args.k_max, kinds=LIVE_KINDS).controller, "prepare") or _recording_of(pair, args):
+            return spec
+    return DEFAULT_CONTROLLER
+
+
+def _recording_of(pair: str | None, args: argparse.Namespace) -> str | None:
+    """The shipped recording of ``pair`` at ``--temperature`` that a fitting controller prepares on (``PAIR-greedy``,
+    ``PAIR-t07`` for 0.7), or None."""
+    t = args.temperature
+    name = f"{pair}-" + ("greedy" if t == 0 else f"t{round(10 * t):02d}")
+    if pair is None or name not in catalogue.names("workload"):
+        return None
+    return name if bool(np.all(cached_workload(name).temperature == t)) else None
+
+
+def _chat(pair) -> bool:
+    """The pair's tokenizer has a chat template: prompts go in as a user turn (:func:`encode_prompt`), and the
+    answer ends at EOS as a served chat answer does."""
+    return bool(getattr(pair.tokenizer, "chat_template", None))
+
+
+def _stop_at_eos(args: argparse.Namespace, pair) -> bool:
+    """``--stop-at-eos`` / ``--no-stop-at-eos``; by default a chat pair stops at EOS (past it, the model invents the
+    next turn of the conversation), any other pair decodes exactly ``--max-new-tokens``."""
+    return _chat(pair) if args.stop_at_eos is None else bool(args.stop_at_eos)
+
+
+def _echo(args: argparse.Namespace, pair, text: str) -> str:
+    """The prompt and the answer as printed: a chat answer on its own line, a continuation straight after its
+    prompt."""
+    return args.prompt + ("\n" if _chat(pair) else "") + text
+
+
+def _generate(args: argparse.Namespace) -> int:
+    """Decode one prompt with speculative decoding; print text, K per round, acceptance and speedup.
+
+    The controller's built row decides how it runs (a learned row follows the policy it loaded: a drafter-mode
+    policy is a drafter row), never the spec's name."""
+    _check_pair_args(args)
+    if not args.prompt.strip():
+        raise SpecgymError("--prompt is empty: give the text to decode")
+    spec = _controller_spec(args)
+    row = build(spec, args.k_max, kinds=LIVE_KINDS)  # a bad spec or policy fails before any model loads
+    if kind_row(row.kind).drafts_trees:
+        return _generate_tree(args, row)
+    if kind_row(row.kind).chooses_drafter:
+        return _generate_drafter(args, row)
+    controller = row.controller
     profile = _profile_or_none(args)
     _setup(args)
     pair = _load_pair(args)
@@ -188,9 +252,9 @@ def _generate(args: argparse.Namespace) -> int:
     engine.run_request(ids, controller, min(8, args.max_new_tokens), args.temperature, args.seed)
     engine.run_plain(ids, min(8, args.max_new_tokens), args.temperature, args.seed)
     spec_res = engine.run_request(ids, controller, args.max_new_tokens, args.temperature, args.seed,
-                                  stop_at_eos=args.stop_at_eos)
+                                  stop_at_eos=_stop_at_eos(args, pair))
     plain = engine.run_plain(ids, len(spec_res.tokens), args.temperature, args.seed)
-    text = pair.tokenizer.decode(spec_res.tokens)
+    text = pair.tokenizer.decode(spec_res.tokens, skip_special_tokens=True)
     speedup = plain.time_ms / spec_res.time_ms if spec_res.time_ms > 0 else float("nan")
     if args.json:
         print(json.dumps({
@@ -202,7 +266,7 @@ def _generate(args: argparse.Namespace) -> int:
             "greedy_identical": plain.tokens == spec_res.tokens if args.temperature == 0 else None,
         }))
         return 0
-    print(args.prompt + text)
+    print(_echo(args, pair, text))
     print("-" * 60)
     if controller.token_level:  # the cap is k_max every round; what the controller decided is what it drafted
         print(f"controller {controller.name} (token-level); drafted per round: "
@@ -223,10 +287,9 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _generate_tree(args: argparse.Namespace, spec: str) -> int:
+def _generate_tree(args: argparse.Namespace, row: Resolved) -> int:
     """``generate --controller tree-...``: live tree verification (greedy) of one prompt, against plain decoding."""
-    row = build(spec, args.k_max, kinds=("tree",))
-    ctrl = row.controller
+    spec, ctrl = row.spec, row.controller
     if ctrl is None or not row.entry.live:  # replay-only tree rows fail here, before any model loads
         if ctrl is not None:
             ctrl.check_live()
@@ -252,9 +315,9 @@ def _generate_tree(args: argparse.Namespace, spec: str) -> int:
     engine.check_request(len(ids), args.max_new_tokens)
     run_live_tree(engine, ids, ctrl, min(8, args.max_new_tokens))  # warm-up both paths
     engine.run_plain(ids, min(8, args.max_new_tokens), 0.0, args.seed)
-    res = run_live_tree(engine, ids, ctrl, args.max_new_tokens, stop_at_eos=args.stop_at_eos)
+    res = run_live_tree(engine, ids, ctrl, args.max_new_tokens, stop_at_eos=_stop_at_eos(args, pair))
     plain = engine.run_plain(ids, len(res.tokens), 0.0, args.seed)
-    text = pair.tokenizer.decode(res.tokens)
+    text = pair.tokenizer.decode(res.tokens, skip_special_tokens=True)
     speedup = plain.time_ms / res.time_ms if res.time_ms > 0 else float("nan")
     if args.json:
         print(json.dumps({"text": text, "nodes_per_round": [r.nodes for r in res.rounds],
@@ -262,7 +325,7 @@ def _generate_tree(args: argparse.Namespace, spec: str) -> int:
                           "plain_ms": plain.time_ms, "speedup": speedup, "controller": spec,
                           "greedy_identical": plain.tokens == res.tokens}))
         return 0
-    print(args.prompt + text)
+    print(_echo(args, pair, text))
     print("-" * 60)
     print(f"controller {spec} (tree); draft nodes per round: {' '.join(str(r.nodes) for r in res.rounds)}")
     print(f"rounds {len(res.rounds)}, nodes {res.drafted}, accepted {res.accepted}, mean tokens/round "
@@ -274,23 +337,25 @@ def _generate_tree(args: argparse.Namespace, spec: str) -> int:
     return 0
 
 
-def _generate_drafter(args: argparse.Namespace, spec: str) -> int:
+def _generate_drafter(args: argparse.Namespace, row: Resolved) -> int:
     """``generate --controller drafter-marginal | fixed:K@DRAFTER | lookup-rule | ppo:(a drafter policy)``: the
     drafter and K of each round, against plain decoding at the same temperature and seed. A rule or policy that
     fits itself does so on the pair's shipped recording at that temperature (``PAIR-greedy``, ``PAIR-t07`` for 0.7)
     and its profile."""
-    ctrl = build(spec, args.k_max, kinds=("drafter",)).controller
+    spec, ctrl = row.spec, row.controller
     profile = _profile_or_none(args)
+    draft, _, pair_name = _pair_paths(args)
     if hasattr(ctrl, "prepare"):
-        t = args.temperature
-        name = f"{_pair_paths(args)[2]}-" + ("greedy" if t == 0 else f"t{round(10 * t):02d}")
-        wl = cached_workload(name) if name in catalogue.names("workload") else None
-        if wl is None or profile is None or not bool(np.all(wl.temperature == t)):
-            raise SpecgymError(f"--controller {spec}: fits itself on a recording of the pair at temperature {t} "
-                               f"({name}) with its cost profile, and none is shipped (live without one: "
-                               f"fixed:K@DRAFTER)")
-        for note in ctrl.prepare(wl, profile):
+        name = _recording_of(None if args.draft is not None else pair_name, args)
+        if name is None or profile is None:
+            raise SpecgymError(f"--controller {spec}: fits itself on a recording of the pair at temperature "
+                               f"{args.temperature} with its cost profile, and none is shipped for {pair_name} (live "
+                               f"without one: fixed:K@DRAFTER)")
+        for note in ctrl.prepare(cached_workload(name), profile) or ():
             print(f"specgym generate: note: {note}", file=sys.stderr)
+    serves = LiveEngine.serves(draft)  # a drafter the pair lacks is refused before any model loads
+    ctrl.reset(RequestContext("check", "", args.temperature, 1, args.k_max, profile or placeholder_profile(args.k_max)),
+               serves)
     _setup(args)
     pair = _load_pair(args)
     profile = _profile_for(args, pair, profile)
@@ -307,9 +372,9 @@ def _generate_drafter(args: argparse.Namespace, spec: str) -> int:
 
     run(min(8, args.max_new_tokens))  # warm-up both paths
     engine.run_plain(ids, min(8, args.max_new_tokens), args.temperature, args.seed)
-    res = run(args.max_new_tokens, args.stop_at_eos)
+    res = run(args.max_new_tokens, _stop_at_eos(args, pair))
     plain = engine.run_plain(ids, len(res.tokens), args.temperature, args.seed)
-    text = pair.tokenizer.decode(res.tokens)
+    text = pair.tokenizer.decode(res.tokens, skip_special_tokens=True)
     speedup = plain.time_ms / res.time_ms if res.time_ms > 0 else float("nan")
     rounds = [f"{r.drafter}:{r.drafted}" if r.drafted else "plain" for r in res.rounds]
     if args.json:
@@ -318,7 +383,7 @@ def _generate_drafter(args: argparse.Namespace, spec: str) -> int:
                           "speedup": speedup, "controller": spec, "drafters": list(engine.drafter_names),
                           "greedy_identical": plain.tokens == res.tokens if args.temperature == 0 else None}))
         return 0
-    print(args.prompt + text)
+    print(_echo(args, pair, text))
     print("-" * 60)
     print(f"controller {spec} (drafter choice among {', '.join(engine.drafter_names)}); drafter:drafted per round: "
           f"{' '.join(rounds)}")
@@ -358,6 +423,9 @@ def _record(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile) if args.profile else None
     _setup(args)
     pair = _load_pair(args)
+    if _chat(pair) and not args.stop_at_eos:
+        print("specgym record: note: this pair is a chat model; without --stop-at-eos each answer runs past its EOS "
+              "into a turn the model invents, to the drawn length", file=sys.stderr)
     if profile is None:
         with make_progress(disable=args.quiet) as bar:  # no --profile: this machine's, measured first
             task = bar.add_task("measuring a cost profile", total=1.0)
@@ -546,9 +614,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--controller", default=None,
                    help="controller spec (fixed:K, assc, speclane, ppo:NAME, ...), a policy folder, or a live tree "
                         "(greedy: tree-static:W1-W2-..., tree-sequoia, tree-eagle, tree-chain:SPEC, tree-ppo:NAME), "
-                        "or a drafter choice (greedy: drafter-marginal, fixed:K@DRAFTER, lookup-rule, a drafter "
-                        "policy) "
-                        "(default fixed:4)")
+                        "or a drafter choice (drafter-marginal, fixed:K@DRAFTER, lookup-rule, a drafter policy) "
+                        "(default: the pair's recommended controller, "
+                        + "; ".join(f"{k}: {' else '.join(v)}" for k, v in RECOMMENDED_CONTROLLERS.items())
+                        + f"; any other pair {DEFAULT_CONTROLLER})")
     p.add_argument("--k", type=nonneg_int, default=None, help="shortcut for --controller fixed:K")
     p.add_argument("--k-max", type=k_max_type, default=DEFAULT_K_MAX, help="largest draft cap (default %(default)s)")
     p.add_argument("--max-new-tokens", type=positive_int, default=128, help="completion length (default %(default)s)")
@@ -557,7 +626,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=nonneg_int, default=0, help="sampling seed (default %(default)s)")
     p.add_argument("--profile", default=None, help="cost profile shown to cost-aware controllers "
                                                    "(default: the pair's shipped cpu-PAIR profile)")
-    p.add_argument("--stop-at-eos", action="store_true", help="stop when the target emits EOS")
+    p.add_argument("--stop-at-eos", action=argparse.BooleanOptionalAction, default=None,
+                   help="stop when the target emits EOS (default: yes for a chat pair such as smollm2, whose answer "
+                        "ends there; no for a plain language model, which decodes --max-new-tokens)")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="time rounds by wall clock or by thread CPU time (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")

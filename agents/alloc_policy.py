@@ -90,7 +90,7 @@ class AllocCore:
     def observation(self, state: BatchState) -> np.ndarray:
         """The observation before a step (ranks and prices the step's slots)."""
         rule = self.rule
-        rule.prepare(state)
+        rule.rank(state)
         base = self.tracker.observation(state)
         top = rule.top
         if len(top) == 0:

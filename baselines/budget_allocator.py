@@ -44,10 +44,10 @@ class BudgetAllocator(BatchController):
         self.tier, self.since = -1, 1 << 30
 
     def propose(self, state: BatchState) -> BatchDecision:
-        self.prepare(state)
+        self.rank(state)
         return self.allocate()
 
-    def prepare(self, state: BatchState) -> None:
+    def rank(self, state: BatchState) -> None:
         """Rank the step's slots by survival and price every budget (what :meth:`allocate` chooses from)."""
         est, k, n = self.estimator, self.k_max, state.batch
         if len(state.new_slots):
@@ -88,7 +88,7 @@ class BudgetAllocator(BatchController):
         return int(np.argmax(gain / self.cost))
 
     def allocate(self, gamma: float = 1.0) -> BatchDecision:
-        """The step's decision at the best budget under ``gamma`` (after :meth:`prepare`)."""
+        """The step's decision at the best budget under ``gamma`` (after :meth:`rank`)."""
         if len(self.top) == 0:
             return BatchDecision(0, 0)
         n, k = self.n, self.k_max

@@ -247,7 +247,7 @@ class PredictedTree(TreeController):
         self.active, self.signal_note = active, note  # None: calibrated confidence, as predicted: falls back to
         return note
 
-    def prepare(self, workload: Any, profile: Any) -> None:
+    def prepare(self, workload: Any, profile: Any) -> list[str]:
         """Predict the acceptance at every position and fit the tables on the fit split (the predictor fitted
         to the workload first: :meth:`bind_signals`; its note is kept in :attr:`signal_note`)."""
         self.bind_signals(SignalSource.of_workload(workload, MODEL_ROOTS))
@@ -255,6 +255,7 @@ class PredictedTree(TreeController):
             calibrated_confidence(workload, workload.fit_split)
         self.tables = fit_tables(workload, self._accept, workload.fit_split)
         self._workload = workload
+        return []
 
     def reset(self, ctx: RequestContext) -> None:
         """Start a request (the running acceptance estimate of the first forward's decision)."""

@@ -140,7 +140,8 @@ class SequoiaTree(StaticTree):
         self.max_depth = max_depth
         self.rate = 0.0
 
-    def prepare(self, workload: Any, profile: Any) -> None:
+    def prepare(self, workload: Any, profile: Any) -> list[str]:
         """Measure ``p[r]`` on the fit split (:attr:`Workload.fit_split`) and solve the program under ``profile``."""
         p = rank_acceptance(workload, workload.fit_split)
         self.tree, self.rate = sequoia_tree(p, profile, self.node_budget, self.max_depth)
+        return []

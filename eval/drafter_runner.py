@@ -22,12 +22,11 @@ from specgym.eval.runner import RunResult, serve_one_by_one
 
 def run_drafter_controller(engine: TraceEngine, requests: np.ndarray, ctrl: DrafterController,
                            trace: Iterable[int] = (), on_request: Callable[[], None] | None = None) -> RunResult:
-    """Serve ``requests`` one at a time with ``ctrl`` (its ``prepare`` on the workload first, if it has one: the
-    notes it returns, on how the controller fits this workload, go in the row's notes)."""
+    """Serve ``requests`` one at a time with ``ctrl`` (its ``prepare`` on the workload first: the notes it returns,
+    on how the controller fits this workload, go in the row's notes)."""
     requests = np.asarray(requests, dtype=np.int64)
     drafters = engine.workload.drafter_names
-    prepare = getattr(ctrl, "prepare", None)
-    notes = list((prepare(engine.workload, engine.profile) if prepare is not None else None) or [])
+    notes = list(ctrl.prepare(engine.workload, engine.profile))
     trace = set(int(t) for t in trace)
     if type(ctrl) is FixedDrafter and not trace:
         engine.workload.drafter_info(ctrl.drafter)  # an unknown drafter: one line

@@ -553,3 +553,35 @@ def test_every_kind_row_names_a_replay_runner_that_imports():
         runner = replay_runner(name)
         assert (runner is not None) == bool(row.replay_runner) == (name in EVAL_KINDS), name
         assert runner is None or callable(runner)
+
+
+def test_every_kind_row_names_a_live_runner_that_imports():
+    """``specgym generate`` and the live bench run a controller by its kind's live runner, imported by the name its
+    row gives; a kind with one is exactly what they run (the batch kind decides serving steps: ``specgym tune``)."""
+    from specgym.envs.core.kinds import KIND_ROWS, LIVE_KINDS
+    from specgym.envs.engines.live_runners import live_runner
+
+    for name, row in KIND_ROWS.items():
+        runner = live_runner(name)
+        assert (runner is not None) == bool(row.live_runner) == (name in LIVE_KINDS), name
+        assert runner is None or callable(runner)
+    assert set(LIVE_KINDS) == {"chain", "tree", "drafter"}
+
+
+def test_every_controller_interface_prepares_the_same_way():
+    """One ``prepare(workload, profile)`` on every controller interface (a no-op unless a controller fits itself),
+    so runners never ask whether a controller has one."""
+    from specgym.agents.specs import build
+    from specgym.envs.core.batch import BatchController
+    from specgym.envs.core.controller import Controller, Prepared, fits_itself
+    from specgym.envs.core.drafter_choice import DrafterController
+    from specgym.envs.core.tree import TreeController
+
+    for base in (Controller, TreeController, BatchController, DrafterController):
+        assert issubclass(base, Prepared) and base.prepare is Prepared.prepare, base
+    assert not fits_itself(build("fixed:4").controller) and not fits_itself(build("fixed:3@ngram").controller)
+    assert fits_itself(build("drafter-marginal").controller) and fits_itself(build("tree-sequoia").controller)
+    assert build("goodput", kinds=("batch",)).controller.prepare(None, None) == []
+    for module, path in _modules().items():  # no runner asks whether a controller has one
+        text = path.read_text()
+        assert not any(f'{f}({x}, "prepare"' in text for f in ("getattr", "hasattr") for x in ("ctrl", "inner")), module

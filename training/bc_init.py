@@ -138,9 +138,7 @@ def drafter_demonstrations(spec: str, workload: Any, k_max: int, split: str | No
     if inner is None:
         raise SpecgymError(f"bc_init: {spec!r} is a plan row, not a controller")
     engine = TraceEngine(workload, k_max=k_max)
-    prepare = getattr(inner, "prepare", None)
-    if prepare is not None:
-        prepare(workload, engine.profile)
+    inner.prepare(workload, engine.profile)
     rec = DrafterRecorder(inner, k_max)
     for r in workload.split_indices(split or workload.fit_split):
         drive_drafters(rec, engine.start(int(r)), workload.drafter_names)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specgym.envs.core.batch_cost import BatchCostProfile
+from specgym.envs.core.controller import Prepared
 
 
 @dataclass(slots=True)
@@ -90,7 +91,7 @@ class BatchStep:
     switched: bool = False
 
 
-class BatchController(ABC):
+class BatchController(Prepared, ABC):
     """Chooses the draft length of each serving step.
 
     Lifecycle per run: ``reset(profile, k_max)``, then per step ``propose(state)`` -> ``observe(step)``.

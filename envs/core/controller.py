@@ -9,11 +9,33 @@ engine behind it: the same object drives the replay engine, the live engine and 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
 
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
 
 
-class Controller(ABC):
+class Prepared:
+    """What every controller interface (chain, tree, batch, drafter) shares before serving: ``prepare``.
+
+    A controller that fits itself on a workload (a tree's shape, a run predictor, a guarded policy's teacher)
+    overrides :meth:`prepare`; every other one inherits this no-op, so a runner prepares every controller the same
+    way and asks :func:`fits_itself` when it must find a workload to prepare on.
+    """
+
+    def prepare(self, workload: Any, profile: Any) -> list[str]:
+        """Fit on ``workload`` (its fit split) under ``profile`` before serving; returns notes to show the user.
+        The default fits nothing."""
+        return []
+
+
+def fits_itself(ctrl: object) -> bool:
+    """True when ``ctrl`` overrides :meth:`Prepared.prepare`: it needs a workload (a recording of the pair it
+    serves) and a cost profile before it can serve."""
+    prepare = getattr(type(ctrl), "prepare", None)
+    return prepare is not None and prepare is not Prepared.prepare
+
+
+class Controller(Prepared, ABC):
     """Chooses the speculation length of each round.
 
     Lifecycle per request: ``reset(ctx)``, then repeatedly ``propose()`` -> (``keep_drafting(step)`` after draft

@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from specgym.envs.core.controller import Prepared
 from specgym.envs.core.request import Request, Totals, check_needs
 from specgym.envs.core.rounds import RequestContext, RoundOutcome, RoundStart
 from specgym.errors import SpecgymError
@@ -39,7 +40,7 @@ class DrafterDecision:
         return self.k == 0 or self.drafter == NO_DRAFTER
 
 
-class DrafterController(ABC):
+class DrafterController(Prepared, ABC):
     """Chooses the drafter and draft cap of each round.
 
     Lifecycle per request: ``reset(ctx, drafters)``, then repeatedly ``propose(start)`` -> ``observe(outcome)``.

@@ -66,6 +66,9 @@ class DecisionKind:
         runs_in: Where its policies run when ``specgym eval`` does not (appended to the wrong-mode message).
         replay_runner: ``"module:function"`` that runs one of its rows in ``specgym eval`` (the replay harness
             imports it by name, so the core names it without importing upward); empty: not run by ``eval``.
+        live_runner: ``"module:function"`` that decodes one request with one of its controllers on a live engine
+            (:func:`specgym.envs.engines.live_runners.run_live` imports it by name: ``specgym generate``, the live
+            bench); empty: no live engine runs it.
     """
 
     name: KindName
@@ -79,20 +82,26 @@ class DecisionKind:
     serving_step: bool = False
     runs_in: str = ""
     replay_runner: str = ""
+    live_runner: str = ""
 
 
 #: One row per decision kind, in :data:`KINDS` order.
 KIND_ROWS: dict[KindName, DecisionKind] = {row.name: row for row in (
     DecisionKind("chain", "k", "chain", per_token=True, streams=True,
-                 replay_runner="specgym.eval.harness:run_chain"),
-    DecisionKind("tree", "tree", "tree", drafts_trees=True, fitted=True, replay_runner="specgym.eval.harness:run_tree"),
+                 replay_runner="specgym.eval.harness:run_chain",
+                 live_runner="specgym.envs.engines.live_runners:run_chain"),
+    DecisionKind("tree", "tree", "tree", drafts_trees=True, fitted=True, replay_runner="specgym.eval.harness:run_tree",
+                 live_runner="specgym.envs.engines.live_runners:run_tree"),
     DecisionKind("batch", "batch", "batch", serving_step=True, runs_in="specgym tune compare"),
     DecisionKind("drafter", "drafter", "drafter-choice", chooses_drafter=True, fitted=True,
-                 replay_runner="specgym.eval.harness:run_drafter"),
+                 replay_runner="specgym.eval.harness:run_drafter",
+                 live_runner="specgym.envs.engines.live_runners:run_drafter"),
 )}
 assert tuple(KIND_ROWS) == KINDS, "one row per kind, in KindName order"
 #: What ``specgym eval`` (the replay harness) runs: the kinds with a replay runner.
 EVAL_KINDS: tuple[KindName, ...] = tuple(name for name, row in KIND_ROWS.items() if row.replay_runner)
+#: What ``specgym generate`` and the live bench run: the kinds with a live runner.
+LIVE_KINDS: tuple[KindName, ...] = tuple(name for name, row in KIND_ROWS.items() if row.live_runner)
 
 #: The kind whose specs name a drafter (``SPEC@DRAFTER``): the one that chooses the drafter of each round.
 DRAFTER_KIND: KindName = next(row.name for row in KIND_ROWS.values() if row.chooses_drafter)

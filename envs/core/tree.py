@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from specgym.envs.core.controller import Prepared
 from specgym.envs.core.cost import TREE_NODE_LIMIT
 from specgym.envs.core.rounds import RequestContext
 from specgym.errors import SpecgymError
@@ -159,7 +160,7 @@ class TreeRoundOutcome:
     approximate: bool = False
 
 
-class TreeController(ABC):
+class TreeController(Prepared, ABC):
     """Chooses the draft tree of each round (the tree counterpart of :class:`~specgym.envs.core.controller.Controller`).
 
     Lifecycle: ``prepare(workload, profile)`` once before serving (rules fitted on the train split do it here),
@@ -196,9 +197,6 @@ class TreeController(ABC):
         o = req.play_tree(self.propose_tree())
         self.observe(o)
         return o
-
-    def prepare(self, workload: object, profile: object) -> None:  # noqa: B027  (optional hook)
-        """Fit anything that needs the workload's train split (default: nothing)."""
 
     def reset(self, ctx: RequestContext) -> None:
         """Start a new request."""

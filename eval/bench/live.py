@@ -60,7 +60,6 @@ from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_static import StaticTree
 from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
 from specgym.envs.core.cost import TREE_NODE_LIMIT
-from specgym.envs.core.drafter_choice import drive_drafters
 from specgym.envs.core.kinds import kind_row
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.engines.calibration import (
@@ -74,7 +73,7 @@ from specgym.envs.engines.calibration import (
 from specgym.envs.engines.clock import syncer, timed
 from specgym.envs.engines.draft_head import HEAD_DRAFTER
 from specgym.envs.engines.live_engine import LiveEngine
-from specgym.envs.engines.live_tree import run_live_tree
+from specgym.envs.engines.live_runners import LiveCall, run_live
 from specgym.envs.engines.model_loading import encode_prompt, load_pair
 from specgym.envs.engines.profiler import extend_tree_verify, hardware_description, interleaved_ms, measure_profile
 from specgym.envs.engines.recorder import with_drafter_runs
@@ -320,6 +319,7 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         specs = [*specs, "fixed:1"]
         console.print("no fixed K named: fixed:1 added as the reference of the 'vs best fixed' column",
                       highlight=False)
+    kind.update({s: row_of(s).kind for s in specs if s not in kind})  # the added references: chain rows
     # the engine computes the workload's hidden sketch too, so a predictor reading it sees in live what it was
     # trained on (a controller without one ignores it)
     eng = LiveEngine.from_pair(pair, k_max=k_max, profile=prof, timing="wall", sketch=wl.sketch_projection())
@@ -336,11 +336,10 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
         train split under ``prof``; a predictor's fallback is printed once."""
         row = build(spec, k_max)
         ctrl = row.controller
-        if kind_row(row.kind).fitted:  # on the workload's train split (a tree's shape, a run predictor), priced by prof
-            if hasattr(ctrl, "prepare"):
-                ctrl.prepare(wl, prof)
+        if kind_row(row.kind).fitted:  # on the workload's fit split (a tree's shape, a run predictor), priced by prof
+            fresh = [f"{spec}: {note}" for note in ctrl.prepare(wl, prof)]
             note = getattr(ctrl, "signal_note", None)
-            fresh = [f"{spec}: {note}"] if note else []
+            fresh += [f"{spec}: {note}"] if note else []
         else:
             fresh = bind_signals([(spec, ctrl)], live_source)
         for line in fresh:
@@ -369,18 +368,9 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
                 order.remove(specs.index("fixed:0"))
                 order.insert(0, specs.index("fixed:0"))
             for s in order:
-                rid, cat = str(wl.request_id[requests[p]]), str(wl.category[requests[p]])
-                if specs[s] in tree_specs:
-                    res: Any = run_live_tree(eng, ids, controllers[s], n, request_id=rid, category=cat)
-                elif specs[s] in drafter_specs:  # the draft model or prompt lookup, chosen every round
-                    req = eng.start(ids, n, float(wl.temperature[requests[p]]), int(requests[p]),
-                                    request_id=rid, category=cat)
-                    drive_drafters(controllers[s], req, eng.drafter_names)
-                    res = req.result
-                else:
-                    res = eng.run_request(ids, controllers[s] if specs[s] != "fixed:0" else None, n,
-                                          temperature=float(wl.temperature[requests[p]]), seed=int(requests[p]),
-                                          request_id=rid, category=cat)
+                call = LiveCall(ids, n, float(wl.temperature[requests[p]]), int(requests[p]),
+                                request_id=str(wl.request_id[requests[p]]), category=str(wl.category[requests[p]]))
+                res = run_live(eng, kind[specs[s]], controllers[s] if specs[s] != "fixed:0" else None, call)
                 times[s, p, rep] = res.time_ms
                 if rep == 0:
                     accepted[s] += (res.accepted, res.drafted)

@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +31,14 @@ from specgym.commands.args import (
 from specgym.console import make_progress
 from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
 from specgym.envs.core.batch_cost import save_batch_profile
+from specgym.envs.core.controller import fits_itself
 from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile, placeholder_profile, save_profile
-from specgym.envs.core.drafter_choice import drive_drafters
-from specgym.envs.core.kinds import kind_row
+from specgym.envs.core.kinds import LIVE_KINDS, kind_row
 from specgym.envs.core.rounds import DEFAULT_K_MAX, RequestContext
-from specgym.envs.core.tree import TreeController
 from specgym.envs.engines.calibration import calibrate
 from specgym.envs.engines.distributed import record_distributed, require_ray
 from specgym.envs.engines.live_engine import LiveEngine
-from specgym.envs.engines.live_tree import run_live_tree
+from specgym.envs.engines.live_runners import LiveCall, run_live
 from specgym.envs.engines.model_loading import dtype_name, encode_prompt, load_pair
 from specgym.envs.engines.profiler import (
     extend_tree_verify,
@@ -165,10 +165,6 @@ def _profile_for(args: argparse.Namespace, pair, profile, command: str = "genera
 
 
 # ----------------------------------------------------------------------------------------------------- generate
-#: The decision kinds ``generate`` runs live (a batch kind decides serving steps: ``specgym tune``).
-LIVE_KINDS = ("chain", "tree", "drafter")
-
-
 def _controller_spec(args: argparse.Namespace) -> str:
     """The spec ``generate`` runs: ``--k`` / ``--controller``, else the pair's recommended controller
     (:data:`specgym.paths.RECOMMENDED_CONTROLLERS`: the first that runs at this temperature), else ``fixed:4``."""
@@ -185,7 +181,7 @@ def _controller_spec(args: argparse.Namespace) -> str:
         return args.controller.strip()
     pair = None if args.draft is not None else _pair_paths(args)[2]
     for spec in RECOMMENDED_CONTROLLERS.get(pair or "", ()):
-        if not hasattr(build(spec, args.k_max, kinds=LIVE_KINDS).controller, "prepare") or _recording_of(pair, args):
+        if not fits_itself(build(spec, args.k_max, kinds=LIVE_KINDS).controller) or _recording_of(pair, args):
             return spec
     return DEFAULT_CONTROLLER
 
@@ -219,181 +215,121 @@ def _echo(args: argparse.Namespace, pair, text: str) -> str:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    """Decode one prompt with speculative decoding; print text, K per round, acceptance and speedup.
+    """Decode one prompt with speculative decoding; print the text, each round's decision, acceptance and speedup.
 
-    The controller's built row decides how it runs (a learned row follows the policy it loaded: a drafter-mode
-    policy is a drafter row), never the spec's name."""
+    The controller runs by the kind of the row it built (:func:`~specgym.envs.engines.live_runners.run_live`; a
+    learned row follows the policy it loaded: a drafter-mode policy chooses drafters, a tree policy drafts trees),
+    never by its spec's name. Everything about the spec is checked before a model loads."""
     _check_pair_args(args)
     if not args.prompt.strip():
         raise SpecgymError("--prompt is empty: give the text to decode")
-    spec = _controller_spec(args)
-    row = build(spec, args.k_max, kinds=LIVE_KINDS)  # a bad spec or policy fails before any model loads
-    if kind_row(row.kind).drafts_trees:
-        return _generate_tree(args, row)
-    if kind_row(row.kind).chooses_drafter:
-        return _generate_drafter(args, row)
-    controller = row.controller
+    row = build(_controller_spec(args), args.k_max, kinds=LIVE_KINDS)
+    kind = kind_row(row.kind)
+    _check_live(args, row)
     profile = _profile_or_none(args)
+    if kind.fitted:
+        for note in _prepare(args, row, profile):
+            print(f"specgym generate: note: {note}", file=sys.stderr)
+    if kind.chooses_drafter:  # a drafter the pair does not serve is refused before any model loads
+        row.controller.reset(RequestContext("check", "", args.temperature, 1, args.k_max,
+                                            profile or placeholder_profile(args.k_max)),
+                             LiveEngine.serves(_pair_paths(args)[0]))
     _setup(args)
     pair = _load_pair(args)
-    profile = _profile_for(args, pair, profile)
+    profile = _profile_for(args, pair, profile, tree_nodes=TREE_NODE_LIMIT if kind.drafts_trees else 0)
     engine = LiveEngine.from_pair(pair, k_max=args.k_max, profile=profile, timing=args.clock)
-    source = SignalSource.of_engine(f"the live engine on {_pair_paths(args)[2]}", portable_name(pair.draft_name),
-                                    portable_name(pair.target_name), engine.signals, engine.sketch,
-                                    signatures=(model_signature(pair.draft.config),
-                                                model_signature(pair.target.config)), model_roots=MODEL_ROOTS)
-    for note in bind_signals([(spec, controller)], source):  # another pair's predictor: refused here
-        print(f"specgym generate: note: {note}", file=sys.stderr)
+    if not kind.fitted:  # a chain controller reads the live engine's signals (another pair's predictor: refused)
+        source = SignalSource.of_engine(f"the live engine on {_pair_paths(args)[2]}", portable_name(pair.draft_name),
+                                        portable_name(pair.target_name), engine.signals, engine.sketch,
+                                        signatures=(model_signature(pair.draft.config),
+                                                    model_signature(pair.target.config)), model_roots=MODEL_ROOTS)
+        for note in bind_signals([(row.spec, row.controller)], source):
+            print(f"specgym generate: note: {note}", file=sys.stderr)
     ids = encode_prompt(pair.tokenizer, args.prompt)
     if not ids:
         raise SpecgymError("--prompt encodes to zero tokens")
     engine.check_request(len(ids), args.max_new_tokens)
-    # warm-up both paths so that the comparison is not skewed by first-call costs
-    engine.run_request(ids, controller, min(8, args.max_new_tokens), args.temperature, args.seed)
-    engine.run_plain(ids, min(8, args.max_new_tokens), args.temperature, args.seed)
-    spec_res = engine.run_request(ids, controller, args.max_new_tokens, args.temperature, args.seed,
-                                  stop_at_eos=_stop_at_eos(args, pair))
-    plain = engine.run_plain(ids, len(spec_res.tokens), args.temperature, args.seed)
-    text = pair.tokenizer.decode(spec_res.tokens, skip_special_tokens=True)
-    speedup = plain.time_ms / spec_res.time_ms if spec_res.time_ms > 0 else float("nan")
+    call = LiveCall(ids, args.max_new_tokens, args.temperature, args.seed, stop_at_eos=_stop_at_eos(args, pair))
+    warm = min(8, args.max_new_tokens)  # both paths warmed up, so first-call costs do not skew the comparison
+    run_live(engine, row.kind, row.controller, replace(call, max_new_tokens=warm, stop_at_eos=False))
+    engine.run_plain(ids, warm, args.temperature, args.seed)
+    res = run_live(engine, row.kind, row.controller, call)
+    plain = engine.run_plain(ids, len(res.tokens), args.temperature, args.seed)
+    _print_generation(args, pair, row, engine, res, plain)
+    return 0
+
+
+def _check_live(args: argparse.Namespace, row: Resolved) -> None:
+    """Refuse, before any model loads, a row no live engine runs: a replay-only row (an oracle, a tree grown from a
+    trace's signals) and a tree at a temperature above 0."""
+    if kind_row(row.kind).drafts_trees:
+        if row.controller is not None:
+            row.controller.check_live()
+        if args.temperature != 0:
+            raise SpecgymError(f"--controller {row.spec}: live tree verification is greedy (--temperature 0)")
+    if row.controller is None or not row.entry.live:
+        raise SpecgymError(f"--controller {row.spec}: runs in replay only ({row.entry.usage})")
+
+
+def _prepare(args: argparse.Namespace, row: Resolved, profile: CostProfile | None) -> list[str]:
+    """Prepare a controller of a fitted kind: one that fits itself (:func:`fits_itself`) does so on the pair's
+    shipped recording at ``--temperature`` under its cost profile, which must exist; the notes it returns."""
+    if not fits_itself(row.controller):
+        return []
+    pair = _pair_paths(args)[2]
+    name = _recording_of(None if args.draft is not None else pair, args)
+    if name is None or profile is None:
+        live = ("tree-static:W1-W2-..., tree-eagle, tree-chain:SPEC" if kind_row(row.kind).drafts_trees
+                else "fixed:K@DRAFTER")
+        raise SpecgymError(f"--controller {row.spec}: fits itself on a recording of the pair at temperature "
+                           f"{args.temperature} with its cost profile, and none is shipped for {pair} (live without "
+                           f"one: {live})")
+    return row.controller.prepare(cached_workload(name), profile)
+
+
+def _print_generation(args: argparse.Namespace, pair: Any, row: Resolved, engine: LiveEngine, res: Any,
+                      plain: Any) -> None:
+    """The answer and how it was decoded (one JSON object with ``--json``): each round's decision in its kind's
+    terms, acceptance, and the measured speedup over plain decoding of the same tokens."""
+    kind, ctrl = kind_row(row.kind), row.controller
+    text = pair.tokenizer.decode(res.tokens, skip_special_tokens=True)
+    speedup = plain.time_ms / res.time_ms if res.time_ms > 0 else float("nan")
+    identical = plain.tokens == res.tokens if args.temperature == 0 else None
+    if kind.drafts_trees:
+        per_round = {"nodes_per_round": [r.nodes for r in res.rounds]}
+        what, label = f"controller {row.spec} (tree); draft nodes per round", per_round["nodes_per_round"]
+    elif kind.chooses_drafter:
+        per_round = {"rounds": [f"{r.drafter}:{r.drafted}" if r.drafted else "plain" for r in res.rounds],
+                     "drafters": list(engine.drafter_names)}
+        what = (f"controller {row.spec} (drafter choice among {', '.join(engine.drafter_names)}); drafter:drafted "
+                f"per round")
+        label = per_round["rounds"]
+    else:
+        per_round = {"k_per_round": [r.planned_k for r in res.rounds],
+                     "drafted_per_round": [r.drafted for r in res.rounds]}
+        what = (f"controller {ctrl.name} (token-level); drafted per round" if ctrl.token_level
+                else f"controller {ctrl.name}; K per round")  # a token-level cap is k_max: what it drafted counts
+        label = per_round["drafted_per_round" if ctrl.token_level else "k_per_round"]
     if args.json:
-        print(json.dumps({
-            "text": text, "k_per_round": [r.planned_k for r in spec_res.rounds],
-            "drafted_per_round": [r.drafted for r in spec_res.rounds],
-            "drafted": spec_res.drafted, "accepted": spec_res.accepted, "acceptance": spec_res.acceptance,
-            "tokens": len(spec_res.tokens), "spec_ms": spec_res.time_ms, "plain_ms": plain.time_ms,
-            "speedup": speedup, "controller": controller.name,
-            "greedy_identical": plain.tokens == spec_res.tokens if args.temperature == 0 else None,
-        }))
-        return 0
+        print(json.dumps({"text": text, **per_round, "drafted": res.drafted, "accepted": res.accepted,
+                          "tokens": len(res.tokens), "spec_ms": res.time_ms, "plain_ms": plain.time_ms,
+                          "speedup": speedup, "controller": row.spec, "kind": row.kind,
+                          "greedy_identical": identical}))
+        return
     print(_echo(args, pair, text))
     print("-" * 60)
-    if controller.token_level:  # the cap is k_max every round; what the controller decided is what it drafted
-        print(f"controller {controller.name} (token-level); drafted per round: "
-              f"{' '.join(str(r.drafted) for r in spec_res.rounds)}")
-    else:
-        print(f"controller {controller.name}; K per round: {' '.join(str(r.planned_k) for r in spec_res.rounds)}")
-    per_round = len(spec_res.tokens) / len(spec_res.rounds)
-    print(f"rounds {len(spec_res.rounds)}, drafted {spec_res.drafted}, accepted {spec_res.accepted} "
-          f"(acceptance {spec_res.acceptance:.2f}), mean tokens/round {per_round:.2f}")
-    print(f"speculative {spec_res.tokens_per_s:.1f} tok/s vs plain {plain.tokens_per_s:.1f} tok/s "
-          f"-> speedup {speedup:.2f}x (measured, {args.clock} clock, same pair, {len(spec_res.tokens)} tokens)")
-    if args.temperature == 0:
-        print(f"greedy output identical to plain decoding: {plain.tokens == spec_res.tokens}")
-        if plain.tokens != spec_res.tokens and pair.dtypes != "float32":
+    print(f"{what}: {' '.join(map(str, label))}")
+    acceptance = f" (acceptance {res.drafted and res.accepted / res.drafted:.2f})" if not kind.drafts_trees else ""
+    print(f"rounds {len(res.rounds)}, {'nodes' if kind.drafts_trees else 'drafted'} {res.drafted}, accepted "
+          f"{res.accepted}{acceptance}, mean tokens/round {len(res.tokens) / max(len(res.rounds), 1):.2f}")
+    print(f"{kind.label} {1000 * len(res.tokens) / res.time_ms:.1f} tok/s vs plain {plain.tokens_per_s:.1f} tok/s -> "
+          f"speedup {speedup:.2f}x (measured, {args.clock} clock, same pair, {len(res.tokens)} tokens)")
+    if identical is not None:
+        print(f"greedy output identical to plain decoding: {identical}")
+        if not identical and pair.dtypes != "float32":
             print(f"note: token exactness holds in float32; in {pair.dtypes} the multi-token verify forward rounds "
                   "differently from the one-token forward, so a near-tie can flip (each output is still a greedy "
                   "decoding of the target at that precision)")
-    return 0
-
-
-def _generate_tree(args: argparse.Namespace, row: Resolved) -> int:
-    """``generate --controller tree-...``: live tree verification (greedy) of one prompt, against plain decoding."""
-    spec, ctrl = row.spec, row.controller
-    if ctrl is None or not row.entry.live:  # replay-only tree rows fail here, before any model loads
-        if ctrl is not None:
-            ctrl.check_live()
-        raise SpecgymError(f"--controller {spec}: replay only ({row.entry.usage})")
-    ctrl.check_live()
-    if args.temperature != 0:
-        raise SpecgymError(f"--controller {spec}: live tree verification is greedy (--temperature 0)")
-    profile = _profile_or_none(args)
-    if type(ctrl).prepare is not TreeController.prepare:  # fitted on a trace of the pair (ranks, greedy)
-        name = f"{_pair_paths(args)[2]}-greedy"
-        if name not in catalogue.names("workload") or profile is None:
-            raise SpecgymError(f"--controller {spec}: fits itself on a greedy trace of the pair with ranks and its "
-                               f"cost profile, and none is shipped for this pair (live: tree-static:W1-W2-..., "
-                               f"tree-eagle, tree-chain:SPEC)")
-        ctrl.prepare(cached_workload(name), profile)
-    _setup(args)
-    pair = _load_pair(args)
-    profile = _profile_for(args, pair, profile, tree_nodes=TREE_NODE_LIMIT)
-    engine = LiveEngine.from_pair(pair, k_max=args.k_max, profile=profile, timing=args.clock)
-    ids = encode_prompt(pair.tokenizer, args.prompt)
-    if not ids:
-        raise SpecgymError("--prompt encodes to zero tokens")
-    engine.check_request(len(ids), args.max_new_tokens)
-    run_live_tree(engine, ids, ctrl, min(8, args.max_new_tokens))  # warm-up both paths
-    engine.run_plain(ids, min(8, args.max_new_tokens), 0.0, args.seed)
-    res = run_live_tree(engine, ids, ctrl, args.max_new_tokens, stop_at_eos=_stop_at_eos(args, pair))
-    plain = engine.run_plain(ids, len(res.tokens), 0.0, args.seed)
-    text = pair.tokenizer.decode(res.tokens, skip_special_tokens=True)
-    speedup = plain.time_ms / res.time_ms if res.time_ms > 0 else float("nan")
-    if args.json:
-        print(json.dumps({"text": text, "nodes_per_round": [r.nodes for r in res.rounds],
-                          "accepted": res.accepted, "tokens": len(res.tokens), "spec_ms": res.time_ms,
-                          "plain_ms": plain.time_ms, "speedup": speedup, "controller": spec,
-                          "greedy_identical": plain.tokens == res.tokens}))
-        return 0
-    print(_echo(args, pair, text))
-    print("-" * 60)
-    print(f"controller {spec} (tree); draft nodes per round: {' '.join(str(r.nodes) for r in res.rounds)}")
-    print(f"rounds {len(res.rounds)}, nodes {res.drafted}, accepted {res.accepted}, mean tokens/round "
-          f"{len(res.tokens) / max(len(res.rounds), 1):.2f}")
-    print(f"tree {1000 * len(res.tokens) / res.time_ms:.1f} tok/s vs plain {plain.tokens_per_s:.1f} tok/s -> speedup "
-          f"{speedup:.2f}x (measured, {args.clock} clock, same pair, {len(res.tokens)} tokens)")
-    if args.temperature == 0:
-        print(f"greedy output identical to plain decoding: {plain.tokens == res.tokens}")
-    return 0
-
-
-def _generate_drafter(args: argparse.Namespace, row: Resolved) -> int:
-    """``generate --controller drafter-marginal | fixed:K@DRAFTER | lookup-rule | ppo:(a drafter policy)``: the
-    drafter and K of each round, against plain decoding at the same temperature and seed. A rule or policy that
-    fits itself does so on the pair's shipped recording at that temperature (``PAIR-greedy``, ``PAIR-t07`` for 0.7)
-    and its profile."""
-    spec, ctrl = row.spec, row.controller
-    profile = _profile_or_none(args)
-    draft, _, pair_name = _pair_paths(args)
-    if hasattr(ctrl, "prepare"):
-        name = _recording_of(None if args.draft is not None else pair_name, args)
-        if name is None or profile is None:
-            raise SpecgymError(f"--controller {spec}: fits itself on a recording of the pair at temperature "
-                               f"{args.temperature} with its cost profile, and none is shipped for {pair_name} (live "
-                               f"without one: fixed:K@DRAFTER)")
-        for note in ctrl.prepare(cached_workload(name), profile) or ():
-            print(f"specgym generate: note: {note}", file=sys.stderr)
-    serves = LiveEngine.serves(draft)  # a drafter the pair lacks is refused before any model loads
-    ctrl.reset(RequestContext("check", "", args.temperature, 1, args.k_max, profile or placeholder_profile(args.k_max)),
-               serves)
-    _setup(args)
-    pair = _load_pair(args)
-    profile = _profile_for(args, pair, profile)
-    engine = LiveEngine.from_pair(pair, k_max=args.k_max, profile=profile, timing=args.clock)
-    ids = encode_prompt(pair.tokenizer, args.prompt)
-    if not ids:
-        raise SpecgymError("--prompt encodes to zero tokens")
-    engine.check_request(len(ids), args.max_new_tokens)
-
-    def run(n: int, stop_at_eos: bool = False) -> Any:
-        req = engine.start(ids, n, args.temperature, args.seed, stop_at_eos=stop_at_eos)
-        drive_drafters(ctrl, req, engine.drafter_names)
-        return req.result
-
-    run(min(8, args.max_new_tokens))  # warm-up both paths
-    engine.run_plain(ids, min(8, args.max_new_tokens), args.temperature, args.seed)
-    res = run(args.max_new_tokens, _stop_at_eos(args, pair))
-    plain = engine.run_plain(ids, len(res.tokens), args.temperature, args.seed)
-    text = pair.tokenizer.decode(res.tokens, skip_special_tokens=True)
-    speedup = plain.time_ms / res.time_ms if res.time_ms > 0 else float("nan")
-    rounds = [f"{r.drafter}:{r.drafted}" if r.drafted else "plain" for r in res.rounds]
-    if args.json:
-        print(json.dumps({"text": text, "rounds": rounds, "drafted": res.drafted, "accepted": res.accepted,
-                          "tokens": len(res.tokens), "spec_ms": res.time_ms, "plain_ms": plain.time_ms,
-                          "speedup": speedup, "controller": spec, "drafters": list(engine.drafter_names),
-                          "greedy_identical": plain.tokens == res.tokens if args.temperature == 0 else None}))
-        return 0
-    print(_echo(args, pair, text))
-    print("-" * 60)
-    print(f"controller {spec} (drafter choice among {', '.join(engine.drafter_names)}); drafter:drafted per round: "
-          f"{' '.join(rounds)}")
-    print(f"rounds {len(res.rounds)}, drafted {res.drafted}, accepted {res.accepted}, mean tokens/round "
-          f"{len(res.tokens) / max(len(res.rounds), 1):.2f}")
-    print(f"drafter choice {res.tokens_per_s:.1f} tok/s vs plain {plain.tokens_per_s:.1f} tok/s -> speedup "
-          f"{speedup:.2f}x (measured, {args.clock} clock, same pair, {len(res.tokens)} tokens)")
-    if args.temperature == 0:
-        print(f"greedy output identical to plain decoding: {plain.tokens == res.tokens}")
-    return 0
 
 
 # ------------------------------------------------------------------------------------------------------- record

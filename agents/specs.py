@@ -42,12 +42,14 @@ from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule, PerSequen
 from specgym.baselines.budget_allocator import BudgetAllocator
 from specgym.baselines.confidence import ConfidenceStop
 from specgym.baselines.cumulative import CumulativeStop
+from specgym.baselines.drafter_chain import ChainOnDrafter
 from specgym.baselines.drafter_fixed import FixedDrafter
 from specgym.baselines.drafter_marginal import DrafterMarginal
 from specgym.baselines.entropy import EntropyStop
 from specgym.baselines.fixed import FixedK
 from specgym.baselines.hf_heuristic import HFHeuristic
 from specgym.baselines.lookup_rule import LookupRule
+from specgym.baselines.lookup_switch import LookupSwitch
 from specgym.baselines.marginal import MarginalStop
 from specgym.baselines.planned_stop import make_planned
 from specgym.baselines.predicted_marginal import make_predicted
@@ -237,6 +239,12 @@ def lookup(spec: str, kinds: Sequence[str] = EVAL_KINDS, k_max: int = DEFAULT_K_
             return spec, arg, TABLE[(DRAFTER_KIND, prefix)]
         raise _bad(spec, "'@DRAFTER' picks a drafter, which only specgym eval does, on a workload with several "
                          "drafters", kinds, k_max)
+    inner, at, drafter = spec.rpartition("@")
+    if at and drafter.strip() and ("chain", split_spec(inner)[0]) in TABLE and (DRAFTER_KIND, ON_DRAFTER) in TABLE:
+        if DRAFTER_KIND in kinds:  # a chain rule deciding one drafter's K (marginal@head)
+            return spec, spec, TABLE[(DRAFTER_KIND, ON_DRAFTER)]
+        raise _bad(spec, "'@DRAFTER' picks a drafter, which needs a workload or engine with several drafters", kinds,
+                   k_max)
     for kind in kinds:
         entry = TABLE.get((kind, prefix))
         if entry is not None:
@@ -584,6 +592,34 @@ def _lookup_rule(arg: str | None, k_max: int) -> LookupRule:
     return LookupRule(3 if arg is None else int(arg))
 
 
+#: The row of ``SPEC@DRAFTER`` where ``SPEC`` is a chain rule (``marginal@head``): keyed by its ``@``.
+ON_DRAFTER = "@"
+
+
+def _on_drafter(arg: str | None, k_max: int) -> ChainOnDrafter:
+    inner, _, drafter = (arg or "").rpartition("@")
+    return ChainOnDrafter(build(inner, k_max, ("chain",)).controller, drafter.strip().lower())
+
+
+def _on_drafter_all(traits: Traits, k_max: int) -> list[str]:
+    """The marginal rule on every drafter but the default (whose adaptive K are the chain rows)."""
+    return [f"marginal@{d}" for d in traits.drafters[1:]]
+
+
+def _lookup_switch(arg: str | None, k_max: int) -> LookupSwitch:
+    if arg is None:
+        return LookupSwitch(k_max=k_max)
+    body, _, model = arg.partition("@")
+    parts = body.split(":")
+    if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+        raise SpecgymError(f"lookup-switch takes M:KN:KH[@MODEL] (e.g. lookup-switch:2:8:3@head), or nothing to fit "
+                           f"them, got {arg!r}")
+    m, kn, kh = (int(p) for p in parts)
+    if not 1 <= m <= 4 or not 1 <= kn <= k_max or not 1 <= kh <= k_max:
+        raise SpecgymError(f"lookup-switch:M:KN:KH needs M in 1..4 and KN, KH in 1..{k_max}, got {arg!r}")
+    return LookupSwitch(m, kn, kh, model.strip().lower() or None)
+
+
 def _drafter_marginal(arg: str | None, k_max: int) -> DrafterMarginal:
     if arg is None:
         return DrafterMarginal()
@@ -648,6 +684,13 @@ for _row in (
     Entry("lookup-rule", "drafter", "rule", _lookup_rule,
           "lookup-rule[:N] (n-gram when the last N tokens occurred earlier, else the model drafter at K=10)",
           _const("lookup-rule:3"), needs=("drafters",), level="drafter"),
+    Entry(ON_DRAFTER, "drafter", "rule", _on_drafter,
+          "SPEC@DRAFTER (a chain rule deciding one drafter's K each round: marginal@head, assc@ngram)",
+          _on_drafter_all, needs=("drafters",), level="drafter"),
+    Entry("lookup-switch", "drafter", "rule", _lookup_switch,
+          "lookup-switch[:M:KN:KH[@MODEL]] (n-gram at KN when the last M tokens occurred earlier, else the model "
+          "drafter at KH; all four fitted on the fit split when not given)",
+          _const("lookup-switch"), needs=("drafters",), level="drafter"),
     Entry("drafter-marginal", "drafter", "predictor", _drafter_marginal,
           "drafter-marginal[:FILE] (most predicted tokens per ms over every drafter and K; its run predictor "
           "fitted on the train split, or FILE from specgym predictor train-runs)",

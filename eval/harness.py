@@ -255,6 +255,11 @@ def _best_single_drafter(named: Resolution, results: list[RunResult], refs: Refe
     return min(candidates, key=lambda r: float(r.time_ms.sum()))
 
 
+#: The two-line rules a drafter-choice row is compared with, the strongest first: the fitted lookup switch, then
+#: the lookup rule at its fixed caps (``speedup_vs_lookup_rule`` is the ratio to the first of them the run holds).
+LOOKUP_RULES = ("lookup-switch", "lookup-rule")
+
+
 def _drafter_limit(replay: Replay, named: Resolution, results: list[RunResult]) -> RunResult:
     """The clairvoyant drafter choice over every drafter of the workload: the limit of a drafter-choice evaluation
     (the chain oracle covers the default drafter alone); the run's own ``drafter-oracle`` row when it has one."""
@@ -285,8 +290,9 @@ def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results:
     if best_single is not None:  # every row's paired ratio to the best single drafter at its best fixed K
         ratio_refs["speedup_vs_best_single_drafter"] = best_single.time_ms
     drafter_limit = _drafter_limit(replay, named, results) if best_single is not None else None
-    lookup_rule = next(((row.spec, r) for r, row in zip(results, named) if row.entry.prefix == "lookup-rule"), None)
-    if lookup_rule is not None:  # and to the (first) lookup rule of the run
+    lookup_rule = next(((row.spec, r) for rule in LOOKUP_RULES for r, row in zip(results, named)
+                        if row.entry.prefix == rule), None)
+    if lookup_rule is not None:  # and to the strongest lookup rule of the run (the fitted switch, else the fixed one)
         ratio_refs["speedup_vs_lookup_rule"] = lookup_rule[1].time_ms
     rows = []
     for r, resolved in zip(results, named):

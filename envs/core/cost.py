@@ -350,6 +350,19 @@ class CostProfile:
         default = self.drafters or ((IMPLICIT_DRAFTER, DraftCost("model", 0.0, self.draft_ms, 0.0, 0.0)),)
         return replace(self, drafters=(*default, (name, DraftCost("lookup"))))
 
+    def led_by(self, name: str, kind: str | None) -> CostProfile:
+        """This profile with drafter ``name`` (of ``kind``) as its default: how a chain rule deciding that drafter's
+        K prices its rounds (:class:`~specgym.baselines.drafter_chain.ChainOnDrafter`); itself when it already is."""
+        prof = self.with_drafter(name, kind)
+        if not prof.drafters:
+            return prof
+        priced = prof.pricing_drafter(name, kind)
+        if priced == prof.drafter_names[0]:
+            return prof
+        lead = next(entry for entry in prof.drafters if entry[0] == priced)
+        return replace(prof, draft_ms=lead[1].per_token_ms,
+                       drafters=(lead, *(entry for entry in prof.drafters if entry[0] != priced)))
+
     def verify(self, n: int) -> float:
         """One target forward over ``n >= 1`` new tokens (at an empty cache)."""
         return self.verify_ms[n - 1]

@@ -39,7 +39,9 @@ def draft_card(meta: dict[str, Any], target: str, n_params: int, commands: list[
         f"logits at every answer position. No text from any dataset.",
         f"- **Training**: the draft's layers and final norm (the embedding frozen) minimise the cross-entropy "
         f"against the target's renormalised top-{plan['top_k']} distribution on the answers' positions: "
-        f"{st['step']:,} steps, {st['tokens']:,} tokens, {st['elapsed_s'] / 60:.0f} min on one CPU thread.",
+        f"{st['step']:,} steps, {st['tokens']:,} tokens, {st['elapsed_s'] / 60:.0f} min on one CPU thread (a "
+        f"wall-clock budget, `--budget-min {meta.get('budget_s', st['elapsed_s']) / 60:g}`: training ran until it was "
+        "spent, not to convergence).",
         "",
         f"## Held-out acceptance ({meta['val_positions']:,} positions of the val prompts' greedy answers)",
         "",

@@ -76,4 +76,11 @@ def head_card(meta: dict[str, Any], target: str, n_params: int, out: Path) -> st
         *commands,
         "```",
         "",
+        "## License",
+        "",
+        "Apache-2.0. The head is a derivative of SmolLM2-135M-Instruct by HuggingFaceTB (Apache-2.0), whose hidden "
+        "states, answers and embedding it is trained on and borrows."
+        if target == "smollm2" else "The target's license applies: the head is trained on its hidden states and "
+                                    "borrows its embedding.",
+        "",
     ])

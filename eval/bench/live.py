@@ -58,6 +58,7 @@ from specgym.agents.artifact import list_policies
 from specgym.agents.specs import EVAL_KINDS, Traits, all_specs, build, expand, make, row_of, usage_line
 from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_static import StaticTree
+from specgym.console import make_progress
 from specgym.envs.core.acceptance_predictor import SignalSource, bind_signals, model_signature
 from specgym.envs.core.cost import TREE_NODE_LIMIT
 from specgym.envs.core.kinds import kind_row
@@ -358,37 +359,41 @@ def run_live_bench(console: Any, pair_name: str | None = None, workload: str | N
     head_samples: list[RoundSample] = []  # and the draft head's, when drafter rows run (its cost on this machine)
     time_head = eng.head is not None and bool(drafter_specs)
     slot = 0
-    for rep in range(repeats):
-        controllers = [_make(s) for s in specs]  # fresh per repeat, reused across its prompts
-        for p, (ids, n) in enumerate(zip(prompts, lengths)):
-            shift = (rep * n_p + p) % len(specs)
-            order = list(range(len(specs)))
-            order = order[shift:] + order[:shift]
-            if rep == 0:  # plain decoding first: greedy exactness is checked against it
-                order.remove(specs.index("fixed:0"))
-                order.insert(0, specs.index("fixed:0"))
-            for s in order:
-                call = LiveCall(ids, n, float(wl.temperature[requests[p]]), int(requests[p]),
-                                request_id=str(wl.request_id[requests[p]]), category=str(wl.category[requests[p]]))
-                res = run_live(eng, kind[specs[s]], controllers[s] if specs[s] != "fixed:0" else None, call)
-                times[s, p, rep] = res.time_ms
-                if rep == 0:
-                    accepted[s] += (res.accepted, res.drafted)
-                    if specs[s] == "fixed:0":
-                        plain_tokens[p] = res.tokens
-                    identical[s] &= res.tokens == plain_tokens[p]
-            # one calibration request after each prompt (the train prompts in turn), its cap cycling 0..k_max round
-            # by round, so the fit that prices the replay sees every K in the machine's state of the moment, as the
-            # controllers it predicts did
-            c = slot % len(cal_ids)
-            slot += 1
-            cal_samples += cycled_rounds(eng, cal_ids[c], cal_len[c], range(k_max + 1), cal_temp, seed=c)
-            if time_head:  # and one drafted by the head, its cap cycling 1..k_max
-                head_samples += cycled_rounds(eng, cal_ids[c], cal_len[c], range(1, k_max + 1), cal_temp, seed=c,
-                                              drafter=HEAD_DRAFTER)
-        done = (rep + 1) / repeats
-        console.print(f"  repeat {rep + 1}/{repeats} done ({time.perf_counter() - t_start:.0f} s; "
-                      f"{100 * done:.0f}%)", highlight=False)
+    # every prompt x row x repeat, with the time left (a live bench runs for tens of minutes)
+    with make_progress(console=console) as bar:
+        task = bar.add_task("live bench: prompts x rows", total=repeats * n_p * len(specs))
+        for rep in range(repeats):
+            controllers = [_make(s) for s in specs]  # fresh per repeat, reused across its prompts
+            for p, (ids, n) in enumerate(zip(prompts, lengths)):
+                shift = (rep * n_p + p) % len(specs)
+                order = list(range(len(specs)))
+                order = order[shift:] + order[:shift]
+                if rep == 0:  # plain decoding first: greedy exactness is checked against it
+                    order.remove(specs.index("fixed:0"))
+                    order.insert(0, specs.index("fixed:0"))
+                for s in order:
+                    call = LiveCall(ids, n, float(wl.temperature[requests[p]]), int(requests[p]),
+                                    request_id=str(wl.request_id[requests[p]]), category=str(wl.category[requests[p]]))
+                    res = run_live(eng, kind[specs[s]], controllers[s] if specs[s] != "fixed:0" else None, call)
+                    times[s, p, rep] = res.time_ms
+                    bar.advance(task)
+                    if rep == 0:
+                        accepted[s] += (res.accepted, res.drafted)
+                        if specs[s] == "fixed:0":
+                            plain_tokens[p] = res.tokens
+                        identical[s] &= res.tokens == plain_tokens[p]
+                # one calibration request after each prompt (the train prompts in turn), its cap cycling 0..k_max round
+                # by round, so the fit that prices the replay sees every K in the machine's state of the moment, as the
+                # controllers it predicts did
+                c = slot % len(cal_ids)
+                slot += 1
+                cal_samples += cycled_rounds(eng, cal_ids[c], cal_len[c], range(k_max + 1), cal_temp, seed=c)
+                if time_head:  # and one drafted by the head, its cap cycling 1..k_max
+                    head_samples += cycled_rounds(eng, cal_ids[c], cal_len[c], range(1, k_max + 1), cal_temp, seed=c,
+                                                  drafter=HEAD_DRAFTER)
+            done = (rep + 1) / repeats
+            console.print(f"  repeat {rep + 1}/{repeats} done ({time.perf_counter() - t_start:.0f} s; "
+                          f"{100 * done:.0f}%)", highlight=False)
     per_prompt = np.median(times, axis=2)  # (specs, prompts)
     totals = per_prompt.sum(axis=1)
     n_tok = sum(lengths)

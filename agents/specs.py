@@ -45,6 +45,7 @@ from specgym.baselines.cumulative import CumulativeStop
 from specgym.baselines.drafter_chain import ChainOnDrafter
 from specgym.baselines.drafter_fixed import FixedDrafter
 from specgym.baselines.drafter_marginal import DrafterMarginal
+from specgym.baselines.drafter_online import DrafterOnline
 from specgym.baselines.entropy import EntropyStop
 from specgym.baselines.fixed import FixedK
 from specgym.baselines.hf_heuristic import HFHeuristic
@@ -620,6 +621,14 @@ def _lookup_switch(arg: str | None, k_max: int) -> LookupSwitch:
     return LookupSwitch(m, kn, kh, model.strip().lower() or None)
 
 
+def _drafter_online(arg: str | None, k_max: int) -> DrafterOnline:
+    if arg is None:
+        return DrafterOnline()
+    ctrl = DrafterOnline(load_run_predictor(arg))
+    ctrl.name = f"drafter-online:{arg}"
+    return ctrl
+
+
 def _drafter_marginal(arg: str | None, k_max: int) -> DrafterMarginal:
     if arg is None:
         return DrafterMarginal()
@@ -695,6 +704,10 @@ for _row in (
           "drafter-marginal[:FILE] (most predicted tokens per ms over every drafter and K; its run predictor "
           "fitted on the train split, or FILE from specgym predictor train-runs)",
           _const("drafter-marginal"), needs=("drafters",), level="drafter"),
+    Entry("drafter-online", "drafter", "predictor", _drafter_online,
+          "drafter-online[:FILE] (drafter-marginal with each drafter's runs calibrated to the request as it is "
+          "decoded, counterfactual runs included; plain where no drafter pays)",
+          _const("drafter-online"), needs=("drafters",), level="drafter"),
     Entry("drafter-oracle", "drafter", "oracle", None,
           "drafter-oracle (the clairvoyant drafter and K of every round, replay only)", _const("drafter-oracle"),
           needs=("drafters",), level="drafter", live=False),

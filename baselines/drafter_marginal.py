@@ -30,10 +30,12 @@ from specgym.envs.engines.trace_engine import TraceEngine
 from specgym.errors import SpecgymError
 
 
-def fit_on_fit_split(workload: Any, profile: CostProfile, k_max: int = MAX_RUN) -> RunPredictor:
+def fit_on_fit_split(workload: Any, profile: CostProfile, k_max: int = MAX_RUN, split: str | None = None
+                     ) -> RunPredictor:
     """A :class:`RunPredictor` of every drafter of ``workload``, counted on its fit split (the train split, or val
-    where the draft model was trained on the train prompts: :attr:`Workload.fit_split`; module docstring)."""
-    split = workload.fit_split
+    where the draft model was trained on the train prompts: :attr:`Workload.fit_split`; module docstring), or on
+    ``split`` (a fit on data unlike use: how a rule fares when its fit is wrong)."""
+    split = split or workload.fit_split
     fitted = workload.split_indices(split)
     engine = TraceEngine(workload, profile, min(k_max, profile.max_k))
     idx = np.concatenate([np.arange(workload.offsets[r], workload.offsets[r + 1]) for r in fitted.tolist()])

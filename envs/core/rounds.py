@@ -104,6 +104,11 @@ class RoundOutcome:
         signals: Pre-verification signals of each drafted token (``drafted`` rows,
             :mod:`specgym.envs.core.signals`), or ``None`` when the engine has none.
         drafter: The drafter that proposed the round's tokens (``None``: the engine's default drafter).
+        counterfactual: What a drafter that did not propose would have had accepted from the round's start, where the
+            verified tokens tell it for free: ``((drafter, run), ...)``, ``run`` censored at ``produced`` (a run of
+            ``produced`` means at least that many). Engines report prompt lookup's, whose proposal is a function of
+            the token ids, on greedy requests (at T > 0 acceptance is a draw the round did not make); where it had
+            nothing to propose it is absent. Empty otherwise.
     """
 
     position: int
@@ -117,6 +122,7 @@ class RoundOutcome:
     done: bool = False
     signals: DraftSignals | None = None
     drafter: str | None = None
+    counterfactual: tuple[tuple[str, int], ...] = ()
 
     @property
     def forced(self) -> bool:

@@ -84,6 +84,8 @@ class TraceEngine:
         self._caps: dict[str, np.ndarray | None] = {}
         self.signals = workload.signal_columns()
         self.lacks = workload.lacks
+        self._lookups = tuple(d for d in workload.drafter_names
+                              if d in workload.runs and workload.drafter_info(d)["kind"] == "lookup")
 
     # ------------------------------------------------------------------------------------------ outcomes
     def table_for(self, drafter: str | None = None) -> RoundTable:
@@ -113,6 +115,10 @@ class TraceEngine:
                                          self.seed)
             self._flat_runs[name] = flat
         return flat
+
+    def lookup_drafters(self) -> tuple[str, ...]:
+        """The workload's lookup drafters with per-start runs (what a round's counterfactual reports)."""
+        return self._lookups
 
     def proposal_caps(self, drafter: str | None = None) -> np.ndarray | None:
         """Flat most tokens ``drafter`` can propose from each position: 0 for a lookup drafter where the recorded
@@ -193,7 +199,7 @@ class ReplayRequest(Request):
     """
 
     __slots__ = ("engine", "r", "context", "position", "length", "k_max", "done", "_runs", "_conf", "_ent",
-                 "_times", "_per_kv", "_kv0", "_sig", "_base", "_other", "_lookup", "_caps")
+                 "_times", "_per_kv", "_kv0", "_sig", "_base", "_other", "_lookup", "_caps", "_seen")
 
     def __init__(self, engine: TraceEngine, r: int, runs: np.ndarray):
         wl = engine.workload
@@ -217,6 +223,7 @@ class ReplayRequest(Request):
         self._lookup = wl.lookup_len[sl].tolist() if wl.lookup_len is not None else None
         caps = engine.proposal_caps()
         self._caps = None if caps is None else caps[sl].tolist()
+        self._seen = engine.lookup_drafters() if self.context.temperature == 0 else ()
 
     def round_start(self) -> RoundStart:
         """What a drafter-choice controller knows before the next round: the position, the KV cache and the
@@ -291,8 +298,19 @@ class ReplayRequest(Request):
             i, cap, drafted, accepted, produced, time_ms,
             self._conf[i : i + drafted], self._ent[i : i + drafted], self.done,
             None if self._sig is None else DraftSignals(self._sig, self._base + i, self._base + i + drafted),
-            drafter,
+            drafter, self._counterfactual(i, produced, drafter) if self._seen else (),
         )
+
+    def _counterfactual(self, i: int, produced: int, played: str | None) -> tuple[tuple[str, int], ...]:
+        """Each lookup drafter's recorded run at ``i`` that did not play, censored at ``produced`` (none where it
+        had nothing to propose): :attr:`RoundOutcome.counterfactual`."""
+        out = []
+        for name in self._seen:
+            if name != played:
+                runs, _, _, caps = self._drafter(name)
+                if caps is None or caps[i] > 0:
+                    out.append((name, min(runs[i], produced)))
+        return tuple(out)
 
 
 class VectorReplay:

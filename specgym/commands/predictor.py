@@ -29,7 +29,7 @@ from specgym.envs.core.acceptance_predictor import (
 )
 from specgym.envs.core.run_predictor import save_run_predictor
 from specgym.envs.profiles import load_profile
-from specgym.envs.workloads.trace_format import cached_workload
+from specgym.envs.workloads.trace_format import SPLITS, cached_workload
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text, check_output
 from specgym.paths import MODEL_ROOTS, default_workload_name
@@ -78,6 +78,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--workload", required=True, help="workload name or path (two or more drafters' runs)")
     r.add_argument("--profile", default=None, help="cost profile the fitting rollout is priced with (default: the "
                                                   "workload's own)")
+    r.add_argument("--split", choices=SPLITS, default=None,
+                   help="fit on this split instead (default: the fit split); a fit on data unlike use shows how a "
+                        "rule fares when its fit is wrong")
     r.add_argument("--out", type=path_type, required=True, help="the run predictor JSON to write")
     r.add_argument("--force", action="store_true", help="overwrite --out")
     r.set_defaults(func=_train_runs)
@@ -109,11 +112,11 @@ def _train_runs(args: argparse.Namespace) -> int:
     check_output(args.out, args.force, "file", suffixes=(".json",))
     wl = _workload(args.workload)
     profile = load_profile(args.profile) if args.profile else wl.profile
-    pred = fit_on_fit_split(wl, profile)
+    pred = fit_on_fit_split(wl, profile, split=args.split)
     save_run_predictor(pred, args.out, overwrite=args.force)
     print(f"wrote {args.out}: run predictor of drafters {', '.join(pred.drafters)} on {wl.name} "
           f"({pred.meta['split']} split: {pred.meta['positions']:,} positions, {pred.meta['rounds']:,} rollout "
-          f"rounds); use it as drafter-marginal:{args.out}")
+          f"rounds); use it as drafter-marginal:{args.out} or drafter-online:{args.out}")
     return 0
 
 

@@ -1,6 +1,8 @@
-"""Shared fixtures: small synthetic workloads and hand-made traces."""
+"""Shared fixtures: small synthetic workloads, hand-made traces and a tiny random Llama target."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -60,3 +62,21 @@ def assert_one_line_error(capsys, *fragments: str) -> str:
 def one_line_error():
     """:func:`assert_one_line_error`, for test modules (``one_line_error(capsys, "fragment")``)."""
     return assert_one_line_error
+
+
+@pytest.fixture(scope="module")
+def tiny_target(tmp_path_factory):
+    """A random 4-layer Llama with the tinypair tokenizer (the real target's architecture, in miniature)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path_factory.mktemp("tiny") / "target"
+    tok = transformers.AutoTokenizer.from_pretrained(
+        str(Path(__file__).resolve().parents[1] / "data" / "models" / "tinypair" / "target"))
+    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                                   num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
+                                   max_position_embeddings=512, eos_token_id=tok.eos_token_id,
+                                   bos_token_id=tok.bos_token_id)
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(str(folder))
+    tok.save_pretrained(str(folder))
+    return folder

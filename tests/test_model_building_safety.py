@@ -42,21 +42,6 @@ def _write_prompts(path: Path, word: str, splits: tuple[str, ...] = ("train", "t
 
 
 @pytest.fixture(scope="module")
-def tiny_target(tmp_path_factory) -> Path:
-    """A random 4-layer Llama with the tinypair tokenizer (the real target's architecture, in miniature)."""
-    folder = tmp_path_factory.mktemp("tiny") / "target"
-    tok = transformers.AutoTokenizer.from_pretrained(str(REPO / "data" / "models" / "tinypair" / "target"))
-    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                                   num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
-                                   max_position_embeddings=512, eos_token_id=tok.eos_token_id,
-                                   bos_token_id=tok.bos_token_id)
-    torch.manual_seed(0)
-    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(str(folder))
-    tok.save_pretrained(str(folder))
-    return folder
-
-
-@pytest.fixture(scope="module")
 def answered(tmp_path_factory, tiny_target) -> tuple[Path, Path]:
     """``(prompts file, work folder)`` after ``train-draft --stages answers,init --temperatures 0`` (copy the work
     folder before changing it)."""
@@ -320,20 +305,25 @@ def test_a_run_refused_for_its_prompts_leaves_no_work_dir(tmp_path, content, cap
 # --- F7: Ctrl-C during training keeps the progress --------------------------------------------------------------
 
 
+def _interrupt_call(monkeypatch, module, name: str, n: int) -> None:
+    """Ctrl-C (``KeyboardInterrupt``) at the ``n``-th call of ``module.name`` (a training step)."""
+    real, calls = getattr(module, name), []
+
+    def interrupted(*a):
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return real(*a)
+
+    monkeypatch.setattr(module, name, interrupted)
+
+
 def test_ctrl_c_during_draft_training_saves_and_the_same_command_continues(tmp_path, tiny_target, answered, capsys,
                                                                           monkeypatch):
     prompts, src = answered
     work = tmp_path / "w"
     shutil.copytree(src, work)
-    real, calls = distill._draft_step, []
-
-    def interrupted_at_the_fourth(*a):
-        calls.append(1)
-        if len(calls) == 4:
-            raise KeyboardInterrupt
-        return real(*a)
-
-    monkeypatch.setattr(distill, "_draft_step", interrupted_at_the_fourth)
+    _interrupt_call(monkeypatch, distill, "_draft_step", 4)
     argv = _draft(tiny_target, prompts, work, "--stages", "init,train", "--budget-min", "0.05")
     assert main(argv) == 130
     err = capsys.readouterr().err.strip().splitlines()
@@ -396,15 +386,7 @@ def test_ctrl_c_during_head_training_saves_and_the_same_command_continues(tmp_pa
     target_dir, src = head_pair
     work = tmp_path / "w"
     shutil.copytree(src, work)
-    real, calls = head_build._head_loss, []
-
-    def interrupted_at_the_sixth(*a):
-        calls.append(1)
-        if len(calls) == 6:
-            raise KeyboardInterrupt
-        return real(*a)
-
-    monkeypatch.setattr(head_build, "_head_loss", interrupted_at_the_sixth)
+    _interrupt_call(monkeypatch, head_build, "_head_loss", 6)
     argv = _head(target_dir, work, "--steps", "12", "--stages", "features,train")
     assert main(argv) == 130
     err = capsys.readouterr().err.strip().splitlines()

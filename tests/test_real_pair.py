@@ -193,23 +193,6 @@ def test_train_draft_refuses_bad_arguments_in_one_line(tmp_path, argv, fragment)
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
 
-@pytest.fixture(scope="module")
-def tiny_target(tmp_path_factory):
-    """A random 4-layer Llama with the tinypair tokenizer (the real target's architecture, in miniature)."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    folder = tmp_path_factory.mktemp("tiny") / "target"
-    tok = transformers.AutoTokenizer.from_pretrained(str(REPO / "data" / "models" / "tinypair" / "target"))
-    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                                   num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
-                                   max_position_embeddings=512, eos_token_id=tok.eos_token_id,
-                                   bos_token_id=tok.bos_token_id)
-    torch.manual_seed(0)
-    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(str(folder))
-    tok.save_pretrained(str(folder))
-    return folder
-
-
 def test_train_draft_stages_end_to_end(tmp_path, tiny_target, cache):
     """answers -> init -> train -> export, then the shipped-style folder loads with its borrowed embedding and
     predicts exactly as the trained checkpoint does."""

@@ -1,0 +1,168 @@
+"""specgym's vLLM custom proposer (``specgym.agents.vllm_proposer``): prompt lookup with each request's K chosen by a
+specgym controller, driven here through vLLM's ``propose`` call the way vLLM's model runner makes it (rows that move
+as requests finish, no request ids), and end to end in real vLLM where the vLLM environment exists."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from specgym.agents.vllm_proposer import ENV_PROFILE, SpecgymProposer
+from specgym.envs.core.ngram_proposer import ngram_propose
+from specgym.errors import SpecgymError
+
+ROOT = Path(__file__).resolve().parent.parent
+K = 4
+
+
+def _config(k: int = K, max_len: int = 400) -> SimpleNamespace:
+    return SimpleNamespace(speculative_config=SimpleNamespace(num_speculative_tokens=k, prompt_lookup_min=1,
+                                                              prompt_lookup_max=4),
+                           model_config=SimpleNamespace(max_model_len=max_len))
+
+
+def _answers(n: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
+    """``n`` (prompt, the target's greedy answer) pairs; answers repeat stretches of their prompt, as code and
+    extraction do, so prompt lookup has something to find."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        prompt = rng.integers(5, 60, size=int(rng.integers(12, 30))).tolist()
+        answer: list[int] = []
+        while len(answer) < 60:
+            if rng.random() < 0.5:
+                s = int(rng.integers(0, len(prompt) - 6))
+                answer += prompt[s:s + int(rng.integers(3, 7))]
+            else:
+                answer += rng.integers(60, 90, size=2).tolist()
+        out.append((prompt, answer[:60]))
+    return out
+
+
+def _serve(proposer: SpecgymProposer, answers, seed: int = 0) -> dict:
+    """Serve every request through ``propose`` as vLLM does: each step, every running request's row (in a shuffled
+    order: rows move when requests finish) with the tokens the step sampled (the accepted drafts and the target's
+    token); returns what was proposed and accepted, and which tracked request each true request mapped to."""
+    rng = np.random.default_rng(seed)
+    seqs = [list(p) + [a[0]] for p, a in answers]  # prefill sampled the first token
+    done = [1] * len(answers)
+    last_sampled = [[a[0]] for _, a in answers]
+    drafts_of: list[list[int]] = [[] for _ in answers]
+    tracked: dict[int, set[int]] = {i: set() for i in range(len(answers))}
+    proposed = accepted = 0
+    while True:
+        running = [i for i in range(len(answers)) if done[i] < len(answers[i][1])]
+        if not running:
+            break
+        rng.shuffle(running)
+        buf = np.zeros((len(running), 400), np.int32)
+        for row, i in enumerate(running):
+            buf[row, :len(seqs[i])] = seqs[i]
+        out = proposer.propose([last_sampled[i] for i in running], np.array([len(seqs[i]) for i in running]), buf)
+        for row, i in enumerate(running):
+            draft, truth = out[row], answers[i][1][done[i]:]
+            ctx = np.array(seqs[i])
+            assert draft == ngram_propose(ctx, len(draft)), (i, draft)  # prompt lookup's own proposal, at some K
+            assert len(draft) <= K
+            n_acc = next((j for j, (d, t) in enumerate(zip(draft, truth)) if d != t), min(len(draft), len(truth)))
+            new = truth[:n_acc + 1]
+            seqs[i] += new
+            done[i] += len(new)
+            last_sampled[i] = new
+            drafts_of[i].append(len(draft))
+            proposed += len(draft)
+            accepted += n_acc
+        for i in running:  # the tracked request each true request is now (its fingerprint and length)
+            n = len(seqs[i]) - len(last_sampled[i])
+            key = proposer._fingerprint(np.asarray(seqs[i]))
+            tracked[i] |= {id(r) for r in proposer.requests.get(key, []) if r.length == n}
+    return {"proposed": proposed, "accepted": accepted, "drafts": drafts_of, "tracked": tracked}
+
+
+def test_each_request_keeps_its_controller_while_rows_move():
+    answers = _answers(6)
+    res = _serve(SpecgymProposer(_config(), profile="cpu-smollm2"), answers)
+    assert all(len(ids) == 1 for ids in res["tracked"].values()), res["tracked"]  # one state per request throughout
+    assert len(set().union(*res["tracked"].values())) == len(answers)
+    assert res["proposed"] > 0 and 0 < res["accepted"] <= res["proposed"]
+
+
+def test_fixed_k_is_vllms_ngram_and_k0_turns_speculation_off():
+    answers = _answers(3, seed=1)
+    fixed = _serve(SpecgymProposer(_config(), controller="fixed:3@ngram", profile="cpu-smollm2"), answers)
+    assert max(max(d) for d in fixed["drafts"]) == 3
+    off = _serve(SpecgymProposer(_config(), controller="fixed:0@ngram", profile="cpu-smollm2"), answers)
+    assert off["proposed"] == 0
+
+
+def test_the_controller_adapts_k_to_each_request():
+    """``marginal@ngram``: a request whose lookups keep being accepted drafts more than one whose are not."""
+    rng = np.random.default_rng(3)
+    prompt = rng.integers(5, 60, size=20).tolist()
+    copying = (prompt, (prompt * 4)[:60])  # the answer repeats the prompt: every lookup is right
+    noise = (prompt, [int(x) for x in rng.integers(60, 90, size=60)] + [])  # never in the context, but its own
+    res = _serve(SpecgymProposer(_config(), profile="cpu-smollm2"), [copying, noise])
+    assert np.mean(res["drafts"][0]) > np.mean(res["drafts"][1]) + 1, res["drafts"]
+
+
+def test_two_requests_with_one_prompt_are_two_requests():
+    prompt, answer = _answers(1, seed=2)[0]
+    res = _serve(SpecgymProposer(_config(), profile="cpu-smollm2"), [(prompt, answer), (prompt, answer)])
+    assert len(set().union(*res["tracked"].values())) == 2
+
+
+def test_configuration_errors_are_one_line(monkeypatch):
+    monkeypatch.delenv(ENV_PROFILE, raising=False)
+    with pytest.raises(SpecgymError, match="SPECGYM_PROPOSER_PROFILE is not set"):
+        SpecgymProposer(_config())
+    with pytest.raises(SpecgymError, match="bad controller spec"):
+        SpecgymProposer(_config(), controller="bogus", profile="cpu-smollm2")
+    monkeypatch.setenv(ENV_PROFILE, "cpu-smollm2")
+    assert SpecgymProposer(_config()).spec == "marginal@ngram"
+
+
+_E2E = """
+import json, sys
+from vllm import LLM, SamplingParams
+target, prompts = sys.argv[1], json.loads(sys.argv[2])
+params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+out = {}
+for name, spec in (("plain", None), ("specgym", {"method": "custom_class", "num_speculative_tokens": 4,
+                                                   "model": "specgym.agents.vllm_proposer.SpecgymProposer"})):
+    llm = LLM(model=target, speculative_config=spec, enforce_eager=True, max_model_len=512, seed=0,
+              disable_log_stats=False)
+    out[name] = [list(r.outputs[0].token_ids) for r in llm.generate(prompts, params, use_tqdm=False)]
+    out[name + "_counters"] = {m.name: int(m.value) for m in llm.get_metrics()
+                               if m.name.startswith("vllm:spec_decode_num_") and hasattr(m, "value")}
+    del llm
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_real_vllm_serves_with_the_proposer_and_its_greedy_output_is_plain_decodings(tmp_path):
+    """vLLM (the project's vLLM environment) loads the proposer by its import path and serves the midpair's target
+    with it; every greedy output equals vLLM's own without speculation."""
+    venv = ROOT / ".venv-vllm"
+    if not (venv / ".specgym-installed").is_file():
+        reason = ROOT / ".venv-vllm.unavailable"
+        pytest.skip("no vLLM environment" + (f": {reason.read_text().strip()[-200:]}" if reason.is_file() else
+                                             " (make vllm-env)"))
+    prompts = ["def add(a, b):\n    return a + b\n\ndef add(a, b):", "The cat sat on the mat. The cat sat on"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECGYM_VLLM", "VLLM_"))}
+    env[ENV_PROFILE] = "cpu-midpair"
+    r = subprocess.run([str(venv / "bin" / "python"), "-c", _E2E, str(ROOT / "data" / "models" / "midpair" / "target"),
+                        json.dumps(prompts)], capture_output=True, text=True, cwd=tmp_path, timeout=900, env=env)
+    lines = [line for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+    assert r.returncode == 0 and lines, r.stdout[-2000:] + r.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    assert out["specgym"] == out["plain"] and all(len(t) == 24 for t in out["plain"]), out
+    counters = out["specgym_counters"]  # vLLM's own: the proposer drafted, and vLLM verified what it drafted
+    drafted, accepted = counters["vllm:spec_decode_num_draft_tokens"], counters["vllm:spec_decode_num_accepted_tokens"]
+    assert drafted > 0 and 0 < accepted <= drafted, counters

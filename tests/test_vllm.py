@@ -101,3 +101,44 @@ def test_measured_profile_and_prediction(bench):
         assert r["predicted_tok_s"] > 0
     assert bench["tuned_table"][0][0] == 1 and bench["tuned_table"][-1][1] == 2
     assert all(Path(p).is_file() and Path(p).stat().st_size > 1000 for p in bench["plots"])
+
+
+# --- specgym's custom proposer inside vLLM (agents/vllm_proposer.py; its unit tests: test_vllm_proposer.py) ---
+
+_E2E = """
+import json, sys
+from vllm import LLM, SamplingParams
+target, prompts = sys.argv[1], json.loads(sys.argv[2])
+params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+out = {}
+for name, spec in (("plain", None), ("specgym", {"method": "custom_class", "num_speculative_tokens": 4,
+                                                   "model": "specgym.agents.vllm_proposer.SpecgymProposer"})):
+    llm = LLM(model=target, speculative_config=spec, enforce_eager=True, max_model_len=512, seed=0,
+              disable_log_stats=False)
+    out[name] = [list(r.outputs[0].token_ids) for r in llm.generate(prompts, params, use_tqdm=False)]
+    out[name + "_counters"] = {m.name: int(m.value) for m in llm.get_metrics()
+                               if m.name.startswith("vllm:spec_decode_num_") and hasattr(m, "value")}
+    del llm
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_real_vllm_serves_with_the_proposer_and_its_greedy_output_is_plain_decodings(tmp_path):
+    """vLLM (the project's vLLM environment) loads the proposer by its import path and serves the midpair's target
+    with it; every greedy output equals vLLM's own without speculation."""
+    venv = _vllm_specgym().parent.parent
+    prompts = ["def add(a, b):\n    return a + b\n\ndef add(a, b):", "The cat sat on the mat. The cat sat on"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECGYM_VLLM", "VLLM_"))}
+    env.update({"SPECGYM_PROPOSER_PROFILE": "cpu-midpair", "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+                "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"})  # as VllmEngine
+    r = subprocess.run([str(venv / "bin" / "python"), "-c", _E2E, str(ROOT / "data" / "models" / "midpair" / "target"),
+                        json.dumps(prompts)], capture_output=True, text=True, cwd=tmp_path, timeout=900, env=env)
+    lines = [line for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+    causes = [line for line in r.stderr.splitlines() if "Error" in line and "Traceback" not in line][:8]
+    assert r.returncode == 0 and lines, "\n".join(causes) + r.stdout[-1000:] + r.stderr[-2000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    assert out["specgym"] == out["plain"] and all(len(t) == 24 for t in out["plain"]), out
+    counters = out["specgym_counters"]  # vLLM's own: the proposer drafted, and vLLM verified what it drafted
+    drafted, accepted = counters["vllm:spec_decode_num_draft_tokens"], counters["vllm:spec_decode_num_accepted_tokens"]
+    assert drafted > 0 and 0 < accepted <= drafted, counters

@@ -1,12 +1,10 @@
 """specgym's vLLM custom proposer (``specgym.agents.vllm_proposer``): prompt lookup with each request's K chosen by a
 specgym controller, driven here through vLLM's ``propose`` call the way vLLM's model runner makes it (rows that move
-as requests finish, no request ids), and end to end in real vLLM where the vLLM environment exists."""
+as requests finish, no request ids). The end-to-end run in real vLLM is in ``tests/test_vllm.py`` (one vLLM engine at a
+time: that file's tests run on one worker)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -125,44 +123,3 @@ def test_configuration_errors_are_one_line(monkeypatch):
         SpecgymProposer(_config(), controller="bogus", profile="cpu-smollm2")
     monkeypatch.setenv(ENV_PROFILE, "cpu-smollm2")
     assert SpecgymProposer(_config()).spec == "marginal@ngram"
-
-
-_E2E = """
-import json, sys
-from vllm import LLM, SamplingParams
-target, prompts = sys.argv[1], json.loads(sys.argv[2])
-params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
-out = {}
-for name, spec in (("plain", None), ("specgym", {"method": "custom_class", "num_speculative_tokens": 4,
-                                                   "model": "specgym.agents.vllm_proposer.SpecgymProposer"})):
-    llm = LLM(model=target, speculative_config=spec, enforce_eager=True, max_model_len=512, seed=0,
-              disable_log_stats=False)
-    out[name] = [list(r.outputs[0].token_ids) for r in llm.generate(prompts, params, use_tqdm=False)]
-    out[name + "_counters"] = {m.name: int(m.value) for m in llm.get_metrics()
-                               if m.name.startswith("vllm:spec_decode_num_") and hasattr(m, "value")}
-    del llm
-print("RESULT " + json.dumps(out))
-"""
-
-
-@pytest.mark.slow
-def test_real_vllm_serves_with_the_proposer_and_its_greedy_output_is_plain_decodings(tmp_path):
-    """vLLM (the project's vLLM environment) loads the proposer by its import path and serves the midpair's target
-    with it; every greedy output equals vLLM's own without speculation."""
-    venv = ROOT / ".venv-vllm"
-    if not (venv / ".specgym-installed").is_file():
-        reason = ROOT / ".venv-vllm.unavailable"
-        pytest.skip("no vLLM environment" + (f": {reason.read_text().strip()[-200:]}" if reason.is_file() else
-                                             " (make vllm-env)"))
-    prompts = ["def add(a, b):\n    return a + b\n\ndef add(a, b):", "The cat sat on the mat. The cat sat on"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECGYM_VLLM", "VLLM_"))}
-    env[ENV_PROFILE] = "cpu-midpair"
-    r = subprocess.run([str(venv / "bin" / "python"), "-c", _E2E, str(ROOT / "data" / "models" / "midpair" / "target"),
-                        json.dumps(prompts)], capture_output=True, text=True, cwd=tmp_path, timeout=900, env=env)
-    lines = [line for line in r.stdout.splitlines() if line.startswith("RESULT ")]
-    assert r.returncode == 0 and lines, r.stdout[-2000:] + r.stderr[-3000:]
-    out = json.loads(lines[-1][len("RESULT "):])
-    assert out["specgym"] == out["plain"] and all(len(t) == 24 for t in out["plain"]), out
-    counters = out["specgym_counters"]  # vLLM's own: the proposer drafted, and vLLM verified what it drafted
-    drafted, accepted = counters["vllm:spec_decode_num_draft_tokens"], counters["vllm:spec_decode_num_accepted_tokens"]
-    assert drafted > 0 and 0 < accepted <= drafted, counters

@@ -312,6 +312,7 @@ def _print_generation(args: argparse.Namespace, pair: Any, row: Resolved, engine
         label = per_round["drafted_per_round" if ctrl.token_level else "k_per_round"]
     if args.json:
         print(json.dumps({"text": text, **per_round, "drafted": res.drafted, "accepted": res.accepted,
+                          "acceptance": res.accepted / res.drafted if res.drafted else 0.0,
                           "tokens": len(res.tokens), "spec_ms": res.time_ms, "plain_ms": plain.time_ms,
                           "speedup": speedup, "controller": row.spec, "kind": row.kind,
                           "greedy_identical": identical}))
@@ -322,7 +323,8 @@ def _print_generation(args: argparse.Namespace, pair: Any, row: Resolved, engine
     acceptance = f" (acceptance {res.drafted and res.accepted / res.drafted:.2f})" if not kind.drafts_trees else ""
     print(f"rounds {len(res.rounds)}, {'nodes' if kind.drafts_trees else 'drafted'} {res.drafted}, accepted "
           f"{res.accepted}{acceptance}, mean tokens/round {len(res.tokens) / max(len(res.rounds), 1):.2f}")
-    print(f"{kind.label} {1000 * len(res.tokens) / res.time_ms:.1f} tok/s vs plain {plain.tokens_per_s:.1f} tok/s -> "
+    word = "tree" if kind.drafts_trees else "drafter choice" if kind.chooses_drafter else "speculative"
+    print(f"{word} {1000 * len(res.tokens) / res.time_ms:.1f} tok/s vs plain {plain.tokens_per_s:.1f} tok/s -> "
           f"speedup {speedup:.2f}x (measured, {args.clock} clock, same pair, {len(res.tokens)} tokens)")
     if identical is not None:
         print(f"greedy output identical to plain decoding: {identical}")

@@ -621,20 +621,15 @@ def _lookup_switch(arg: str | None, k_max: int) -> LookupSwitch:
     return LookupSwitch(m, kn, kh, model.strip().lower() or None)
 
 
-def _drafter_online(arg: str | None, k_max: int) -> DrafterOnline:
-    if arg is None:
-        return DrafterOnline()
-    ctrl = DrafterOnline(load_run_predictor(arg))
-    ctrl.name = f"drafter-online:{arg}"
-    return ctrl
-
-
-def _drafter_marginal(arg: str | None, k_max: int) -> DrafterMarginal:
-    if arg is None:
-        return DrafterMarginal()
-    ctrl = DrafterMarginal(load_run_predictor(arg))
-    ctrl.name = f"drafter-marginal:{arg}"
-    return ctrl
+def _on_run_predictor(rule: type[DrafterMarginal]) -> Factory:
+    """``PREFIX[:FILE]``: a rule on a run predictor, fitted in its ``prepare`` or loaded from FILE."""
+    def make_rule(arg: str | None, k_max: int) -> DrafterMarginal:
+        if arg is None:
+            return rule()
+        ctrl = rule(load_run_predictor(arg))
+        ctrl.name = f"{ctrl.name}:{arg}"
+        return ctrl
+    return make_rule
 
 
 def _fixed_all(traits: Traits, k_max: int) -> list[str]:
@@ -700,11 +695,11 @@ for _row in (
           "lookup-switch[:M:KN:KH[@MODEL]] (n-gram at KN when the last M tokens occurred earlier, else the model "
           "drafter at KH; all four fitted on the fit split when not given)",
           _const("lookup-switch"), needs=("drafters",), level="drafter"),
-    Entry("drafter-marginal", "drafter", "predictor", _drafter_marginal,
+    Entry("drafter-marginal", "drafter", "predictor", _on_run_predictor(DrafterMarginal),
           "drafter-marginal[:FILE] (most predicted tokens per ms over every drafter and K; its run predictor "
           "fitted on the train split, or FILE from specgym predictor train-runs)",
           _const("drafter-marginal"), needs=("drafters",), level="drafter"),
-    Entry("drafter-online", "drafter", "predictor", _drafter_online,
+    Entry("drafter-online", "drafter", "predictor", _on_run_predictor(DrafterOnline),
           "drafter-online[:FILE] (drafter-marginal with each drafter's runs calibrated to the request as it is "
           "decoded, counterfactual runs included; plain where no drafter pays)",
           _const("drafter-online"), needs=("drafters",), level="drafter"),

@@ -118,17 +118,26 @@ class DrafterMarginal(DrafterController):
         self._index = {d: i for i, d in enumerate(self.predictor.drafters)}
         self._recent = 0
 
-    def propose(self, start: RoundStart) -> DrafterDecision:
-        """The (drafter, K) of the largest predicted rate."""
+    def expected(self, drafter: str, start: RoundStart) -> np.ndarray:
+        """``(MAX_RUN + 1,)`` expected tokens of a round of ``drafter`` at caps 0..MAX_RUN from ``start`` (the run
+        predictor's; a subclass may adjust them)."""
         assert self.predictor is not None
+        return self.predictor.expected_tokens(drafter, start.lookup_len, start.position, self._recent)
+
+    def rates(self, start: RoundStart) -> dict[str, np.ndarray]:
+        """Every drafter's expected tokens per ms at caps 0..k_max from ``start`` (K = 0: a plain step)."""
         k_max = self.ctx.k_max
         caps = self._caps[: k_max + 1]
-        best, best_dec = -1.0, DrafterDecision(NO_DRAFTER, 0)
+        out = {}
         for d in self._use:
-            exp = np.minimum(self.predictor.expected_tokens(d, start.lookup_len, start.position, self._recent)[
-                : k_max + 1], caps)
             base, per_kv = self._costs(d)
-            rate = exp / (base + per_kv * start.kv)
+            out[d] = np.minimum(self.expected(d, start)[: k_max + 1], caps) / (base + per_kv * start.kv)
+        return out
+
+    def propose(self, start: RoundStart) -> DrafterDecision:
+        """The (drafter, K) of the largest predicted rate."""
+        best, best_dec = -1.0, DrafterDecision(NO_DRAFTER, 0)
+        for d, rate in self.rates(start).items():
             k = int(np.argmax(rate))
             if rate[k] > best:
                 best, best_dec = float(rate[k]), DrafterDecision(d if k else NO_DRAFTER, k)

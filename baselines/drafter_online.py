@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from specgym.baselines.drafter_marginal import DrafterMarginal
-from specgym.envs.core.drafter_choice import NO_DRAFTER, DrafterDecision
+from specgym.envs.core.drafter_choice import DrafterDecision
 from specgym.envs.core.rounds import RequestContext, RoundOutcome, RoundStart
 from specgym.envs.core.run_predictor import MAX_RUN, RunPredictor
 
@@ -60,6 +60,7 @@ class DrafterOnline(DrafterMarginal):
         self.prior_tokens, self.probe_every = float(prior_tokens), int(probe_every)
         self._seen: dict[str, list[float]] = {}
         self._predicted: dict[str, np.ndarray] = {}
+        self._last_rates: dict[str, np.ndarray] = {}
         self._plain = 0
 
     def reset(self, ctx: RequestContext, drafters: Sequence[str]) -> None:
@@ -74,28 +75,25 @@ class DrafterOnline(DrafterMarginal):
         seen, predicted = self._seen[drafter]
         return (seen + self.prior_tokens) / (predicted + self.prior_tokens)
 
+    def expected(self, drafter: str, start: RoundStart) -> np.ndarray:
+        """The fit's expected tokens (kept: what the round's outcome is compared with), calibrated to the request."""
+        fit = super().expected(drafter, start)
+        self._predicted[drafter] = fit
+        return 1.0 + self.calibration(drafter) * (fit - 1.0)
+
     def propose(self, start: RoundStart) -> DrafterDecision:
         """The (drafter, K) of the largest calibrated rate; a probe after ``probe_every`` plain rounds."""
-        assert self.predictor is not None
-        k_max = self.ctx.k_max
-        caps = self._caps[: k_max + 1]
-        best, best_dec, probe, probe_rate = -1.0, DrafterDecision(NO_DRAFTER, 0), None, -1.0
-        for d in self._use:
-            fit = self.predictor.expected_tokens(d, start.lookup_len, start.position, self._recent)
-            self._predicted[d] = fit
-            exp = np.minimum(1.0 + self.calibration(d) * (fit[: k_max + 1] - 1.0), caps)
-            base, per_kv = self._costs(d)
-            rate = exp / (base + per_kv * start.kv)
-            k = int(np.argmax(rate))
-            if rate[k] > best:
-                best, best_dec = float(rate[k]), DrafterDecision(d if k else NO_DRAFTER, k)
-            if k_max >= 1 and rate[1] > probe_rate:
-                probe, probe_rate = d, float(rate[1])
-        self._plain = self._plain + 1 if best_dec.plain else 0
-        if self._plain >= self.probe_every and probe is not None:
+        dec = super().propose(start)
+        self._plain = self._plain + 1 if dec.plain else 0
+        if self._plain >= self.probe_every and self.ctx.k_max >= 1 and self._last_rates:
             self._plain = 0
-            return DrafterDecision(probe, 1)
-        return best_dec
+            return DrafterDecision(max(self._last_rates, key=lambda d: float(self._last_rates[d][1])), 1)
+        return dec
+
+    def rates(self, start: RoundStart) -> dict[str, np.ndarray]:
+        """The calibrated rates (kept for a probe's choice)."""
+        self._last_rates = super().rates(start)
+        return self._last_rates
 
     def observe(self, outcome: RoundOutcome) -> None:
         """Count what the round showed: the played drafter's accepted tokens, and each counterfactual run."""

@@ -11,7 +11,6 @@ Training validation and the generalisation suite run the first three steps and s
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ import specgym.catalogue as catalogue
 from specgym.agents.specs import EVAL_KINDS, Resolution, Resolved, resolve
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import CostProfile
-from specgym.envs.core.kinds import KindName, kind_row
+from specgym.envs.core.kinds import KindName, kind_row, load_runner
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.tree import TreeController
 from specgym.envs.engines.trace_engine import TraceEngine
@@ -216,11 +215,7 @@ def run_tree(state: ReplayState, row: Resolved, tick: Callable[[], None] | None)
 def replay_runner(kind: KindName) -> Callable[[ReplayState, Resolved, Callable[[], None] | None], RunResult] | None:
     """The replay runner its kind's row names (:attr:`~specgym.envs.core.kinds.DecisionKind.replay_runner`), or None
     for a kind ``specgym eval`` does not run."""
-    path = kind_row(kind).replay_runner
-    if not path:
-        return None
-    module, func = path.split(":")
-    return getattr(importlib.import_module(module), func)
+    return load_runner(kind_row(kind).replay_runner)
 
 
 def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]] | None = None) -> dict[str, Any]:

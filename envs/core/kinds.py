@@ -19,8 +19,9 @@ and asks a kind's :class:`DecisionKind` row (:data:`KIND_ROWS`) what the kind do
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 KindName = Literal["chain", "tree", "batch", "drafter"]
 FamilyName = Literal["fixed", "rule", "predictor", "learned", "oracle"]
@@ -110,6 +111,16 @@ DRAFTER_KIND: KindName = next(row.name for row in KIND_ROWS.values() if row.choo
 def kind_row(name: str) -> DecisionKind:
     """The row of decision kind ``name`` (a resolved spec's or policy mode's ``kind``)."""
     return KIND_ROWS[name]  # type: ignore[index]
+
+
+def load_runner(path: str) -> Any:
+    """The function a row names as ``"module:function"`` (:attr:`DecisionKind.replay_runner`,
+    :attr:`DecisionKind.live_runner`), imported when asked: the core names runners without importing upward; None
+    for an empty name."""
+    if not path:
+        return None
+    module, func = path.split(":")
+    return getattr(importlib.import_module(module), func)
 
 
 def runs_in(name: str) -> str:

@@ -12,13 +12,12 @@ spec's name. A runner decodes one :class:`LiveCall` on a :class:`~specgym.envs.e
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from specgym.envs.core.drafter_choice import drive_drafters
-from specgym.envs.core.kinds import kind_row, runs_in
+from specgym.envs.core.kinds import kind_row, load_runner, runs_in
 from specgym.envs.engines.live_engine import LiveEngine, LiveResult
 from specgym.envs.engines.live_tree import LiveTreeResult, run_live_tree
 from specgym.errors import SpecgymError
@@ -73,11 +72,7 @@ def run_drafter(engine: LiveEngine, controller: Any, call: LiveCall) -> LiveResu
 def live_runner(kind: str) -> Callable[[LiveEngine, Any, LiveCall], Any] | None:
     """The live runner its kind's row names (:attr:`~specgym.envs.core.kinds.DecisionKind.live_runner`), or None
     for a kind no live engine runs (a batch kind decides serving steps)."""
-    path = kind_row(kind).live_runner
-    if not path:
-        return None
-    module, func = path.split(":")
-    return getattr(importlib.import_module(module), func)
+    return load_runner(kind_row(kind).live_runner)
 
 
 def run_live(engine: LiveEngine, kind: str, controller: Any, call: LiveCall) -> Any:

@@ -25,7 +25,7 @@ VLLM_PIP    := $(VLLM_PY) -m pip install --quiet --no-index --no-deps --find-lin
 PKG_FILES := $(shell find specgym envs agents baselines training eval data -type f -not -path '*/__pycache__/*' \
                -not -name '*.pyc' 2>/dev/null | LC_ALL=C sort)
 
-.PHONY: prompts-smollm2 drafter-smollm2 head-smollm2 predictor-smollm2 policies-smollm2 bench-live-smollm2 bench-live-smollm2-t07 gpu-check docs install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
+.PHONY: data-smollm2 prompts-smollm2 drafter-smollm2 head-smollm2 predictor-smollm2 policies-smollm2 bench-live-smollm2 bench-live-smollm2-t07 gpu-check docs results-pages install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
         models-midpair models-tinypair predictors profile record record-midpair record-midpair-greedy record-midpair-t08 record-tinypair clean FORCE
 
 $(VENV)/.files: FORCE
@@ -83,7 +83,14 @@ test: lint vllm-env-or-reason
 # a broken link, fails the build; tests/test_docs.py does the same in `make test`)
 docs: $(STAMP)
 	$(PY) docs/gen_ref.py
+	$(PY) docs/results/scripts/render.py --check
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+# the results pages' replay tables (~4 min): re-run every replay command, store its output in docs/results/data/ and
+# rewrite the pages' tables from it (live tables are re-measured by their own commands, named on each page)
+results-pages: $(STAMP)
+	$(PY) docs/results/scripts/replays.py
+	$(PY) docs/results/scripts/render.py
 
 test-fast: $(STAMP)
 	$(PYTEST_RUN) -m "not slow" $(PYTEST_ARGS)
@@ -98,6 +105,12 @@ bench-vllm: $(VLLM_STAMP)
 	nice -n 10 $(VLLM_VENV)/bin/specgym bench vllm --concurrency 1,4,16,64 \
 	  --profile-batches 1,2,4,8,16,32,64 --profile-repeats 2 --mixed phased --repeats 3 \
 	  --json out/bench-vllm.json --force
+
+# the real pair's training data at scale (issue 54): the target writes ~6,000 prompts itself (Magpie) and its greedy
+# and T = 0.7 answers (~2.3M tokens); ~12 h on this CPU with 2 workers; resumable (run it again to continue)
+data-smollm2: $(STAMP)
+	$(SPECGYM) data generate --target smollm2 --out build/data-smollm2 --prompts 6000 --max-new-tokens 256 \
+		--samples 1 --temperature 0.7 --workers 2 --resume
 
 # --- the README's results table: PPO (K and token mode) on every shipped workload vs all baselines (~20 min) ---
 RESULT_WORKLOADS ?= midpair-greedy midpair-t08 speclane-mix assc-regimes tinypair-greedy tinypair-t08
@@ -207,7 +220,7 @@ models-midpair: $(STAMP)
 	$(MAKE) profile-midpair record-midpair
 	$(SPECGYM) bench live --prompts 4 --json out/bench-live.json --force
 	$(LMPAIR) --work-dir $(MID_WORK) --stages card --name midpair --target-role big \
-		--card-profile data/profiles/cpu-midpair.json --card-notes training/lm_pair/notes/midpair.md \
+		--card-profile data/profiles/cpu-midpair.json --card-notes training/models/notes/midpair.md \
 		--card-workloads data/workloads/midpair-greedy.parquet,data/workloads/midpair-t08.parquet \
 		--card-figures out/bench-live.json
 
@@ -221,7 +234,7 @@ models-tinypair: $(STAMP)   # ~90 min: corpus, tokenizer, target (78 min), draft
 SMOL_WORK := build/draft-smollm2
 
 prompts-smollm2: $(STAMP)  # seconds: the 246 chat prompts in 8 categories with their train/val/test splits
-	$(PY) -m specgym.training.lm_pair.chat_prompts data/workloads/smollm2-prompts.jsonl
+	$(PY) -m specgym.training.models.chat_prompts data/workloads/smollm2-prompts.jsonl
 
 drafter-smollm2: $(STAMP)  # ~25 min target answers, 55 min distillation, ~3 min held-out figures and export
 	$(SPECGYM) train-draft --target smollm2 --prompts smollm2-prompts --work-dir $(SMOL_WORK) \

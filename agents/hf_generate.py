@@ -24,7 +24,7 @@ transformers' assistant stops drafting at EOS (the draft model's generation conf
 
 Round time in the :class:`RoundOutcome` is the wall clock from ``get_candidates`` to ``update_candidate_strategy``
 (draft + verify of that round). Draft features come from
-:func:`~specgym.envs.engines.draft_stats.draft_stats` over the assistant's scores (already tempered by its logits
+:func:`~specgym.envs.engines.live.draft_stats.draft_stats` over the assistant's scores (already tempered by its logits
 processors), the definition the live engine and the recorder use. The pre-verification signals
 (:class:`~specgym.envs.core.signals.DraftSignals` in ``DraftStep.signals`` and ``RoundOutcome.signals``) are those
 of the live engine: the top-8 probabilities of the same scores, and the context lookup from an incremental n-gram
@@ -48,9 +48,9 @@ from specgym.envs.core.lookup import NGramIndex
 from specgym.envs.core.request import Episode
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome
 from specgym.envs.core.signals import TOPK, DraftSignals, SignalColumns
-from specgym.envs.engines.clock import timed
-from specgym.envs.engines.draft_stats import draft_stats, top_probs
-from specgym.envs.engines.draft_vocab import output_rows
+from specgym.envs.engines.live.clock import timed
+from specgym.envs.engines.live.draft_stats import draft_stats, top_probs
+from specgym.envs.engines.live.draft_vocab import output_rows
 from specgym.errors import SpecgymError
 from specgym.paths import MODEL_ROOTS
 
@@ -232,7 +232,7 @@ def generate_with_controller(target: Any, draft: Any, input_ids: Any, controller
     if not isinstance(controller, Controller):  # a TreeController: transformers' assisted generation drafts chains
         raise SpecgymError(f"generate_with_controller: {getattr(controller, 'name', controller)!r} is not a chain "
                            "controller; transformers' generate() integration drafts chains only (tree controllers run "
-                           "live through specgym's engine: specgym.envs.engines.live_tree.run_live_tree)")
+                           "live through specgym's engine: specgym.envs.engines.live.tree.run_live_tree)")
     if StoppingCriteriaList is None:
         raise SpecgymError("generate_with_controller needs transformers; install specgym[hf]")
     if input_ids.shape[0] != 1:

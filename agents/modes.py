@@ -12,7 +12,8 @@ A mode (``k``, ``token``, ``tree``, ``batch``) is what ``specgym train --mode`` 
   summary and policy card use.
 
 Every ``mode ==`` question of the artifact, the export, the env factory, validation, behaviour cloning, the summary
-and the policy card is a look-up here. A new mode is one row (and its env, controller and features).
+and the policy card is a look-up here. A new mode is one row (and its env, controller and features; an
+action type of its own is one row of :data:`ACTIONS`).
 """
 
 from __future__ import annotations
@@ -98,30 +99,46 @@ class PolicyMode:
         return self.name in TOKEN_LEVEL_MODES
 
     def n_actions(self, k_min: int, k_max: int, shapes: list[list[int]] | None = None) -> int:
-        """Size of the action layer of a policy of this mode."""
-        if self.action == "stop_or_continue":
-            return 2
-        if self.action == "tree_widths":
-            return len(shapes or [])
-        if self.action == "drafter_cap":
-            return drafter_actions(k_max)
-        if self.action == "budget_gamma":
-            return len(ALLOC_GAMMAS)
-        return k_max - k_min + 1
+        """Size of the action layer of a policy of this mode (its :data:`ACTIONS` row)."""
+        return ACTIONS[self.action].count(k_min, k_max, shapes)
 
     def action_mapping(self, k_min: int, n_actions: int, shapes: list[list[int]] | None = None) -> dict[str, Any]:
         """How an action index maps to a decision (recorded in ``policy.json``)."""
-        if self.action == "stop_or_continue":
-            return {"type": self.action, "values": ["stop", "continue"]}
-        if self.action == "tree_widths":
-            return {"type": self.action, "values": [[int(w) for w in s] for s in shapes or []]}
-        if self.action == "drafter_cap":  # 0: plain; then slot s (the engine's drafters in order) with K = 1..k_max
-            k_max = (n_actions - 1) // 2
-            return {"type": self.action, "values": ["plain", *(f"slot{s}:{k}" for s in range(2)
-                                                               for k in range(1, k_max + 1))]}
-        if self.action == "budget_gamma":
-            return {"type": self.action, "values": list(ALLOC_GAMMAS)}
-        return {"type": self.action, "values": list(range(k_min, k_min + n_actions))}
+        return {"type": self.action, "values": ACTIONS[self.action].values(k_min, n_actions, shapes)}
+
+
+@dataclass(frozen=True)
+class ActionSpace:
+    """What a policy's action index means, one row per ``action`` type a mode names (:data:`ACTIONS`).
+
+    Attributes:
+        count: ``count(k_min, k_max, shapes)`` -> the size of the action layer.
+        values: ``values(k_min, n_actions, shapes)`` -> the decision of each action index (``policy.json``'s
+            ``action.values``).
+    """
+
+    count: Callable[[int, int, list[list[int]] | None], int]
+    values: Callable[[int, int, list[list[int]] | None], list[Any]]
+
+
+def _drafter_cap_values(k_min: int, n_actions: int, shapes: list[list[int]] | None) -> list[Any]:
+    """0: plain; then slot s (the engine's drafters in order) with K = 1..k_max."""
+    k_max = (n_actions - 1) // 2
+    return ["plain", *(f"slot{s}:{k}" for s in range(2) for k in range(1, k_max + 1))]
+
+
+#: The action types of the modes: a draft cap ``k_min + a``, a stop or continue per draft token, a menu of tree
+#: shapes, a drafter slot and cap, a budget calibration.
+ACTIONS: dict[str, ActionSpace] = {
+    "draft_cap": ActionSpace(lambda k_min, k_max, shapes: k_max - k_min + 1,
+                             lambda k_min, n, shapes: list(range(k_min, k_min + n))),
+    "stop_or_continue": ActionSpace(lambda k_min, k_max, shapes: 2, lambda k_min, n, shapes: ["stop", "continue"]),
+    "tree_widths": ActionSpace(lambda k_min, k_max, shapes: len(shapes or []),
+                               lambda k_min, n, shapes: [[int(w) for w in s] for s in shapes or []]),
+    "drafter_cap": ActionSpace(lambda k_min, k_max, shapes: drafter_actions(k_max), _drafter_cap_values),
+    "budget_gamma": ActionSpace(lambda k_min, k_max, shapes: len(ALLOC_GAMMAS),
+                                lambda k_min, n, shapes: list(ALLOC_GAMMAS)),
+}
 
 
 def _chain_features(mode: str) -> Callable[[int], list[str]]:

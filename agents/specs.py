@@ -21,7 +21,8 @@ one short line naming it and the bad part, pointing to the ``--help`` that lists
 with :func:`register`.
 
 A ``@DRAFTER`` in a spec's argument picks the ``drafter`` row of a shared prefix: ``fixed:10@ngram`` is the n-gram
-drafter alone at K = 10, ``fixed:10`` the chain row (the workload's default drafter).
+drafter alone at K = 10, ``fixed:10`` the chain row (the workload's default drafter). On a tree spec it names who
+drafts the trees live: ``tree-eagle:5:3:10@head`` is EAGLE-2's rule on the pair's draft head.
 """
 
 from __future__ import annotations
@@ -65,23 +66,26 @@ from specgym.baselines.ucb import UCBBandit
 from specgym.baselines.vllm_adaptive import VLLMAdaptiveVerification
 from specgym.envs.core.acceptance_predictor import load_predictor
 from specgym.envs.core.batch import BatchController
-from specgym.envs.core.controller import Controller
 from specgym.envs.core.cost import TREE_NODE_LIMIT
-from specgym.envs.core.drafter_choice import DrafterController, parse_drafter_k
+from specgym.envs.core.drafter_choice import parse_drafter_k
 from specgym.envs.core.kinds import (
     DRAFTER_KIND,
     EVAL_KINDS,
     FAMILIES,
+    HEAD_DRAFTER,
+    IMPLICIT_DRAFTER,
     KINDS,
     FamilyName,
     KindName,
     LevelName,
+    controller_kind,
+    interface_names,
     kind_row,
     runs_in,
 )
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.run_predictor import load_run_predictor
-from specgym.envs.core.tree import TreeController, TreeShape
+from specgym.envs.core.tree import TreeShape
 from specgym.errors import SpecgymError
 
 Factory = Callable[[str | None, int], Any]
@@ -207,8 +211,9 @@ def entries(kinds: Sequence[str] = KINDS) -> list[Entry]:
 def where_listed(kinds: Sequence[str] = EVAL_KINDS) -> str:
     """Where a user finds every valid spec form of ``kinds`` (an error names the bad part and points here, rather
     than listing 30 forms in one line)."""
-    command = "specgym tune compare --help" if set(kinds) <= {"batch"} else "specgym eval --help"
-    return f"'{command}' lists the valid forms"
+    places = {kind_row(kind).runs_in for kind in kinds}  # a kind specgym eval does not run names where it runs
+    command = places.pop() if len(places) == 1 and "" not in places else "specgym eval"
+    return f"'{command} --help' lists the valid forms"
 
 
 def _bad(spec: str, why: str, kinds: Sequence[str], k_max: int) -> SpecgymError:
@@ -241,7 +246,8 @@ def lookup(spec: str, kinds: Sequence[str] = EVAL_KINDS, k_max: int = DEFAULT_K_
         raise _bad(spec, "'@DRAFTER' picks a drafter, which only specgym eval does, on a workload with several "
                          "drafters", kinds, k_max)
     inner, at, drafter = spec.rpartition("@")
-    if at and drafter.strip() and ("chain", split_spec(inner)[0]) in TABLE and (DRAFTER_KIND, ON_DRAFTER) in TABLE:
+    wrapped = (kind_row(DRAFTER_KIND).wraps, split_spec(inner)[0])  # marginal@head: a chain rule on one drafter
+    if at and drafter.strip() and wrapped in TABLE and (DRAFTER_KIND, ON_DRAFTER) in TABLE:
         if DRAFTER_KIND in kinds:  # a chain rule deciding one drafter's K (marginal@head)
             return spec, spec, TABLE[(DRAFTER_KIND, ON_DRAFTER)]
         raise _bad(spec, "'@DRAFTER' picks a drafter, which needs a workload or engine with several drafters", kinds,
@@ -262,12 +268,22 @@ def build(spec: str, k_max: int = DEFAULT_K_MAX, kinds: Sequence[str] = EVAL_KIN
         if arg is not None:
             raise _bad(spec, "takes no argument", kinds, k_max)
         return Resolved(spec, None, entry)
+    tree_drafter = None
+    if arg is not None and "@" in arg and kind_row(entry.kind).drafts_trees:  # tree-eagle:5:3:10@head
+        arg, _, tree_drafter = arg.rpartition("@")
+        tree_drafter = tree_drafter.strip().lower()
+        if tree_drafter not in TREE_DRAFTERS:
+            raise _bad(spec, f"a tree is drafted by the draft model or @{HEAD_DRAFTER}, not @{tree_drafter}", kinds,
+                       k_max)
+        arg = arg or None
     try:
         ctrl = entry.factory(arg, k_max)
     except SpecgymError as exc:
         if str(exc).startswith("bad controller spec"):  # an inner spec (per-seq:SPEC, tree-chain:SPEC) named it
             raise SpecgymError(f"{spec}: {exc}") from None
         raise _bad(spec, str(exc), kinds, k_max) from None
+    if tree_drafter is not None and tree_drafter != IMPLICIT_DRAFTER:
+        ctrl.drafter, ctrl.name = tree_drafter, f"{ctrl.name}@{tree_drafter}"
     return Resolved(spec, ctrl, _mode_entry(ctrl, entry))
 
 
@@ -287,9 +303,11 @@ def make(spec: str, k_max: int = DEFAULT_K_MAX, kinds: Sequence[str] = ("chain",
 
 
 def _mode_entry(ctrl: Any, entry: Entry) -> Entry:
-    """A learned row's level follows the policy it loaded (K or token mode; a drafter-mode policy is a drafter row)."""
-    if entry.family == "learned" and isinstance(ctrl, DrafterController):
-        return Entry(**{**entry.__dict__, "kind": "drafter", "level": "drafter"})
+    """A learned row's kind and level follow the policy it loaded: the kind whose interface its controller
+    implements (``ppo:`` names chain, drafter and batch policies alike), and K or token mode within a chain."""
+    built = controller_kind(ctrl) if entry.family == "learned" else None
+    if built is not None and built.name != entry.kind:
+        return Entry(**{**entry.__dict__, "kind": built.name, "level": built.level})
     if entry.family == "learned" and kind_row(entry.kind).per_token:
         level = "token" if getattr(ctrl, "token_level", False) else "k"
         if level != entry.level:
@@ -370,19 +388,18 @@ def resolve(specs: str | Resolution | Sequence[Any], k_max: int = DEFAULT_K_MAX,
 
 
 def entry_of(ctrl: Any, label: str | None = None) -> Entry:
-    """The row of an object built outside the table (by its type; a plan row such as ``tree-oracle`` by label)."""
+    """The row of an object built outside the table: its kind is the one whose controller interface it implements
+    (:func:`~specgym.envs.core.kinds.controller_kind`); a plan row such as ``tree-oracle`` is found by label."""
     if ctrl is None:
         return lookup(label or "tree-oracle", KINDS)[2]
-    kind: KindName = "tree" if isinstance(ctrl, TreeController) else "batch" if isinstance(ctrl, BatchController) \
-        else "drafter" if isinstance(ctrl, DrafterController) else "chain"
-    if not isinstance(ctrl, (Controller, TreeController, BatchController, DrafterController)):
-        raise SpecgymError(f"{ctrl!r} is not a controller (Controller, TreeController, BatchController or "
-                           f"DrafterController)")
+    row = controller_kind(ctrl)
+    if row is None:
+        raise SpecgymError(f"{ctrl!r} is not a controller (it implements none of {interface_names()})")
     own = getattr(ctrl, "family", None)
     family: FamilyName = own if own in FAMILIES else ("fixed" if type(ctrl) is FixedK else
                                                       "learned" if hasattr(ctrl, "artifact") else "rule")
-    level: LevelName = "token" if getattr(ctrl, "token_level", False) else kind_row(kind).level
-    return Entry(getattr(ctrl, "name", "controller"), kind, family, None, "", level=level, builtin=False)
+    level: LevelName = "token" if getattr(ctrl, "token_level", False) else row.level
+    return Entry(getattr(ctrl, "name", "controller"), row.name, family, None, "", level=level, builtin=False)
 
 
 def register(prefix: str, factory: Factory, usage: str | None = None, *, kind: KindName = "chain",
@@ -593,13 +610,15 @@ def _lookup_rule(arg: str | None, k_max: int) -> LookupRule:
     return LookupRule(3 if arg is None else int(arg))
 
 
+#: Who may draft a tree (``TREE_SPEC@DRAFTER``, live only: the replay has no per-start ranks of the head yet).
+TREE_DRAFTERS = (IMPLICIT_DRAFTER, HEAD_DRAFTER)
 #: The row of ``SPEC@DRAFTER`` where ``SPEC`` is a chain rule (``marginal@head``): keyed by its ``@``.
 ON_DRAFTER = "@"
 
 
 def _on_drafter(arg: str | None, k_max: int) -> ChainOnDrafter:
     inner, _, drafter = (arg or "").rpartition("@")
-    return ChainOnDrafter(build(inner, k_max, ("chain",)).controller, drafter.strip().lower())
+    return ChainOnDrafter(build(inner, k_max, (kind_row(DRAFTER_KIND).wraps,)).controller, drafter.strip().lower())
 
 
 def _on_drafter_all(traits: Traits, k_max: int) -> list[str]:

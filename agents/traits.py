@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import specgym.catalogue as catalogue
 from specgym.envs.core.acceptance_predictor import load_predictor
-from specgym.envs.engines.tree_engine import check_tree_workload
+from specgym.envs.engines.replay.tree_engine import check_tree_workload
 from specgym.errors import SpecgymError
 
 

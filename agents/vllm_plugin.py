@@ -2,7 +2,8 @@
 
 vLLM loads general plugins in every process it starts (front end, engine core, workers) and calls
 :func:`register` in each. It is a no-op unless ``SPECGYM_VLLM`` is set, so installing specgym next to vLLM changes
-nothing by itself. With ``SPECGYM_VLLM=1`` it patches vLLM's scheduler (:func:`specgym.envs.engines.vllm_hook.install`)
+nothing by itself. With ``SPECGYM_VLLM=1`` it patches vLLM's scheduler
+(:func:`specgym.envs.engines.serving.vllm_hook.install`)
 so that the engine core accepts ``specgym_configure`` / ``specgym_take_log`` utility calls (what
 ``specgym bench vllm`` uses); with ``SPECGYM_VLLM_CONTROLLER=SPEC`` every engine started afterwards
 decides K with that controller from its first step::
@@ -25,7 +26,7 @@ import os
 
 from specgym.agents.specs import make
 from specgym.envs.core.batch import BatchController
-from specgym.envs.engines.vllm_hook import install, set_startup_config
+from specgym.envs.engines.serving.vllm_hook import install, set_startup_config
 from specgym.envs.profiles import load_batch_profile
 from specgym.errors import SpecgymError
 

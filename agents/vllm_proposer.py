@@ -15,32 +15,50 @@ same K for every request; here each request's K comes from a specgym drafter-cho
 many the step accepted (``len(sampled) - 1``).
 
 **Matching requests across steps.** ``propose`` receives no request ids, and a request's row moves when others
-finish. A request is known by its first :data:`FINGERPRINT_TOKENS` tokens and its length: a row continues the request
+finish. A request is known by its fingerprint, its first :data:`FINGERPRINT_TOKENS` tokens (all the tokens it had when
+first seen, if fewer: a prefix that later steps keep), and its length: a row continues the request
 of the same fingerprint whose last length it extends by one step's tokens (1 to K + 1); anything else starts a new
 request. Requests not seen in a step have finished (or were preempted: they start afresh). Two running requests with
 the same first tokens share a fingerprint; each row then continues the one whose length it extends, and where both
 fit, the controller states may be swapped: a K choice, never the output (verification is vLLM's).
 
+**The draft model** (``SPECGYM_PROPOSER_DRAFT``, a draft folder in specgym's format): the proposer then holds two
+drafters, ``draft`` (the model, :mod:`specgym.agents.vllm_draft`: run here, greedy, one key/value cache per request
+kept with the request) and ``ngram``, and the controller picks the drafter and K of each request every step:
+``lookup-rule:N`` (prompt lookup where the last N tokens occurred earlier, else the draft model),
+``drafter-marginal:FILE`` (most predicted tokens per ms over both drafters and every K, on a run predictor from
+``specgym predictor train-runs``), ``fixed:K@draft``... Without it, the one drafter is ``ngram``.
+
 **Configuration** (read when vLLM builds the proposer): ``SPECGYM_PROPOSER_CONTROLLER`` names the controller
-(a :mod:`specgym.agents.specs` drafter spec over ``ngram``: ``marginal@ngram``, the default, or ``fixed:K@ngram``),
-``SPECGYM_PROPOSER_PROFILE`` the single-request cost profile it prices rounds with (name or path; default: a profile
-measured where vLLM runs, required by cost-aware controllers). Decisions are numpy-only.
+(a :mod:`specgym.agents.specs` drafter spec: ``marginal@ngram``, the default, ``fixed:K@ngram``, or over both drafters
+with a draft model), ``SPECGYM_PROPOSER_PROFILE`` the single-request cost profile it prices rounds with (name or path;
+default: a profile measured where vLLM runs, required by cost-aware controllers). Decisions are numpy-only.
+
+**Between runs** (``specgym bench vllm --proposer specgym``): :meth:`SpecgymProposer.specgym_configure` switches the
+controller for the requests that start afterwards and returns what the proposer did since the last call
+(:class:`ProposerStats`: rows, the K chosen, lookups that found nothing, time spent in ``propose``); vLLM's worker
+reaches it through ``LLM.collective_rpc("specgym_proposer", args=(config,))`` (the specgym plugin adds that method,
+:mod:`specgym.envs.engines.serving.vllm_hook`).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from specgym.agents.specs import build
+from specgym.agents.vllm_draft import ENV_DRAFT, DraftCache, DraftModel
 from specgym.envs.core.cost import CostProfile
-from specgym.envs.core.drafter_choice import DrafterController, check_decision
+from specgym.envs.core.drafter_choice import NO_DRAFTER, DrafterController, check_decision
+from specgym.envs.core.kinds import IMPLICIT_DRAFTER, NGRAM_DRAFTER
 from specgym.envs.core.lookup import NGramIndex
-from specgym.envs.core.ngram_proposer import NGRAM_DRAFTER, ngram_propose
+from specgym.envs.core.ngram_proposer import ngram_propose
 from specgym.envs.core.rounds import RequestContext, RoundOutcome, RoundStart
 from specgym.envs.profiles import load_profile
 from specgym.errors import SpecgymError
@@ -55,6 +73,35 @@ FINGERPRINT_TOKENS = 64
 
 
 @dataclass
+class ProposerStats:
+    """What the proposer did over a run (:meth:`SpecgymProposer.specgym_configure` returns and clears it).
+
+    Attributes:
+        steps: ``propose`` calls (engine steps that drafted).
+        rows: Request rows over those calls.
+        k_chosen: Rows per chosen K (index ``K``, 0..``num_speculative_tokens``; 0: plain for that request).
+        no_match: Rows given to prompt lookup with K above 0 whose lookup found nothing (drafted nothing).
+        draft_tokens: Tokens proposed.
+        model_rows: Rows the draft model proposed for.
+        model_tokens: Tokens the draft model proposed.
+        propose_ms: Wall time inside ``propose`` (the proposer's share of each step; the draft model's included).
+    """
+
+    steps: int = 0
+    rows: int = 0
+    k_chosen: list[int] = field(default_factory=list)
+    no_match: int = 0
+    draft_tokens: int = 0
+    model_rows: int = 0
+    model_tokens: int = 0
+    propose_ms: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (what crosses vLLM's RPC)."""
+        return dict(self.__dict__)
+
+
+@dataclass
 class _Request:
     """One running request as the proposer knows it."""
 
@@ -62,61 +109,123 @@ class _Request:
     index: NGramIndex  # its tokens, for the context lookup (appended step by step)
     start: int  # its length when first seen (prompt + first token): completion positions count from here
     length: int  # its length at the last step
+    key: tuple[int, str] = (0, "")  # its fingerprint: (size, hash of its first `size` tokens)
     drafted: int = 0  # what the last step proposed for it
+    drafter: str = NO_DRAFTER  # and which drafter proposed it
     last: RoundStart | None = None
+    draft: DraftCache | None = None  # the draft model's cache of this request (created when the model first drafts)
 
 
 class SpecgymProposer:
-    """Prompt lookup with a per-request K chosen by a specgym controller (module docstring).
+    """Prompt lookup (and the draft model, when given) with each request's drafter and K chosen by a specgym
+    controller (module docstring).
 
     Args:
         vllm_config: vLLM's config (``speculative_config``: ``num_speculative_tokens``, ``prompt_lookup_min/max``;
             ``model_config.max_model_len``).
-        controller: A drafter spec over ``ngram`` (default: ``$SPECGYM_PROPOSER_CONTROLLER`` or
+        controller: A drafter spec over the proposer's drafters (default: ``$SPECGYM_PROPOSER_CONTROLLER`` or
             :data:`DEFAULT_CONTROLLER`).
         profile: The cost profile (default: ``$SPECGYM_PROPOSER_PROFILE``).
+        draft: The draft model's folder (default: ``$SPECGYM_PROPOSER_DRAFT``; none: prompt lookup alone).
     """
 
-    def __init__(self, vllm_config: Any, controller: str | None = None, profile: CostProfile | str | None = None):
+    def __init__(self, vllm_config: Any, controller: str | None = None, profile: CostProfile | str | None = None,
+                 draft: str | None = None):
         spec = vllm_config.speculative_config
         self.k_max = int(spec.num_speculative_tokens)
         self.min_n = int(getattr(spec, "prompt_lookup_min", None) or 1)
         self.max_n = int(getattr(spec, "prompt_lookup_max", None) or 4)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         self.spec = controller or os.environ.get(ENV_CONTROLLER) or DEFAULT_CONTROLLER
-        build(self.spec, self.k_max, kinds=("drafter",))  # a bad spec: one line now, not at the first step
         source = profile if profile is not None else os.environ.get(ENV_PROFILE)
         if source is None:
             raise SpecgymError(f"{ENV_PROFILE} is not set: the proposer's controller prices rounds with a "
                                f"single-request cost profile (specgym profile, or a shipped one such as cpu-smollm2)")
         prof = source if isinstance(source, CostProfile) else load_profile(source)
         self.profile = prof.with_drafter(NGRAM_DRAFTER, "lookup")  # a model-drafter profile prices lookup at no draft
-        self.requests: dict[str, list[_Request]] = {}
+        folder = draft if draft is not None else os.environ.get(ENV_DRAFT)
+        device = getattr(getattr(vllm_config, "device_config", None), "device", None)
+        self.draft = DraftModel(folder, getattr(vllm_config.model_config, "model", None), device) if folder else None
+        self.drafters = (IMPLICIT_DRAFTER, NGRAM_DRAFTER) if self.draft is not None else (NGRAM_DRAFTER,)
+        self._protos: dict[str, DrafterController] = {}
+        self._controller(self.spec, "vllm-check", 1)  # a bad spec: one line now, not at the first step
+        self.requests: dict[tuple[int, str], list[_Request]] = {}  # by fingerprint
+        self._sizes: list[int] = []  # the fingerprint sizes of the tracked requests
+        self.stats = ProposerStats(k_chosen=[0] * (self.k_max + 1))
+
+    def specgym_configure(self, config: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The statistics since the last call (then cleared); with ``{"controller": SPEC}``, that controller decides
+        for every request seen afterwards (the requests tracked so far are dropped: call it between runs).
+
+        Args:
+            config: ``None`` (statistics only) or ``{"controller": SPEC}`` (a drafter spec, checked here).
+        """
+        out = {"controller": self.spec, **self.stats.to_dict(),
+               **(self.draft.take_stats() if self.draft is not None else {})}
+        if config and config.get("controller"):
+            spec = str(config["controller"])
+            self._controller(spec, "vllm-check", 1)  # a bad spec raises before anything changes
+            self.spec, self.requests, self._sizes = spec, {}, []
+        self.stats = ProposerStats(k_chosen=[0] * (self.k_max + 1))
+        return out
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
-        """Nothing to load: prompt lookup reads the token ids."""
+        """Nothing to load here: prompt lookup reads the token ids, and the draft model was loaded with the proposer."""
 
-    def _fingerprint(self, tokens: np.ndarray) -> str:
-        return hashlib.blake2b(np.ascontiguousarray(tokens[:FINGERPRINT_TOKENS], np.int64).tobytes(),
-                               digest_size=12).hexdigest()
+    def _controller(self, spec: str, key: str, n: int) -> DrafterController:
+        """A fresh controller of ``spec`` for a request of ``n`` tokens, reset on the proposer's drafters (a spec that
+        needs a drafter the proposer lacks, or a predictor it was not given, is one line)."""
+        proto = self._protos.get(spec)
+        if proto is None:  # built once per spec (a predictor file is read once), copied for every request
+            proto = self._protos[spec] = build(spec, self.k_max, kinds=("drafter",)).controller
+        ctrl = copy.deepcopy(proto)
+        ctrl.reset(RequestContext(f"vllm-{key}", "vllm", 0.0, n, self.k_max, self.profile), self.drafters)
+        return ctrl
 
-    def _match(self, key: str, tokens: np.ndarray, sampled: int, taken: set[int]) -> _Request:
+    @staticmethod
+    def _key(tokens: np.ndarray, size: int) -> tuple[int, str]:
+        return size, hashlib.blake2b(np.ascontiguousarray(tokens[:size], np.int64).tobytes(),
+                                     digest_size=12).hexdigest()
+
+    def tracked(self, tokens: np.ndarray) -> list[_Request]:
+        """The tracked requests whose fingerprint ``tokens`` carries (any length): the ones a row may continue."""
+        n = len(tokens)
+        return [req for size in self._sizes if size <= n for req in self.requests.get(self._key(tokens, size), [])]
+
+    def _match(self, tokens: np.ndarray, sampled: int, taken: set[int]) -> _Request:
         """The running request this row continues (module docstring), its tokens appended; or a new one."""
         n = len(tokens)
-        for req in self.requests.get(key, []):
+        for req in self.tracked(tokens):
             if id(req) not in taken and n == req.length + sampled:
                 for t in tokens[req.length:].tolist():
                     req.index.append(t)
                 req.index.commit()
                 return req
-        ctrl = build(self.spec, self.k_max, kinds=("drafter",)).controller
-        ctrl.reset(RequestContext(f"vllm-{key}", "vllm", 0.0, n, self.k_max, self.profile), (NGRAM_DRAFTER,))
-        return _Request(ctrl, NGramIndex(tokens.tolist()), n, n)
+        key = self._key(tokens, min(FINGERPRINT_TOKENS, n))
+        return _Request(self._controller(self.spec, key[1], n), NGramIndex(tokens.tolist()), n, n, key)
+
+    def _draft(self, req: _Request, drafter: str, tokens: np.ndarray, k: int) -> list[int]:
+        """The proposal of ``drafter`` at ``k`` (none at ``k = 0``)."""
+        if k <= 0 or drafter == NO_DRAFTER:
+            return []
+        if drafter == NGRAM_DRAFTER:
+            drafts = ngram_propose(tokens, k, self.min_n, self.max_n)
+            self.stats.no_match += int(not drafts)
+            return drafts
+        if drafter == IMPLICIT_DRAFTER and self.draft is not None:
+            req.draft = req.draft or self.draft.new_cache()
+            drafts = self.draft.propose(req.draft, tokens, k).tokens
+            self.stats.model_rows += 1
+            self.stats.model_tokens += len(drafts)
+            return drafts
+        raise SpecgymError(f"proposer controller {self.spec}: chose drafter {drafter!r}, which the proposer does not "
+                           f"hold ({', '.join(self.drafters)})")
 
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray, token_ids_cpu: np.ndarray,
                 slot_mappings: Any = None) -> list[list[int]]:
-        """One draft list per row: prompt lookup's proposal at the K its request's controller chose."""
-        seen: dict[str, list[_Request]] = {}
+        """One draft list per row: the proposal of the drafter and K its request's controller chose."""
+        t0 = time.perf_counter()
+        seen: dict[tuple[int, str], list[_Request]] = {}
         taken: set[int] = set()
         out: list[list[int]] = []
         for i, sampled in enumerate(sampled_token_ids):
@@ -125,22 +234,27 @@ class SpecgymProposer:
                 out.append([])
                 continue
             tokens = np.asarray(token_ids_cpu[i, :n])
-            key = self._fingerprint(tokens)
-            req = self._match(key, tokens, len(sampled), taken)
+            req = self._match(tokens, len(sampled), taken)
             taken.add(id(req))
             if req.last is not None:  # the step verified what this request proposed last time
                 accepted = len(sampled) - 1
+                drafter = req.drafter if req.drafted else None
                 req.controller.observe(RoundOutcome(
                     req.last.position, req.drafted, req.drafted, accepted, accepted + 1,
-                    self.profile.round_time(req.drafted, req.last.kv, NGRAM_DRAFTER if req.drafted else None),
-                    drafter=NGRAM_DRAFTER if req.drafted else None))
+                    self.profile.round_time(req.drafted, req.last.kv, drafter), drafter=drafter))
             req.length = n
             start = RoundStart(n - req.start, n, int(req.index.lookup()[0]))
             dec = check_decision(req.controller.propose(start), req.controller.name)
             k = min(dec.k, self.k_max, self.max_model_len - n - 1) if not dec.plain else 0
-            drafts = ngram_propose(tokens, k, self.min_n, self.max_n) if k > 0 else []
-            req.drafted, req.last = len(drafts), start
-            seen.setdefault(key, []).append(req)
+            drafts = self._draft(req, dec.drafter, tokens, k)
+            req.drafted, req.drafter, req.last = len(drafts), dec.drafter, start
+            seen.setdefault(req.key, []).append(req)
             out.append(drafts)
+            self.stats.k_chosen[k] += 1
+            self.stats.draft_tokens += len(drafts)
         self.requests = seen  # a request not seen this step has finished
+        self._sizes = sorted({size for size, _ in seen})
+        self.stats.steps += 1
+        self.stats.rows += len(out)
+        self.stats.propose_ms += (time.perf_counter() - t0) * 1000.0
         return out

@@ -19,7 +19,7 @@ import numpy as np
 
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.drafter_choice import NO_DRAFTER, DrafterController, DrafterDecision
-from specgym.envs.core.ngram_proposer import NGRAM_DRAFTER
+from specgym.envs.core.kinds import NGRAM_DRAFTER
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome, RoundStart
 from specgym.errors import SpecgymError
 

@@ -23,10 +23,10 @@ import numpy as np
 
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.drafter_choice import NO_DRAFTER, DrafterController, DrafterDecision, drive_drafters
-from specgym.envs.core.ngram_proposer import NGRAM_DRAFTER
+from specgym.envs.core.kinds import NGRAM_DRAFTER
 from specgym.envs.core.rounds import RequestContext, RoundOutcome, RoundStart
 from specgym.envs.core.run_predictor import MAX_RUN, RunPredictor, recent_code
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.errors import SpecgymError
 
 

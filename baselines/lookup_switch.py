@@ -20,7 +20,7 @@ import numpy as np
 from specgym.baselines.lookup_rule import LookupRule
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.errors import SpecgymError
 
 #: The match lengths the fit tries (vLLM's prompt lookup matches 1..4 tokens).

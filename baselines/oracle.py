@@ -17,7 +17,7 @@ Ties between K values go to the smallest K.
 **Costs.** ``round_times`` is the classic array (``time(K)`` at every position) or a
 :class:`~specgym.envs.core.cost.RoundTable` with a context term: then ``time(K)`` at position ``i`` of request ``r``
 is ``base[K] + per_kv[K] * (kv0[r] + i)``, ``kv0`` = the request's KV cache at position 0 (its ``prompt_len``);
-the DP is the same. Runs come from the engine (:meth:`~specgym.envs.engines.trace_engine.TraceEngine.runs`):
+the DP is the same. Runs come from the engine (:meth:`~specgym.envs.engines.replay.trace_engine.TraceEngine.runs`):
 per-position draws or a per-start trace's stored runs, which may exceed the room left (K is clipped to it).
 """
 

@@ -15,7 +15,7 @@ from specgym.envs.core.controller import Controller
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome
 from specgym.envs.core.signals import DraftSignals
 from specgym.envs.core.tree import TreeController, TreeRoundOutcome, TreeShape
-from specgym.envs.engines.tree_engine import TreeReplayRequest
+from specgym.envs.engines.replay.tree_engine import TreeReplayRequest
 from specgym.errors import SpecgymError
 
 

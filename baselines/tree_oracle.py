@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from specgym.envs.core.cost import step_cost
-from specgym.envs.engines.tree_engine import TreeEngine
+from specgym.envs.engines.replay.tree_engine import TreeEngine
 
 
 def tree_oracle_request(engine: TreeEngine, r: int) -> tuple[float, int, int, int]:

@@ -17,7 +17,7 @@ from specgym.agents.specs import Resolved, resolve
 from specgym.envs.core.batch import BatchController
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
-from specgym.envs.engines.batch_engine import BatchReplay, mixed_schedule
+from specgym.envs.engines.replay.batch_engine import BatchReplay, mixed_schedule
 from specgym.envs.workloads.trace_format import Workload
 from specgym.eval.stats import PairedBootstrap
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from specgym.baselines.oracle import oracle_times
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.workloads.vllm_metrics import match_flags, optimistic_runs, steps_of
 from specgym.errors import SpecgymError
 

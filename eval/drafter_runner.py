@@ -2,7 +2,7 @@
 
 Results are :class:`~specgym.eval.runner.RunResult` records, so drafter-choice rows sit in the same table as the
 chains (``drafted`` / ``accepted`` summed over whichever drafter proposed). A plain :class:`FixedDrafter` replays
-all requests at once (:class:`~specgym.envs.engines.trace_engine.VectorReplay` with its drafter: the same figures
+all requests at once (:class:`~specgym.envs.engines.replay.trace_engine.VectorReplay` with its drafter: the same figures
 as the round loop, tested); every other controller runs round by round through
 :func:`~specgym.envs.core.drafter_choice.drive_drafters`.
 """
@@ -16,7 +16,7 @@ import numpy as np
 from specgym.baselines.drafter_fixed import FixedDrafter
 from specgym.baselines.drafter_oracle import drafter_oracle_times, round_choice
 from specgym.envs.core.drafter_choice import DrafterController, drive_drafters
-from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
+from specgym.envs.engines.replay.trace_engine import TraceEngine, VectorReplay
 from specgym.eval.runner import RunResult, serve_one_by_one
 
 

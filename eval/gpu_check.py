@@ -32,9 +32,9 @@ from typing import Any
 from rich.console import Console
 
 import specgym.catalogue as catalogue
-from specgym.envs.engines.model_loading import encode_prompt, load_pair
-from specgym.envs.engines.profiler import measure_profile
-from specgym.envs.engines.recorder import RecordingSpec, record_workload
+from specgym.envs.engines.live.model_loading import encode_prompt, load_pair
+from specgym.envs.engines.live.profiler import measure_profile
+from specgym.envs.engines.live.recorder import RecordingSpec, record_workload
 from specgym.envs.workloads.prompts import read_prompts
 from specgym.eval.bench.live import run_live_bench
 from specgym.io import atomic_write_text

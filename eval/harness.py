@@ -7,12 +7,17 @@ run), then :func:`assemble_report`: the figures of every row (:func:`specgym.eva
 bootstrap intervals, the headroom split (*chance* and *prediction + decision*) and everything needed to reproduce
 any row: workload (name, path, sha256, synthetic or recorded), cost profile, seeds, k_max and the package version.
 Training validation and the generalisation suite run the first three steps and skip the report.
+
+Nothing here names a decision kind: each kind's row (:data:`specgym.envs.core.kinds.KIND_ROWS`) names its replay
+runner (``replay_runner``: :func:`run_chain`, :func:`run_tree`, :func:`run_drafter`) and the reference runs its
+rows are compared with (``references``: :func:`tree_references`, the fastest static tree; :func:`drafter_references`,
+the best single drafter, the strongest lookup rule and the clairvoyant drafter choice), imported by name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +30,8 @@ from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.kinds import KindName, kind_row, load_runner
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.tree import TreeController
-from specgym.envs.engines.trace_engine import TraceEngine
-from specgym.envs.engines.tree_engine import TreeEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
+from specgym.envs.engines.replay.tree_engine import TreeEngine
 from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.errors import SpecgymError
@@ -199,6 +204,10 @@ def run_tree(state: ReplayState, row: Resolved, tick: Callable[[], None] | None)
         state.tree_engine = TreeEngine(rp.workload, rp.profile, rp.engine.k_max)
     if row.controller is None:
         result = run_tree_oracle(state.tree_engine, rp.requests, row.spec)
+    elif row.controller.drafter is not None:
+        raise SpecgymError(f"{row.spec}: trees drafted by the {row.controller.drafter} run live only (specgym "
+                           "generate, specgym bench live): the tree replay reads the draft model's ranks, and "
+                           "recordings hold no per-start ranks of the head yet")
     else:
         try:
             row.controller.prepare(rp.workload, rp.profile)
@@ -233,21 +242,43 @@ def evaluate(cfg: EvalConfig, progress: Callable[[str, int], Callable[[], None]]
     return assemble_report(cfg, replay, named, results, refs, traced)
 
 
-def _best_static_tree(named: Resolution, results: list[RunResult]) -> RunResult | None:
-    """The fastest exact static tree of the evaluation (Sequoia's included), if any ran."""
+@dataclass
+class KindReferences:
+    """What one decision kind adds to an evaluation's report: its row's ``references`` function
+    (:attr:`~specgym.envs.core.kinds.DecisionKind.references`) returns it, so the report asks the kind instead of
+    naming it.
+
+    Attributes:
+        ratios: ``column -> run`` that every row is compared with: each row gets ``column`` (the run's total time
+            over the row's) and its paired 95% interval in ``ci95``, in this order.
+        fields: Top-level report fields naming those runs (None where none ran: every report has the keys).
+        finish: Called last with the assembled report: a kind whose limit is not the chain oracle measures the rows
+            (and the oracle rows) against its own (the drafter kind's clairvoyant drafter choice).
+    """
+
+    ratios: dict[str, RunResult] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
+    finish: Callable[[dict[str, Any]], None] | None = None
+
+
+def kind_references(replay: Replay, named: Resolution, results: list[RunResult],
+                    refs: References) -> list[KindReferences]:
+    """The references of every kind ``specgym eval`` runs that names a ``references`` function, in table order."""
+    out = []
+    for kind in EVAL_KINDS:
+        make = load_runner(kind_row(kind).references)
+        if make is not None:
+            out.append(make(replay, named, results, refs))
+    return out
+
+
+def tree_references(replay: Replay, named: Resolution, results: list[RunResult], refs: References) -> KindReferences:
+    """The tree kind's reference: the fastest exact static tree of the evaluation (Sequoia's included), if any ran."""
     static = [r for r, row in zip(results, named) if kind_row(row.kind).drafts_trees and row.controller is not None
               and row.controller.static_shape() is not None]
-    return min(static, key=lambda r: float(r.time_ms.sum())) if static else None
-
-
-def _best_single_drafter(named: Resolution, results: list[RunResult], refs: References) -> RunResult | None:
-    """The fastest single drafter at a fixed K (the default drafter's fixed K references and every
-    ``fixed:K@DRAFTER`` row), when some drafter-choice row ran; else None."""
-    fixed = [r for r, row in zip(results, named) if kind_row(row.kind).chooses_drafter and row.family == "fixed"]
-    if not any(kind_row(row.kind).chooses_drafter for row in named):
-        return None
-    candidates = fixed + [refs.fixed[k] for k in refs.fixed if k > 0]
-    return min(candidates, key=lambda r: float(r.time_ms.sum()))
+    best = min(static, key=lambda r: float(r.time_ms.sum())) if static else None
+    return KindReferences({} if best is None else {"speedup_vs_best_static_tree": best},
+                          {"best_static_tree": None if best is None else best.name})
 
 
 #: The two-line rules a drafter-choice row is compared with, the strongest first: the fitted lookup switch, then
@@ -255,113 +286,156 @@ def _best_single_drafter(named: Resolution, results: list[RunResult], refs: Refe
 LOOKUP_RULES = ("lookup-switch", "lookup-rule")
 
 
-def _drafter_limit(replay: Replay, named: Resolution, results: list[RunResult]) -> RunResult:
-    """The clairvoyant drafter choice over every drafter of the workload: the limit of a drafter-choice evaluation
-    (the chain oracle covers the default drafter alone); the run's own ``drafter-oracle`` row when it has one."""
+def drafter_references(replay: Replay, named: Resolution, results: list[RunResult],
+                       refs: References) -> KindReferences:
+    """The drafter kind's references: the fastest single drafter at a fixed K (the default drafter's fixed K
+    references and every ``fixed:K@DRAFTER`` row) when some drafter-choice row ran, the strongest lookup rule of the
+    run (:data:`LOOKUP_RULES`), and in place of the chain oracle its limit, the clairvoyant drafter choice over every
+    drafter of the workload (the run's own ``drafter-oracle`` row when it has one)."""
+    best = None
+    if any(kind_row(row.kind).chooses_drafter for row in named):
+        fixed = [r for r, row in zip(results, named) if kind_row(row.kind).chooses_drafter and row.family == "fixed"]
+        best = min(fixed + [refs.fixed[k] for k in refs.fixed if k > 0], key=lambda r: float(r.time_ms.sum()))
+    rule = next(((row.spec, r) for name in LOOKUP_RULES for r, row in zip(results, named)
+                 if row.entry.prefix == name), None)
+    ratios = {} if best is None else {"speedup_vs_best_single_drafter": best}
+    if rule is not None:
+        ratios["speedup_vs_lookup_rule"] = rule[1]
+    fields = {"best_single_drafter": None if best is None else best.name,
+              "lookup_rule": None if rule is None else rule[0], "drafter_oracle": None}
+    if best is None:
+        return KindReferences(ratios, fields)
     ran = next((r for r, row in zip(results, named) if row.spec == "drafter-oracle"), None)
-    return ran if ran is not None else run_drafter_oracle(replay.engine, replay.requests, "drafter-oracle")
+    limit = ran if ran is not None else run_drafter_oracle(replay.engine, replay.requests, "drafter-oracle")
+    return KindReferences(ratios, fields, lambda report: _against_drafter_limit(report, limit, best, refs, replay))
 
 
-def _against_drafter_limit(row: dict[str, Any], t_limit: float, t_best_single: float) -> None:
-    """A drafter-choice evaluation's row measured against its limit, the clairvoyant drafter choice: the oracle ratio
-    to it and the share of the best single drafter's gap to it closed; the informed oracle's columns are left out
-    (it knows the default drafter's acceptance alone)."""
-    row["oracle_ratio"] = t_limit / row["total_time_ms"]
-    row["headroom_closed"] = headroom_closed(t_best_single, row["total_time_ms"], t_limit)
-    row["headroom_closed_informed"] = row["prediction_decision_tok_s"] = None
+def _against_drafter_limit(report: dict[str, Any], limit: RunResult, best_single: RunResult, refs: References,
+                           replay: Replay) -> None:
+    """Measure a drafter-choice evaluation's rows against its limit, the clairvoyant drafter choice (its row is
+    ``drafter_oracle``): the oracle ratio to it and the share of the best single drafter's gap to it closed; the
+    informed oracle's columns are left out (it knows the default drafter's acceptance alone)."""
+    limit_row = {**figures(limit, refs).to_dict(), "spec": limit.name, "family": "oracle",
+                 "drafters": list(replay.workload.drafter_names)}
+    t_limit, t_best = float(limit.time_ms.sum()), float(best_single.time_ms.sum())
+    for row in [*report["rows"], report["oracle"], report["informed_oracle"], limit_row]:
+        row["oracle_ratio"] = t_limit / row["total_time_ms"]
+        row["headroom_closed"] = headroom_closed(t_best, row["total_time_ms"], t_limit)
+        row["headroom_closed_informed"] = row["prediction_decision_tok_s"] = None
+    report["drafter_oracle"] = limit_row
 
 
-def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results: list[RunResult],
-                    refs: References, traced: dict[str, int]) -> dict[str, Any]:
-    """The JSON-ready report of an evaluation: rows by throughput, the oracles, the headroom split, K traces."""
-    wl, requests = replay.workload, replay.requests
-    categories = wl.category[requests]
-    boot = PairedBootstrap(len(requests), cfg.bootstrap, seed=0)  # fixed: reports are reproducible
-    ratio_refs = refs.ratio_references()
-    best_static = _best_static_tree(named, results)
-    if best_static is not None:  # every row's paired ratio to the fastest static tree
-        ratio_refs["speedup_vs_best_static_tree"] = best_static.time_ms
-    best_single = _best_single_drafter(named, results, refs)
-    if best_single is not None:  # every row's paired ratio to the best single drafter at its best fixed K
-        ratio_refs["speedup_vs_best_single_drafter"] = best_single.time_ms
-    drafter_limit = _drafter_limit(replay, named, results) if best_single is not None else None
-    lookup_rule = next(((row.spec, r) for rule in LOOKUP_RULES for r, row in zip(results, named)
-                        if row.entry.prefix == rule), None)
-    if lookup_rule is not None:  # and to the strongest lookup rule of the run (the fitted switch, else the fixed one)
-        ratio_refs["speedup_vs_lookup_rule"] = lookup_rule[1].time_ms
-    rows = []
+def _report_row(r: RunResult, resolved: Resolved, refs: References, compared: dict[str, RunResult],
+                ratio_refs: dict[str, np.ndarray], boot: PairedBootstrap, categories: np.ndarray) -> dict[str, Any]:
+    """One controller's row: its figures, its ratio to every kind reference run (``compared``), its kind and family,
+    its guard, tree and per-category figures, and the paired interval of every ratio."""
+    row = figures(r, refs).to_dict()
+    for key, run in compared.items():
+        row[key] = float(run.time_ms.sum() / r.time_ms.sum())
+    row["spec"] = resolved.spec
+    row["token_level"] = resolved.token_level
+    row["kind"], row["family"] = resolved.kind, resolved.family
+    guard = getattr(resolved.controller, "guard_stats", None)
+    if callable(guard) and (stats := guard()) is not None:
+        row["guard"] = stats  # a learned policy's decisions handed to its teacher outside its training range
+    if kind_row(resolved.kind).drafts_trees:
+        row["tree"] = True
+        row["approximate"] = bool(getattr(resolved.controller, "approximate", False))
+    row["categories"] = category_metrics(r, categories)
+    row["ci95"] = {key: boot.ratio_ci(ref, r.time_ms) for key, ref in ratio_refs.items()}
+    return row
+
+
+def without_loops(replay: Replay, named: Resolution, results: list[RunResult], ratio_refs: dict[str, np.ndarray],
+                  resamples: int) -> dict[str, Any] | None:
+    """Every row's ratios again on the requests whose answer does not end in a repetition loop
+    (:meth:`Workload.looped`): a looping greedy answer is easy to draft, so a gain that lives in the loops shows
+    here. None for a trace without token ids or with no looping request in the evaluated split."""
+    flags = replay.workload.looped()
+    if flags is None:
+        return None
+    looped = flags[replay.requests]
+    keep = ~looped
+    if not looped.any() or not keep.any():
+        return None
+    boot = PairedBootstrap(int(keep.sum()), resamples, seed=0)
+    rows = {}
     for r, resolved in zip(results, named):
-        row = figures(r, refs).to_dict()
-        if best_static is not None:
-            row["speedup_vs_best_static_tree"] = float(best_static.time_ms.sum() / r.time_ms.sum())
-        if best_single is not None:
-            row["speedup_vs_best_single_drafter"] = float(best_single.time_ms.sum() / r.time_ms.sum())
-        if lookup_rule is not None:
-            row["speedup_vs_lookup_rule"] = float(lookup_rule[1].time_ms.sum() / r.time_ms.sum())
-        row["spec"] = resolved.spec
-        row["token_level"] = resolved.token_level
-        row["kind"], row["family"] = resolved.kind, resolved.family
-        guard = getattr(resolved.controller, "guard_stats", None)
-        if callable(guard) and (stats := guard()) is not None:
-            row["guard"] = stats  # a learned policy's decisions handed to its teacher outside its training range
-        if kind_row(resolved.kind).drafts_trees:
-            row["tree"] = True
-            row["approximate"] = bool(getattr(resolved.controller, "approximate", False))
-        row["categories"] = category_metrics(r, categories)
-        row["ci95"] = {key: boot.ratio_ci(ref, r.time_ms) for key, ref in ratio_refs.items()}
-        rows.append(row)
-    rows.sort(key=lambda row: -row["throughput_tok_s"])
-    informed_row = figures(refs.informed, refs).to_dict()
-    informed_row.update(spec=INFORMED, token_level=False, categories=category_metrics(refs.informed, categories),
-                        expected_time_ms=refs.informed_expected_ms,
-                        ci95={key: boot.ratio_ci(ref, refs.informed.time_ms) for key, ref in ratio_refs.items()})
-    oracle_row = oracle_figures(refs).to_dict()
-    limit_row = None
-    if drafter_limit is not None and best_single is not None:
-        limit_row = {**figures(drafter_limit, refs).to_dict(), "spec": drafter_limit.name, "family": "oracle",
-                     "drafters": list(wl.drafter_names)}
-        for row in [*rows, oracle_row, informed_row, limit_row]:
-            _against_drafter_limit(row, float(drafter_limit.time_ms.sum()), float(best_single.time_ms.sum()))
-    traces = {}
-    for cat, req in traced.items():
-        traces[cat] = {"request_id": str(wl.request_id[req]), "length": int(wl.lengths[req]),
-                       **refs.traces.get(req, {}),
-                       "controllers": {res.name: res.traces[req] for res in results if req in res.traces}}
+        t = r.time_ms[keep]
+        rows[resolved.spec] = {**{key: float(ref[keep].sum() / t.sum()) for key, ref in ratio_refs.items()},
+                               "ci95": {key: boot.ratio_ci(ref[keep], t) for key, ref in ratio_refs.items()}}
+    return {"looped_requests": int(looped.sum()), "requests": int(keep.sum()),
+            "looped_ids": replay.workload.request_id[replay.requests][looped].tolist(), "rows": rows}
+
+
+def _traces(replay: Replay, results: list[RunResult], refs: References, traced: dict[str, int]) -> dict[str, Any]:
+    """The round-by-round choices on the first request of each category (the K-over-time plot)."""
+    wl = replay.workload
+    return {cat: {"request_id": str(wl.request_id[req]), "length": int(wl.lengths[req]), **refs.traces.get(req, {}),
+                  "controllers": {res.name: res.traces[req] for res in results if req in res.traces}}
+            for cat, req in traced.items()}
+
+
+def _p_accept_by_category(replay: Replay) -> dict[str, float | None]:
+    """The mean acceptance probability of each category's served positions (None in a per-start trace, format v3:
+    runs, no per-position acceptance)."""
+    wl, requests = replay.workload, replay.requests
     served = np.zeros(wl.n_requests, bool)
     served[requests] = True
     pos_served = np.repeat(served, wl.lengths)
     pos_category = np.repeat(wl.category, wl.lengths)
-    p_accept = wl.p_accept  # None in a per-start trace (format v3: runs, no per-position acceptance)
-    p_accept_by_cat = {cat: None if p_accept is None else float(p_accept[pos_served & (pos_category == cat)].mean())
-                       for cat in dict.fromkeys(categories.tolist())}
+    p_accept = wl.p_accept
+    return {cat: None if p_accept is None else float(p_accept[pos_served & (pos_category == cat)].mean())
+            for cat in dict.fromkeys(wl.category[requests].tolist())}
+
+
+def assemble_report(cfg: EvalConfig, replay: Replay, named: Resolution, results: list[RunResult],
+                    refs: References, traced: dict[str, int]) -> dict[str, Any]:
+    """The JSON-ready report of an evaluation: rows by throughput, the oracles, each evaluated kind's references
+    (:func:`kind_references`), the headroom split, K traces."""
+    wl, requests = replay.workload, replay.requests
+    categories = wl.category[requests]
+    boot = PairedBootstrap(len(requests), cfg.bootstrap, seed=0)  # fixed: reports are reproducible
+    kinds = kind_references(replay, named, results, refs)
+    compared = {key: run for k in kinds for key, run in k.ratios.items()}  # every row's paired ratio to each
+    ratio_refs = {**refs.ratio_references(), **{key: run.time_ms for key, run in compared.items()}}
+    rows = sorted((_report_row(r, resolved, refs, compared, ratio_refs, boot, categories)
+                   for r, resolved in zip(results, named)), key=lambda row: -row["throughput_tok_s"])
+    informed_row = figures(refs.informed, refs).to_dict()
+    informed_row.update(spec=INFORMED, token_level=False, categories=category_metrics(refs.informed, categories),
+                        expected_time_ms=refs.informed_expected_ms,
+                        ci95={key: boot.ratio_ci(ref, refs.informed.time_ms) for key, ref in ratio_refs.items()})
     report: dict[str, Any] = {
         "specgym_version": __version__,
         "workload": {
             "name": wl.name, "label": wl.label, "synthetic": wl.is_synthetic, "path": replay.path,
             "sha256": replay.sha256, "source": wl.source, "split": cfg.split, "requests": int(len(requests)),
-            "tokens": refs.tokens, "mean_p_accept_by_category": p_accept_by_cat,
+            "tokens": refs.tokens, "mean_p_accept_by_category": _p_accept_by_category(replay),
         },
         "profile": replay.profile.to_dict(),
         "seed": cfg.seed,
         "k_max": cfg.k_max,
         "controllers": [row.spec for row in named],
         "left_out": list(getattr(named, "notes", [])),
-        "best_static_tree": best_static.name if best_static is not None else None,
-        "best_single_drafter": best_single.name if best_single is not None else None,
-        "lookup_rule": lookup_rule[0] if lookup_rule is not None else None,
+        **{name: value for k in kinds for name, value in k.fields.items()},
         "max_requests": cfg.max_requests,
         "reference": {"t_ar_ms": refs.t_ar_ms, "best_fixed_k": refs.best_k,
                       "fixed_time_ms": {str(k): refs.t_fixed(k) for k in refs.fixed}},
-        "oracle": oracle_row,
-        "drafter_oracle": limit_row,
+        "oracle": oracle_figures(refs).to_dict(),
         "informed_oracle": informed_row,
         "headroom": headroom_split(refs),
         "rows": rows,
-        "traces": traces,
+        "traces": _traces(replay, results, refs, traced),
         "bootstrap": {"resamples": cfg.bootstrap, "level": 0.95, "seed": 0, "unit": "request"},
         "notes": replay.profile.pricing_notes([(d["name"], d["kind"]) for d in replay.workload.drafters or []])
         + grouped_notes(results),
     }
+    for k in kinds:
+        if k.finish is not None:
+            k.finish(report)
+    loops = without_loops(replay, named, results, ratio_refs, cfg.bootstrap)
+    if loops is not None:
+        report["without_loops"] = loops
     bound = censored_bound(replay.engine, requests, float(refs.oracle_ms.sum()))
     if bound is not None:  # an imported vLLM-metrics trace: the oracle on the optimistic runs
         report["censored_oracle"] = bound

@@ -16,7 +16,8 @@ purpose: K is never clipped to the tokens left (the last round may overshoot, an
 exactly what will be accepted (``K = run``, so a round whose first draft is rejected drafts 0 tokens) and pays the
 draft phase on every round including those, and the prefill counts.
 
-specgym's implementation reads the runs from :meth:`~specgym.envs.engines.trace_engine.TraceEngine.runs` and prices
+specgym's implementation reads the runs from :meth:`~specgym.envs.engines.replay.trace_engine.TraceEngine.runs` and
+prices
 every round with the profile's cost form (:meth:`CostProfile.copies` for ``bs`` sequences in lockstep,
 :class:`~specgym.envs.core.cost.RoundTable` with its ``spec0`` entry for a speculative round without drafts,
 :meth:`CostProfile.batch_step_ms` for the prefill), all requests at once. The KV cache of a round at completion
@@ -36,7 +37,7 @@ import numpy as np
 
 from specgym.baselines.oracle import oracle_times
 from specgym.envs.core.cost import CostProfile
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.errors import SpecgymError
 from specgym.eval.runner import run_fixed_vectorised
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from specgym.baselines.informed_oracle import InformedPlan, informed_plan
 from specgym.baselines.oracle import oracle_plan, oracle_times
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.eval.runner import RunResult, concat_runs, run_fixed_vectorised, run_plan_vectorised
 
 INFORMED = "oracle:informed"  # the informed oracle's row name (the clairvoyant one's is "oracle")

@@ -159,6 +159,31 @@ def drafter_section(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: The ratios the without-loops section shows, each with its interval: (report key, label).
+LOOP_FREE_RATIOS = (("speedup_vs_ar", "vs AR"), ("speedup_vs_best_fixed", "vs best fixed"),
+                    ("speedup_vs_best_single_drafter", "vs best single drafter"),
+                    ("speedup_vs_lookup_rule", "vs lookup rule"),
+                    ("speedup_vs_best_static_tree", "vs best static tree"))
+
+
+def without_loops_section(report: dict[str, Any]) -> str:
+    """Every row's ratios on the requests whose answer does not loop (paired 95% intervals over those requests)."""
+    loops = report["without_loops"]
+    lines = [f"**Without the looping answers** ({loops['looped_requests']} of "
+             f"{loops['looped_requests'] + loops['requests']} requests end in a repetition loop and are left out):"]
+    for row in report["rows"]:
+        figures = loops["rows"].get(row["spec"])
+        if figures is None:
+            continue
+        cells = []
+        for key, label in LOOP_FREE_RATIOS:
+            if key in figures:
+                lo, hi = figures["ci95"].get(key) or (float("nan"), float("nan"))
+                cells.append(f"{label} {figures[key]:.3f}x [{lo:.3f}, {hi:.3f}]")
+        lines.append(f"- {row['controller']}: " + ", ".join(cells))
+    return "\n".join(lines)
+
+
 def left_out_section(report: dict[str, Any]) -> str:
     """The rows ``all`` left out for this workload, and why (a controller that needs a signal the trace lacks is
     never run on a stand-in)."""
@@ -204,6 +229,7 @@ def markdown_report(report: dict[str, Any], plots: bool = True) -> str:
         *([guard_section(report), ""] if any((r.get("guard") or {}).get("handed") for r in report["rows"]) else []),
         *([tree_section(report), ""] if report.get("best_static_tree") else []),
         *([drafter_section(report), ""] if report.get("best_single_drafter") else []),
+        *([without_loops_section(report), ""] if report.get("without_loops") else []),
         *([headroom_section(report), ""] if "headroom" in report and not report.get("drafter_oracle") else []),
         *(["## Notes", "", *(f"- {note}" for note in report["notes"]), ""] if report.get("notes") else []),
         *([PLOTS_LINE, ""] if plots else []),

@@ -17,7 +17,7 @@ from specgym.baselines.fixed import FixedK
 from specgym.envs.core.acceptance_predictor import SignalSource
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.request import drive
-from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
+from specgym.envs.engines.replay.trace_engine import TraceEngine, VectorReplay
 from specgym.paths import MODEL_ROOTS
 
 

@@ -22,7 +22,7 @@ from specgym.agents.specs import EVAL_KINDS, Resolution, lookup, parse, resolve
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.kinds import kind_row
 from specgym.envs.core.rounds import DEFAULT_K_MAX
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.dataset import iter_workload_shards
 from specgym.envs.workloads.trace_format import SPLITS

@@ -38,7 +38,7 @@ from specgym.baselines.budget_allocator import BudgetAllocator
 from specgym.envs.core.batch import BatchController, BatchDecision, BatchState, BatchStep
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.switching import SwitchCosts
-from specgym.envs.engines.batch_engine import BatchReplay
+from specgym.envs.engines.replay.batch_engine import BatchReplay
 from specgym.envs.workloads.trace_format import Workload
 from specgym.eval.stats import PairedBootstrap
 from specgym.io import atomic_write_bytes

@@ -4,7 +4,7 @@ Results are :class:`~specgym.eval.runner.RunResult` records, so tree rows sit in
 ``drafted`` counts verified draft *nodes* (so ``mean K`` is nodes per round and ``waste`` the share of nodes not
 accepted), ``accepted`` the accepted tokens. Static trees replay all requests at once
 (:meth:`TreeEngine.run_static`); dynamic ones (EAGLE-2) round by round. :func:`run_live_tree` drives a tree
-controller over the live engine (:mod:`specgym.envs.engines.live_tree`).
+controller over the live engine (:mod:`specgym.envs.engines.live.tree`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 
 from specgym.baselines.tree_oracle import tree_oracle_request
 from specgym.envs.core.tree import TreeController
-from specgym.envs.engines.tree_engine import TreeEngine
+from specgym.envs.engines.replay.tree_engine import TreeEngine
 from specgym.eval.runner import RunResult
 
 APPROXIMATE = " (approximate)"

@@ -27,9 +27,9 @@ import numpy as np
 
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.rounds import DEFAULT_K_MAX
-from specgym.envs.engines.batch_engine import BatchReplay
-from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
-from specgym.envs.engines.vllm_profile import plain_profile
+from specgym.envs.engines.replay.batch_engine import BatchReplay
+from specgym.envs.engines.replay.trace_engine import TraceEngine, VectorReplay
+from specgym.envs.engines.serving.vllm_profile import plain_profile
 from specgym.envs.workloads.trace_format import Workload
 from specgym.eval.stats import geomean
 

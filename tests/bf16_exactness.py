@@ -16,8 +16,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 import hf_pairs  # noqa: E402
 
-from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
-from specgym.envs.engines.model_loading import encode_prompt, load_pair  # noqa: E402
+from specgym.envs.engines.live.engine import LiveEngine  # noqa: E402
+from specgym.envs.engines.live.model_loading import encode_prompt, load_pair  # noqa: E402
 
 TEXTS = ["def f(x):\n", "the cat sat ", "for i in range(", "x = y + ", "print(a, b)", "import os\n", "class a:\n",
          "if a == b:", "return [x for", "while true:"]

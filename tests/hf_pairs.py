@@ -30,7 +30,7 @@ def tokenizer(bos: bool) -> Any:
     from tokenizers import processors
     from transformers import PreTrainedTokenizerFast
 
-    from specgym.training.lm_pair.toy import toy_tokenizer
+    from specgym.training.models.toy import toy_tokenizer
 
     tok = toy_tokenizer()
     if not bos:

@@ -8,8 +8,8 @@ import pytest
 
 from specgym.baselines.batch_rules import StaticK
 from specgym.envs.core.admission import AdmissionSchedule, phases
-from specgym.envs.engines.batch_engine import BatchReplay
-from specgym.envs.engines.vllm_hook import SchedulerHook
+from specgym.envs.engines.replay.batch_engine import BatchReplay
+from specgym.envs.engines.serving.vllm_hook import SchedulerHook
 from specgym.envs.profiles import load_batch_profile
 from specgym.errors import SpecgymError
 

@@ -18,7 +18,7 @@ from specgym.agents.modes import get_mode
 from specgym.agents.policy_controller import PolicyNetwork
 from specgym.agents.specs import lookup, make
 from specgym.baselines.budget_allocator import BudgetAllocator
-from specgym.envs.engines.batch_engine import BatchReplay
+from specgym.envs.engines.replay.batch_engine import BatchReplay
 from specgym.envs.profiles import load_batch_profile
 from specgym.errors import SpecgymError
 
@@ -130,7 +130,7 @@ def test_exported_policy_runs_numpy_only(trained, mix_workload):
     _, pol = trained
     code = ("import sys, numpy as np; from specgym.agents.specs import make; "
             "from specgym.envs.profiles import load_batch_profile; "
-            "from specgym.envs.engines.batch_engine import BatchReplay; "
+            "from specgym.envs.engines.replay.batch_engine import BatchReplay; "
             "from specgym.envs.workloads.synthetic import generate_workload; "
             f"c = make('alloc-ppo:{pol}', 8, ('batch',)); "
             "wl = generate_workload('speclane-mix', 60, seed=1); "

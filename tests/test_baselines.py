@@ -490,7 +490,7 @@ def _speedup_vs_best_fixed(wl, spec: str) -> float:
 @pytest.mark.parametrize("alpha", [0.55, 0.8])
 def test_fixed_k_throughput_matches_closed_form(alpha):
     """Fixed-K tokens/s on a steady geometric workload = E[produced] / round time (within 1.5%)."""
-    from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.envs.engines.replay.trace_engine import TraceEngine
     from specgym.eval.runner import run_fixed_vectorised
 
     wl = _steady(alpha)

@@ -11,8 +11,8 @@ import pytest
 from specgym.agents.specs import make
 from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule
 from specgym.envs.core.batch_cost import BatchCostProfile, Roofline, roofline_profile
-from specgym.envs.engines.batch_engine import BatchReplay
-from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
+from specgym.envs.engines.replay.batch_engine import BatchReplay
+from specgym.envs.engines.replay.trace_engine import TraceEngine, VectorReplay
 from specgym.envs.profiles import load_batch_profile
 from specgym.errors import SpecgymError
 

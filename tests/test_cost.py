@@ -85,7 +85,7 @@ def test_profile_writers_apply_the_readers_rules(tmp_path):
 def test_tree_verify_continuation_never_goes_negative():
     """A chain-fitted profile far cheaper than the micro-benchmarks (the -2.3 ms profile of issue 42): the shifted
     continuation would go negative, so the measured tree-verify ratios are used instead, and the result loads."""
-    from specgym.envs.engines.profiler import extend_tree_verify
+    from specgym.envs.engines.live.profiler import extend_tree_verify
 
     micro = CostProfile("micro", 0.1, (4.0, 4.2, 4.4, 3.9, 4.8), source="measured")
     shift = extend_tree_verify(CostProfile("fit", 0.1, (1.0, 1.2, 3.0), source="measured"), micro)

@@ -17,8 +17,8 @@ from specgym.baselines.oracle import oracle_time_one, oracle_times
 from specgym.envs.core.cost import CostProfile, ForwardCost
 from specgym.envs.core.economics import RoundCosts
 from specgym.envs.core.request import drive
-from specgym.envs.engines.batch_engine import BatchReplay
-from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
+from specgym.envs.engines.replay.batch_engine import BatchReplay
+from specgym.envs.engines.replay.trace_engine import TraceEngine, VectorReplay
 from specgym.envs.profiles import load_batch_profile, load_profile
 from specgym.errors import SpecgymError
 from specgym.eval.harness import EvalConfig, evaluate

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from specgym.envs.engines import clock  # noqa: E402
+from specgym.envs.engines.live import clock  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -29,9 +29,9 @@ def test_clock_helpers_on_the_cpu():
 
 
 def test_sampled_requests_draw_on_the_host(tmp_path):
-    from specgym.envs.engines.live_engine import LiveEngine
-    from specgym.envs.engines.model_loading import load_pair
-    from specgym.training.lm_pair.toy import save_toy_pair
+    from specgym.envs.engines.live.engine import LiveEngine
+    from specgym.envs.engines.live.model_loading import load_pair
+    from specgym.training.models.toy import save_toy_pair
 
     d, t = save_toy_pair(tmp_path / "pair")
     eng = LiveEngine.from_pair(load_pair(str(d), str(t)))

@@ -15,7 +15,7 @@ from specgym.paths import MODELS_DIR
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from specgym.envs.engines.recorder import PromptSpec, RecordingSpec, record_workload  # noqa: E402
+from specgym.envs.engines.live.recorder import PromptSpec, RecordingSpec, record_workload  # noqa: E402
 from specgym.envs.profiles import load_profile  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
 from specgym.io import sha256_file  # noqa: E402
@@ -52,7 +52,7 @@ def test_workers_without_ray_is_one_line(monkeypatch, tmp_path, capsys, one_line
 
 
 ray = pytest.importorskip("ray")
-from specgym.envs.engines.distributed import plan_shards, record_distributed, start_ray, stop_ray  # noqa: E402
+from specgym.envs.engines.live.distributed import plan_shards, record_distributed, start_ray, stop_ray  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def reference(tmp_path_factory):
     """The single-process recordings (one torch thread, as each Ray actor), greedy and sampled."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    from specgym.envs.engines.model_loading import load_pair
+    from specgym.envs.engines.live.model_loading import load_pair
 
     pair = load_pair(**LOAD)
     out = {}
@@ -116,9 +116,14 @@ def test_interrupted_run_resumes_by_shard(cluster, reference, tmp_path):
     work = tmp_path / "r.parquet.shards"
     kept = sorted(p.name for p in work.glob("shard-*.parquet"))
     assert "shard-00002.parquet" not in kept and len(kept) >= 1 and not out.exists()
-    _, stats = record_distributed(LOAD, PROMPTS, out, _spec(0.0), 2, shard_requests=2)
+    seen: list[tuple[int, int]] = []
+    _, stats = record_distributed(LOAD, PROMPTS, out, _spec(0.0), 2, shard_requests=2,
+                                  progress=lambda i, n: seen.append((i, n)))
     assert stats["shards_resumed"] == len(kept) and stats["retries"] == 0
     assert sha256_file(out) == sha256_file(reference[0.0])
+    # the progress bar starts at the resumed shards' requests, then advances shard by shard to every request
+    assert seen[0] == (2 * len(kept), len(PROMPTS)) and seen[-1] == (len(PROMPTS), len(PROMPTS))
+    assert [i for i, _ in seen] == sorted(i for i, _ in seen) and len(seen) == len(PROMPTS) // 2 - len(kept) + 1
     # other settings over the same work folder are refused, not mixed in
     other = tmp_path / "r2.parquet.shards"
     other.mkdir()
@@ -159,7 +164,7 @@ def test_a_port_that_is_not_ray_times_out_within_the_bound(tmp_path, capsys, mon
     import socket
     import time
 
-    import specgym.envs.engines.distributed as distributed
+    import specgym.envs.engines.live.distributed as distributed
 
     monkeypatch.setattr(distributed, "CONNECT_TIMEOUT_S", 8.0)
     with socket.socket() as listener:  # accepts TCP connections, never answers Ray's protocol

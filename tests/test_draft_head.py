@@ -12,9 +12,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from specgym.envs.core.cost import CostProfile  # noqa: E402
-from specgym.envs.engines.draft_head import (  # noqa: E402
+from specgym.envs.core.kinds import HEAD_DRAFTER  # noqa: E402
+from specgym.envs.engines.live.draft_head import (  # noqa: E402
     HEAD_CONFIG,
-    HEAD_DRAFTER,
     build_head,
     head_runs,
     load_head,
@@ -31,7 +31,7 @@ TEXTS = ("the cat sat on the mat. the cat sat on the mat. the cat", "abcabcabcab
 def toy():
     """A toy pair and a head trained for a few hundred steps on the target's own greedy continuations (so it
     proposes tokens the target accepts, and also ones it rejects)."""
-    from specgym.training.lm_pair.toy import toy_models, toy_tokenizer
+    from specgym.training.models.toy import toy_models, toy_tokenizer
 
     torch.manual_seed(0)
     tok = toy_tokenizer()
@@ -81,7 +81,7 @@ def test_runs_are_the_leading_matches_of_each_start_proposal(toy):
 def test_live_head_rounds_are_greedy_exact_and_replay_their_recorded_runs(toy):
     from specgym.baselines.drafter_fixed import FixedDrafter
     from specgym.envs.core.drafter_choice import drive_drafters
-    from specgym.envs.engines.live_engine import LiveEngine
+    from specgym.envs.engines.live.engine import LiveEngine
 
     tok, draft, target, head = toy
     profile = CostProfile("toy", draft_ms=1.0, verify_ms=tuple(10.0 + 0.5 * i for i in range(17)),
@@ -111,8 +111,8 @@ def test_live_head_rounds_are_greedy_exact_and_replay_their_recorded_runs(toy):
 
 
 def test_calibration_fits_the_head_cost_beside_the_draft_model(toy):
-    from specgym.envs.engines.calibration import calibrate, with_drafters
-    from specgym.envs.engines.live_engine import LiveEngine
+    from specgym.envs.engines.live.calibration import calibrate, with_drafters
+    from specgym.envs.engines.live.engine import LiveEngine
 
     tok, draft, target, head = toy
     eng = LiveEngine(draft, target, k_max=4, timing="wall", head=head)
@@ -132,8 +132,8 @@ def test_calibration_fits_the_head_cost_beside_the_draft_model(toy):
 
 def test_the_head_cost_fits_its_drafting_phases_at_any_temperature(toy):
     """A linear law is recovered from its phases (spikes dropped); sampled head rounds time the head's own draws."""
-    from specgym.envs.engines.calibration import RoundSample, cycled_rounds, fit_head_cost
-    from specgym.envs.engines.live_engine import LiveEngine
+    from specgym.envs.engines.live.calibration import RoundSample, cycled_rounds, fit_head_cost
+    from specgym.envs.engines.live.engine import LiveEngine
 
     law = [RoundSample(k, 10, 0.75 + 0.5 * k, 20.0) for k in range(1, 9) for _ in range(20)]
     spike = [RoundSample(3, 10, 40.0, 60.0)]
@@ -174,11 +174,11 @@ def test_train_head_builds_a_folder_that_loads_and_drafts(tmp_path):
     """``specgym train-head`` end to end on a toy target: features, a short training, export with held-out runs and
     a card; the folder loads as the pair's head; without train-draft's answers it refuses in one line."""
     from specgym.cli import main
-    from specgym.envs.engines.draft_head import pair_head_folder
-    from specgym.envs.engines.model_loading import load_model, load_tokenizer
+    from specgym.envs.engines.live.draft_head import pair_head_folder
+    from specgym.envs.engines.live.model_loading import load_model, load_tokenizer
     from specgym.envs.workloads.prompts import PromptSpec
-    from specgym.training.lm_pair.distill import AnswerPlan, sample_answers
-    from specgym.training.lm_pair.toy import save_toy_pair
+    from specgym.training.models.distill import AnswerPlan, sample_answers
+    from specgym.training.models.toy import save_toy_pair
 
     draft_dir, target_dir = save_toy_pair(tmp_path / "pair")
     target, tok = load_model(str(target_dir), "target"), load_tokenizer(str(target_dir), "target")
@@ -207,10 +207,10 @@ def test_train_head_learns_from_extra_answers_and_never_mixes_plans_or_recipes(t
     """More answers with another seed (``--extra-answers``) add sequences; an answers folder resumes only its own
     plan and a checkpoint only its own recipe, each refusing in one line; the card's rebuild commands name both."""
     from specgym.cli import main
-    from specgym.envs.engines.model_loading import load_model, load_tokenizer
+    from specgym.envs.engines.live.model_loading import load_model, load_tokenizer
     from specgym.envs.workloads.prompts import PromptSpec
-    from specgym.training.lm_pair.distill import AnswerPlan, sample_answers
-    from specgym.training.lm_pair.toy import save_toy_pair
+    from specgym.training.models.distill import AnswerPlan, sample_answers
+    from specgym.training.models.toy import save_toy_pair
 
     _, target_dir = save_toy_pair(tmp_path / "pair")
     target, tok = load_model(str(target_dir), "target"), load_tokenizer(str(target_dir), "target")
@@ -241,7 +241,7 @@ def test_the_measured_kernel_drafts_what_the_default_drafts(toy):
     """pack_head swaps the head's layers for the measured kernel: same proposals as the unpacked head."""
     import copy
 
-    from specgym.envs.engines.draft_head import pack_head
+    from specgym.envs.engines.live.draft_head import pack_head
 
     *_, head = toy
     packed = copy.deepcopy(head)

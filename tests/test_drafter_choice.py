@@ -22,7 +22,7 @@ from specgym.baselines.lookup_rule import LookupRule
 from specgym.envs.core.drafter_choice import NO_DRAFTER, DrafterController, DrafterDecision, drive_drafters
 from specgym.envs.core.rounds import RoundStart
 from specgym.envs.core.run_predictor import MAX_RUN, RunPredictor, bucket, recent_code
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.workloads.specdecode import import_file
 from specgym.errors import SpecgymError
 from specgym.eval.drafter_runner import ROUND_ORACLE, run_drafter_controller, run_drafter_oracle

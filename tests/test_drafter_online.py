@@ -10,7 +10,7 @@ from specgym.baselines.drafter_marginal import DrafterMarginal, fit_on_fit_split
 from specgym.baselines.drafter_online import DrafterOnline
 from specgym.envs.core.ngram_proposer import ngram_runs
 from specgym.envs.core.rounds import RoundOutcome
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.eval.harness import EvalConfig, evaluate
@@ -45,8 +45,8 @@ def test_the_live_engine_reads_prompt_lookups_run_off_the_verified_tokens():
     """Live, greedy: each round the draft model played reports prompt lookup's run from its start, equal to the
     recorder's own per-start runs of the finished completion (censored at the round's tokens)."""
     torch = pytest.importorskip("torch")
-    from specgym.envs.engines.live_engine import LiveEngine
-    from specgym.envs.engines.model_loading import load_pair
+    from specgym.envs.engines.live.engine import LiveEngine
+    from specgym.envs.engines.live.model_loading import load_pair
     from specgym.paths import MODELS_DIR
 
     torch.set_num_threads(1)

@@ -10,7 +10,7 @@ import pytest
 from specgym import make_controller
 from specgym.agents.specs import Traits, all_specs
 from specgym.cli import main
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.errors import SpecgymError
 from specgym.eval.harness import EvalConfig, evaluate
 from specgym.eval.plots import PLOT_FILES

@@ -100,7 +100,7 @@ def test_controller_replays_exactly_like_the_env(exported):
     import gymnasium as gym
 
     import specgym  # noqa: F401
-    from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.envs.engines.replay.trace_engine import TraceEngine
     from specgym.envs.workloads.trace_format import cached_workload
     from specgym.eval.runner import run_controller
 

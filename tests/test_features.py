@@ -106,7 +106,7 @@ def test_token_env_and_exported_controller_decide_alike_through_the_shared_state
     from specgym.agents.artifact import random_artifact
     from specgym.agents.policy_controller import PolicyController
     from specgym.envs.core.request import drive
-    from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.envs.engines.replay.trace_engine import TraceEngine
     from specgym.envs.gym.spec_env import SpecDecodeTokenEnv
 
     art = random_artifact("token", seed=3)

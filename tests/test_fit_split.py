@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from specgym.baselines.drafter_marginal import fit_on_fit_split
-from specgym.envs.engines.recorder import draft_fit_split
+from specgym.envs.engines.live.recorder import draft_fit_split
 from specgym.envs.workloads import load_workload
 from specgym.errors import SpecgymError
 from specgym.training.predictor import select_predictor

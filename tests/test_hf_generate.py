@@ -1,6 +1,6 @@
 """generate() integration: a controller drives transformers' assisted generation (installed transformers 5.x).
 
-Models are tiny RANDOMLY-INITIALISED GPT-2s (specgym.training.lm_pair.toy).
+Models are tiny RANDOMLY-INITIALISED GPT-2s (specgym.training.models.toy).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ pytest.importorskip("transformers")
 from specgym import make_controller  # noqa: E402
 from specgym.agents.hf_generate import generate_with_controller  # noqa: E402
 from specgym.envs.core.cost import CostProfile  # noqa: E402
-from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
-from specgym.training.lm_pair.toy import toy_models, toy_tokenizer  # noqa: E402
+from specgym.envs.engines.live.engine import LiveEngine  # noqa: E402
+from specgym.training.models.toy import toy_models, toy_tokenizer  # noqa: E402
 
 torch.set_num_threads(1)
 PROFILE = CostProfile(name="toy", draft_ms=0.5, verify_ms=tuple(5.0 + 0.1 * n for n in range(17)), source="synthetic")
@@ -112,7 +112,7 @@ def test_no_deprecation_warning_from_transformers(toy, caplog):
 def test_online_signals_equal_the_recorders(toy, spec):
     """generate_with_controller computes the live engine's pre-verification signals: at every correct-prefix draft
     token they equal the recorder's teacher-forced columns (top-8, lookup with rollback); no hidden sketch here."""
-    from specgym.envs.engines.recorder import trace_columns
+    from specgym.envs.engines.live.recorder import trace_columns
 
     tok, draft, target = toy
     compared = 0

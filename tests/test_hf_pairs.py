@@ -17,9 +17,9 @@ pytest.importorskip("transformers")
 import hf_pairs  # noqa: E402
 
 from specgym.cli import main  # noqa: E402
-from specgym.envs.engines import model_loading  # noqa: E402
-from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
-from specgym.envs.engines.model_loading import encode_prompt, load_pair  # noqa: E402
+from specgym.envs.engines.live import model_loading  # noqa: E402
+from specgym.envs.engines.live.engine import LiveEngine  # noqa: E402
+from specgym.envs.engines.live.model_loading import encode_prompt, load_pair  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
 from specgym.paths import default_pair_name  # noqa: E402
 
@@ -77,7 +77,7 @@ def test_prompts_are_encoded_as_the_tokenizer_does(arch, tmp_path_factory):
 
 def test_the_recorder_and_the_live_env_encode_with_bos(tmp_path_factory, tmp_path):
     from specgym.envs.core.cost import CostProfile
-    from specgym.envs.engines.recorder import RecordingSpec, record_workload
+    from specgym.envs.engines.live.recorder import RecordingSpec, record_workload
     from specgym.envs.gym.live_env import SpecDecodeLiveEnv
     from specgym.envs.workloads.prompts import PromptSpec
 
@@ -123,7 +123,7 @@ TEXTS = ["def f(x):\n", "the cat sat ", "for i in range(", "x = y + ", "print(a,
 def record(arch: str, tmp_path_factory, temperature: float = 0.0, hidden_sketch: int = 0, k: int = 2):
     """A small recorded trace of ``arch``'s pair (6 prompts, 24 tokens each; splits 0.5/0/0.5), cached per session."""
     from specgym.envs.core.cost import CostProfile
-    from specgym.envs.engines.recorder import RecordingSpec, record_workload
+    from specgym.envs.engines.live.recorder import RecordingSpec, record_workload
     from specgym.envs.workloads.prompts import PromptSpec
 
     key = (arch, temperature, hidden_sketch, k)
@@ -173,7 +173,7 @@ def test_a_predictor_refuses_another_architecture_behind_a_shipped_looking_name(
     from specgym.catalogue import resolve
     from specgym.envs.core.acceptance_predictor import SignalSource, load_predictor, model_signature
     from specgym.envs.core.cost import CostProfile
-    from specgym.envs.engines.recorder import RecordingSpec, record_workload
+    from specgym.envs.engines.live.recorder import RecordingSpec, record_workload
     from specgym.envs.workloads.prompts import PromptSpec
     from specgym.paths import MODEL_ROOTS
 
@@ -202,7 +202,7 @@ def test_tree_predicted_falls_back_where_predicted_does():
 
     from specgym.agents.specs import make
     from specgym.envs.core.acceptance_predictor import SignalSource
-    from specgym.envs.engines.tree_engine import TreeEngine
+    from specgym.envs.engines.replay.tree_engine import TreeEngine
     from specgym.envs.profiles import load_profile
     from specgym.envs.workloads.trace_format import cached_workload
     from specgym.eval.tree_runner import run_tree_controller
@@ -254,7 +254,7 @@ N_LIVE = 40  # > hf_pairs.SLIDING_WINDOW with the prompt: Mistral decodes past i
 @pytest.mark.parametrize("arch", hf_pairs.ARCHS)
 def test_matrix_record_and_replay(arch, tmp_path_factory):
     from specgym.envs.core.cost import CostProfile
-    from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.envs.engines.replay.trace_engine import TraceEngine
     from specgym.envs.workloads.trace_format import load_workload
 
     pair, wl, path = record(arch, tmp_path_factory, hidden_sketch=8)
@@ -288,7 +288,7 @@ def test_matrix_record_and_replay(arch, tmp_path_factory):
 def test_matrix_live_greedy_and_tree_equal_plain(arch, tmp_path_factory):
     from specgym import make_controller
     from specgym.envs.core.tree import TreeShape
-    from specgym.envs.engines.live_tree import LiveTreeRequest
+    from specgym.envs.engines.live.tree import LiveTreeRequest
 
     d, t = hf_pairs.cached_pair(arch, tmp_path_factory)
     pair = load_pair(str(d), str(t))

@@ -11,7 +11,7 @@ import pytest
 from specgym.baselines.informed_oracle import informed_plan, informed_value_one
 from specgym.baselines.oracle import oracle_times, run_lengths
 from specgym.envs.core.cost import CostProfile
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.errors import SpecgymError
 from specgym.eval.harness import INFORMED, EvalConfig, evaluate
 from specgym.eval.runner import run_plan_vectorised

@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 
 import hf_pairs  # noqa: E402
 
-from specgym.envs.engines.lean_forward import LeanLlama, lean_runner  # noqa: E402
+from specgym.envs.engines.live.lean_forward import LeanLlama, lean_runner  # noqa: E402
 
 torch.set_num_threads(1)
 LLAMA_FAMILY = ("llama", "qwen2", "mistral")

@@ -12,7 +12,7 @@ import pytest
 from specdecode_files import shared_files, synthetic_file, write_file
 
 from specgym.cli import main
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.specdecode import import_file
 from specgym.eval.bench.specdecode import reproduction

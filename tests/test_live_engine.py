@@ -1,6 +1,6 @@
 """Live engine: greedy equals target.generate, exact sampling, replay == live, clear errors.
 
-All models here are tiny RANDOMLY-INITIALISED GPT-2s (specgym.training.lm_pair.toy), not trained models; the tests of
+All models here are tiny RANDOMLY-INITIALISED GPT-2s (specgym.training.models.toy), not trained models; the tests of
 the shipped trained pairs are skipped when a pair is absent.
 """
 
@@ -16,11 +16,11 @@ from specgym import make_controller  # noqa: E402
 from specgym.envs.core.controller import Controller  # noqa: E402
 from specgym.envs.core.cost import CostProfile  # noqa: E402
 from specgym.envs.core.rounds import DraftStep  # noqa: E402
-from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
-from specgym.envs.engines.model_loading import check_same_tokenizer, encode_prompt, load_pair  # noqa: E402
+from specgym.envs.engines.live.engine import LiveEngine  # noqa: E402
+from specgym.envs.engines.live.model_loading import check_same_tokenizer, encode_prompt, load_pair  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
 from specgym.paths import MODELS_DIR  # noqa: E402
-from specgym.training.lm_pair.toy import save_toy_pair, toy_models, toy_tokenizer  # noqa: E402
+from specgym.training.models.toy import save_toy_pair, toy_models, toy_tokenizer  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -157,8 +157,8 @@ def test_sampling_reproducible(toy):
 def test_replay_equals_live(toy, tmp_path):
     """The simulator is exact: replaying the recorded greedy trace with the live run's K choices gives identical
     accepted counts round by round (several controllers, random K, token-level stops)."""
-    from specgym.envs.engines.recorder import RecordingSpec, record_workload
-    from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.envs.engines.live.recorder import RecordingSpec, record_workload
+    from specgym.envs.engines.replay.trace_engine import TraceEngine
     from specgym.envs.workloads.prompts import PromptSpec
 
     draft_path, target_path = save_toy_pair(tmp_path / "pair", seed=0)
@@ -193,7 +193,7 @@ def test_lean_forward_equals_transformers(toy):
     a crop), and an engine on it decodes exactly as one on transformers, round by round."""
     from transformers import DynamicCache
 
-    from specgym.envs.engines.lean_forward import lean_runner
+    from specgym.envs.engines.live.lean_forward import lean_runner
 
     tok, draft, target = toy
     for model in (draft, target):
@@ -249,8 +249,8 @@ def test_bad_inputs(toy, tmp_path):
 def test_bf16_target_is_exact_in_the_dtype_that_verifies(tmp_path):
     """A float32 draft with a bfloat16 target (per-model dtypes): greedy outputs equal the bf16 target's own greedy
     decoding token for token, and replay of a bf16-recorded trace equals the bf16 live run round by round."""
-    from specgym.envs.engines.recorder import RecordingSpec, record_workload
-    from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.envs.engines.live.recorder import RecordingSpec, record_workload
+    from specgym.envs.engines.replay.trace_engine import TraceEngine
     from specgym.envs.workloads.prompts import PromptSpec
 
     d, t = save_toy_pair(tmp_path / "pair", seed=1)
@@ -276,7 +276,7 @@ def test_a_dtype_the_device_cannot_run_is_one_clear_error(tmp_path, monkeypatch)
     """load_model runs one forward after loading; a failure there names the model, the dtype and the device."""
     import transformers
 
-    from specgym.envs.engines.model_loading import load_model
+    from specgym.envs.engines.live.model_loading import load_model
 
     d, _ = save_toy_pair(tmp_path / "pair")
 
@@ -314,7 +314,7 @@ def test_shipped_pair_greedy_matches_generate(name):
 def test_shipped_recorded_trace_replays_live(name):
     """The shipped greedy workload of a pair is what the pair does live: on test requests (first 48 tokens),
     replaying the recorded trace with the live run's K choices gives the live accepted counts round by round."""
-    from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.envs.engines.replay.trace_engine import TraceEngine
     from specgym.envs.workloads.trace_format import cached_workload
 
     pair = load_pair(str(MODELS_DIR / name / "draft"), str(MODELS_DIR / name / "target"))
@@ -395,7 +395,7 @@ def assert_online_signals_match(wl, r, rounds, sketch=True):
 def test_online_signals_equal_the_recorders(tmp_path):
     """The live engine's online signals (top-8, incremental lookup with rollback, hidden sketch) equal the
     recorder's teacher-forced columns at every correct-prefix draft token; DraftStep carries the same rows."""
-    from specgym.envs.engines.recorder import RecordingSpec, record_workload
+    from specgym.envs.engines.live.recorder import RecordingSpec, record_workload
     from specgym.envs.workloads.prompts import PromptSpec
 
     d, t = save_toy_pair(tmp_path / "pair", seed=0)
@@ -429,7 +429,7 @@ def test_online_signals_equal_the_recorders(tmp_path):
 def test_shipped_pair_online_signals_equal_the_recorders(name, tmp_path):
     """On a few requests of the shipped midpair (greedy, recorded here with a short completion), the live engine's
     online signals equal the recorder's at every correct-prefix draft token."""
-    from specgym.envs.engines.recorder import RecordingSpec, record_workload
+    from specgym.envs.engines.live.recorder import RecordingSpec, record_workload
     from specgym.envs.workloads.prompts import PromptSpec
     from specgym.envs.workloads.trace_format import cached_workload
 

@@ -1,7 +1,7 @@
 """Live measurement: kernels chosen by measurement, a cost model fitted to engine rounds, paired live statistics,
 the machine calibration line.
 
-The models here are tiny RANDOMLY-INITIALISED GPT-2s (specgym.training.lm_pair.toy) unless a test says otherwise.
+The models here are tiny RANDOMLY-INITIALISED GPT-2s (specgym.training.models.toy) unless a test says otherwise.
 """
 
 from __future__ import annotations
@@ -13,21 +13,21 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from specgym.envs.core.cost import CostProfile  # noqa: E402
-from specgym.envs.engines import fast_linear  # noqa: E402
-from specgym.envs.engines.calibration import (  # noqa: E402
+from specgym.envs.engines.live import fast_linear  # noqa: E402
+from specgym.envs.engines.live.calibration import (  # noqa: E402
     RoundSample,
     calibrate,
     cycled_rounds,
     fit_profile,
     spike_free_mean,
 )
-from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
-from specgym.envs.engines.model_loading import load_pair  # noqa: E402
-from specgym.envs.engines.trace_engine import TraceEngine  # noqa: E402
+from specgym.envs.engines.live.engine import LiveEngine  # noqa: E402
+from specgym.envs.engines.live.model_loading import load_pair  # noqa: E402
+from specgym.envs.engines.replay.trace_engine import TraceEngine  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
 from specgym.eval.bench.live import verdict  # noqa: E402
 from specgym.eval.bench.machine import machine_calibration, machine_line  # noqa: E402
-from specgym.training.lm_pair.toy import save_toy_pair  # noqa: E402
+from specgym.training.models.toy import save_toy_pair  # noqa: E402
 
 torch.set_num_threads(1)
 needs_packing = pytest.mark.skipif(not fast_linear.packing_available(), reason="torch build without oneDNN")

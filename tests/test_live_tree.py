@@ -1,6 +1,6 @@
 """Live tree verification: greedy output equals plain decoding, caches hold the accepted path, replay == live.
 
-The toy models are tiny RANDOMLY-INITIALISED GPT-2s (specgym.training.lm_pair.toy), not trained models; the tests of
+The toy models are tiny RANDOMLY-INITIALISED GPT-2s (specgym.training.models.toy), not trained models; the tests of
 the shipped trained pairs are skipped when a pair is absent.
 """
 
@@ -16,17 +16,17 @@ from specgym import make_controller  # noqa: E402
 from specgym.agents.specs import make  # noqa: E402
 from specgym.envs.core.cost import CostProfile  # noqa: E402
 from specgym.envs.core.tree import TreeShape  # noqa: E402
-from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
-from specgym.envs.engines.live_tree import (  # noqa: E402
+from specgym.envs.engines.live.engine import LiveEngine  # noqa: E402
+from specgym.envs.engines.live.model_loading import encode_prompt, load_pair  # noqa: E402
+from specgym.envs.engines.live.tree import (  # noqa: E402
     LiveTreeRequest,
     ancestor_matrix,
     run_live_tree,  # noqa: E402
     tree_parents,
 )
-from specgym.envs.engines.model_loading import encode_prompt, load_pair  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
 from specgym.paths import MODELS_DIR  # noqa: E402
-from specgym.training.lm_pair.toy import toy_models, toy_tokenizer  # noqa: E402
+from specgym.training.models.toy import toy_models, toy_tokenizer  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -210,7 +210,7 @@ def test_shipped_pair_tree_greedy_equals_plain(name):
 def test_tree_replay_equals_live_round_by_round(name):
     """Tree replay is exact against live for static trees: on recorded test requests of the pair's greedy workload
     (first 48 tokens), every live round's accepted depth equals the tree replay's at the same position."""
-    from specgym.envs.engines.tree_engine import TreeEngine
+    from specgym.envs.engines.replay.tree_engine import TreeEngine
     from specgym.envs.workloads.trace_format import cached_workload
 
     pair = load_pair(str(MODELS_DIR / name / "draft"), str(MODELS_DIR / name / "target"))
@@ -241,8 +241,8 @@ def test_tree_replay_equals_live_round_by_round(name):
 def test_profile_measures_tree_verify_by_node_count(tmp_path):
     """``measure_profile(tree_nodes=...)`` measures verify of every node count with a tree mask (not extrapolated),
     and a chain-fitted profile gains those costs by :func:`extend_tree_verify`."""
-    from specgym.envs.engines.profiler import extend_tree_verify, measure_profile
-    from specgym.training.lm_pair.toy import save_toy_pair
+    from specgym.envs.engines.live.profiler import extend_tree_verify, measure_profile
+    from specgym.training.models.toy import save_toy_pair
 
     d, t = save_toy_pair(tmp_path / "pair", seed=0)
     pair = load_pair(str(d), str(t))
@@ -252,7 +252,11 @@ def test_profile_measures_tree_verify_by_node_count(tmp_path):
     chain = CostProfile("fit", 0.1, (1.0, 1.1, 1.2, 1.3, 1.4), source="measured")
     ext = extend_tree_verify(chain, prof)
     assert ext.verify_ms[:5] == chain.verify_ms and len(ext.verify_ms) == 21
-    assert ext.verify_nodes(21) == pytest.approx(1.4 + prof.verify_ms[20] - prof.verify_ms[4], abs=1e-3)
+    if "times the micro-benchmarked" in ext.description:  # timings so noisy that shifted entries went negative
+        assert ext.verify_nodes(21) == pytest.approx(1.4 * prof.verify_ms[20] / prof.verify_ms[4], abs=1e-3)
+    else:
+        assert ext.verify_nodes(21) == pytest.approx(1.4 + prof.verify_ms[20] - prof.verify_ms[4], abs=1e-3)
+    assert all(v > 0 for v in ext.verify_ms)
     with pytest.raises(SpecgymError, match="tree_nodes"):
         measure_profile(pair, k_max=4, tree_nodes=65)
 
@@ -260,7 +264,7 @@ def test_profile_measures_tree_verify_by_node_count(tmp_path):
 def test_profile_cli_tree_nodes(tmp_path, capsys):
     from specgym.cli import main
     from specgym.envs.profiles import load_profile
-    from specgym.training.lm_pair.toy import save_toy_pair
+    from specgym.training.models.toy import save_toy_pair
 
     d, t = save_toy_pair(tmp_path / "pair", seed=0)
     common = ["profile", "--draft", str(d), "--target", str(t), "--k-max", "4", "--context", "32", "--repeats", "2",

@@ -1,4 +1,4 @@
-"""The model-pair pipeline (``training/lm_pair``): growth of a trained GPT-2 preserves its function, in seconds on
+"""The model-pair pipeline (``training/models``): growth of a trained GPT-2 preserves its function, in seconds on
 a toy model (the corpus, tokenizer and training stages run only in ``make models``)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from specgym.errors import SpecgymError  # noqa: E402
-from specgym.training.lm_pair.grow import grow_gpt2  # noqa: E402
-from specgym.training.lm_pair.toy import toy_models, toy_tokenizer  # noqa: E402
+from specgym.training.models.grow import grow_gpt2  # noqa: E402
+from specgym.training.models.toy import toy_models, toy_tokenizer  # noqa: E402
 
 torch.set_num_threads(1)
 

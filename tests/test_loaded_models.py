@@ -16,9 +16,9 @@ pytest.importorskip("transformers")
 
 import hf_pairs  # noqa: E402
 
-from specgym.envs.engines import fast_linear  # noqa: E402
-from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
-from specgym.envs.engines.model_loading import load_pair  # noqa: E402
+from specgym.envs.engines.live import fast_linear  # noqa: E402
+from specgym.envs.engines.live.engine import LiveEngine  # noqa: E402
+from specgym.envs.engines.live.model_loading import load_pair  # noqa: E402
 
 torch.set_num_threads(1)
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")

@@ -19,9 +19,9 @@ transformers = pytest.importorskip("transformers")
 
 from specgym.cli import main  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
-from specgym.training.lm_pair import distill, draft_build, head_build  # noqa: E402
-from specgym.training.lm_pair.distill import AnswerPlan, load_answers, sample_answers  # noqa: E402
-from specgym.training.lm_pair.schedule import one_cycle  # noqa: E402
+from specgym.training.models import checkpoint, distill, draft_build, head_build  # noqa: E402
+from specgym.training.models.distill import AnswerPlan, load_answers, sample_answers  # noqa: E402
+from specgym.training.models.schedule import one_cycle  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 HEAD_TEXTS = ("the cat sat on the mat. the cat sat on the mat. the cat", "abcabcabcabc abcabc abc",
@@ -173,12 +173,12 @@ def test_a_checkpoint_swap_killed_between_its_renames_is_recovered(tmp_path):
     for folder, step in ((new, 7), (old, 3)):
         folder.mkdir(parents=True)
         (folder / "state.json").write_text(json.dumps({"step": step}))
-    distill.recover_folder(work / "draft_ckpt", "state.json")
+    checkpoint.recover_folder(work / "draft_ckpt", "state.json")
     assert json.loads((work / "draft_ckpt" / "state.json").read_text())["step"] == 7
     assert not new.exists() and not old.exists()
     half = work / ".specgym-tmp-draft_ckpt"  # a save killed mid-write: no state.json, never used
     half.mkdir()
-    distill.recover_folder(work / "draft_ckpt", "state.json")
+    checkpoint.recover_folder(work / "draft_ckpt", "state.json")
     assert not half.exists()
 
 
@@ -343,9 +343,9 @@ def test_ctrl_c_during_draft_training_saves_and_the_same_command_continues(tmp_p
 @pytest.fixture(scope="module")
 def head_pair(tmp_path_factory) -> tuple[Path, Path]:
     """``(toy target folder, work folder with answers)`` for ``train-head`` (copy the work folder to change it)."""
-    from specgym.envs.engines.model_loading import load_model, load_tokenizer
+    from specgym.envs.engines.live.model_loading import load_model, load_tokenizer
     from specgym.envs.workloads.prompts import PromptSpec
-    from specgym.training.lm_pair.toy import save_toy_pair
+    from specgym.training.models.toy import save_toy_pair
 
     root = tmp_path_factory.mktemp("head")
     _, target_dir = save_toy_pair(root / "pair")
@@ -452,3 +452,22 @@ def test_a_head_stage_without_its_input_names_the_stage_to_run_first(tmp_path, h
     assert main(_head(target_dir, work, "--stages", "export", "--out", str(tmp_path / "h"))) == 2
     one_line_error(capsys, f"--stages export: {work / 'head' / 'ckpt.pt'} does not exist yet",
                    "run --stages train first")
+
+
+# --- progress: the long stages show a bar with the time left -----------------------------------------------------
+
+
+def test_the_long_train_draft_stages_report_progress_once_when_piped(tmp_path, tiny_target, answered, capsys):
+    """The answers and train stages each have a progress bar (done, time spent, time left); piped, as here, each
+    prints its final state once, no animation."""
+    prompts, src = answered
+    work = tmp_path / "w"
+    shutil.copytree(src, work)
+    shutil.rmtree(work / "answers")
+    capsys.readouterr()
+    assert main(_draft(tiny_target, prompts, work, "--stages", "answers,train", "--temperatures", "0",
+                       "--budget-min", "0.01")) == 0
+    err = capsys.readouterr().err.splitlines()
+    for stage in ("target answers (val)", "target answers (train)", "draft distillation"):
+        lines = [ln for ln in err if ln.startswith(stage)]
+        assert len(lines) == 1 and "100%" in lines[0] and "left" in lines[0], err

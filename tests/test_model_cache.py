@@ -19,8 +19,8 @@ import pytest
 import specgym
 import specgym.catalogue as catalogue
 import specgym.paths as paths
-from specgym.envs.engines import model_cache
-from specgym.envs.engines.model_loading import resolve_model_path
+from specgym.envs.engines.live import model_cache
+from specgym.envs.engines.live.model_loading import resolve_model_path
 from specgym.errors import SpecgymError
 from specgym.io import TMP_PREFIX, sha256_file
 
@@ -115,7 +115,7 @@ def test_a_read_only_cache_says_to_set_specgym_cache(cache, gguf, converted, mon
 _FIRST_RUN = """
 import sys, time
 from pathlib import Path
-from specgym.envs.engines import model_cache
+from specgym.envs.engines.live import model_cache
 
 def make(tmp):
     (tmp / "config.json").write_text('{"by": "first"}')

@@ -47,7 +47,7 @@ pytest.importorskip("transformers")
 
 @pytest.fixture(scope="module")
 def toy():
-    from specgym.training.lm_pair.toy import toy_models, toy_tokenizer
+    from specgym.training.models.toy import toy_models, toy_tokenizer
 
     tok = toy_tokenizer()
     draft, target = toy_models(len(tok), seed=0)
@@ -59,7 +59,7 @@ def test_live_drafter_choice_is_greedy_exact_and_records_the_ngram_drafter(toy):
     from specgym.baselines.lookup_rule import LookupRule
     from specgym.envs.core.cost import CostProfile
     from specgym.envs.core.drafter_choice import drive_drafters
-    from specgym.envs.engines.live_engine import LiveEngine
+    from specgym.envs.engines.live.engine import LiveEngine
 
     tok, draft, target = toy
     profile = CostProfile("toy", draft_ms=1.0, verify_ms=tuple(10.0 + 0.5 * i for i in range(17)),

@@ -13,7 +13,7 @@ from specgym.agents.policy_controller import PolicyController
 from specgym.baselines.marginal import MarginalStop
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.features import feature_bounds
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.domains import ProfileJitter
 from specgym.errors import SpecgymError

@@ -18,7 +18,7 @@ import specgym.catalogue as catalogue
 from specgym.agents.artifact import load_policy, random_artifact, write_artifact
 from specgym.agents.policy_controller import PolicyController
 from specgym.envs.core.features import feature_names
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.gym.spec_env import SpecDecodeEnv, SpecDecodeTokenEnv
 from specgym.errors import SpecgymError
 from specgym.eval.runner import run_controller

@@ -27,7 +27,7 @@ from specgym.envs.core.acceptance_predictor import (
 )
 from specgym.envs.core.rounds import DraftStep
 from specgym.envs.core.signals import TOPK
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.errors import SpecgymError
 from specgym.eval.runner import run_controller
 from specgym.training.predictor import (

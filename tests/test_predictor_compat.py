@@ -153,7 +153,7 @@ def test_predictor_eval_notes_the_fallback(tmp_path, capsys, midpair):
 def test_transformers_generate_checks_the_predictor_too():
     torch = pytest.importorskip("torch")
     from specgym.agents.hf_generate import generate_with_controller
-    from specgym.envs.engines.model_loading import load_pair
+    from specgym.envs.engines.live.model_loading import load_pair
     from specgym.paths import MODELS_DIR
 
     for pair, expect in (("tinypair", "refused"), ("midpair", "fallback")):

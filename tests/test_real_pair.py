@@ -15,11 +15,11 @@ import pytest
 
 import specgym.catalogue as catalogue
 import specgym.paths as paths
-from specgym.envs.engines import model_cache
+from specgym.envs.engines.live import model_cache
 from specgym.envs.workloads.prompts import read_prompts
 from specgym.errors import SpecgymError
 from specgym.io import sha256_file
-from specgym.training.lm_pair.chat_prompts import CATEGORIES, build_prompts
+from specgym.training.models.chat_prompts import CATEGORIES, build_prompts
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED_PROMPTS = REPO / "data" / "workloads" / "smollm2-prompts.jsonl"
@@ -153,7 +153,7 @@ def test_a_bad_split_names_the_line(tmp_path):
 
 
 def test_encode_prompt_applies_a_chat_template():
-    from specgym.envs.engines.model_loading import encode_prompt
+    from specgym.envs.engines.live.model_loading import encode_prompt
 
     class Tok:
         chat_template = "{{ messages }}"
@@ -198,9 +198,9 @@ def test_train_draft_stages_end_to_end(tmp_path, tiny_target, cache):
     predicts exactly as the trained checkpoint does."""
     import torch
 
-    from specgym.envs.engines.model_loading import load_model, resolve_model_path
-    from specgym.training.lm_pair.distill import AnswerPlan, load_answers
-    from specgym.training.lm_pair.draft_build import DraftBuild, run
+    from specgym.envs.engines.live.model_loading import load_model, resolve_model_path
+    from specgym.training.models.distill import AnswerPlan, load_answers
+    from specgym.training.models.draft_build import DraftBuild, run
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"Tell me about number {i}.", "split": s}) + "\n"
@@ -247,7 +247,7 @@ def test_the_real_target_converts_once_and_matches_its_card(cache):
     pytest.importorskip("gguf")
     from transformers import AutoConfig, AutoTokenizer
 
-    from specgym.envs.engines.model_loading import encode_prompt, resolve_model_path
+    from specgym.envs.engines.live.model_loading import encode_prompt, resolve_model_path
 
     try:
         folder = Path(resolve_model_path("smollm2", "target"))
@@ -271,9 +271,9 @@ def test_a_reduced_draft_vocabulary_scores_only_its_tokens_and_decodes_exactly(t
 
     import torch
 
-    from specgym.envs.engines.draft_vocab import DRAFT_VOCAB_FILE, OUTSIDE, output_rows
-    from specgym.envs.engines.live_engine import LiveEngine
-    from specgym.envs.engines.model_loading import load_model, load_pair
+    from specgym.envs.engines.live.draft_vocab import DRAFT_VOCAB_FILE, OUTSIDE, output_rows
+    from specgym.envs.engines.live.engine import LiveEngine
+    from specgym.envs.engines.live.model_loading import load_model, load_pair
 
     draft = tmp_path / "draft"
     shutil.copytree(tiny_target, draft)

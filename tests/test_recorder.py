@@ -1,4 +1,4 @@
-"""Recorder, profiler and the live CLI commands on a tiny RANDOMLY-INITIALISED pair (specgym.training.lm_pair.toy)."""
+"""Recorder, profiler and the live CLI commands on a tiny RANDOMLY-INITIALISED pair (specgym.training.models.toy)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ pytest.importorskip("transformers")
 
 from specgym.commands.args import parse_length  # noqa: E402
 from specgym.envs.core.cost import CostProfile  # noqa: E402
-from specgym.envs.engines.model_loading import encode_prompt, load_pair  # noqa: E402
-from specgym.envs.engines.profiler import measure_profile  # noqa: E402
-from specgym.envs.engines.recorder import RecordingSpec, record_workload  # noqa: E402
+from specgym.envs.engines.live.model_loading import encode_prompt, load_pair  # noqa: E402
+from specgym.envs.engines.live.profiler import measure_profile  # noqa: E402
+from specgym.envs.engines.live.recorder import RecordingSpec, record_workload  # noqa: E402
 from specgym.envs.profiles import load_profile  # noqa: E402
 from specgym.envs.workloads.loops import is_looped  # noqa: E402
 from specgym.envs.workloads.prompts import PromptSpec, read_prompts  # noqa: E402
 from specgym.envs.workloads.trace_format import load_workload  # noqa: E402
 from specgym.errors import SpecgymError  # noqa: E402
-from specgym.training.lm_pair.toy import save_toy_pair, toy_models  # noqa: E402
+from specgym.training.models.toy import save_toy_pair, toy_models  # noqa: E402
 
 torch.set_num_threads(1)
 PROFILE = CostProfile(name="toy", draft_ms=0.5, verify_ms=tuple(5.0 + 0.1 * n for n in range(17)), source="synthetic")
@@ -196,6 +196,11 @@ def test_cli_record_profile_generate(pair, tmp_path, capsys):
     assert main(["record", *common, "--prompts", str(prompts), "--max-new-tokens", "16", "--temperature", "0",
                  "--out", str(out), "--profile", str(prof_path), "--quiet", "--hidden-sketch", "4"]) == 0
     assert load_workload(out).n_requests == 3 and load_workload(out).hidden_sketch.shape == (48, 4)
+    assert capsys.readouterr().err == ""  # --quiet: no progress bar
+    assert main(["record", *common, "--prompts", str(prompts), "--max-new-tokens", "8", "--temperature", "0",
+                 "--out", str(tmp_path / "bar.parquet"), "--profile", str(prof_path)]) == 0
+    bar = capsys.readouterr().err  # not a terminal: the bar's last state, once, on stderr (stdout keeps the summary)
+    assert "recording 3 requests" in bar and "100%" in bar and "left" in bar, bar
     assert main(["record", *common, "--prompts", str(prompts), "--max-new-tokens", "16", "--out", str(out),
                  "--profile", str(prof_path), "--quiet"]) == 2  # exists, no --force
     prompts.write_text('{"prompt": "a"}\nnot json\n')
@@ -252,7 +257,7 @@ def test_shipped_profiles():
 
 def test_batched_extraction_equals_one_request_at_a_time(pair):
     """Right-padded batches give every request the columns it gets alone (greedy exactly, sampled to rounding)."""
-    from specgym.envs.engines.recorder import trace_columns, trace_columns_batch
+    from specgym.envs.engines.live.recorder import trace_columns, trace_columns_batch
 
     tok = pair.tokenizer
     items = [(tok(t)["input_ids"], [(7 * i + j) % 40 + 3 for j in range(n)], temp, 11 + i)
@@ -300,7 +305,7 @@ def test_prompt_splits_are_kept_and_eos_ends_a_completion(pair, tmp_path):
     stop = emitted[5]
     pair.tokenizer.eos_token_id = stop
     try:
-        from specgym.envs.engines.recorder import Recorder
+        from specgym.envs.engines.live.recorder import Recorder
 
         rec = Recorder(pair, gen_k=3, stop_at_eos=True)
         out = rec.generate(specs[0], 24, 0.0, 0)["completion"]

@@ -19,8 +19,8 @@ pytest.importorskip("transformers")
 from specgym.cli import main  # noqa: E402
 from specgym.envs.core.cost import CostProfile  # noqa: E402
 from specgym.envs.core.signals import projection_to_meta, sketch_projection  # noqa: E402
-from specgym.envs.engines.model_loading import load_pair  # noqa: E402
-from specgym.envs.engines.recorder import RecordingSpec, record_workload  # noqa: E402
+from specgym.envs.engines.live.model_loading import load_pair  # noqa: E402
+from specgym.envs.engines.live.recorder import RecordingSpec, record_workload  # noqa: E402
 from specgym.envs.workloads.dataset import merge_workloads  # noqa: E402
 from specgym.envs.workloads.loops import loop_share  # noqa: E402
 from specgym.envs.workloads.prompts import PromptSpec  # noqa: E402
@@ -32,7 +32,7 @@ from specgym.envs.workloads.trace_format import (  # noqa: E402
     split_counts,
 )
 from specgym.errors import SpecgymError  # noqa: E402
-from specgym.training.lm_pair.toy import save_toy_pair  # noqa: E402
+from specgym.training.models.toy import save_toy_pair  # noqa: E402
 
 PROFILE = CostProfile("flat-test", 1.0, tuple(10.0 + 0.5 * n for n in range(17)), 0.5, source="synthetic")
 TEXTS = ["def f(x):\n    return x", "the cat sat on the mat.", "12 + 7 = 19", "import os\nimport sys\n",

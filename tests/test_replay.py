@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.replay import run_lengths
 from specgym.envs.core.rounds import DraftStep
-from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
+from specgym.envs.engines.replay.trace_engine import TraceEngine, VectorReplay
 from specgym.envs.workloads.synthetic import generate_workload, spec_with
 from specgym.errors import SpecgymError
 

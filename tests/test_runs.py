@@ -17,8 +17,8 @@ from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.replay import request_uniforms, run_lengths
 from specgym.envs.core.request import drive
 from specgym.envs.core.rounds import DraftStep, RoundOutcome
-from specgym.envs.engines.batch_engine import BatchReplay
-from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
+from specgym.envs.engines.replay.batch_engine import BatchReplay
+from specgym.envs.engines.replay.trace_engine import TraceEngine, VectorReplay
 from specgym.envs.workloads.trace_format import (
     META_KEY,
     drafter_entry,

@@ -10,11 +10,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from specgym.envs.core.cost import CostProfile  # noqa: E402
-from specgym.envs.core.ngram_proposer import NGRAM_DRAFTER  # noqa: E402
-from specgym.envs.engines.draft_head import HEAD_DRAFTER, build_head  # noqa: E402
-from specgym.envs.engines.live_engine import LiveEngine  # noqa: E402
-from specgym.envs.engines.sampled_runs import SampledRequest, head_proposals, ngram_proposals  # noqa: E402
-from specgym.training.lm_pair.toy import toy_models  # noqa: E402
+from specgym.envs.core.kinds import HEAD_DRAFTER, NGRAM_DRAFTER  # noqa: E402
+from specgym.envs.engines.live.draft_head import build_head  # noqa: E402
+from specgym.envs.engines.live.engine import LiveEngine  # noqa: E402
+from specgym.envs.engines.live.sampled_runs import SampledRequest, head_proposals, ngram_proposals  # noqa: E402
+from specgym.training.models.toy import toy_models  # noqa: E402
 
 torch.set_num_threads(1)
 PROFILE = CostProfile("toy", draft_ms=1.0, verify_ms=tuple(10.0 + 0.5 * i for i in range(17)),
@@ -70,7 +70,7 @@ def test_sampled_whole_proposal_rounds_keep_the_targets_distribution(drafter):
 
 @pytest.fixture(scope="module")
 def toy():
-    from specgym.training.lm_pair.toy import toy_tokenizer
+    from specgym.training.models.toy import toy_tokenizer
 
     tok = toy_tokenizer()
     draft, target = toy_models(len(tok), seed=0)
@@ -143,12 +143,12 @@ def test_a_sampled_recording_stores_each_drafters_draws_and_replays_them(tmp_pat
     metadata); recomputing them on the finished workload gives the same draws; fixed K of each drafter replays."""
     import dataclasses
 
-    from specgym.envs.engines.model_loading import load_pair
-    from specgym.envs.engines.recorder import RecordingSpec, record_workload, with_drafter_runs
-    from specgym.envs.engines.trace_engine import TraceEngine
+    from specgym.envs.engines.live.model_loading import load_pair
+    from specgym.envs.engines.live.recorder import RecordingSpec, record_workload, with_drafter_runs
+    from specgym.envs.engines.replay.trace_engine import TraceEngine
     from specgym.envs.workloads.prompts import PromptSpec
     from specgym.envs.workloads.trace_format import load_workload
-    from specgym.training.lm_pair.toy import save_toy_pair
+    from specgym.training.models.toy import save_toy_pair
 
     d, t = save_toy_pair(tmp_path / "pair", seed=0)
     pair = load_pair(str(d), str(t))

@@ -21,7 +21,7 @@ from specgym.baselines.vllm_adaptive import VLLMAdaptiveVerification
 from specgym.envs.core.batch import BatchDecision, BatchState, BatchStep
 from specgym.envs.core.batch_cost import Roofline, roofline_profile
 from specgym.envs.core.switching import SwitchCosts
-from specgym.envs.engines.batch_engine import BatchReplay
+from specgym.envs.engines.replay.batch_engine import BatchReplay
 from specgym.envs.profiles import load_batch_profile
 from specgym.errors import SpecgymError
 

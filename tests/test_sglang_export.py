@@ -18,7 +18,7 @@ from specgym.agents.sglang_export import write_sglang_module
 from specgym.agents.sglang_policy import SpecgymSGLangPolicy, sglang_params_factory
 from specgym.agents.specs import make
 from specgym.envs.core.batch import BatchController, BatchState, BatchStep
-from specgym.envs.engines.batch_engine import BatchReplay
+from specgym.envs.engines.replay.batch_engine import BatchReplay
 from specgym.envs.profiles import load_batch_profile
 from specgym.envs.workloads.synthetic import generate_workload
 from specgym.errors import SpecgymError

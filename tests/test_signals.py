@@ -17,7 +17,7 @@ from specgym.envs.core.lookup import NGramIndex, lookup_brute, lookup_columns
 from specgym.envs.core.request import drive
 from specgym.envs.core.rounds import DraftStep, RoundOutcome
 from specgym.envs.core.signals import TOPK, projection_to_meta, sketch_projection
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.workloads.trace_format import (
     FORMAT_VERSION,
     META_KEY,

@@ -13,7 +13,7 @@ from specdecode_files import request, shared_files, synthetic_file, write_file
 
 from specgym.cli import main
 from specgym.envs.core.lookup import lookup_brute
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.workloads.specdecode import SPLIT_SEED, dataset_name, import_file
 from specgym.envs.workloads.trace_format import assign_splits, load_workload
 

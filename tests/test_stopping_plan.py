@@ -22,7 +22,7 @@ from specgym.envs.core.acceptance_predictor import load_predictor, save_predicto
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.economics import RoundCosts
 from specgym.envs.core.stopping_plan import ContinuationModel, StoppingPlan, fit_continuation
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.errors import SpecgymError
 from specgym.eval.runner import run_controller
 from specgym.training.predictor import fit_continuations, select_predictor

@@ -44,12 +44,21 @@ FORBIDDEN = [
     ("specgym.baselines.oracle", "specgym.envs.engines", "the oracle plans over run lengths (envs.core.replay)"),
     ("specgym.baselines.informed_oracle", "specgym.envs.engines", "the oracle plans over run lengths"),
     ("specgym.eval", "specgym.envs.gym", "the harness drives engines, not envs (mixed_schedule: batch engine)"),
-    ("specgym.envs.gym", "specgym.envs.engines.recorder", "the prompts file is envs.workloads.prompts"),
+    ("specgym.envs.gym", "specgym.envs.engines.live.recorder", "the prompts file is envs.workloads.prompts"),
     ("specgym.envs.core", "specgym.paths", "the core reads no data catalogue: callers pass paths and objects in "
      "(SignalSource.model_roots, envs.profiles)"),
     ("specgym.envs.core", "specgym.catalogue", "the core reads no data catalogue: shipped names resolve above it "
      "(envs.profiles.load_profile)"),
+    # the engines split by what they depend on: replay (numpy) < live (torch) < serving (vLLM)
+    ("specgym.envs.engines.replay", "specgym.envs.engines.live", "replay is numpy only: live engines need torch"),
+    ("specgym.envs.engines.replay", "specgym.envs.engines.serving", "replay is numpy only: serving needs vLLM"),
+    ("specgym.envs.engines.live", "specgym.envs.engines.serving", "live engines run without vLLM's environment"),
 ]
+#: The engine subpackages and the third-party modules each may never import, at any depth (lazy imports included).
+ENGINE_DEPENDENCIES = {
+    "specgym.envs.engines.replay": ("torch", "transformers", "tokenizers", "safetensors", "ray", "vllm"),
+    "specgym.envs.engines.live": ("vllm",),
+}
 
 
 #: Third-party modules that cost start-up time (0.2-3.4 s each to import): the only reason to import inside a function.
@@ -58,12 +67,12 @@ HEAVY = ("torch", "transformers", "tokenizers", "stable_baselines3", "matplotlib
 NEVER_AT_START = ("torch", "transformers", "stable_baselines3", "matplotlib", "ray", "vllm")
 #: Function-level imports of light modules that stay: ``(importer, imported module) -> why``. Aim: none.
 LAZY_ALLOWED: dict[tuple[str, str], str] = {
-    ("specgym.envs.engines.model_cache", "safetensors.numpy"): "safetensors comes with the hf extra, and "
+    ("specgym.envs.engines.live.model_cache", "safetensors.numpy"): "safetensors comes with the hf extra, and "
     "model_cache is imported wherever a model is resolved",
-    ("specgym.training.lm_pair.draft_build", "safetensors.torch"): "imports torch",
-    ("specgym.training.lm_pair.head_build", "safetensors.torch"): "imports torch",
-    ("specgym.envs.engines.draft_head", "safetensors.torch"): "imports torch (draft_head is imported wherever a pair "
-    "is loaded)",
+    ("specgym.training.models.draft_build", "safetensors.torch"): "imports torch",
+    ("specgym.training.models.head_build", "safetensors.torch"): "imports torch",
+    ("specgym.envs.engines.live.draft_head", "safetensors.torch"): "imports torch (draft_head is imported wherever a "
+    "pair is loaded)",
 }
 
 
@@ -219,12 +228,33 @@ def test_no_forbidden_edges():
     assert not bad, "\n".join(bad)
 
 
+def _third_party_imports(path: Path) -> set[str]:
+    """The top-level names of every third-party import in a file, at any depth (function bodies included)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_engines_split_by_dependency():
+    """``envs/engines/`` holds only its three subpackages (replay, live, serving), and each imports only what its
+    name allows: replay no model library, live no vLLM."""
+    loose = sorted(p.name for p in (ROOT / "envs" / "engines").glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"engine modules outside replay/, live/, serving/: {loose}"
+    bad = [f"{mod} imports {lib}" for mod, path in _modules().items() for prefix, banned in ENGINE_DEPENDENCIES.items()
+           if mod.startswith(prefix) for lib in sorted(_third_party_imports(path) & set(banned))]
+    assert not bad, "\n".join(bad)
+
+
 def test_the_layer_test_catches_an_upward_edge(tmp_path):
     """The checks above see lazy imports and the front door: a sample of edges that must count as upward."""
     assert _layer("specgym.baselines.fixed") < _layer("specgym.agents.specs")
     assert _layer("specgym.eval.bench.policy") < _layer("specgym.training.config")
     assert _layer("specgym.eval.harness") < _layer(FRONT_DOOR)
-    assert _layer("specgym.envs.core.replay") < _layer("specgym.envs.engines.trace_engine")
+    assert _layer("specgym.envs.core.replay") < _layer("specgym.envs.engines.replay.trace_engine")
     assert _layer("specgym.envs.core.cost") < _layer("specgym.envs.profiles") < _layer("specgym.envs.workloads.x")
     tree = "def f():\n    from specgym.agents.specs import make\n"
     path = tmp_path / "probe.py"
@@ -559,7 +589,7 @@ def test_every_kind_row_names_a_live_runner_that_imports():
     """``specgym generate`` and the live bench run a controller by its kind's live runner, imported by the name its
     row gives; a kind with one is exactly what they run (the batch kind decides serving steps: ``specgym tune``)."""
     from specgym.envs.core.kinds import KIND_ROWS, LIVE_KINDS
-    from specgym.envs.engines.live_runners import live_runner
+    from specgym.envs.engines.live.runners import live_runner
 
     for name, row in KIND_ROWS.items():
         runner = live_runner(name)

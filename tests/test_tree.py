@@ -17,8 +17,8 @@ from specgym.baselines.tree_oracle import tree_oracle_request
 from specgym.baselines.tree_static import expected_accepted, sequoia_tree, sequoia_values
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.tree import TreeShape
-from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
-from specgym.envs.engines.tree_engine import TreeEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine, VectorReplay
+from specgym.envs.engines.replay.tree_engine import TreeEngine
 from specgym.envs.gym.tree_env import SpecDecodeTreeEnv
 from specgym.envs.workloads.trace_format import workload_from_requests
 from specgym.errors import SpecgymError

@@ -90,7 +90,7 @@ def test_controller_replays_like_the_env(tree_run):
     import gymnasium as gym
 
     import specgym  # noqa: F401
-    from specgym.envs.engines.tree_engine import TreeEngine
+    from specgym.envs.engines.replay.tree_engine import TreeEngine
     from specgym.envs.profiles import load_profile
     from specgym.envs.workloads.trace_format import cached_workload
     from specgym.eval.tree_runner import run_tree_controller

@@ -14,10 +14,10 @@ from specgym.agents.vllm_plugin import controller_factory, register
 from specgym.baselines.batch_rules import GoodputRule, StaticK
 from specgym.envs.core.batch import BatchState
 from specgym.envs.core.batch_cost import BatchCostProfile
-from specgym.envs.engines.batch_engine import BatchReplay
-from specgym.envs.engines.vllm_engine import VllmRun, external_ids
-from specgym.envs.engines.vllm_hook import SchedulerHook, _Lookup
-from specgym.envs.engines.vllm_profile import (
+from specgym.envs.engines.replay.batch_engine import BatchReplay
+from specgym.envs.engines.serving.vllm_engine import VllmRun, external_ids
+from specgym.envs.engines.serving.vllm_hook import SchedulerHook, _Lookup
+from specgym.envs.engines.serving.vllm_profile import (
     CellTimes,
     PrefillCost,
     build_profile,

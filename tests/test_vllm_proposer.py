@@ -78,8 +78,7 @@ def _serve(proposer: SpecgymProposer, answers, seed: int = 0) -> dict:
             accepted += n_acc
         for i in running:  # the tracked request each true request is now (its fingerprint and length)
             n = len(seqs[i]) - len(last_sampled[i])
-            key = proposer._fingerprint(np.asarray(seqs[i]))
-            tracked[i] |= {id(r) for r in proposer.requests.get(key, []) if r.length == n}
+            tracked[i] |= {id(r) for r in proposer.tracked(np.asarray(seqs[i])) if r.length == n}
     return {"proposed": proposed, "accepted": accepted, "drafts": drafts_of, "tracked": tracked}
 
 
@@ -109,6 +108,21 @@ def test_the_controller_adapts_k_to_each_request():
     assert np.mean(res["drafts"][0]) > np.mean(res["drafts"][1]) + 1, res["drafts"]
 
 
+def test_a_short_request_keeps_its_state_while_it_grows():
+    """A request shorter than the fingerprint is known by the tokens it had when first seen (a prefix it keeps), so
+    its controller sees every step, not a new request each step."""
+    proposer = SpecgymProposer(_config(), profile="cpu-smollm2")
+    tokens = [3, 4, 5, 6, 7]
+    first = proposer.propose([[7]], np.array([5]), np.array([tokens + [0] * 10]))[0]
+    (req,) = proposer.tracked(np.array(tokens))
+    assert req.start == 5 and req.drafted == len(first)
+    grown = tokens + [3, 4]  # the step accepted one draft and added the target's token
+    proposer.propose([[3, 4]], np.array([7]), np.array([grown + [0] * 8]))
+    assert proposer.tracked(np.array(grown)) == [req]  # the same request, continued
+    assert req.length == 7 and req.start == 5
+    assert proposer.specgym_configure()["rows"] == 2
+
+
 def test_two_requests_with_one_prompt_are_two_requests():
     prompt, answer = _answers(1, seed=2)[0]
     res = _serve(SpecgymProposer(_config(), profile="cpu-smollm2"), [(prompt, answer), (prompt, answer)])
@@ -123,3 +137,77 @@ def test_configuration_errors_are_one_line(monkeypatch):
         SpecgymProposer(_config(), controller="bogus", profile="cpu-smollm2")
     monkeypatch.setenv(ENV_PROFILE, "cpu-smollm2")
     assert SpecgymProposer(_config()).spec == "marginal@ngram"
+
+
+# --- the draft model for requests without a lookup match (agents/vllm_draft.py) ---
+
+
+def _greedy(folder: Path, tokens: list[int], k: int) -> list[int]:
+    """The draft's greedy continuation, recomputed from scratch (no cache)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    ids = list(tokens)
+    with torch.inference_mode():
+        for _ in range(k):
+            ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(tokens):]
+
+
+def _draft_config(folder: Path, k: int = K) -> SimpleNamespace:
+    cfg = _config(k)
+    cfg.model_config.model = str(folder)  # the target vLLM serves (a borrowing draft would be completed from it)
+    return cfg
+
+
+def test_the_draft_model_continues_each_request_from_its_own_cache(tiny_target):
+    from specgym.agents.vllm_draft import DraftModel
+
+    model = DraftModel(tiny_target)
+    tokens = np.arange(20, 45)
+    state = model.new_cache()
+    first = model.propose(state, tokens, 3)
+    assert first.tokens == _greedy(tiny_target, tokens.tolist(), 3)
+    assert all(0 < c <= 1 for c in first.conf) and all(e >= 0 for e in first.entropy)
+    assert model.take_stats()["model_tokens_fed"] == 25 + 2  # the prefill, then one token per further draft
+    # the target accepted the first draft and produced its own token: the cache keeps the accepted one, drops the rest
+    bonus = (first.tokens[1] + 1) % 100
+    after = np.array([*tokens, first.tokens[0], bonus])
+    second = model.propose(state, after, 3)
+    assert second.tokens == _greedy(tiny_target, after.tolist(), 3)
+    assert model.take_stats()["model_tokens_fed"] == 1 + 2  # only the target's token, then the drafts
+
+
+def test_lookup_rule_drafts_with_the_model_where_the_lookup_finds_nothing(tiny_target):
+    proposer = SpecgymProposer(_draft_config(tiny_target), controller="lookup-rule:1", profile="cpu-smollm2",
+                               draft=str(tiny_target))
+    assert proposer.drafters == ("draft", "ngram")
+    repeating = [5, 6, 7, 8, 9, 5, 6, 7]  # its last token occurred earlier: prompt lookup
+    fresh = list(range(30, 42))  # no token repeats: the draft model
+    buf = np.zeros((2, 64), np.int32)
+    buf[0, :len(repeating)], buf[1, :len(fresh)] = repeating, fresh
+    out = proposer.propose([[7], [41]], np.array([len(repeating), len(fresh)]), buf)
+    assert out[0] == ngram_propose(np.array(repeating), K)
+    assert out[1] == _greedy(tiny_target, fresh, K)
+    # next step, rows swapped (a request finished before them): the model request keeps its cache
+    grown = [*fresh, out[1][0], 99]  # one draft accepted, then the target's own token
+    buf = np.zeros((2, 64), np.int32)
+    buf[0, :len(grown)], buf[1, :len(repeating) + 1] = grown, [*repeating, 8]
+    out2 = proposer.propose([[out[1][0], 99], [8]], np.array([len(grown), len(repeating) + 1]), buf)
+    assert out2[0] == _greedy(tiny_target, grown, K)
+    stats = proposer.specgym_configure()
+    assert stats["model_rows"] == 2 and stats["model_tokens"] == 2 * K and stats["rows"] == 4
+    assert stats["model_tokens_fed"] == len(fresh) + (K - 1) + 1 + (K - 1) and stats["model_ms"] > 0
+
+
+def test_a_controller_needing_a_drafter_the_proposer_lacks_is_one_line(tiny_target):
+    with pytest.raises(SpecgymError, match="does not hold"):
+        SpecgymProposer(_config(), controller="fixed:2@draft", profile="cpu-smollm2")  # no draft model given
+    with pytest.raises(SpecgymError, match="has no run predictor"):
+        SpecgymProposer(_draft_config(tiny_target), controller="drafter-marginal", profile="cpu-smollm2",
+                        draft=str(tiny_target))
+    proposer = SpecgymProposer(_config(), profile="cpu-smollm2")
+    with pytest.raises(SpecgymError, match="does not hold"):
+        proposer.specgym_configure({"controller": "fixed:2@draft"})
+    assert proposer.spec == "marginal@ngram"  # unchanged after the refusal

@@ -43,7 +43,7 @@ from specgym.envs.core.kinds import kind_row
 from specgym.envs.core.request import drive
 from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome, RoundStart
 from specgym.envs.core.token_protocol import TokenProtocol
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.workloads.domains import DomainDistribution
 from specgym.errors import SpecgymError
 from specgym.training.sb3_actor import actor_logits, actor_parameters

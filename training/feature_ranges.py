@@ -21,7 +21,7 @@ import numpy as np
 
 from specgym.agents.policy_controller import PolicyController
 from specgym.envs.core.request import drive
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.workloads.domains import DomainDistribution
 
 

@@ -88,106 +88,135 @@ def card_markdown(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], s
                   suite: dict[str, Any] | None = None, suite_specs: list[str] | None = None,
                   distribution: dict[str, Any] | None = None, reproduce: str = "make policies") -> str:
     """The card's markdown (see the module docstring)."""
-    tr = meta.get("training", {})
-    cfg = tr.get("config", {})
     mode = meta.get("mode") or runs[0]["config"].get("mode")
-    row = get_mode(mode)
-    if kind_row(row.kind).drafts_trees:
+    if kind_row(get_mode(mode).kind).drafts_trees:
         return _tree_card(name, meta, runs, shipped, reproduce)
-    L = [f"# specgym policy `{name}`", "",
-         f"A PPO policy (stable-baselines3, exported to numpy: `policy.npz` + `policy.json`, no pickle) in **{mode} "
-         f"mode**: {row.decides}"
-         + " It reads the cost profile and the request's verified history through the shared feature code "
-           f"(feature version {meta.get('feature_version')}), so it needs no tuning per deployment."
-         + (f" Its acceptance estimate of each draft token is the acceptance predictor `{meta['predictor']['name']}`'s "
-            f"(embedded in `policy.json`, so it is the very predictor it was trained with), where the decoding loop "
-            f"provides the predictor's signals." if meta.get("predictor") else ""), "",
-         "Use it by name:", "", "```bash",
-         f"specgym eval --controllers all,ppo:{name}",
-         f"specgym generate --prompt 'def fibonacci(n):' --controller ppo:{name}",
-         "```", "", "```python", "from specgym import make_controller",
-         "from specgym.agents.hf_generate import generate_with_controller",
-         f"out = generate_with_controller(target, draft, input_ids, make_controller('ppo:{name}'), "
-         "max_new_tokens=128)", "```", ""]
-    L += ["## Training distribution", ""]
-    if distribution:
-        wls = distribution["workloads"]
-        recorded = [w for w in wls if not w["synthetic"]]
-        synth = [w for w in wls if w["synthetic"]]
-        prof = distribution["profiles"]
-        L += [f"Every episode draws a workload and a cost profile (domain randomisation, "
-              f"`envs/workloads/domains.py`): {len(synth)} **synthetic** workloads with random parameters "
-              "(steady, three-category mixes and flat/rugged regimes; drafts calibrated, over- and under-confident)"
-              + (f" and the *train* split of the recorded workload(s) {', '.join(w['name'] for w in recorded)} "
-                 f"(each drawn {recorded[0]['weight'] / max(synth[0]['weight'], 1e-12):.0f}x as often as one "
-                 "synthetic workload)" if recorded and synth else "") + "; profiles: cost ratio "
-              f"{prof['cost_ratio'][0]}-{prof['cost_ratio'][1]} (log-uniform), verify slope "
-              f"{prof['verify_slope_per_token'][0]}-{prof['verify_slope_per_token'][1]} per token, round overhead "
-              f"{prof['overhead_share_of_t_ar'][0]}-{prof['overhead_share_of_t_ar'][1]} x t_AR; "
-              f"{distribution['own_profile_share']:.0%} of episodes keep the workload's own profile.", ""]
-    else:
-        jitter = cfg.get("profile_jitter")
-        L += [f"Workload `{tr.get('workload')}` ({_fit_split(tr.get('workload'))} split)" + (
-            f", priced with its own cost profile jittered (`profile_jitter: {jitter}`: draft cost, verify slope and "
-            f"round overhead each scaled by a factor drawn log-uniformly in [1/{jitter}, {jitter}], a quarter of "
-            "the episodes at the profile itself)" if jitter else "") + ".", ""]
-    guard = meta.get("guard")
-    if guard:
-        L += ["## Guard", "",
-              f"Outside the range of observations it saw in training (`policy.json` `guard`, "
-              f"{meta.get('guard_range') or 'recorded while training'}), its decisions are its teacher "
-              f"`{guard['teacher']}`'s: it never runs on inputs it has no experience of (the evaluation report marks "
-              "a row where that happened, with the share of decisions handed over).", ""]
-    L += ["## Training", "",
-          f"PPO, {cfg.get('timesteps', 0):,} environment steps per seed (the shipped model is the one kept at "
-          f"{tr.get('timesteps', 0):,}), net {cfg.get('net_arch')} {cfg.get('activation')}, "
-          f"learning rate {cfg.get('learning_rate')} ({cfg.get('lr_schedule')}), entropy coefficient "
-          f"{cfg.get('ent_coef')}" + (f"; the actor was first behaviour-cloned from `{cfg['bc_init']}` and the "
-                                      f"critic warmed up for {cfg.get('bc_warmup', 0):,} steps"
-                                      if cfg.get("bc_init") else "; from scratch") +
-          (". The model kept is the best on the validation cells (synthetic workloads from an unseen pool seed and "
-           "the recorded train workloads' val splits, each under two unseen randomised profiles)" if distribution
-           else ". The model kept is the best on the workload's val split") + ". One torch thread.",
-          "", "| seed | run | steps | wall time | best val: vs best fixed K | vs marginal | oracle ratio |",
-          "|---|---|---:|---:|---:|---:|---:|"]
-    L += _seed_rows(runs, shipped, "speedup_vs_marginal")
-    L += ["", f"Reproduce: `{reproduce}` (trains every seed, exports the best on validation"
-              + (", runs the suite" if suite else "") + " and writes this card).", ""]
+    L = _intro(name, meta, mode)
+    L += _distribution_section(meta.get("training", {}), distribution)
+    L += _guard_section(meta)
+    L += _training_section(meta.get("training", {}), runs, shipped, bool(distribution), bool(suite),
+                           reproduce)
     if suite and suite_specs:
-        summ = [suite["summary"][s] for s in suite_specs if s in suite["summary"]]
-        L += ["## Generalisation suite (held-out cells)", "",
-              f"`specgym eval --suite generalization`: {len(suite['cells'])} cells, each held-out requests (a "
-              "recorded workload never trained on, the test split of a trained one, or a synthetic preset with an "
-              "unseen seed) priced with a cost profile never used as such in training; ratios are throughput ratios "
-              "with paired bootstrap 95% intervals over requests. Mean ± standard deviation over the "
-              f"{len(summ)} seeds:",
-              "", "| figure | seeds |", "|---|---|",
-              f"| geometric mean vs the best baseline in hindsight (per cell) | "
-              f"{_mean_spread([s['geomean_vs_best_baseline'] for s in summ])} |",
-              f"| worst cell vs the best baseline | {_mean_spread([s['worst_vs_best_baseline'] for s in summ])} |",
-              f"| worst cell's interval low | {_mean_spread([s['worst_ci_low_vs_best_baseline'] for s in summ])} |",
-              f"| geometric mean vs the best K-level baseline | "
-              f"{_mean_spread([s['geomean_vs_best_k_level'] for s in summ])} |",
-              f"| geometric mean vs `marginal` | {_mean_spread([s['geomean_vs_marginal'] for s in summ])} |",
-              f"| mean oracle headroom closed | {_mean_spread([s['mean_headroom_closed'] for s in summ])} |", "",
-              "Per cell, the shipped seed:", "",
-              "| cell | best baseline in hindsight | vs best baseline [95% CI] | vs best K-level | vs marginal | "
-              "oracle ratio | headroom closed |", "|---|---|---:|---:|---:|---:|---:|"]
-        spec = suite_specs[[r["run"] for r in runs].index(shipped)] if shipped in [r["run"] for r in runs] \
-            else suite_specs[0]
-        for c in suite["cells"]:
-            p = c["policies"][spec]
-            ci = p["vs_best_baseline_ci95"]
-            hc = "–" if p["headroom_closed"] is None else f"{p['headroom_closed']:+.1%}"
-            L.append(f"| {c['cell']}{' *(synthetic)*' if c['synthetic'] else ''} | {c['best_baseline']} | "
-                     f"{p['vs_best_baseline']:.3f}x" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") +
-                     f" | {p['vs_best_k_level']:.3f}x | {p['vs_marginal']:.3f}x | {p['oracle_ratio']:.3f} | {hc} |")
-        L.append("")
+        L += _suite_section(suite, suite_specs, runs, shipped)
     L += ["## Limitations", "",
           "* Trained on replayed traces priced by cost models: live figures depend on how well the pair's measured "
           "profile predicts the machine (see the README's sim-to-real table).",
           "* The feature version is pinned: a specgym whose features changed refuses to load this policy.", ""]
     return "\n".join(L)
+
+
+def _intro(name: str, meta: dict[str, Any], mode: str) -> list[str]:
+    """The card's title, what the policy decides and reads, and how to use it by name."""
+    return [f"# specgym policy `{name}`", "",
+            f"A PPO policy (stable-baselines3, exported to numpy: `policy.npz` + `policy.json`, no pickle) in **{mode} "
+            f"mode**: {get_mode(mode).decides}"
+            + " It reads the cost profile and the request's verified history through the shared feature code "
+              f"(feature version {meta.get('feature_version')}), so it needs no tuning per deployment."
+            + (f" Its acceptance estimate of each draft token is the acceptance predictor "
+               f"`{meta['predictor']['name']}`'s (embedded in `policy.json`, so it is the very predictor it was "
+               f"trained with), where the decoding loop provides the predictor's signals."
+               if meta.get("predictor") else ""), "",
+            "Use it by name:", "", "```bash",
+            f"specgym eval --controllers all,ppo:{name}",
+            f"specgym generate --prompt 'def fibonacci(n):' --controller ppo:{name}",
+            "```", "", "```python", "from specgym import make_controller",
+            "from specgym.agents.hf_generate import generate_with_controller",
+            f"out = generate_with_controller(target, draft, input_ids, make_controller('ppo:{name}'), "
+            "max_new_tokens=128)", "```", ""]
+
+
+def _distribution_section(tr: dict[str, Any], distribution: dict[str, Any] | None) -> list[str]:
+    """What the policy trained on: the generalist's domain randomisation, or one workload (with its profile
+    jitter)."""
+    L = ["## Training distribution", ""]
+    if not distribution:
+        jitter = tr.get("config", {}).get("profile_jitter")
+        return L + [f"Workload `{tr.get('workload')}` ({_fit_split(tr.get('workload'))} split)" + (
+            f", priced with its own cost profile jittered (`profile_jitter: {jitter}`: draft cost, verify slope and "
+            f"round overhead each scaled by a factor drawn log-uniformly in [1/{jitter}, {jitter}], a quarter of "
+            "the episodes at the profile itself)" if jitter else "") + ".", ""]
+    wls = distribution["workloads"]
+    recorded = [w for w in wls if not w["synthetic"]]
+    synth = [w for w in wls if w["synthetic"]]
+    prof = distribution["profiles"]
+    return L + [f"Every episode draws a workload and a cost profile (domain randomisation, "
+                f"`envs/workloads/domains.py`): {len(synth)} **synthetic** workloads with random parameters "
+                "(steady, three-category mixes and flat/rugged regimes; drafts calibrated, over- and under-confident)"
+                + (f" and the *train* split of the recorded workload(s) {', '.join(w['name'] for w in recorded)} "
+                   f"(each drawn {recorded[0]['weight'] / max(synth[0]['weight'], 1e-12):.0f}x as often as one "
+                   "synthetic workload)" if recorded and synth else "") + "; profiles: cost ratio "
+                f"{prof['cost_ratio'][0]}-{prof['cost_ratio'][1]} (log-uniform), verify slope "
+                f"{prof['verify_slope_per_token'][0]}-{prof['verify_slope_per_token'][1]} per token, round overhead "
+                f"{prof['overhead_share_of_t_ar'][0]}-{prof['overhead_share_of_t_ar'][1]} x t_AR; "
+                f"{distribution['own_profile_share']:.0%} of episodes keep the workload's own profile.", ""]
+
+
+def _guard_section(meta: dict[str, Any]) -> list[str]:
+    """Where the policy hands its decisions to its teacher (nothing for a policy without a guard)."""
+    guard = meta.get("guard")
+    if not guard:
+        return []
+    return ["## Guard", "",
+            f"Outside the range of observations it saw in training (`policy.json` `guard`, "
+            f"{meta.get('guard_range') or 'recorded while training'}), its decisions are its teacher "
+            f"`{guard['teacher']}`'s: it never runs on inputs it has no experience of (the evaluation report marks "
+            "a row where that happened, with the share of decisions handed over).", ""]
+
+
+def _training_section(tr: dict[str, Any], runs: list[dict[str, Any]], shipped: str, generalist: bool,
+                      with_suite: bool, reproduce: str) -> list[str]:
+    """How PPO trained the policy, one row per seed, and the command that reproduces it."""
+    cfg = tr.get("config", {})
+    L = ["## Training", "",
+         f"PPO, {cfg.get('timesteps', 0):,} environment steps per seed (the shipped model is the one kept at "
+         f"{tr.get('timesteps', 0):,}), net {cfg.get('net_arch')} {cfg.get('activation')}, "
+         f"learning rate {cfg.get('learning_rate')} ({cfg.get('lr_schedule')}), entropy coefficient "
+         f"{cfg.get('ent_coef')}" + (f"; the actor was first behaviour-cloned from `{cfg['bc_init']}` and the "
+                                     f"critic warmed up for {cfg.get('bc_warmup', 0):,} steps"
+                                     if cfg.get("bc_init") else "; from scratch") +
+         (". The model kept is the best on the validation cells (synthetic workloads from an unseen pool seed and "
+          "the recorded train workloads' val splits, each under two unseen randomised profiles)" if generalist
+          else ". The model kept is the best on the workload's val split") + ". One torch thread.",
+         "", "| seed | run | steps | wall time | best val: vs best fixed K | vs marginal | oracle ratio |",
+         "|---|---|---:|---:|---:|---:|---:|"]
+    L += _seed_rows(runs, shipped, "speedup_vs_marginal")
+    return L + ["", f"Reproduce: `{reproduce}` (trains every seed, exports the best on validation"
+                    + (", runs the suite" if with_suite else "") + " and writes this card).", ""]
+
+
+def _suite_section(suite: dict[str, Any], suite_specs: list[str], runs: list[dict[str, Any]],
+                   shipped: str) -> list[str]:
+    """The generalisation suite's figures: mean and spread over the seeds, then the shipped seed per cell."""
+    summ = [suite["summary"][s] for s in suite_specs if s in suite["summary"]]
+    L = ["## Generalisation suite (held-out cells)", "",
+         f"`specgym eval --suite generalization`: {len(suite['cells'])} cells, each held-out requests (a "
+         "recorded workload never trained on, the test split of a trained one, or a synthetic preset with an "
+         "unseen seed) priced with a cost profile never used as such in training; ratios are throughput ratios "
+         "with paired bootstrap 95% intervals over requests. Mean ± standard deviation over the "
+         f"{len(summ)} seeds:",
+         "", "| figure | seeds |", "|---|---|",
+         f"| geometric mean vs the best baseline in hindsight (per cell) | "
+         f"{_mean_spread([s['geomean_vs_best_baseline'] for s in summ])} |",
+         f"| worst cell vs the best baseline | {_mean_spread([s['worst_vs_best_baseline'] for s in summ])} |",
+         f"| worst cell's interval low | {_mean_spread([s['worst_ci_low_vs_best_baseline'] for s in summ])} |",
+         f"| geometric mean vs the best K-level baseline | "
+         f"{_mean_spread([s['geomean_vs_best_k_level'] for s in summ])} |",
+         f"| geometric mean vs `marginal` | {_mean_spread([s['geomean_vs_marginal'] for s in summ])} |",
+         f"| mean oracle headroom closed | {_mean_spread([s['mean_headroom_closed'] for s in summ])} |", "",
+         "Per cell, the shipped seed:", "",
+         "| cell | best baseline in hindsight | vs best baseline [95% CI] | vs best K-level | vs marginal | "
+         "oracle ratio | headroom closed |", "|---|---|---:|---:|---:|---:|---:|"]
+    names = [r["run"] for r in runs]
+    spec = suite_specs[names.index(shipped)] if shipped in names else suite_specs[0]
+    for c in suite["cells"]:
+        p = c["policies"][spec]
+        ci = p["vs_best_baseline_ci95"]
+        hc = "–" if p["headroom_closed"] is None else f"{p['headroom_closed']:+.1%}"
+        L.append(f"| {c['cell']}{' *(synthetic)*' if c['synthetic'] else ''} | {c['best_baseline']} | "
+                 f"{p['vs_best_baseline']:.3f}x" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") +
+                 f" | {p['vs_best_k_level']:.3f}x | {p['vs_marginal']:.3f}x | {p['oracle_ratio']:.3f} | {hc} |")
+    L.append("")
+    return L
 
 
 def _tree_card(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], shipped: str, reproduce: str) -> str:

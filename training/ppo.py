@@ -294,45 +294,12 @@ def _train(req: TrainRequest, training: TrainingRun, console: Any) -> dict[str, 
         ValidationCallback,
     )
 
-    run, cfg, wl, state = training.files, training.config, training.workload, training.state
+    run, cfg, wl = training.files, training.config, training.workload
     ppo = cfg.ppo
     target = int(ppo.timesteps)
-    state.status, state.timesteps_target = "running", target
+    training.state.status, training.state.timesteps_target = "running", target
     training.save_state()
-
-    seed = int(cfg.seed)
-    resumed_at: int | None = None
-    if req.resume and run.resume.is_file():
-        venv = make_training_env(training, seed)
-        model, snap_dict = load_snapshot(run.resume, venv, wl, run.tb)
-        snap = RunState.from_dict(snap_dict, f"{run.resume} (run state)")
-        _check_config_unchanged(run, snap)  # the snapshot's own record (state.json may have been lost)
-        resumed_at = int(model.num_timesteps)
-        # the snapshot's history up to its step (what follows is redone, identically); the best model on disk
-        # and its figures stay what state.json says, so a redone validation never replaces it by an equal one
-        state = training.state = dataclasses.replace(
-            snap, best=state.best if state.best is not None else snap.best, wall_s=state.wall_s, status="running",
-            timesteps_target=target)
-    elif req.resume:  # a run folder from before resume snapshots: the model alone (not an exact continuation)
-        console.print(f"{run.resume}: missing; continuing from {run.model} alone (RNG, env and return-normalisation "
-                      "state start afresh)", style="yellow", highlight=False)
-        venv = make_training_env(training, seed + int(state.timesteps_done), run.vecnorm)
-        model = load_model(run.model, env=venv, device="cpu", tensorboard_log=str(run.tb))
-    else:
-        venv = make_training_env(training, seed)
-        model = build_model(ppo, venv, seed, run.tb)
-        if ppo.bc_init:
-            t_bc = time.perf_counter()
-            if MODES[cfg.mode].env_demonstrations:  # the teacher is the budget rule the policy calibrates
-                obs, labels = alloc_demonstrations(ppo.bc_init, make_env_fn(training), ppo.bc_passes, seed)
-            else:
-                obs, labels = demonstrations(ppo.bc_init, training_distribution(cfg, wl), cfg.mode, ppo.k_min,
-                                             ppo.k_max, passes=ppo.bc_passes, seed=seed, predictor=training.predictor)
-            bc = clone_into(model, venv, obs, labels, epochs=ppo.bc_epochs, seed=seed)
-            bc["seconds"] = round(time.perf_counter() - t_bc, 1)
-            state.bc_init = {"spec": ppo.bc_init, **bc}
-            console.print(f"behaviour cloning from {ppo.bc_init}: {bc['samples']:,} decisions, train accuracy "
-                          f"{bc['accuracy']:.4f} ({bc['seconds']:.1f} s)", highlight=False)
+    model, venv, resumed_at = _start_model(req, training, target, console)
     start = int(model.num_timesteps)
     if target < start:  # state.json said otherwise (lost or restored): the model itself is the authority
         raise SpecgymError(f"--timesteps {target:,} is below the checkpoint at {start:,} timesteps in {run.root}: "
@@ -362,7 +329,73 @@ def _train(req: TrainRequest, training: TrainingRun, console: Any) -> dict[str, 
         interrupted = True
         if progress.bar is not None:
             progress.bar.stop()
-    wall = time.perf_counter() - t0
+    _record_session(training, model, venv, start, time.perf_counter() - t0, interrupted, console)
+    done = int(model.num_timesteps)
+    if val.freq > 0 and done > start and val.last != done:
+        val.num_timesteps = done
+        val.evaluate_now()
+    # a validation inside the last (stopped) rollout is recorded but SB3 never dumps it: write it to tensorboard
+    if done > start:  # SB3 sets the logger up in learn(): a session that trained nothing has none to dump
+        model.logger.dump(done)
+    training.state.status = "complete"
+    training.save_state()
+    return summarize(training, validator, key, console)
+
+
+def _start_model(req: TrainRequest, training: TrainingRun, target: int, console: Any) -> tuple[Any, Any, int | None]:
+    """The model to train and its env, and the timestep of the resume snapshot it continues (None without one).
+
+    ``--resume`` continues from the snapshot exactly (the run's state becomes the snapshot's history up to its step),
+    or, in a run folder from before resume snapshots, from ``model.zip`` alone; a new run builds a fresh model,
+    behaviour-cloned first when the config names a teacher (``bc_init``).
+    """
+    run, cfg, state = training.files, training.config, training.state
+    seed = int(cfg.seed)
+    if req.resume and run.resume.is_file():
+        venv = make_training_env(training, seed)
+        model, snap_dict = load_snapshot(run.resume, venv, training.workload, run.tb)
+        snap = RunState.from_dict(snap_dict, f"{run.resume} (run state)")
+        _check_config_unchanged(run, snap)  # the snapshot's own record (state.json may have been lost)
+        # the snapshot's history up to its step (what follows is redone, identically); the best model on disk
+        # and its figures stay what state.json says, so a redone validation never replaces it by an equal one
+        training.state = dataclasses.replace(
+            snap, best=state.best if state.best is not None else snap.best, wall_s=state.wall_s, status="running",
+            timesteps_target=target)
+        return model, venv, int(model.num_timesteps)
+    if req.resume:  # a run folder from before resume snapshots: the model alone (not an exact continuation)
+        console.print(f"{run.resume}: missing; continuing from {run.model} alone (RNG, env and return-normalisation "
+                      "state start afresh)", style="yellow", highlight=False)
+        venv = make_training_env(training, seed + int(state.timesteps_done), run.vecnorm)
+        return load_model(run.model, env=venv, device="cpu", tensorboard_log=str(run.tb)), venv, None
+    venv = make_training_env(training, seed)
+    model = build_model(cfg.ppo, venv, seed, run.tb)
+    if cfg.ppo.bc_init:
+        _behaviour_clone(training, model, venv, cfg.ppo.bc_init, console)
+    return model, venv, None
+
+
+def _behaviour_clone(training: TrainingRun, model: Any, venv: Any, teacher: str, console: Any) -> None:
+    """Clone the new model's actor from the decisions of its ``teacher`` (the config's ``bc_init``) and record how
+    well it fits."""
+    cfg, ppo, seed = training.config, training.config.ppo, int(training.config.seed)
+    t_bc = time.perf_counter()
+    if MODES[cfg.mode].env_demonstrations:  # the teacher is the budget rule the policy calibrates
+        obs, labels = alloc_demonstrations(teacher, make_env_fn(training), ppo.bc_passes, seed)
+    else:
+        obs, labels = demonstrations(teacher, training_distribution(cfg, training.workload), cfg.mode, ppo.k_min,
+                                     ppo.k_max, passes=ppo.bc_passes, seed=seed, predictor=training.predictor)
+    bc = clone_into(model, venv, obs, labels, epochs=ppo.bc_epochs, seed=seed)
+    bc["seconds"] = round(time.perf_counter() - t_bc, 1)
+    training.state.bc_init = {"spec": teacher, **bc}
+    console.print(f"behaviour cloning from {teacher}: {bc['samples']:,} decisions, train accuracy "
+                  f"{bc['accuracy']:.4f} ({bc['seconds']:.1f} s)", highlight=False)
+
+
+def _record_session(training: TrainingRun, model: Any, venv: Any, start: int, wall: float, interrupted: bool,
+                    console: Any) -> None:
+    """Save the model where the session stopped and add the session to the run's state; an interrupted session
+    then says how to resume and raises ``KeyboardInterrupt``."""
+    run, state = training.files, training.state
     save_checkpoint(model, venv, run.model, run.vecnorm)
     done = int(model.num_timesteps)
     steps_per_s = (done - start) / wall if wall > 0 else 0.0
@@ -374,12 +407,3 @@ def _train(req: TrainRequest, training: TrainingRun, console: Any) -> dict[str, 
                       f"{run.root} --resume' continues from the checkpoint at "
                       f"{state.checkpoint_timesteps or 0:,} timesteps", highlight=False)
         raise KeyboardInterrupt
-    if val.freq > 0 and done > start and val.last != done:
-        val.num_timesteps = done
-        val.evaluate_now()
-    # a validation inside the last (stopped) rollout is recorded but SB3 never dumps it: write it to tensorboard
-    if done > start:  # SB3 sets the logger up in learn(): a session that trained nothing has none to dump
-        model.logger.dump(done)
-    state.status = "complete"
-    training.save_state()
-    return summarize(training, validator, key, console)

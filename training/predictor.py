@@ -30,7 +30,7 @@ from specgym.envs.core.acceptance_predictor import (
     design_matrix,
 )
 from specgym.envs.core.stopping_plan import ContinuationModel, fit_continuation
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.workloads.loops import is_looped
 from specgym.envs.workloads.trace_format import Workload
 from specgym.errors import SpecgymError

@@ -19,7 +19,7 @@ import gymnasium as gym
 
 from specgym.envs.core.economics import RoundCosts
 from specgym.envs.core.features import feature_names
-from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
+from specgym.envs.engines.replay.trace_engine import TraceEngine, VectorReplay
 
 
 class TokenValueReward(gym.Wrapper):

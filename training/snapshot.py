@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.workloads.domains import DomainDistribution
 from specgym.errors import SpecgymError
 from specgym.io import atomic_path

@@ -68,6 +68,7 @@ from typing import Any
 
 import numpy as np
 
+from specgym.envs.core.kinds import IMPLICIT_DRAFTER
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text
 
@@ -77,8 +78,6 @@ TREE_NODE_LIMIT = 64
 #: Drafter kinds: an autoregressive draft model (one forward per draft token: EAGLE, a small LM) or prompt lookup
 #: (vLLM's ``ngram`` proposer: no model, a string match over the context).
 DRAFTER_KINDS = ("model", "lookup")
-#: The one drafter of a profile (and of a per-position trace) that names none.
-IMPLICIT_DRAFTER = "draft"
 #: Verify entries a published linear profile derives by default (drafts of up to 32 tokens).
 LINEAR_MAX_K = 32
 

@@ -22,8 +22,6 @@ import numpy as np
 #: range, :data:`~specgym.envs.core.lookup.LOOKUP_MAX_N`).
 NGRAM_MIN_N = 1
 NGRAM_MAX_N = 4
-#: The name of the drafter in traces and engines.
-NGRAM_DRAFTER = "ngram"
 
 
 def ngram_propose(tokens: Sequence[int] | np.ndarray, k: int, min_n: int = NGRAM_MIN_N,

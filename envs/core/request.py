@@ -1,8 +1,8 @@
 """One request being decoded round by round, and the one loop that lets a controller drive it.
 
 Both engines hand out requests of the same shape (:class:`Request`): the replay engine's
-:class:`~specgym.envs.engines.trace_engine.ReplayRequest` and the live engine's
-:class:`~specgym.envs.engines.live_engine.LiveRequest`. :func:`drive` is the whole speculative-decoding control loop;
+:class:`~specgym.envs.engines.replay.trace_engine.ReplayRequest` and the live engine's
+:class:`~specgym.envs.engines.live.engine.LiveRequest`. :func:`drive` is the whole speculative-decoding control loop;
 the evaluation harness, the live engine, behaviour cloning and the transformers integration all run it, so a
 controller behaves identically wherever it is deployed.
 """

@@ -173,10 +173,13 @@ class TreeController(Prepared, ABC):
     Attributes:
         name: Display name; tree controllers' names start with ``tree``.
         approximate: True when its replayed results are modelled, not exact (shown in reports).
+        drafter: Who drafts its trees live: ``None`` the draft model, ``"head"`` the pair's draft head
+            (``TREE_SPEC@head``).
     """
 
     name: str = "tree"
     approximate: bool = False
+    drafter: str | None = None
     ctx: RequestContext
 
     def static_shape(self) -> TreeShape | None:

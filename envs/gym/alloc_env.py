@@ -15,7 +15,7 @@ import specgym.catalogue as catalogue
 from specgym.agents.alloc_policy import ALLOC_FEATURE_DOCS, ALLOC_FEATURE_NAMES, ALLOC_GAMMAS, AllocCore
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor, workload_predictions
 from specgym.envs.core.rounds import DEFAULT_K_MAX
-from specgym.envs.engines.batch_engine import CONCURRENCIES, BatchReplay
+from specgym.envs.engines.replay.batch_engine import CONCURRENCIES, BatchReplay
 from specgym.envs.gym.batch_env import check_serving_keys, open_serving, step_reward
 from specgym.envs.gym.config import check_reset_options, source_key
 from specgym.envs.gym.shell import EnvShell

@@ -13,7 +13,7 @@ from gymnasium import spaces
 from specgym.envs.core.batch import BATCH_FEATURE_DOCS, BATCH_FEATURE_NAMES, BatchFeatureTracker
 from specgym.envs.core.batch_cost import BatchCostProfile
 from specgym.envs.core.rounds import DEFAULT_K_MAX, check_k_max
-from specgym.envs.engines.batch_engine import BatchReplay, mixed_schedule
+from specgym.envs.engines.replay.batch_engine import BatchReplay, mixed_schedule
 from specgym.envs.gym.config import check_reset_options, int_key, source_key
 from specgym.envs.gym.shell import EnvShell
 from specgym.envs.profiles import load_batch_profile

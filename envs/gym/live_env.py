@@ -24,9 +24,9 @@ from gymnasium import spaces
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.features import FeatureTracker, feature_bounds
 from specgym.envs.core.rounds import DEFAULT_K_MAX
-from specgym.envs.engines.live_engine import LiveEngine, LiveRequest
-from specgym.envs.engines.model_loading import encode_prompt, load_pair
-from specgym.envs.engines.profiler import measure_profile
+from specgym.envs.engines.live.engine import LiveEngine, LiveRequest
+from specgym.envs.engines.live.model_loading import encode_prompt, load_pair
+from specgym.envs.engines.live.profiler import measure_profile
 from specgym.envs.gym.shell import EnvShell
 from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.prompts import read_prompts

@@ -5,7 +5,7 @@ Two ids, registered by ``import specgym``:
 * ``specgym/SpecDecode-v1`` (:class:`SpecDecodeEnv`): one action per round, the draft cap K.
 * ``specgym/SpecDecodeToken-v1`` (:class:`SpecDecodeTokenEnv`): one action per draft token, continue or stop.
 
-Both replay a workload trace with :class:`~specgym.envs.engines.trace_engine.TraceEngine` and observe through
+Both replay a workload trace with :class:`~specgym.envs.engines.replay.trace_engine.TraceEngine` and observe through
 :class:`~specgym.envs.core.features.FeatureTracker` (token mode also through
 :class:`~specgym.envs.core.features.TokenDecisionState`), the same code the exported controller runs in deployment.
 Configuration follows HighwayEnv: ``default_config()`` lists every key, ``configure(dict)`` or keyword arguments
@@ -26,7 +26,7 @@ from specgym.envs.core.features import FeatureTracker, feature_bounds, feature_t
 from specgym.envs.core.kinds import TOKEN_LEVEL_MODES
 from specgym.envs.core.rounds import DEFAULT_K_MAX, RoundOutcome, check_k_max
 from specgym.envs.core.token_protocol import TokenProtocol
-from specgym.envs.engines.trace_engine import ReplayRequest, TraceEngine
+from specgym.envs.engines.replay.trace_engine import ReplayRequest, TraceEngine
 from specgym.envs.gym.config import check_reset_options, int_key, source_key, update_config
 from specgym.envs.gym.shell import EnvShell
 from specgym.envs.profiles import load_profile

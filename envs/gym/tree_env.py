@@ -8,7 +8,7 @@ from gymnasium import spaces
 
 from specgym.envs.core.features import FeatureTracker, feature_table
 from specgym.envs.core.tree import TreeShape
-from specgym.envs.engines.tree_engine import TreeEngine, TreeReplayRequest
+from specgym.envs.engines.replay.tree_engine import TreeEngine, TreeReplayRequest
 from specgym.envs.gym.spec_env import _ReplayEnvBase
 from specgym.errors import SpecgymError
 
@@ -27,7 +27,8 @@ class SpecDecodeTreeEnv(_ReplayEnvBase):
     The draft proposes a tree of continuations (every node at depth ``d`` expands its top-``w_d`` tokens), the
     target verifies all nodes in one forward with tree attention, and the round produces the deepest true-path node
     in the tree plus one token of the target's own. The environment replays a **greedy** trace with ranks (trace
-    format v2) exactly (:mod:`specgym.envs.engines.tree_engine`); v1 and sampled traces are refused. One episode is
+    format v2) exactly (:mod:`specgym.envs.engines.replay.tree_engine`); v1 and sampled traces are refused. One episode
+    is
     one request.
 
     ## Action Space

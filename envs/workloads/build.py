@@ -40,53 +40,18 @@ def workload_from_requests(
     if not requests:
         raise SpecgymError(f"workload {name!r}: no requests")
     per_position = requests[0].get("p_accept") is not None
-
-    def length_of(r: dict[str, Any]) -> int:
-        if per_position:
-            return len(r["p_accept"])
-        runs = r.get("runs") or {}
-        if not runs:
-            raise SpecgymError(f"workload {name!r}: request {r.get('request_id')!r} has neither 'p_accept' nor runs")
-        return len(next(iter(runs.values())))
-
-    lengths = np.array([length_of(r) for r in requests], dtype=np.int64)
+    lengths = np.array([_request_length(name, r, per_position) for r in requests], dtype=np.int64)
     offsets = np.zeros(len(requests) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-
-    def column(col: str, dtype: Any, nan_fill: bool = False) -> np.ndarray | None:
-        have = [r.get(col) is not None for r in requests]
-        if not any(have):
-            return None
-        if not all(have) and not nan_fill:
-            raise SpecgymError(f"workload {name!r}: field {col!r} present in some requests only (all or none)")
-        parts = [np.full(n, np.nan, np.float32) if r.get(col) is None else np.asarray(r[col])
-                 for r, n in zip(requests, lengths)]
-        bad = next((k for k, (v, n) in enumerate(zip(parts, lengths)) if len(v) != n), None)
-        if bad is not None:
-            raise SpecgymError(f"workload {name!r}: field {col!r} has {len(parts[bad])} values, expected "
-                               f"{lengths[bad]} (request {requests[bad]['request_id']!r})")
-        return np.concatenate(parts).astype(dtype, copy=False)
-
-    cols: dict[str, Any] = {c: column(c, np.float32) for c in ("p_accept", "draft_conf", "draft_entropy")}
+    cols: dict[str, Any] = {c: _column(name, requests, lengths, c, np.float32)
+                            for c in ("p_accept", "draft_conf", "draft_entropy")}
     # before v3 target_entropy was NaN where unknown: a per-position trace keeps that (NaN-filled, never None)
-    cols["target_entropy"] = column("target_entropy", np.float32, nan_fill=True)
+    cols["target_entropy"] = _column(name, requests, lengths, "target_entropy", np.float32, nan_fill=True)
     if cols["target_entropy"] is None and per_position:
         cols["target_entropy"] = np.full(int(offsets[-1]), np.nan, np.float32)
-    signals = {c: column(c, dtype) for c, (dtype, _) in SIGNAL_COLUMNS.items()}
-    run_names = list(dict.fromkeys(k for r in requests for k in (r.get("runs") or {})))
-    runs: dict[str, np.ndarray] = {}
-    for d in run_names:
-        parts = [(r.get("runs") or {}).get(d) for r in requests]
-        if any(p is None for p in parts):
-            raise SpecgymError(f"workload {name!r}: runs of drafter {d!r} present in some requests only")
-        runs[d] = _runs_column([r["request_id"] for r in requests], parts, lengths, name, d)
-
-    int32 = np.iinfo(np.int32)
-    bad_len = next((r for r in requests if isinstance(r["prompt_len"], bool) or not isinstance(r["prompt_len"], (
-        int, np.integer)) or not 0 <= r["prompt_len"] <= int32.max), None)
-    if bad_len is not None:  # stored as int32: a larger value would overflow, not be refused
-        raise SpecgymError(f"workload {name!r}: field 'prompt_len' = {bad_len['prompt_len']!r} of request "
-                           f"{bad_len['request_id']!r}: expected an integer in [0, {int32.max:,}]")
+    signals = {c: _column(name, requests, lengths, c, dtype) for c, (dtype, _) in SIGNAL_COLUMNS.items()}
+    runs = _runs_columns(name, requests, lengths)
+    _check_prompt_lens(name, requests)
     if all("split" in r for r in requests):
         split = np.array([r["split"] for r in requests], dtype=object)
     else:
@@ -113,6 +78,58 @@ def workload_from_requests(
     )
     validate_workload(wl, where=f"workload {name!r}")
     return wl
+
+
+def _request_length(name: str, r: dict[str, Any], per_position: bool) -> int:
+    """A request's positions: its ``p_accept`` values, or (a runs-only v3 trace) its first drafter's runs."""
+    if per_position:
+        return len(r["p_accept"])
+    runs = r.get("runs") or {}
+    if not runs:
+        raise SpecgymError(f"workload {name!r}: request {r.get('request_id')!r} has neither 'p_accept' nor runs")
+    return len(next(iter(runs.values())))
+
+
+def _column(name: str, requests: Sequence[dict[str, Any]], lengths: np.ndarray, col: str, dtype: Any,
+            nan_fill: bool = False) -> np.ndarray | None:
+    """One per-position field of every request, concatenated: None where no request has it; in some requests
+    only, NaN-filled where missing (``nan_fill``) or refused."""
+    have = [r.get(col) is not None for r in requests]
+    if not any(have):
+        return None
+    if not all(have) and not nan_fill:
+        raise SpecgymError(f"workload {name!r}: field {col!r} present in some requests only (all or none)")
+    parts = [np.full(n, np.nan, np.float32) if r.get(col) is None else np.asarray(r[col])
+             for r, n in zip(requests, lengths)]
+    bad = next((k for k, (v, n) in enumerate(zip(parts, lengths)) if len(v) != n), None)
+    if bad is not None:
+        raise SpecgymError(f"workload {name!r}: field {col!r} has {len(parts[bad])} values, expected "
+                           f"{lengths[bad]} (request {requests[bad]['request_id']!r})")
+    return np.concatenate(parts).astype(dtype, copy=False)
+
+
+def _runs_columns(name: str, requests: Sequence[dict[str, Any]], lengths: np.ndarray) -> dict[str, np.ndarray]:
+    """Every drafter's runs (``{drafter: flat int16 runs}``, drafters in order of first appearance); a drafter must
+    have runs in every request or in none."""
+    run_names = list(dict.fromkeys(k for r in requests for k in (r.get("runs") or {})))
+    runs: dict[str, np.ndarray] = {}
+    for d in run_names:
+        parts = [(r.get("runs") or {}).get(d) for r in requests]
+        if any(p is None for p in parts):
+            raise SpecgymError(f"workload {name!r}: runs of drafter {d!r} present in some requests only")
+        runs[d] = _runs_column([r["request_id"] for r in requests], parts, lengths, name, d)
+    return runs
+
+
+def _check_prompt_lens(name: str, requests: Sequence[dict[str, Any]]) -> None:
+    """Refuse a ``prompt_len`` that is no integer in the int32 range it is stored in (a larger value would
+    overflow, not be refused)."""
+    int32 = np.iinfo(np.int32)
+    bad_len = next((r for r in requests if isinstance(r["prompt_len"], bool) or not isinstance(r["prompt_len"], (
+        int, np.integer)) or not 0 <= r["prompt_len"] <= int32.max), None)
+    if bad_len is not None:
+        raise SpecgymError(f"workload {name!r}: field 'prompt_len' = {bad_len['prompt_len']!r} of request "
+                           f"{bad_len['request_id']!r}: expected an integer in [0, {int32.max:,}]")
 
 
 def _runs_column(ids: list[Any], runs: list[Any], lengths: np.ndarray, name: str, drafter: str) -> np.ndarray:

@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from specgym.envs.core.cost import CostProfile
-from specgym.envs.workloads.loops import is_looped
 from specgym.envs.workloads.trace_format import (
     RECORD,
     RECORD_FORMAT,
@@ -211,8 +210,9 @@ def merge_workloads(sources: list[str | Path], out: str | Path, overwrite: bool 
                 if seen.setdefault(rid, i) != i and clash is None:
                     clash = (rid, seen[rid], i)
             tokens = tokens and wl.token_id is not None
-            if wl.token_id is not None:
-                looped += [is_looped(wl.token_id[wl.span(r)].tolist()) for r in range(wl.n_requests)]
+            flags = wl.looped()
+            if flags is not None:
+                looped += flags.tolist()
             cats += wl.category.tolist()
             n += wl.n_requests
         counts.append(n)

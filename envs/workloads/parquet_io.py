@@ -92,7 +92,52 @@ def save_workloads(items: Sequence[tuple[Workload, str | Path]], overwrite: bool
 def read_workload_file(path: str | Path) -> Workload:
     """Load and validate one workload file; any defect raises a one-line :class:`SpecgymError` naming file and
     field."""
-    pa, pq = _arrow()
+    pa, _ = _arrow()
+    where = str(path)
+    table, meta, version = _read_table(path)
+    names = set(table.column_names)
+    profile = CostProfile.from_dict(meta["profile"], where=f"{where}: metadata 'profile'")
+    drafters, run_cols = _drafter_columns(meta, version, names, where)
+    offsets_ref, first_col, flats, runs = _position_columns(pa, table, run_cols, where)
+    signal_meta = meta.get("signals", {}) if version >= 2 else {}
+    if not isinstance(signal_meta, dict):
+        raise SpecgymError(f"{where}: metadata field 'signals' must be an object")
+    sketch_dim = (signal_meta.get("hidden_sketch") or {}).get("dim")
+    for col in SIGNAL_COLUMNS if version >= 2 else ():
+        if col in names:
+            offs, values = _list_column(pa, table, col, where)
+            if not np.array_equal(offs, offsets_ref):
+                raise SpecgymError(f"{where}: column {col!r} lengths differ from {first_col!r} (inconsistent lengths)")
+            flats[col] = _signal_values(pa, values, col, TOPK if col == "draft_topk" else sketch_dim, where)
+    prompt_col = table.column("prompt_text")
+    prompt_text = None if prompt_col.null_count == len(prompt_col) else [t or "" for t in prompt_col.to_pylist()]
+    wl = Workload(
+        name=str(meta["name"]),
+        source=dict(meta["source"]),
+        profile=profile,
+        request_id=_scalar(pa, table, "request_id", object, where),
+        category=_scalar(pa, table, "category", object, where),
+        temperature=_scalar(pa, table, "temperature", np.float32, where),
+        prompt_len=_scalar(pa, table, "prompt_len", np.int32, where),
+        split=_scalar(pa, table, "split", object, where),
+        offsets=offsets_ref,
+        prompt_text=prompt_text,
+        split_seed=int(meta.get("split_seed", 0)),
+        extra=dict(meta.get("extra", {})),
+        signal_meta=dict(signal_meta),
+        runs=runs,
+        drafters=[dict(d) for d in drafters],
+        **{c: flats.get(c) for c in POSITION_COLUMNS},
+        **{c: v for c, v in flats.items() if c not in POSITION_COLUMNS},
+    )
+    validate_workload(wl, where=where)
+    return wl
+
+
+def _read_table(path: str | Path) -> tuple[Any, dict[str, Any], int]:
+    """The file's table, its specgym metadata and format version, with the metadata fields and columns every
+    workload of that version holds checked."""
+    _, pq = _arrow()
     where = str(path)
     try:
         table = pq.read_table(path)
@@ -117,17 +162,24 @@ def read_workload_file(path: str | Path) -> Workload:
     for col in required:
         if col not in names:
             raise SpecgymError(f"{where}: missing column {col!r}")
-    profile = CostProfile.from_dict(meta["profile"], where=f"{where}: metadata 'profile'")
+    return table, meta, version
 
-    def scalar(col: str, dtype) -> np.ndarray:
-        arr = table.column(col)
-        if arr.null_count:
-            raise SpecgymError(f"{where}: column {col!r} has null values")
-        try:
-            return arr.to_numpy().astype(dtype, copy=False)
-        except (TypeError, ValueError, pa.ArrowInvalid) as exc:
-            raise SpecgymError(f"{where}: column {col!r} has the wrong type ({exc})") from None
 
+def _scalar(pa: Any, table: Any, col: str, dtype: Any, where: str) -> np.ndarray:
+    """One per-request column as a numpy array of ``dtype`` (no nulls)."""
+    arr = table.column(col)
+    if arr.null_count:
+        raise SpecgymError(f"{where}: column {col!r} has null values")
+    try:
+        return arr.to_numpy().astype(dtype, copy=False)
+    except (TypeError, ValueError, pa.ArrowInvalid) as exc:
+        raise SpecgymError(f"{where}: column {col!r} has the wrong type ({exc})") from None
+
+
+def _drafter_columns(meta: dict[str, Any], version: int, names: set[str],
+                     where: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The metadata's drafters and the runs columns of those with per-start runs; a runs column no drafter names is
+    refused."""
     drafters = meta.get("drafters", []) if version >= 3 else []
     if not isinstance(drafters, list) or not all(isinstance(d, dict) for d in drafters):
         raise SpecgymError(f"{where}: metadata field 'drafters' must be a list of objects")
@@ -135,8 +187,20 @@ def read_workload_file(path: str | Path) -> Workload:
     stray = sorted(c for c in names if c.startswith(RUNS_PREFIX) and c not in run_cols)
     if stray:
         raise SpecgymError(f"{where}: column {stray[0]!r} has no per-start entry in metadata field 'drafters'")
+    return drafters, run_cols
+
+
+def _position_columns(pa: Any, table: Any, run_cols: list[str],
+                      where: str) -> tuple[np.ndarray, str, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The per-position columns (``p_accept`` and the others of :data:`POSITION_COLUMNS`, float32) and the drafters'
+    runs columns (int16, by drafter name), which must all share one set of offsets.
+
+    Returns:
+        The shared offsets, the column they were first read from, the float columns and the runs.
+    """
+    names = set(table.column_names)
     offsets_ref = None
-    first_col = None
+    first_col = ""
     flats: dict[str, np.ndarray] = {}
     runs: dict[str, np.ndarray] = {}
     for col in (*POSITION_COLUMNS, *run_cols):
@@ -159,39 +223,7 @@ def read_workload_file(path: str | Path) -> Workload:
             raise SpecgymError(f"{where}: column {col!r} offsets differ from {first_col!r} (inconsistent lengths)")
     if offsets_ref is None:
         raise SpecgymError(f"{where}: no per-position column (neither 'p_accept' nor a runs column)")
-    signal_meta = meta.get("signals", {}) if version >= 2 else {}
-    if not isinstance(signal_meta, dict):
-        raise SpecgymError(f"{where}: metadata field 'signals' must be an object")
-    sketch_dim = (signal_meta.get("hidden_sketch") or {}).get("dim")
-    for col in SIGNAL_COLUMNS if version >= 2 else ():
-        if col in names:
-            offs, values = _list_column(pa, table, col, where)
-            if not np.array_equal(offs, offsets_ref):
-                raise SpecgymError(f"{where}: column {col!r} lengths differ from {first_col!r} (inconsistent lengths)")
-            flats[col] = _signal_values(pa, values, col, TOPK if col == "draft_topk" else sketch_dim, where)
-    prompt_col = table.column("prompt_text")
-    prompt_text = None if prompt_col.null_count == len(prompt_col) else [t or "" for t in prompt_col.to_pylist()]
-    wl = Workload(
-        name=str(meta["name"]),
-        source=dict(meta["source"]),
-        profile=profile,
-        request_id=scalar("request_id", object),
-        category=scalar("category", object),
-        temperature=scalar("temperature", np.float32),
-        prompt_len=scalar("prompt_len", np.int32),
-        split=scalar("split", object),
-        offsets=offsets_ref,
-        prompt_text=prompt_text,
-        split_seed=int(meta.get("split_seed", 0)),
-        extra=dict(meta.get("extra", {})),
-        signal_meta=dict(signal_meta),
-        runs=runs,
-        drafters=[dict(d) for d in drafters],
-        **{c: flats.get(c) for c in POSITION_COLUMNS},
-        **{c: v for c, v in flats.items() if c not in POSITION_COLUMNS},
-    )
-    validate_workload(wl, where=where)
-    return wl
+    return offsets_ref, first_col, flats, runs
 
 
 def _list_column(pa: Any, table: Any, col: str, where: str) -> tuple[np.ndarray, Any]:

@@ -176,39 +176,11 @@ def generate_workload(
     np.cumsum(lengths, out=offsets[1:])
     total = int(offsets[-1])
 
-    # Acceptance level per position: category alpha (+ per-request jitter) or the regime chain.
-    if spec.regimes is None:
-        alphas = np.array([c.alpha for c in spec.categories])[cat_idx]
-        jitter = np.array([c.alpha_jitter for c in spec.categories])[cat_idx]
-        req_alpha = np.clip(alphas + jitter * rng.standard_normal(n_requests), 0.02, 0.98)
-        level = np.repeat(req_alpha, lengths)
-    else:
-        level = np.concatenate([_regime_levels(rng, int(n), spec.regimes) for n in lengths])
-
-    # Per-position acceptance probability around the level (Beta with the given concentration).
-    c = spec.concentration
-    if c >= 1e6:
-        p = level.copy()
-    else:
-        lv = np.clip(level, 1e-3, 1 - 1e-3)
-        p = rng.beta(lv * c, (1 - lv) * c)
-    if spec.greedy:
-        match = (rng.random(total) < p).astype(np.float64)
-        p_accept = match
-        temperature = 0.0
-    else:
-        match = p
-        p_accept = p
-        temperature = spec.temperature
-
-    pc = np.clip(p, 1e-4, 1 - 1e-4)
-    logit = np.log(pc) - np.log1p(-pc)
-    z = logit + spec.kappa * (match - p) + spec.sigma * rng.standard_normal(total)
-    if spec.conf_scale != 1.0 or spec.conf_shift != 0.0:
-        z = spec.conf_scale * z + spec.conf_shift
-    conf = 1.0 / (1.0 + np.exp(-z))
-    conf = np.clip(conf, 1e-4, 1.0)
-    entropy = -np.log(conf) * (1.0 + 0.5 * (1.0 - conf)) * np.exp(0.25 * rng.standard_normal(total))
+    level = _acceptance_levels(rng, spec, cat_idx, lengths)
+    p, match = _acceptance(rng, spec, level)
+    p_accept = match if spec.greedy else p
+    temperature = 0.0 if spec.greedy else spec.temperature
+    conf, entropy = _draft_signals(rng, spec, p, match)
 
     prof = profile or load_profile(spec.profile)
     cat_names = np.array([c.name for c in spec.categories], dtype=object)
@@ -233,6 +205,46 @@ def generate_workload(
     )
     validate_workload(wl, where=f"synthetic workload {wl_name!r}")
     return wl
+
+
+def _acceptance_levels(rng: np.random.Generator, spec: SyntheticSpec, cat_idx: np.ndarray,
+                       lengths: np.ndarray) -> np.ndarray:
+    """Acceptance level per position: the category's alpha (plus a per-request jitter) or the regime chain."""
+    if spec.regimes is None:
+        alphas = np.array([c.alpha for c in spec.categories])[cat_idx]
+        jitter = np.array([c.alpha_jitter for c in spec.categories])[cat_idx]
+        req_alpha = np.clip(alphas + jitter * rng.standard_normal(len(lengths)), 0.02, 0.98)
+        return np.repeat(req_alpha, lengths)
+    return np.concatenate([_regime_levels(rng, int(n), spec.regimes) for n in lengths])
+
+
+def _acceptance(rng: np.random.Generator, spec: SyntheticSpec, level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-position acceptance probability ``p`` around the level (Beta with the spec's concentration) and the
+    outcome ``match``: a drawn 0/1 for greedy traces, ``p`` itself for sampled ones."""
+    c = spec.concentration
+    if c >= 1e6:
+        p = level.copy()
+    else:
+        lv = np.clip(level, 1e-3, 1 - 1e-3)
+        p = rng.beta(lv * c, (1 - lv) * c)
+    if spec.greedy:
+        return p, (rng.random(level.size) < p).astype(np.float64)
+    return p, p
+
+
+def _draft_signals(rng: np.random.Generator, spec: SyntheticSpec, p: np.ndarray,
+                   match: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The draft's confidence (a noisy logit of ``p`` pulled towards the outcome by ``kappa``, then the spec's
+    miscalibration) and its entropy, per position."""
+    pc = np.clip(p, 1e-4, 1 - 1e-4)
+    logit = np.log(pc) - np.log1p(-pc)
+    z = logit + spec.kappa * (match - p) + spec.sigma * rng.standard_normal(p.size)
+    if spec.conf_scale != 1.0 or spec.conf_shift != 0.0:
+        z = spec.conf_scale * z + spec.conf_shift
+    conf = 1.0 / (1.0 + np.exp(-z))
+    conf = np.clip(conf, 1e-4, 1.0)
+    entropy = -np.log(conf) * (1.0 + 0.5 * (1.0 - conf)) * np.exp(0.25 * rng.standard_normal(p.size))
+    return conf, entropy
 
 
 def spec_with(spec: SyntheticSpec | str, **changes: Any) -> SyntheticSpec:

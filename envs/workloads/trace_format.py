@@ -87,7 +87,7 @@ position ``i`` starts (context-aware cost profiles price it, :mod:`specgym.envs.
 whose first output token came from the prefill counts it in ``prompt_len``.
 
 Replay draws ``u[i]`` uniformly per position and accepts iff ``u[i] < p_accept[i]``, or reads a drafter's runs
-(:mod:`specgym.envs.engines.trace_engine`); the engine hands the signal columns to controllers as
+(:mod:`specgym.envs.engines.replay.trace_engine`); the engine hands the signal columns to controllers as
 :class:`~specgym.envs.core.signals.DraftSignals`.
 
 **Modules.** This module is the public face: the record is :mod:`~specgym.envs.workloads.workload`, assembly

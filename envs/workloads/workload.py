@@ -15,8 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from specgym.envs.core.cost import DRAFTER_KINDS, IMPLICIT_DRAFTER, CostProfile
+from specgym.envs.core.cost import DRAFTER_KINDS, CostProfile
+from specgym.envs.core.kinds import IMPLICIT_DRAFTER
 from specgym.envs.core.signals import SignalColumns, projection_from_meta
+from specgym.envs.workloads.loops import is_looped
 from specgym.errors import SpecgymError
 
 #: The newest format this specgym writes (v3 only where a v3 feature is used: a v2-only workload is written as v2).
@@ -234,6 +236,14 @@ class Workload:
     def categories(self) -> list[str]:
         """Distinct categories in first-seen order."""
         return list(dict.fromkeys(self.category.tolist()))
+
+    def looped(self) -> np.ndarray | None:
+        """``(R,)`` bool: the requests whose completion ends in a repetition loop
+        (:func:`~specgym.envs.workloads.loops.is_looped`, the one definition), or ``None`` for a trace without token
+        ids. A looping greedy answer is easy to draft, so tables report every figure also without these requests."""
+        if self.token_id is None:
+            return None
+        return np.array([is_looped(self.token_id[self.span(r)].tolist()) for r in range(self.n_requests)], dtype=bool)
 
     @property
     def fit_split(self) -> str:

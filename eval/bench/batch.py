@@ -11,7 +11,7 @@ from rich.table import Table
 
 import specgym.catalogue as catalogue
 from specgym.envs.core.batch_cost import Roofline
-from specgym.envs.engines.batch_engine import BatchReplay
+from specgym.envs.engines.replay.batch_engine import BatchReplay
 from specgym.envs.profiles import load_batch_profile
 from specgym.envs.workloads.synthetic import generate_workload
 from specgym.eval.bench.common import print_table, versus

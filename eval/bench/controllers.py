@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from specgym.agents.specs import Traits, all_specs, make, row_of
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RoundOutcome
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.workloads.synthetic import generate_workload
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.eval.bench.common import TARGETS, print_table

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import specgym.catalogue as catalogue
-from specgym.envs.engines.draft_vocab import DRAFT_VOCAB_FILE, make_reduced_head, output_rows
-from specgym.envs.engines.lean_forward import lean_runner
-from specgym.envs.engines.model_loading import encode_prompt, load_model, load_tokenizer
+from specgym.envs.engines.live.draft_vocab import DRAFT_VOCAB_FILE, make_reduced_head, output_rows
+from specgym.envs.engines.live.lean_forward import lean_runner
+from specgym.envs.engines.live.model_loading import encode_prompt, load_model, load_tokenizer
 from specgym.errors import SpecgymError
 from specgym.eval.bench.common import print_table
 

@@ -2,8 +2,8 @@
 
 For each shape (layers, width, heads) a RANDOMLY-INITIALISED GPT-2 and Llama, Qwen2 and Mistral models of the same
 parameter count (full key/value heads, a SwiGLU width of 8/3 the model width, tied embeddings, vocabulary 4096) are
-built in memory, given the kernels measured fastest (:mod:`~specgym.envs.engines.fast_linear`, as ``load_pair``
-does), and decode the same prompt plainly through :class:`~specgym.envs.engines.live_engine.LiveEngine`; every
+built in memory, given the kernels measured fastest (:mod:`~specgym.envs.engines.live.fast_linear`, as ``load_pair``
+does), and decode the same prompt plainly through :class:`~specgym.envs.engines.live.engine.LiveEngine`; every
 model's runs are interleaved (the order rotated per repeat) and a model's figure is the median ms per token of its
 runs, timed with the thread's CPU time (one torch thread; robust to other jobs on a shared machine). The Llama
 family also decodes through the transformers forward (``lean=False``), the path it took before its lean forward.
@@ -17,8 +17,8 @@ from typing import Any
 
 from rich.table import Table
 
-from specgym.envs.engines.fast_linear import engine_forward, pack_linears, select_kernels
-from specgym.envs.engines.live_engine import LiveEngine
+from specgym.envs.engines.live.engine import LiveEngine
+from specgym.envs.engines.live.fast_linear import engine_forward, pack_linears, select_kernels
 
 TARGET = 1.15
 #: (layers, width, heads): the midpair draft's width at 2 layers, and a target-sized model.

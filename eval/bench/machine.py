@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from specgym.envs.engines.profiler import cpu_name
+from specgym.envs.engines.live.profiler import cpu_name
 
 
 def _best_of(fn, repeats: int = 5) -> float:

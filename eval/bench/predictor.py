@@ -16,7 +16,7 @@ from specgym.baselines.predicted_marginal import PredictedMarginal
 from specgym.envs.core.acceptance_predictor import load_predictor
 from specgym.envs.core.rounds import DraftStep
 from specgym.envs.core.signals import DraftSignals
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.workloads.trace_format import cached_workload
 from specgym.eval.bench.common import print_table
 

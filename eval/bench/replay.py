@@ -10,7 +10,7 @@ import numpy as np
 
 import specgym.catalogue as catalogue
 from specgym.envs.core.rounds import DEFAULT_K_MAX
-from specgym.envs.engines.trace_engine import TraceEngine, VectorReplay
+from specgym.envs.engines.replay.trace_engine import TraceEngine, VectorReplay
 from specgym.envs.workloads.trace_format import cached_workload, load_workload
 from specgym.eval.bench.common import TARGETS, print_table, timeit, versus
 

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 import specgym.catalogue as catalogue
-from specgym.envs.engines.distributed import record_distributed
-from specgym.envs.engines.model_loading import load_pair
-from specgym.envs.engines.recorder import RecordingSpec, record_workload
+from specgym.envs.engines.live.distributed import record_distributed
+from specgym.envs.engines.live.model_loading import load_pair
+from specgym.envs.engines.live.recorder import RecordingSpec, record_workload
 from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.dataset import write_dataset
 from specgym.envs.workloads.prompts import read_prompts

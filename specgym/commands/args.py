@@ -99,7 +99,7 @@ temperature_type = float_range(0.0)
 
 def parse_length(text: str | int) -> tuple[int, int]:
     """``--max-new-tokens``: ``"200"`` -> (200, 200); ``"128-256"`` -> (128, 256) (each request draws its length
-    from the range, :class:`~specgym.envs.engines.recorder.RecordingSpec`)."""
+    from the range, :class:`~specgym.envs.engines.live.recorder.RecordingSpec`)."""
     s = str(text)
     try:
         if "-" in s:

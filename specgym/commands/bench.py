@@ -12,11 +12,10 @@ from typing import Any
 import specgym.catalogue as catalogue
 from specgym.commands.args import k_max_type, positive_int
 from specgym.console import make_console
-from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.specdecode import input_files
 from specgym.errors import SpecgymError
 from specgym.eval.bench import DEFAULT_SECTIONS, SECTIONS, section
-from specgym.eval.bench.live import DEFAULT_PER_CATEGORY, DEFAULT_REPEATS, check_live_specs
+from specgym.eval.bench.live import DEFAULT_PER_CATEGORY, DEFAULT_REPEATS, live_config
 from specgym.eval.bench.machine import machine_calibration, machine_line
 from specgym.io import atomic_write_text, check_output
 from specgym.paths import default_workload_name
@@ -103,7 +102,26 @@ SECTION_FLAGS: dict[str, list[tuple[str, str, dict[str, Any]]]] = {
         ("--eager", "vllm_eager", dict(action="store_true",
                                        help="enforce_eager: no torch.compile (faster engine start, slower steps)")),
         ("--out", "vllm_out", dict(type=Path, default=Path("out/bench-vllm"),
-                                   help="folder of the measured profile, plots and vllm.json (default %(default)s)")),
+                                   help="folder of the measured profile, plots and vllm.json (vllm-proposer.json "
+                                        "with --proposer specgym) (default %(default)s)")),
+        ("--proposer", "vllm_proposer", dict(
+            choices=("draft_model", "specgym"), default="draft_model",
+            help="draft_model: vLLM's draft_model proposer with K per step (fixed K, specgym's table, the plugin) "
+                 "on the default pair; specgym: specgym's custom proposer (K per request, --controllers) against "
+                 "no speculation and vLLM's ngram at --ngram-k, on the real pair (--workload default "
+                 "smollm2-greedy; --k-max, --plugins, --mixed and --profile* do not apply) (default %(default)s)")),
+        ("--ngram-k", "vllm_ngram_k", dict(default="2,3,4,5,6,7,8",
+                                           help="--proposer specgym: the K of vLLM's ngram rows; the largest is the "
+                                                "proposer's num_speculative_tokens (default %(default)s)")),
+        ("--controllers", "vllm_controllers", dict(
+            default="marginal@ngram,drafter-marginal,fixed:0@ngram",
+            help="--proposer specgym: drafter specs that specgym's proposer runs over its two drafters (ngram and "
+                 "the pair's draft model), one row each: drafter-marginal named bare gets a run predictor fitted on "
+                 "the workload's fit split; lookup-rule:N drafts with the model where the lookup finds no N-token "
+                 "match; fixed:0@ngram chooses K = 0 for every request (default %(default)s)")),
+        ("--proposer-profile", "vllm_proposer_profile", dict(
+            default=None, help="--proposer specgym: the single-request cost profile (name or path) the proposer's "
+                               "controller prices rounds with (default: cpu-PAIR)")),
     ],
 }
 _DATA_FLAG = ("--data", "data", dict(type=Path, default=None,
@@ -186,17 +204,12 @@ def _run(args: argparse.Namespace) -> int:
     catalogue.resolve("workload", workload)
     if args.json:  # an earlier figures file is replaced only with --force; never a folder, device or link
         check_output(args.json, args.force, "file", "--json", "pass --force to replace it", suffixes=(".json",))
-    if "vllm" in sections and (Path(args.vllm_out) / "vllm.json").exists() and not args.force:
-        raise SpecgymError(f"--out {args.vllm_out}: holds an earlier run's vllm.json (pass --force to replace its "
-                           f"results, or name another --out)")
-    if args.live_profile is not None:
-        load_profile(args.live_profile)  # a bad name fails before anything runs
-    if args.live_controllers:
-        check_live_specs(args.live_controllers)
-    if not args.live_device.startswith(("cpu", "cuda")):
-        raise SpecgymError(f"--device {args.live_device!r}: expected cpu, cuda or cuda:N")
-    if (args.live_draft is None) != (args.live_target is None):
-        raise SpecgymError("give both --draft and --target, or neither")
+    vllm_json = Path(args.vllm_out) / ("vllm-proposer.json" if args.vllm_proposer == "specgym" else "vllm.json")
+    if "vllm" in sections and vllm_json.exists() and not args.force:
+        raise SpecgymError(f"--out {args.vllm_out}: holds an earlier run's {vllm_json.name} (pass --force to replace "
+                           f"its results, or name another --out)")
+    if "live" in sections:  # every live option checked once, before anything runs; the live section runs this
+        args.live_config = live_config(args, workload)
     if any(s.startswith("specdecode") for s in sections):
         if args.data is None:
             raise SpecgymError(f"bench {sections[0]} needs --data DIR (a copy of SpecDecode-Bench's "

@@ -26,7 +26,7 @@ from specgym.envs.workloads.domains import suite_cells
 from specgym.envs.workloads.trace_format import cached_workload, open_dataset
 from specgym.errors import SpecgymError
 from specgym.eval.harness import EvalConfig, evaluate, resolve_controllers
-from specgym.eval.report import drafter_section, markdown_table, write_report
+from specgym.eval.report import drafter_section, markdown_table, without_loops_section, write_report
 from specgym.eval.streaming import evaluate_streaming
 from specgym.eval.suite import markdown, run_suite
 from specgym.io import atomic_dir, check_output
@@ -150,6 +150,8 @@ def eval_to_folder(workload: str, controllers: str, out: Path | None, *, split: 
     print(markdown_table(report))
     if report.get("best_single_drafter"):
         print("\n" + drafter_section(report))
+    if report.get("without_loops"):
+        print("\n" + without_loops_section(report))
     for note in report.get("left_out", []):
         print(f"left out of all: {note}")
     print(f"\nreport: {out}/report.md  (json: report.json{', plots: *.png' if plots else ''})")

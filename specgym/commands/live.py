@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import specgym.catalogue as catalogue
 from specgym.agents.specs import Resolved, build
@@ -35,20 +34,21 @@ from specgym.envs.core.controller import fits_itself
 from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile, placeholder_profile, save_profile
 from specgym.envs.core.kinds import LIVE_KINDS, kind_row
 from specgym.envs.core.rounds import DEFAULT_K_MAX, RequestContext
-from specgym.envs.engines.calibration import calibrate
-from specgym.envs.engines.distributed import record_distributed, require_ray
-from specgym.envs.engines.live_engine import LiveEngine
-from specgym.envs.engines.live_runners import LiveCall, run_live
-from specgym.envs.engines.model_loading import dtype_name, encode_prompt, load_pair
-from specgym.envs.engines.profiler import (
+from specgym.envs.engines.live.calibration import calibrate
+from specgym.envs.engines.live.distributed import record_distributed, require_ray
+from specgym.envs.engines.live.engine import LiveEngine
+from specgym.envs.engines.live.model_loading import dtype_name, encode_prompt, load_pair
+from specgym.envs.engines.live.pairs import PairPaths, check_pair_choice, resolve_pair
+from specgym.envs.engines.live.profiler import (
     extend_tree_verify,
     hardware_description,
     measure_batch_profile,
     measure_profile,
 )
-from specgym.envs.engines.recorder import PARTIAL_SUFFIX, RecordingSpec, check_sketch_dim, record_workload
-from specgym.envs.engines.vllm_engine import require_vllm
-from specgym.envs.engines.vllm_profile import measure_vllm_profile
+from specgym.envs.engines.live.recorder import PARTIAL_SUFFIX, RecordingSpec, check_sketch_dim, record_workload
+from specgym.envs.engines.live.runners import LiveCall, run_live
+from specgym.envs.engines.serving.vllm_engine import require_vllm
+from specgym.envs.engines.serving.vllm_profile import measure_vllm_profile
 from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.prompts import read_prompts, splits_named
 from specgym.envs.workloads.trace_format import SPLITS, cached_workload
@@ -100,26 +100,15 @@ def _check_pair_args(args: argparse.Namespace) -> None:
     for opt in ("dtype", "draft_dtype", "target_dtype"):
         if getattr(args, opt) is not None:
             dtype_name(getattr(args, opt), f"--{opt.replace('_', '-')}")
-    if args.pair is not None:
-        given = [f"--{opt}" for opt in ("draft", "target") if getattr(args, opt) is not None]
-        if given:
-            raise SpecgymError(f"--pair {args.pair} names both models: give --pair or --draft/--target, not both "
-                               f"(got {' and '.join(given)} too)")
-        catalogue.resolve("pair", args.pair)  # an unknown name: one line listing the shipped pairs
-    if (args.draft is None) != (args.target is None):
-        raise SpecgymError("give both --draft and --target, or neither (the shipped pair)")
+    check_pair_choice(args.pair, args.draft, args.target)  # an unknown name: one line listing the shipped pairs
     if not args.device.startswith(("cpu", "cuda")):
         raise SpecgymError(f"--device {args.device!r}: expected cpu, cuda or cuda:N")
 
 
-def _pair_paths(args: argparse.Namespace) -> tuple[str, str, str]:
-    """(draft, target, pair name); the shipped default pair when neither was given."""
-    if args.draft is None:
-        name = args.pair or default_pair_name()
-        draft, target = catalogue.pair_models(name)
-        # a package-provided target goes by the pair's name (what a recording stores; resolved where it is loaded)
-        return str(draft), name if catalogue.external_target(name) else str(target), name
-    return args.draft, args.target, Path(args.target).parent.name
+def _pair(args: argparse.Namespace) -> PairPaths:
+    """The pair ``--pair`` or ``--draft``/``--target`` name; the shipped default pair when neither was given
+    (:func:`~specgym.envs.engines.live.pairs.resolve_pair`, shared with ``bench live`` and ``specgym.load_pair``)."""
+    return resolve_pair(args.pair, args.draft, args.target)
 
 
 def draft_hidden_size(draft: str) -> int | None:
@@ -134,8 +123,8 @@ def draft_hidden_size(draft: str) -> int | None:
 
 
 def _load_pair(args: argparse.Namespace):
-    draft, target, _ = _pair_paths(args)
-    return load_pair(draft, target, device=args.device, dtype=args.dtype, draft_dtype=args.draft_dtype,
+    paths = _pair(args)
+    return load_pair(paths.draft, paths.target, device=args.device, dtype=args.dtype, draft_dtype=args.draft_dtype,
                      target_dtype=args.target_dtype, fast_kernels=not args.no_fast_kernels)
 
 
@@ -144,9 +133,10 @@ def _profile_or_none(args: argparse.Namespace):
     once it loads, :func:`_profile_for`)."""
     if args.profile:
         return load_profile(args.profile)
-    if args.draft is not None:  # a user's pair: never another pair's profile, whatever its folder is called
+    pair = _pair(args)
+    if not pair.shipped:  # a user's pair: never another pair's profile, whatever its folder is called
         return None
-    shipped = pair_profile(_pair_paths(args)[2])
+    shipped = pair_profile(pair.name)
     return load_profile(shipped) if shipped else None
 
 
@@ -179,7 +169,8 @@ def _controller_spec(args: argparse.Namespace) -> str:
         return f"fixed:{args.k}"
     if args.controller is not None:
         return args.controller.strip()
-    pair = None if args.draft is not None else _pair_paths(args)[2]
+    paths = _pair(args)
+    pair = paths.name if paths.shipped else None
     for spec in RECOMMENDED_CONTROLLERS.get(pair or "", ()):
         if not fits_itself(build(spec, args.k_max, kinds=LIVE_KINDS).controller) or _recording_of(pair, args):
             return spec
@@ -217,7 +208,7 @@ def _echo(args: argparse.Namespace, pair, text: str) -> str:
 def _generate(args: argparse.Namespace) -> int:
     """Decode one prompt with speculative decoding; print the text, each round's decision, acceptance and speedup.
 
-    The controller runs by the kind of the row it built (:func:`~specgym.envs.engines.live_runners.run_live`; a
+    The controller runs by the kind of the row it built (:func:`~specgym.envs.engines.live.runners.run_live`; a
     learned row follows the policy it loaded: a drafter-mode policy chooses drafters, a tree policy drafts trees),
     never by its spec's name. Everything about the spec is checked before a model loads."""
     _check_pair_args(args)
@@ -233,13 +224,13 @@ def _generate(args: argparse.Namespace) -> int:
     if kind.chooses_drafter:  # a drafter the pair does not serve is refused before any model loads
         row.controller.reset(RequestContext("check", "", args.temperature, 1, args.k_max,
                                             profile or placeholder_profile(args.k_max)),
-                             LiveEngine.serves(_pair_paths(args)[0]))
+                             LiveEngine.serves(_pair(args).draft))
     _setup(args)
     pair = _load_pair(args)
     profile = _profile_for(args, pair, profile, tree_nodes=TREE_NODE_LIMIT if kind.drafts_trees else 0)
     engine = LiveEngine.from_pair(pair, k_max=args.k_max, profile=profile, timing=args.clock)
     if not kind.fitted:  # a chain controller reads the live engine's signals (another pair's predictor: refused)
-        source = SignalSource.of_engine(f"the live engine on {_pair_paths(args)[2]}", portable_name(pair.draft_name),
+        source = SignalSource.of_engine(f"the live engine on {_pair(args).name}", portable_name(pair.draft_name),
                                         portable_name(pair.target_name), engine.signals, engine.sketch,
                                         signatures=(model_signature(pair.draft.config),
                                                     model_signature(pair.target.config)), model_roots=MODEL_ROOTS)
@@ -276,8 +267,9 @@ def _prepare(args: argparse.Namespace, row: Resolved, profile: CostProfile | Non
     shipped recording at ``--temperature`` under its cost profile, which must exist; the notes it returns."""
     if not fits_itself(row.controller):
         return []
-    pair = _pair_paths(args)[2]
-    name = _recording_of(None if args.draft is not None else pair, args)
+    paths = _pair(args)
+    pair = paths.name
+    name = _recording_of(pair if paths.shipped else None, args)
     if name is None or profile is None:
         live = ("tree-static:W1-W2-..., tree-eagle, tree-chain:SPEC" if kind_row(row.kind).drafts_trees
                 else "fixed:K@DRAFTER")
@@ -348,7 +340,7 @@ def _record(args: argparse.Namespace) -> int:
     if args.max_prompts is not None:
         prompts = prompts[: args.max_prompts]
     out = check_output(args.out, args.force, "file" if Path(args.out).suffix == ".parquet" else "dir")
-    hidden = draft_hidden_size(_pair_paths(args)[0]) if args.hidden_sketch else None
+    hidden = draft_hidden_size(_pair(args).draft) if args.hidden_sketch else None
     if hidden is not None:  # bounded by the draft's hidden size, read from its config before anything loads
         check_sketch_dim(args.hidden_sketch, hidden)
     if args.workers is not None:
@@ -364,15 +356,13 @@ def _record(args: argparse.Namespace) -> int:
     if _chat(pair) and not args.stop_at_eos:
         print("specgym record: note: this pair is a chat model; without --stop-at-eos each answer runs past its EOS "
               "into a turn the model invents, to the drawn length", file=sys.stderr)
-    if profile is None:
-        with make_progress(disable=args.quiet) as bar:  # no --profile: this machine's, measured first
+    with make_progress(disable=args.quiet) as bar:  # the same bar as every long step: done, elapsed, time left
+        if profile is None:  # no --profile: this machine's, measured first
             task = bar.add_task("measuring a cost profile", total=1.0)
             profile = measure_profile(pair, k_max=args.k_max, name=f"{out.stem}-measured", clock="cpu",
                                       progress=lambda f: bar.update(task, completed=f))
             bar.update(task, completed=1.0)
-    with Progress(TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  transient=False, disable=args.quiet) as bar:
-        task = bar.add_task("record", total=len(prompts))
+        task = bar.add_task(f"recording {len(prompts)} requests", total=len(prompts))
         spec = _recording_spec(args, out, lengths, profile, splits)
         wl, stats = record_workload(pair, prompts, out, spec, overwrite=args.force, restart=args.restart,
                                     progress=lambda i, n: bar.update(task, completed=i))
@@ -397,21 +387,20 @@ def _recording_spec(args: argparse.Namespace, out: Path, lengths: tuple[int, int
 
 def _record_distributed(args: argparse.Namespace, prompts: list, out: Path, lengths: tuple[int, int],
                         splits: tuple[float, float, float] | None) -> int:
-    """``record --workers N``: the recording on N Ray actors (:mod:`specgym.envs.engines.distributed`)."""
+    """``record --workers N``: the recording on N Ray actors (:mod:`specgym.envs.engines.live.distributed`)."""
     require_ray()  # one line naming the extra, before anything else
     if not args.profile:
         raise SpecgymError("--workers needs --profile (the workers do not measure one; run specgym profile first)")
     if args.profile_out:
         raise SpecgymError("--profile-out: not with --workers (the profile is the --profile you pass)")
     profile = load_profile(args.profile)
-    draft, target, _ = _pair_paths(args)
-    load_kwargs = {"draft": str(draft), "target": str(target),
+    paths = _pair(args)
+    load_kwargs = {"draft": paths.draft, "target": paths.target,
                    "device": "cuda" if args.device.startswith("cuda") else args.device, "dtype": args.dtype,
                    "draft_dtype": args.draft_dtype, "target_dtype": args.target_dtype,
                    "fast_kernels": not args.no_fast_kernels}
-    with Progress(TextColumn(f"recording on {args.workers} Ray workers"), BarColumn(), MofNCompleteColumn(),
-                  TimeRemainingColumn(), transient=False, disable=args.quiet) as bar:
-        task = bar.add_task("record", total=len(prompts))
+    with make_progress(disable=args.quiet) as bar:  # advanced as each shard comes back
+        task = bar.add_task(f"recording on {args.workers} Ray workers", total=len(prompts))
         wl, stats = record_distributed(
             load_kwargs, prompts, out, _recording_spec(args, out, lengths, profile, splits), args.workers,
             overwrite=args.force, restart=args.restart, ray_address=args.ray_address,
@@ -495,7 +484,8 @@ def _profile_vllm(args: argparse.Namespace) -> int:
     out = check_output(args.out, args.force, "file", suffixes=(".json",))
     sizes = _batch_sizes(args.batch_sizes)
     require_vllm()
-    draft, target, pair = _pair_paths(args)
+    paths = _pair(args)
+    draft, target, pair = paths.draft, paths.target, paths.name
     prompts_file = args.prompts or catalogue.resolve("prompts", f"{pair}-prompts")
     tok = Tokenizer.from_file(str(Path(target) / "tokenizer.json"))
     prompts = [tok.encode(p.text).ids or [0] for p in read_prompts(prompts_file)][:64]
@@ -546,6 +536,12 @@ def _fit_rounds(args: argparse.Namespace, pair, out: Path, micro, progress=None)
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``generate``, ``record`` and ``profile``."""
+    _add_generate(sub)
+    _add_record(sub)
+    _add_profile(sub)
+
+
+def _add_generate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="speculative decoding of one prompt with a real pair")
     _pair_args(p)
     p.add_argument("--prompt", required=True, help="the prompt text")
@@ -572,6 +568,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=_generate)
 
+
+def _add_record(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("record", help="record a workload trace from a real pair")
     _pair_args(p)
     p.add_argument("--prompts", required=True,
@@ -616,6 +614,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_record)
 
+
+def _add_profile(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", help="measure a cost profile of a real pair on this machine")
     _pair_args(p)
     p.add_argument("--out", required=True, help="the profile JSON to write")

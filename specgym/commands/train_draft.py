@@ -1,6 +1,6 @@
 """``specgym train-draft`` and ``specgym train-head``: the drafters specgym trains for a Llama-family target (the real
-pair's): a distilled draft model (:mod:`specgym.training.lm_pair.draft_build`) and an EAGLE-style draft head
-(:mod:`specgym.training.lm_pair.head_build`)."""
+pair's): a distilled draft model (:mod:`specgym.training.models.draft_build`) and an EAGLE-style draft head
+(:mod:`specgym.training.models.head_build`)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from specgym.commands.args import float_range, positive_int
 from specgym.deps import require
 from specgym.errors import SpecgymError
 from specgym.io import check_output
-from specgym.training.lm_pair.distill import AnswerPlan, check_layers
-from specgym.training.lm_pair.draft_build import STAGES, VOCAB_SIZES, DraftBuild, run
-from specgym.training.lm_pair.head_build import STAGES as HEAD_STAGES
-from specgym.training.lm_pair.head_build import HeadBuild
-from specgym.training.lm_pair.head_build import run as run_head
+from specgym.training.models.distill import AnswerPlan, check_layers
+from specgym.training.models.draft_build import STAGES, VOCAB_SIZES, DraftBuild, run
+from specgym.training.models.head_build import STAGES as HEAD_STAGES
+from specgym.training.models.head_build import HeadBuild
+from specgym.training.models.head_build import run as run_head
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -80,11 +80,16 @@ def _add_head_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_head)
 
 
+def _stages(text: str, known: tuple[str, ...]) -> tuple[str, ...]:
+    """The stages a ``--stages`` list names (they run in the order of ``known`` whatever order they are given in)."""
+    stages = tuple(s.strip() for s in text.split(",") if s.strip())
+    if not stages or any(s not in known for s in stages):
+        raise SpecgymError(f"--stages {text!r}: choose from {','.join(known)}")
+    return stages
+
+
 def _run_head(args: argparse.Namespace) -> int:
-    stages = tuple(s.strip() for s in args.stages.split(",") if s.strip())
-    bad = [s for s in stages if s not in HEAD_STAGES]
-    if bad or not stages:
-        raise SpecgymError(f"--stages {args.stages!r}: choose from {','.join(HEAD_STAGES)}")
+    stages = _stages(args.stages, HEAD_STAGES)
     if args.draft_vocab not in VOCAB_SIZES:
         raise SpecgymError(f"--draft-vocab {args.draft_vocab}: choose one of {', '.join(map(str, VOCAB_SIZES))}")
     if "export" in stages:
@@ -105,10 +110,7 @@ def _run_head(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    stages = tuple(s.strip() for s in args.stages.split(",") if s.strip())
-    bad = [s for s in stages if s not in STAGES]
-    if bad or not stages:
-        raise SpecgymError(f"--stages {args.stages!r}: choose from {','.join(STAGES)}")
+    stages = _stages(args.stages, STAGES)
     try:
         layers = [int(x) for x in args.layers.split(",")]
     except ValueError:

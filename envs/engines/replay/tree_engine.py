@@ -1,0 +1,228 @@
+"""Tree replay: plays tree rounds (:mod:`specgym.envs.core.tree`) over a greedy trace that carries ranks.
+
+Exact for greedy rank-defined trees: at position ``i`` the true-path node at depth ``d`` is in the tree iff its
+true-path parent is and that parent has more than ``target_rank[i + d - 1]`` children (for a shape of widths
+``w``: ``target_rank[i + d - 1] < w_d`` at every depth up to ``d``). ``target_rank`` is the true rank of the
+target's token in the draft's distribution at the correct prefix (trace format v2), and off-path subtrees never
+change greedy acceptance, so nothing else is needed. The tree is clipped to depth ``N - i - 1`` near the end of a
+request (its nodes below are dropped from the verify cost). Cost: :meth:`CostProfile.tree_round_time`.
+
+Confidence-chosen trees (EAGLE-2, :mod:`specgym.baselines.tree_eagle`) are played on the same walk, but choosing
+them needs the draft's probabilities at off-path nodes, which the trace does not hold: they are modelled from
+``draft_topk`` and their results are labelled approximate.
+
+Refused, with a one-line error: traces without ``target_rank`` (format v1, synthetic presets) and sampled traces
+(temperature > 0): tree rejection sampling accepts a node with a probability that depends on the draft and target
+distributions at off-path nodes, which the trace does not record, so no replay of it would be exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile
+from specgym.envs.core.rounds import DEFAULT_K_MAX, RequestContext, RoundOutcome
+from specgym.envs.core.signals import TOPK
+from specgym.envs.core.tree import TreeRoundOutcome, TreeShape
+from specgym.envs.engines.replay.trace_engine import TraceEngine
+from specgym.envs.workloads.trace_format import Workload
+from specgym.errors import SpecgymError
+
+
+def check_tree_workload(workload: Workload) -> None:
+    """Raise unless ``workload`` can be tree-replayed: greedy, with the ``target_rank`` column."""
+    if workload.target_rank is None:
+        raise SpecgymError(f"workload {workload.name!r} has no 'target_rank' column (trace format v2, recorded): "
+                           "tree replay needs the ranks")
+    if (np.asarray(workload.temperature) > 0).any():
+        raise SpecgymError(f"workload {workload.name!r} is sampled (temperature > 0): tree replay is exact only for "
+                           "greedy traces and refuses sampled ones")
+
+
+class TreeEngine:
+    """Replays tree rounds over one greedy workload under one cost profile.
+
+    Args:
+        workload: A greedy trace with ``target_rank`` (:func:`check_tree_workload`).
+        profile: Cost profile; defaults to the workload's own.
+        max_depth: Deepest tree accepted (``k_max`` of the chain engine; the profile must price it as a chain).
+        node_budget: Most draft nodes a tree may have (at most :data:`TREE_NODE_LIMIT`).
+    """
+
+    def __init__(self, workload: Workload, profile: CostProfile | None = None, max_depth: int = DEFAULT_K_MAX,
+                 node_budget: int = TREE_NODE_LIMIT):
+        check_tree_workload(workload)
+        if not 1 <= node_budget <= TREE_NODE_LIMIT:
+            raise SpecgymError(f"node_budget must be in [1, {TREE_NODE_LIMIT}], got {node_budget}")
+        self.chain = TraceEngine(workload, profile, max_depth, seed=0)  # contexts and draft features
+        self.workload = workload
+        self.profile = self.chain.profile
+        self.max_depth = self.chain.k_max
+        self.node_budget = int(node_budget)
+        self.t_ar = self.chain.t_ar
+        assert workload.target_rank is not None
+        self.ranks = workload.target_rank.astype(np.int64)
+        self._ranks_list: list[int] = self.ranks.tolist()
+        self._times: dict[TreeShape, list[float]] = {}
+        # a context term: a tree round at depth d >= 1 costs per_kv[1] per cached token, a plain step per_kv[0]
+        table = self.chain.table
+        self.per_kv = (float(table.per_kv[0]), float(table.per_kv[1])) if table.has_context else None
+
+    def check(self, tree: TreeShape) -> None:
+        """Raise if ``tree`` is deeper or larger than this engine allows."""
+        if tree.depth > self.max_depth or tree.nodes > self.node_budget:
+            raise SpecgymError(f"tree {tree.name!r} (depth {tree.depth}, {tree.nodes} nodes) exceeds this engine's "
+                               f"max_depth {self.max_depth} / node_budget {self.node_budget}")
+
+    def times(self, tree: TreeShape) -> list[float]:
+        """``times[d]`` = time of ``tree`` clipped to depth ``d`` (cached per tree object)."""
+        t = self._times.get(tree)
+        if t is None:
+            self.check(tree)
+            t = self._times[tree] = [self.profile.tree_round_time(d, int(tree.nodes_upto[d]))
+                                     for d in range(tree.depth + 1)]
+        return t
+
+    def context(self, r: int) -> RequestContext:
+        """What a controller may know about request ``r``."""
+        return self.chain.context(r)
+
+    def start(self, r: int) -> TreeReplayRequest:
+        """Begin replaying request ``r`` from position 0."""
+        return TreeReplayRequest(self, r)
+
+    # ------------------------------------------------------------------------------------------ vectorised
+    def accepted(self, pos: np.ndarray, end: np.ndarray, tree: TreeShape) -> tuple[np.ndarray, np.ndarray]:
+        """Accepted depth and clipped depth of ``tree`` played at flat positions ``pos`` (requests ending at
+        ``end``), all at once."""
+        pos = np.asarray(pos, dtype=np.int64)
+        room = np.minimum(np.asarray(end, dtype=np.int64) - pos - 1, tree.depth)
+        node = np.zeros(len(pos), dtype=np.int64)
+        acc = np.zeros(len(pos), dtype=np.int64)
+        alive = room > 0
+        width = tree.child.shape[1]
+        last = len(self.ranks) - 1
+        for d in range(tree.depth):
+            alive &= d < room
+            r = self.ranks[np.minimum(pos + d, last)]
+            alive &= r < width
+            nxt = tree.child[node, np.minimum(r, width - 1)]
+            alive &= nxt >= 0
+            node = np.where(alive, nxt, 0)
+            acc += alive
+        return acc, np.maximum(room, 0)
+
+    def run_static(self, requests: Sequence[int] | np.ndarray, tree: TreeShape) -> dict[str, np.ndarray]:
+        """Replay ``tree`` every round of every request, all requests at once.
+
+        Returns:
+            Per request: ``tokens``, ``time_ms``, ``rounds``, ``nodes`` (verified draft nodes), ``accepted``.
+        """
+        times = np.asarray(self.times(tree))
+        upto = tree.nodes_upto
+        req = np.asarray(requests, dtype=np.int64)
+        start = self.workload.offsets[req].astype(np.int64)
+        end = self.workload.offsets[req + 1].astype(np.int64)
+        pos = start.copy()
+        n = len(req)
+        out = {"time_ms": np.zeros(n), "rounds": np.zeros(n, np.int64), "nodes": np.zeros(n, np.int64),
+               "accepted": np.zeros(n, np.int64)}
+        act = np.flatnonzero(pos < end)
+        kv0 = self.workload.prompt_len[req].astype(np.int64) - start
+        per_kv = None if self.per_kv is None else np.asarray(self.per_kv)
+        while len(act):
+            acc, depth = self.accepted(pos[act], end[act], tree)
+            out["time_ms"][act] += times[depth] if per_kv is None else \
+                times[depth] + per_kv[np.minimum(depth, 1)] * (kv0[act] + pos[act])
+            out["rounds"][act] += 1
+            out["nodes"][act] += upto[depth]
+            out["accepted"][act] += acc
+            pos[act] += acc + 1
+            act = act[pos[act] < end[act]]
+        out["tokens"] = pos - start
+        return out
+
+
+class TreeReplayRequest:
+    """Scalar tree replay of one request: call :meth:`play` until :attr:`done`.
+
+    Attributes:
+        context: The request's :class:`RequestContext`.
+        position: Next completion position ``i``.
+        length: Completion length ``N``.
+        done: True once ``position == N``.
+    """
+
+    __slots__ = ("engine", "r", "context", "position", "length", "done", "_ranks", "_conf", "_ent", "_base", "_kv0")
+
+    def __init__(self, engine: TreeEngine, r: int):
+        wl = engine.workload
+        sl = wl.span(r)
+        self.engine = engine
+        self.r = r
+        self.context = engine.context(r)
+        self.position = 0
+        self.length = sl.stop - sl.start
+        self.done = False
+        self._ranks = engine._ranks_list
+        self._conf = wl.require("draft_conf", "tree replay")[sl]
+        self._ent = wl.require("draft_entropy", "tree replay")[sl]
+        self._base = sl.start
+        self._kv0 = int(wl.prompt_len[r])
+
+    def ranks(self, n: int) -> list[int]:
+        """The target's ranks at the next ``n`` positions (what a clairvoyant controller knows)."""
+        b = self._base + self.position
+        return self._ranks[b : b + n]
+
+    def draft_topk(self, n: int) -> np.ndarray:
+        """The draft's top-8 probabilities at the next ``n`` positions, ``(n, 8)`` (zero rows past the request's end
+        or where the trace has no ``draft_topk``)."""
+        rows = np.zeros((n, TOPK), np.float32)
+        topk = self.engine.workload.draft_topk
+        if topk is not None:
+            b = self._base + self.position
+            got = topk[b : b + min(n, self.length - self.position)]
+            rows[: len(got)] = got
+        return rows
+
+    def play(self, tree: TreeShape, draft_depth: int | None = None, approximate: bool = False) -> TreeRoundOutcome:
+        """Play one round with ``tree`` (clipped to the request's end).
+
+        Args:
+            tree: The round's tree.
+            draft_depth: Draft forwards run when more than the tree's depth (EAGLE-2 expands ``D`` depths, then
+                may drop the deepest nodes at reranking); default the clipped tree's depth.
+            approximate: Label the outcome approximate (a modelled, confidence-chosen tree).
+        """
+        if self.done:
+            raise SpecgymError("request already finished; start a new one")
+        i = self.position
+        times = self.engine.times(tree)
+        room = min(self.length - i - 1, tree.depth)
+        b = self._base + i
+        accepted = tree.accepted(self._ranks[b : b + room], room)
+        nodes = int(tree.nodes_upto[room])
+        time_ms = times[room]
+        if self.engine.per_kv is not None:
+            time_ms += self.engine.per_kv[min(room, 1)] * (self._kv0 + i)
+        if draft_depth is not None and room > 0:
+            extra = min(draft_depth, self.length - i - 1) - room
+            time_ms += max(extra, 0) * self.engine.profile.draft_ms
+        produced = accepted + 1
+        self.position = i + produced
+        self.done = self.position >= self.length
+        return TreeRoundOutcome(i, room, nodes, accepted, produced, time_ms, self.done, approximate)
+
+    def draft_features(self, position: int) -> tuple[float, float]:
+        """(draft_conf, draft_entropy) of the true-path draft token for ``position``."""
+        return float(self._conf[position]), float(self._ent[position])
+
+    def as_round(self, o: TreeRoundOutcome) -> RoundOutcome:
+        """The tree round as a chain :class:`RoundOutcome` for the shared features: ``planned_k = drafted =
+        depth`` (the true path's draft tokens; their confidences are the trace's correct-prefix ones)."""
+        i = o.position
+        return RoundOutcome(i, o.depth, o.depth, o.accepted, o.produced, o.time_ms,
+                            self._conf[i : i + o.depth], self._ent[i : i + o.depth], o.done)

@@ -1,0 +1,78 @@
+"""``specgym data generate``: prompts and answers the target writes, at scale and resumable
+(:mod:`specgym.training.models.data_gen`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from specgym.commands.args import float_range, int_range, nonneg_int, parse_splits, path_type, positive_int
+from specgym.deps import require
+from specgym.errors import SpecgymError
+from specgym.training.models.data_gen import DataConfig, check_output_folder, format_summary, generate
+from specgym.training.models.magpie import CATEGORIES, check_categories
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``data``."""
+    p = sub.add_parser("data", help="training data the target writes (Magpie prompts, its answers)")
+    dsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    g = dsub.add_parser("generate", help="the target writes prompts (Magpie), then answers them greedily and "
+                                         "sampled: de-duplicated, split by source, sharded, resumable")
+    g.add_argument("--target", default="smollm2",
+                   help="the target: a folder, a .gguf file or a shipped pair's target name (default %(default)s)")
+    g.add_argument("--out", type=path_type, default=Path("build/data-smollm2"),
+                   help="the data folder (default %(default)s)")
+    g.add_argument("--prompts", type=positive_int, default=6000,
+                   help="prompts kept after filters and de-duplication (default %(default)s)")
+    g.add_argument("--oversample", type=float_range(1.0), default=1.4,
+                   help="user turns sampled per prompt kept (default %(default)s)")
+    g.add_argument("--categories", default="all",
+                   help=f"comma-separated, from {','.join(CATEGORIES)}, or all (default %(default)s)")
+    g.add_argument("--splits", default="0.8,0.1,0.1",
+                   help="train,val,test fractions of the sources (default %(default)s)")
+    g.add_argument("--max-new-tokens", type=positive_int, default=256, help="longest answer (default %(default)s)")
+    g.add_argument("--samples", type=nonneg_int, default=1,
+                   help="sampled answers per prompt besides the greedy one (default %(default)s)")
+    g.add_argument("--temperature", type=float_range(0.0, lo_open=True), default=0.7,
+                   help="the sampled answers' temperature (default %(default)s)")
+    g.add_argument("--prompt-temperature", type=float_range(0.0, lo_open=True), default=0.7,
+                   help="the user turns' sampling temperature (default %(default)s)")
+    g.add_argument("--prompt-top-p", type=float_range(0.0, 1.0, lo_open=True), default=0.9,
+                   help="the user turns' nucleus mass (default %(default)s)")
+    g.add_argument("--per-passage", type=positive_int, default=2,
+                   help="long-input prompts per passage (default %(default)s)")
+    g.add_argument("--target-passages", type=float_range(0.0, 1.0), default=0.5,
+                   help="fraction of passages the target writes; the rest are standard-library docstrings (PSF-2.0) "
+                        "(default %(default)s)")
+    g.add_argument("--batch", type=positive_int, default=8, help="rows per generate call (default %(default)s)")
+    g.add_argument("--shard-size", type=positive_int, default=64,
+                   help="prompts per shard file, the unit of resumption (default %(default)s)")
+    g.add_argument("--seed", type=nonneg_int, default=0, help="seed of every draw (default %(default)s)")
+    g.add_argument("--workers", type=int_range(1, 64), default=2,
+                   help="processes of one torch thread each (default %(default)s: both cores here)")
+    g.add_argument("--resume", action="store_true", help="continue an existing data folder (same options)")
+    g.add_argument("--force", action="store_true", help="start an existing data folder over (specgym's files only)")
+    g.add_argument("--quiet", action="store_true", help="no progress bar")
+    g.set_defaults(func=_generate)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    categories = check_categories([c.strip() for c in args.categories.split(",") if c.strip()])
+    try:
+        splits = parse_splits(args.splits)
+    except SpecgymError as exc:
+        raise SpecgymError(f"{exc}: e.g. --splits 0.8,0.1,0.1") from None
+    cfg = DataConfig(target=args.target, prompts=args.prompts, oversample=args.oversample, categories=categories,
+                     splits=splits, max_new_tokens=args.max_new_tokens, samples=args.samples,
+                     temperature=args.temperature, prompt_temperature=args.prompt_temperature,
+                     prompt_top_p=args.prompt_top_p, per_passage=args.per_passage,
+                     target_passages=args.target_passages, batch=args.batch, shard_size=args.shard_size,
+                     seed=args.seed).check()
+    check_output_folder(args.out, cfg, args.resume, args.force)  # before torch is imported: a refusal is instant
+    require("hf", "data generate")
+    summary = generate(cfg, args.out, workers=args.workers, resume=args.resume, force=args.force, quiet=args.quiet)
+    print(format_summary(summary))
+    print(json.dumps({"summary": str(Path(args.out) / "summary.json")}))
+    return 0

@@ -1,0 +1,303 @@
+"""Trees drafted by the draft head, live: greedy output equals plain decoding, each round accepts what the head's
+recorded ranks predict, the caches and the head's feature follow the accepted path, EAGLE-2 runs on the head.
+
+The pair is the tiny RANDOM Llama of tests/conftest.py (its weights scaled by 8 so that its greedy text varies) and a
+head built with ``build_head`` whose input layer is a least-squares fit of the target's next feature on these
+prompts (its MLP zeroed): a synthetic, untrained stand-in that ranks the target's token first often and lower
+often enough to exercise every tree (not a trained head).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from specgym.agents.specs import make  # noqa: E402
+from specgym.envs.core.cost import CostProfile, DraftCost  # noqa: E402
+from specgym.envs.core.kinds import HEAD_DRAFTER  # noqa: E402
+from specgym.envs.core.tree import TreeShape  # noqa: E402
+from specgym.envs.engines.live.draft_head import build_head, target_features  # noqa: E402
+from specgym.envs.engines.live.engine import LiveEngine  # noqa: E402
+from specgym.envs.engines.live.head_tree import NO_RANK, head_ranks, recorded_head_ranks  # noqa: E402
+from specgym.envs.engines.live.tree import LiveTreeRequest, run_live_tree  # noqa: E402
+from specgym.errors import SpecgymError  # noqa: E402
+
+torch.set_num_threads(1)
+
+N = 32
+PROFILE = CostProfile("toy-head", draft_ms=0.5, verify_ms=tuple(5.0 + 0.1 * n for n in range(65)), source="synthetic",
+                      drafters=(("draft", DraftCost("model", 0.0, 0.5)), (HEAD_DRAFTER, DraftCost("model", 0.3, 0.2))))
+SHAPES = [TreeShape.chain(3), TreeShape.from_widths((2, 2, 1)), TreeShape.from_widths((3, 2, 1)),
+          TreeShape.from_widths((4,)), TreeShape.from_widths((8, 1, 1)), TreeShape.from_widths((2, 2, 2, 2)),
+          TreeShape.from_children([3, 2, 1, 0, 1, 0, 0, 0], "irregular")]
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_target):
+    """``(tokenizer, engine, plain completions by prompt)``: the tiny Llama as target (and draft) with a fitted head."""
+    tok = transformers.AutoTokenizer.from_pretrained(str(tiny_target))
+    target = transformers.AutoModelForCausalLM.from_pretrained(str(tiny_target)).eval().requires_grad_(False)
+    with torch.no_grad():
+        for p in target.parameters():
+            if p.dim() == 2:
+                p.mul_(8.0)
+    plain_eng = LiveEngine(target, target, k_max=8, timing=PROFILE)
+    prompts = [tok(p)["input_ids"] for p in ("def f(x):\n    return x + 1\n", "the cat sat on the mat. ",
+                                            "12 + 7 = 19, 3 * 4 =")]
+    plain = {tuple(ids): plain_eng.run_plain(ids, N).tokens for ids in prompts}
+    emb = target.get_input_embeddings().weight
+    seqs = [list(ids) + plain[tuple(ids)] for ids in prompts]
+    vocab = sorted(set(t for s in seqs for t in s[2:]) | set(range(0, len(tok), 4)))  # a reduced draft vocabulary
+    head = build_head(int(emb.shape[1]), 16, emb, vocab)
+    xs, ys = [], []
+    for s in seqs:
+        h = target_features(target, s)
+        xs.append(torch.cat([h[:-1], emb[torch.tensor(s[1:])]], -1))
+        ys.append(h[1:])
+    w = torch.linalg.lstsq(torch.cat(xs).detach(), torch.cat(ys).detach()).solution
+    with torch.no_grad():
+        head.fc.weight.copy_(w.T)
+        head.down.weight.zero_()
+    head.eval().requires_grad_(False)
+    eng = LiveEngine(target, target, k_max=8, timing=PROFILE, head=head)
+    return tok, eng, prompts, plain
+
+
+def _play(eng, ids, tree, n=N):
+    req = LiveTreeRequest(eng, ids, n, drafter=HEAD_DRAFTER)
+    while not req.done:
+        req.play_tree(tree)
+    return req
+
+
+def test_head_trees_equal_plain_and_accept_what_the_recorded_ranks_predict(pair):
+    """Every shape, every prompt: the output is plain decoding's, and each round's accepted depth is the tree walk
+    over the head's true-path ranks from the round's start (:func:`head_ranks`): the children really are the head's
+    top-c tokens, the feature really is the target's at the last accepted node."""
+    _, eng, prompts, plain = pair
+    ranks = {tuple(ids): recorded_head_ranks(eng.target, eng.head, ids, plain[tuple(ids)], 8) for ids in prompts}
+    off_spine = accepted = 0
+    for tree in SHAPES:
+        for ids in prompts:
+            res = _play(eng, ids, tree).tree_result
+            assert res.tokens == plain[tuple(ids)], (tree, ids)
+            assert sum(r.produced for r in res.rounds) == N
+            for r in res.rounds:
+                rk = ranks[tuple(ids)][r.position]
+                assert r.accepted == tree.accepted(rk.tolist(), r.depth), (tree, r)
+                assert r.nodes == int(tree.nodes_upto[r.depth])
+                off_spine += bool((rk[: r.accepted] > 0).any())
+                accepted += r.accepted
+    assert accepted > 100 and off_spine > 20  # the tests see deep paths through non-top-1 children
+    r0 = ranks[tuple(prompts[0])]
+    assert r0.dtype == np.int16 and r0.shape == (N, 8) and (r0[-1, 1:] == NO_RANK).all()
+
+
+def test_a_width_one_head_tree_is_the_head_chain_round_by_round(pair):
+    """The chain ``(1,) * K`` drafted as a tree by the head plays the rounds of the chain engine's ``K@head``, priced
+    alike (the profile's head drafter)."""
+    _, eng, prompts, _ = pair
+    for ids in prompts[:2]:
+        for k in (1, 3, 6):
+            chain = eng.start(ids, N)
+            while not chain.done:
+                chain.play(k, drafter=HEAD_DRAFTER)
+            tree = _play(eng, ids, TreeShape.chain(k)).tree_result
+            assert [(r.position, r.accepted) for r in tree.rounds] == \
+                [(r.position, r.accepted) for r in chain.result.rounds]
+            assert [r.time_ms for r in tree.rounds] == pytest.approx([r.time_ms for r in chain.result.rounds])
+    t = _play(eng, prompts[0], TreeShape.from_widths((2, 2))).tree_result.rounds[0].time_ms
+    assert t == pytest.approx(0.3 + 2 * 0.2 + PROFILE.verify_nodes(7))  # two head steps, seven tokens verified
+
+
+@pytest.mark.parametrize("eagle", [False, True])
+def test_caches_and_the_head_feature_follow_the_accepted_path(pair, eagle):
+    """After every round the target cache equals a fresh prefill of the accepted sequence (all but its last token)
+    and the head's feature is the target's hidden state before the last token; the draft model's cache is not
+    touched by head rounds."""
+    _, eng, prompts, _ = pair
+    req = LiveTreeRequest(eng, prompts[1], N, drafter=HEAD_DRAFTER)
+    dlen = req.dcache.length
+    tree = TreeShape.from_widths((3, 2, 2))
+    while not req.done:
+        if eagle:
+            req.play_eagle(4, 3, 10)
+        else:
+            req.play_tree(tree)
+        n = req.tcache.length
+        assert n == len(req.seq) - 1
+        fresh = eng.new_cache(eng.target)
+        with torch.inference_mode():
+            _, hidden = eng.forward_hidden(eng.target, req.seq[:n], fresh)
+        torch.testing.assert_close(req.tcache.k[:, :, :n], fresh.k[:, :, :n], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(req.tcache.v[:, :, :n], fresh.v[:, :, :n], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(req.feature, hidden[-1], atol=1e-4, rtol=1e-4)
+    assert req.dcache.length == dlen
+
+
+def _eagle_reference(head, feature, last, depth, beam, budget):
+    """EAGLE-2's kept nodes as token paths, grown one node at a time (no batching): what the batched head must do."""
+    nodes = [(1.0, 0, (), head.step(feature[None], torch.tensor([last])))]  # score, depth, path, feature
+    frontier = [0]
+    for d in range(1, depth + 1):
+        new = []
+        for g in frontier:
+            score, _, path, f = nodes[g]
+            probs = torch.softmax(head.scores(f).float(), -1)[0]
+            top = torch.topk(probs, beam)
+            for p, c in zip(top.values.tolist(), top.indices.tolist()):
+                tok = int(head.ids[c])
+                new.append(len(nodes))
+                nodes.append((score * p, d, path + (tok,), head.step(f, torch.tensor([tok]))))
+        frontier = sorted(new, key=lambda g: (-nodes[g][0], g))[:beam]
+    kept = sorted(range(1, len(nodes)), key=lambda g: (-nodes[g][0], nodes[g][1], g))[:budget]
+    paths = {nodes[g][2] for g in kept}
+    return {p for p in paths if all(p[:j] in paths for j in range(1, len(p)))}
+
+
+def test_eagle_on_the_head(pair):
+    """EAGLE-2 on the head: greedy-exact; every round verifies the tree a node-by-node reference grows (its accepted
+    depth: the longest true continuation among the kept paths); beam 1 with budget = depth is the head chain."""
+    _, eng, prompts, plain = pair
+    deep = 0
+    for ids in prompts:
+        truth = plain[tuple(ids)]
+        for depth, beam, budget in ((4, 1, 4), (4, 4, 16), (6, 3, 12)):
+            req = LiveTreeRequest(eng, ids, N, drafter=HEAD_DRAFTER)
+            while not req.done:
+                feature, last, i = req.feature.clone(), req.seq[-1], req.position
+                r = req.play_eagle(depth, beam, budget)
+                with torch.inference_mode():
+                    kept = _eagle_reference(eng.head, feature, last, min(depth, N - i - 1), beam, budget)
+                want = max(j for j in range(len(truth) - i) if tuple(truth[i:i + j]) in kept or j == 0)
+                assert r.accepted == want and r.nodes == len(kept), (ids, depth, beam, r)
+                assert r.depth == max((len(p) for p in kept), default=0) <= depth and r.nodes <= budget
+                deep += r.accepted >= 2 and beam > 1
+            assert req.tree_result.tokens == truth, (ids, depth, beam)
+    assert deep > 5
+    ids = prompts[0]
+    one = run_live_tree(eng, ids, make("tree-eagle:4:1:4", 8, kinds=("tree",)), N, drafter=HEAD_DRAFTER)
+    chain = eng.start(ids, N)
+    while not chain.done:
+        chain.play(4, drafter=HEAD_DRAFTER)
+    assert [(r.position, r.accepted) for r in one.rounds] == [(r.position, r.accepted) for r in chain.result.rounds]
+
+
+@pytest.mark.parametrize("spec", ["tree-static:2-2-1", "tree-chain:fixed:3", "tree-chain:assc", "tree-eagle:4:2:6"])
+def test_tree_controllers_run_on_the_head(pair, spec):
+    """run_live_tree(drafter="head") (or a controller naming ``drafter = "head"``) drives tree controllers with the
+    head, exactly; chain controllers inside ``tree-chain`` observe the head's spine confidence."""
+    _, eng, prompts, plain = pair
+    ctrl = make(spec, 8, kinds=("tree",))
+    for ids in prompts[:2]:
+        res = run_live_tree(eng, ids, ctrl, N, drafter=HEAD_DRAFTER)
+        assert res.tokens == plain[tuple(ids)], spec
+        assert res.accepted > 0
+    ctrl.drafter = HEAD_DRAFTER
+    via_attr = run_live_tree(eng, prompts[0], ctrl, N)
+    assert [(r.position, r.accepted) for r in via_attr.rounds] == \
+        [(r.position, r.accepted) for r in run_live_tree(eng, prompts[0], make(spec, 8, kinds=("tree",)), N,
+                                                          drafter=HEAD_DRAFTER).rounds]
+
+
+def test_a_one_token_prompt_drafts_from_the_second_round(pair):
+    """A one-token prompt has no feature before its last token: the first head round verifies the root alone (as the
+    head chain proposes nothing), and its verify forward gives the head its feature."""
+    _, eng, prompts, _ = pair
+    ids = prompts[0][:1]
+    plain = eng.run_plain(ids, 12).tokens
+    for play in (lambda r: r.play_tree(TreeShape.from_widths((2, 1))), lambda r: r.play_eagle(3, 2, 4)):
+        req = LiveTreeRequest(eng, ids, 12, drafter=HEAD_DRAFTER)
+        assert req.feature is None
+        while not req.done:
+            play(req)
+        rounds = req.tree_result.rounds
+        assert req.tree_result.tokens == plain and rounds[0].nodes == 0 and rounds[1].nodes > 0
+
+
+def test_spine_statistics_of_head_trees(pair):
+    _, eng, prompts, _ = pair
+    req = LiveTreeRequest(eng, prompts[0], N, drafter=HEAD_DRAFTER)
+    req.play_tree(TreeShape.from_widths((2, 2, 1)), stats=True)
+    assert len(req.spine_conf) == 3 and ((req.spine_conf > 0) & (req.spine_conf <= 1)).all()
+    assert (req.spine_entropy >= 0).all()
+    req.play_tree(TreeShape.from_children([2, 0, 1, 0], "spine-ends"), stats=True)  # the rank-0 child is a leaf
+    assert len(req.spine_conf) == 1
+
+
+def test_head_trees_refuse_in_one_line(pair):
+    _, eng, prompts, _ = pair
+    ids = prompts[0]
+    with pytest.raises(SpecgymError, match=r"greedy: temperature 0.7 needs tree speculative sampling .* not "
+                                           r"implemented") as err:
+        LiveTreeRequest(eng, ids, 8, drafter=HEAD_DRAFTER, temperature=0.7)
+    assert "\n" not in str(err.value)
+    with pytest.raises(SpecgymError, match="not implemented"):
+        run_live_tree(eng, ids, make("tree-static:2-1", 8, kinds=("tree",)), 8, drafter=HEAD_DRAFTER, temperature=1)
+    with pytest.raises(SpecgymError, match="not 'ngram'"):
+        LiveTreeRequest(eng, ids, 8, drafter="ngram")
+    bare = LiveEngine(eng.draft, eng.target, k_max=8, timing=PROFILE)
+    with pytest.raises(SpecgymError, match="no draft head"):
+        LiveTreeRequest(bare, ids, 8, drafter=HEAD_DRAFTER)
+    with pytest.raises(SpecgymError, match="lean forward"):
+        LiveTreeRequest(LiveEngine(eng.draft, eng.target, k_max=8, timing=PROFILE, lean=False, head=eng.head), ids, 8,
+                        drafter=HEAD_DRAFTER)
+    with pytest.raises(SpecgymError, match="vocabulary of"):
+        small = build_head(eng.head.width, 4, eng.target.get_input_embeddings().weight, [1, 2, 3])
+        LiveTreeRequest(LiveEngine(eng.draft, eng.target, k_max=8, timing=PROFILE, head=small), ids, 8,
+                        drafter=HEAD_DRAFTER).play_tree(TreeShape.from_widths((4,)))
+
+
+def test_head_ranks_mark_tokens_the_head_cannot_propose(pair):
+    """A token outside the head's vocabulary has no rank (:data:`NO_RANK`), so no tree accepts it; ranks beyond the
+    completion are :data:`NO_RANK` too."""
+    _, eng, prompts, plain = pair
+    ids = prompts[0]
+    seq = list(ids) + plain[tuple(ids)]
+    feats = target_features(eng.target, seq)
+    ranks = head_ranks(eng.head, feats, seq, len(ids), 3)
+    inside = set(eng.head.ids.tolist())
+    for g in range(N):
+        for j in range(3):
+            if g + j >= N:
+                assert ranks[g, j] == NO_RANK
+            elif seq[len(ids) + g + j] not in inside:
+                assert ranks[g, j] == NO_RANK
+            else:
+                assert 0 <= ranks[g, j] < len(inside)
+    hidden = [t for t in range(eng.head.embedding.shape[0]) if t not in inside][:1]
+    forced = seq[: len(ids)] + hidden * 4
+    assert (head_ranks(eng.head, target_features(eng.target, forced), forced, len(ids), 2) == NO_RANK).all()
+
+
+def test_head_ranks_agree_with_the_recorded_head_runs(pair):
+    """``runs_head`` (what recordings store for head chains) is the count of leading rank-0 entries of the ranks:
+    the ranks hold the chain's acceptance and, beyond it, the trees'."""
+    from specgym.envs.engines.live.draft_head import head_runs
+
+    _, eng, prompts, plain = pair
+    for ids in prompts:
+        seq = list(ids) + plain[tuple(ids)]
+        feats = target_features(eng.target, seq)
+        ranks = head_ranks(eng.head, feats, seq, len(ids), 6)
+        lead = np.where((ranks == 0).all(axis=1), 6, (ranks != 0).argmax(axis=1))
+        assert lead.tolist() == head_runs(eng.head, feats, seq, len(ids), 6).tolist()
+
+
+def test_a_tree_spec_names_the_head_and_replay_refuses_it():
+    """``TREE_SPEC@head`` builds the tree rule with ``drafter = "head"`` (what the live tree runner reads); the
+    replay, which has no per-start ranks of the head, refuses it in one line; other drafters are refused."""
+    from specgym.agents.specs import build
+    from specgym.eval.harness import EvalConfig, evaluate
+
+    r = build("tree-eagle:5:3:10@head", kinds=("tree",))
+    assert (r.controller.drafter, r.controller.name, r.entry.kind) == ("head", "tree-eagle:5:3:10@head", "tree")
+    assert build("tree-static:2-2-1", kinds=("tree",)).controller.drafter is None
+    with pytest.raises(SpecgymError, match="drafted by the draft model or @head, not @ngram"):
+        build("tree-static:2-2-1@ngram", kinds=("tree",))
+    cfg = EvalConfig(workload="midpair-greedy", controllers="tree-static:2-2-1@head", max_requests=4, bootstrap=0)
+    with pytest.raises(SpecgymError, match="run live only"):
+        evaluate(cfg)

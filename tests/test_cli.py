@@ -169,15 +169,15 @@ def test_help_lists_every_spec_and_every_option_has_help():
 
 
 def test_help_groups_the_model_building_commands_under_their_heading(capsys):
-    """``specgym --help`` lists train-lm-pair, train-draft and train-head together, last, under one heading (the
+    """``specgym --help`` lists train-lm-pair, data, train-draft and train-head together, last, under one heading (the
     PPO ``train`` stays with the replay commands)."""
     assert main(["--help"]) == 0
     lines = capsys.readouterr().out.splitlines()
     names = [ln.split()[0] for ln in lines if ln.startswith("    ") and not ln.startswith("     ")]
     heading = lines.index("  model building:")
     below = [ln.split()[0] for ln in lines[heading + 1:] if ln.startswith("    ") and not ln.startswith("     ")]
-    assert below == ["train-lm-pair", "train-draft", "train-head"]
-    assert names[-3:] == below and "train" in names[:-3] and lines[heading - 1] == ""
+    assert below == ["train-lm-pair", "data", "train-draft", "train-head"]
+    assert names[-4:] == below and "train" in names[:-4] and lines[heading - 1] == ""
     assert sum(ln.strip().endswith(":") and ln.startswith("  ") and not ln.startswith("   ") for ln in lines) == 1
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from specgym.training.models.toy import save_pair
+
 ARCHS = ("gpt2", "llama", "qwen2", "mistral", "gpt_neox", "phi")
 #: Architectures whose real tokenizers put a BOS token in front of every prompt.
 BOS_ARCHS = ("llama", "mistral")
@@ -103,16 +105,9 @@ def models(arch: str, vocab: int, seed: int = 0, draft_noise: float = 0.3, head_
 
 def build_pair(arch: str, folder: str | Path, seed: int = 0, target_vocab: int | None = None) -> tuple[Path, Path]:
     """Write the pair of ``arch`` to ``folder/{draft,target}``; returns both paths."""
-    folder = Path(folder)
     tok = tokenizer(arch in BOS_ARCHS)
     draft, target = models(arch, len(tok), seed=seed, target_vocab=target_vocab)
-    out = []
-    for name, model in (("draft", draft), ("target", target)):
-        path = folder / name
-        model.save_pretrained(str(path))
-        tok.save_pretrained(str(path))
-        out.append(path)
-    return out[0], out[1]
+    return save_pair(folder, tok, draft, target)
 
 
 _CACHE: dict[tuple, tuple[Path, Path]] = {}

@@ -8,6 +8,7 @@ the draft a realistic acceptance rate, the draft can be made a noisy copy of the
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 TOY_CHARS = list("abcdefghijklmnopqrstuvwxyz0123456789 .,:=+-*()\n")
 TOY_SPECIALS = ["<|endoftext|>", "<|pad|>", "<unk>"]
@@ -52,12 +53,17 @@ def toy_models(vocab_size: int, seed: int = 0, n_positions: int = 256, target_la
 
 def save_toy_pair(folder: str | Path, seed: int = 0, **kw) -> tuple[Path, Path]:
     """Write a toy pair in Hugging Face format to ``folder/{draft,target}``; returns both paths."""
-    folder = Path(folder)
     tok = toy_tokenizer()
     draft, target = toy_models(len(tok), seed=seed, **kw)
+    return save_pair(folder, tok, draft, target)
+
+
+def save_pair(folder: str | Path, tok: Any, draft: Any, target: Any) -> tuple[Path, Path]:
+    """Write a draft and a target with their shared tokenizer to ``folder/{draft,target}`` (Hugging Face format);
+    returns both paths."""
     out = []
     for name, model in (("draft", draft), ("target", target)):
-        path = folder / name
+        path = Path(folder) / name
         model.save_pretrained(str(path))
         tok.save_pretrained(str(path))
         out.append(path)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from stable_baselines3.common.callbacks import BaseCallback
 
+from specgym.console import Progress
 from specgym.io import atomic_path, atomic_write_bytes
 from specgym.training.export import run_artifact
 from specgym.training.run import TrainingRun

@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from specgym.agents.specs import Traits, all_specs, make, row_of
+from specgym.console import Progress
 from specgym.envs.core.controller import Controller
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RoundOutcome
 from specgym.envs.engines.replay.trace_engine import TraceEngine

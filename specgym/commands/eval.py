@@ -10,7 +10,6 @@ import numpy as np
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
-    Progress,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -20,7 +19,7 @@ import specgym.catalogue as catalogue
 from specgym.agents.artifact import list_policies
 from specgym.agents.specs import EVAL_KINDS, usage_line
 from specgym.commands.args import bootstrap_type, k_max_type, nonneg_int, path_type, positive_int
-from specgym.console import make_console, make_progress
+from specgym.console import Progress, make_console, make_progress
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.workloads.domains import suite_cells
 from specgym.envs.workloads.trace_format import cached_workload, open_dataset

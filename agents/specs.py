@@ -720,7 +720,8 @@ for _row in (
           _const("drafter-marginal"), needs=("drafters",), level="drafter"),
     Entry("drafter-online", "drafter", "predictor", _on_run_predictor(DrafterOnline),
           "drafter-online[:FILE] (drafter-marginal with each drafter's runs calibrated to the request as it is "
-          "decoded, counterfactual runs included; plain where no drafter pays)",
+          "decoded, counterfactual runs included; stops drafting for a request where drafting lost against plain "
+          "decoding, probing rarely)",
           _const("drafter-online"), needs=("drafters",), level="drafter"),
     Entry("drafter-oracle", "drafter", "oracle", None,
           "drafter-oracle (the clairvoyant drafter and K of every round, replay only)", _const("drafter-oracle"),

@@ -1,5 +1,6 @@
 """Drafter choice that adapts to the request: counterfactual runs (replay and live), the per-request calibration,
-the floor at plain, and what it recovers when its fit is wrong."""
+the floor at plain (it stops drafting where drafting loses, probes rarely, drafts again when evidence turns), and what
+it recovers when its fit is wrong."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import numpy as np
 import pytest
 
 from specgym.baselines.drafter_marginal import DrafterMarginal, fit_on_fit_split
-from specgym.baselines.drafter_online import DrafterOnline
+from specgym.baselines.drafter_online import DrafterOnline, PlainFloor
+from specgym.envs.core.drafter_choice import drive_drafters
 from specgym.envs.core.ngram_proposer import ngram_runs
 from specgym.envs.core.rounds import RoundOutcome
 from specgym.envs.engines.replay.trace_engine import TraceEngine
@@ -99,18 +101,84 @@ def test_a_wrong_fit_is_corrected_on_the_request(smollm2):
     assert t["marginal"] / t["online"] > 1.02, t
 
 
-def test_where_no_drafter_pays_it_drafts_less_than_its_fit(smollm2):
-    """On a workload where every drafter's proposals are always rejected, the fit (made where they pay) drafts every
-    round; the online rule sees the rejections and drafts less. It does not reach plain decoding's speed (0.82x on
-    this workload at the shipped prior weight: the floor at plain is not yet met, docs/kinds/drafter.md)."""
+def _hopeless(wl, keep=None, turn=0, pays=None):
+    """``wl`` with every drafter's proposals rejected (the default drafter's through ``p_accept``, per position); on
+    request ``keep`` from position ``turn`` on, drafter ``pays`` has every proposal accepted."""
+    cols = wl.flat_columns()
+    for key in [k for k in cols if k.startswith("runs_")] + ["p_accept"]:
+        col = np.zeros_like(cols[key])
+        if keep is not None and key in (f"runs_{pays}", "p_accept" if pays == wl.drafter_names[0] else ""):
+            col[wl.offsets[keep] + turn: wl.offsets[keep + 1]] = 1 if key == "p_accept" else 16
+        cols[key] = col
+    return wl.with_columns(cols)
+
+
+def test_where_no_drafter_pays_it_decodes_at_plain_speed(smollm2):
+    """Every proposal rejected (validation split): the fit, made where drafters pay, drafts every round (0.80x
+    plain); the calibration alone falls too slowly (0.82x); the floor stops drafting after a few rounds and probes
+    rarely: within 3% of plain decoding (0.972x measured, docs/kinds/drafter.md)."""
     wl, prof = smollm2
     fit = fit_on_fit_split(wl, prof)
-    cols = wl.flat_columns()
-    cols.update({k: np.zeros_like(v) for k, v in cols.items() if k.startswith("runs_") or k == "p_accept"})
-    hopeless = wl.with_columns(cols)
-    rows = [("marginal", DrafterMarginal(fit)), ("online", DrafterOnline(fit))]
-    rep = evaluate(EvalConfig(hopeless, rows, split="test", profile=prof, bootstrap=0))
+    rows = [("marginal", DrafterMarginal(fit)), ("online", DrafterOnline(fit)),
+            ("no-floor", DrafterOnline(fit, floor=PlainFloor(stop_loss=float("inf"))))]
+    rep = evaluate(EvalConfig(_hopeless(wl), rows, split="val", profile=prof, bootstrap=0))
+    vs_plain = {r["spec"]: r["speedup_vs_ar"] for r in rep["rows"]}
+    assert vs_plain["online"] >= 0.97, vs_plain
+    assert vs_plain["no-floor"] < 0.85 and vs_plain["marginal"] < 0.85, vs_plain
+
+
+def test_the_floor_stops_probes_rarely_and_drafts_again_when_evidence_turns(smollm2):
+    """A request whose proposals are all rejected up to its middle, then all accepted for one drafter: drafting
+    stops within the first rounds, probes come at growing gaps, and drafting resumes after the turn, from prompt
+    lookup's free counterfactual (``ngram``) or from a probe (``head``, which no counterfactual shows), and pays."""
+    wl, prof = smollm2
+    fit = fit_on_fit_split(wl, prof)
+    val = wl.split_indices("val")
+    r = int(val[np.argmax(wl.lengths[val])])
+    n = int(wl.lengths[r])
+    turn = n // 2
+    for pays in ("ngram", "head"):
+        w = _hopeless(wl, r, turn, pays)
+        rule = DrafterOnline(fit)
+        rule.prepare(w, prof)
+        log: list[tuple[int, int, bool]] = []
+        drive_drafters(rule, TraceEngine(w, prof, 8).start(r), w.drafter_names,
+                       on_round=lambda o: log.append((o.position, o.drafted, rule.floor.stopped)))
+        before = [x for x in log if x[0] < turn]
+        first_stop = next(i for i, x in enumerate(before) if x[2])
+        assert first_stop <= 8, (pays, before[:12])
+        probes = [p for p, k, _ in before[first_stop + 1:] if k]
+        assert all(k == 1 for _, k, _ in before[first_stop + 1:] if k), (pays, before)
+        assert 2 <= len(probes) <= 6 and all(b > a for a, b in zip(np.diff(probes), np.diff(probes)[1:])), probes
+        after = [x for x in log if x[0] >= turn]
+        assert not after[-1][2] and sum(k > 0 for _, k, _ in after) > len(after) / 2, (pays, after)
+        assert len(after) < (n - turn) / 2, (pays, len(after))  # drafting again pays: under half a round a token
+
+
+def test_the_floor_keeps_the_figures_where_the_fit_is_right(smollm2):
+    """Its own fit, validation split: the floor never stops drafting (the same total time as the rule without it,
+    to 0.1%), and the row keeps its measured speed (1.5945x plain, deterministic replay)."""
+    wl, prof = smollm2
+    fit = fit_on_fit_split(wl, prof)
+    rows = [("online", DrafterOnline(fit)), ("no-floor", DrafterOnline(fit, floor=PlainFloor(stop_loss=float("inf"))))]
+    rep = evaluate(EvalConfig(wl, rows, split="val", profile=prof, bootstrap=0))
     rows = {r["spec"]: r for r in rep["rows"]}
-    vs_plain = {k: r["speedup_vs_ar"] for k, r in rows.items()}
-    assert vs_plain["marginal"] < vs_plain["online"] - 0.02, vs_plain
-    assert rows["online"]["mean_k"] < rows["marginal"]["mean_k"] - 0.5, rows
+    assert rows["online"]["total_time_ms"] == pytest.approx(rows["no-floor"]["total_time_ms"], rel=1e-3), rows
+    assert rows["online"]["speedup_vs_ar"] == pytest.approx(1.5945, abs=0.002), rows["online"]["speedup_vs_ar"]
+
+
+def test_the_floors_ledger_stops_probes_at_growing_gaps_and_resumes():
+    """The floor alone: a realised loss is not enough while a shorter cap would have paid; both losses stop it;
+    failed probes double the gap; a probe that pays resumes with the ledger at zero."""
+    floor = PlainFloor(stop_loss=1.5, hindsight_loss=0.5, first_gap=2, growth=2.0)
+    floor.reset()
+    floor.drafted(-2.0, 0.5)  # a cap too long: lost, but K = 1 would have paid
+    assert not floor.stopped
+    floor.drafted(-0.2, -1.2)
+    assert floor.stopped and floor.stops == 1 and not floor.probe_due
+    floor.waited = 2
+    assert floor.probe_due
+    floor.probed(False)
+    assert floor.gap == 4 and floor.waited == 0 and floor.stopped
+    floor.probed(True)
+    assert not floor.stopped and floor.loss == 0.0 and floor.hindsight == 0.0 and floor.gap == 4

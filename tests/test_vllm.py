@@ -168,7 +168,8 @@ def test_proposer_bench_serves_the_real_pair_with_every_row_identical_to_plain_d
     res = json.loads((out / "vllm-proposer.json").read_text())
     assert res["pair"] == "smollm2" and res["workload"] == "smollm2-greedy"
     rows = {(row["concurrency"], row["policy"]): row for row in res["rows"]}
-    policies = {"plain", "ngram:3", "specgym:marginal@ngram", "specgym:drafter-marginal", "specgym:fixed:0@ngram"}
+    policies = {"plain", "ngram:3", "specgym:batch-marginal", "specgym:marginal@ngram", "specgym:drafter-marginal",
+                "specgym:fixed:0@ngram"}
     assert set(rows) == {(2, p) for p in policies}
     for row in res["rows"]:
         n = row["requests"] * row["repeats"]
@@ -179,6 +180,9 @@ def test_proposer_bench_serves_the_real_pair_with_every_row_identical_to_plain_d
     assert off["proposer"]["k_chosen"][0] == off["proposer"]["rows"] > 0  # every row chose K = 0
     on = rows[(2, "specgym:marginal@ngram")]
     assert on["proposer"]["rows"] > 0 and on["spec_decode"]["draft_tokens"] <= on["proposer"]["draft_tokens"]
+    steps = load_batch_profile(out / "proposer-steps.json")  # batch-marginal's step costs, measured in this vLLM
+    assert steps.batch_sizes == (2,) and steps.max_k == 3 and steps.source == "measured"
+    assert rows[(2, "specgym:batch-marginal")]["proposer"]["rows"] > 0
     model = rows[(2, "specgym:drafter-marginal")]["proposer"]  # the draft model ran in vLLM's worker
     assert model["model_rows"] > 0 and model["model_tokens"] > 0 and model["model_ms"] > 0, model
     s = rows[(2, "ngram:3")]["spec_decode"]

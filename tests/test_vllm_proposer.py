@@ -12,7 +12,11 @@ import numpy as np
 import pytest
 
 from specgym.agents.vllm_proposer import ENV_PROFILE, SpecgymProposer
+from specgym.baselines.batch_lookup import BatchLookupK, RequestCounts
+from specgym.envs.core.batch_cost import BatchCostProfile, save_batch_profile
 from specgym.envs.core.ngram_proposer import ngram_propose
+from specgym.envs.engines.serving.vllm_profile import step_profile
+from specgym.envs.profiles import load_batch_profile
 from specgym.errors import SpecgymError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,6 +141,125 @@ def test_configuration_errors_are_one_line(monkeypatch):
         SpecgymProposer(_config(), controller="bogus", profile="cpu-smollm2")
     monkeypatch.setenv(ENV_PROFILE, "cpu-smollm2")
     assert SpecgymProposer(_config()).spec == "marginal@ngram"
+
+
+# --- batch-marginal: every row's K priced with the engine's step costs at the step's batch size (SYNTHETIC costs) ---
+
+
+def _costs(per_token: dict[int, float], base: dict[int, float] | None = None, k_max: int = 4) -> BatchCostProfile:
+    """SYNTHETIC step costs (not measured): ``S(b, K) = base[b] + per_token[b] * b * K`` ms, as a batched profile."""
+    base = base or {b: 50.0 + 5.0 * b for b in per_token}
+    zeros = tuple(0.0 for _ in per_token)
+    return BatchCostProfile("synthetic-steps", tuple(per_token), zeros,
+                            tuple(tuple(base[b] + per_token[b] * b * k for k in range(k_max + 1)) for b in per_token),
+                            zeros, source="synthetic")
+
+
+def _ms(costs: BatchCostProfile, batch: int, drafts: int) -> float:
+    """The step time of ``batch`` sequences verifying ``drafts`` drafts in all."""
+    return float(costs.budget_step_ms(batch, 0, np.array([float(drafts)]), np.array([float(drafts > 0)]))[0])
+
+
+def _counts(rule: BatchLookupK, accepted: int, tried: int) -> RequestCounts:
+    req = rule.new_request()
+    for _ in range(tried):
+        rule.observe(req, 2, rule.k_max, rule.k_max if accepted else 0)
+    return req
+
+
+def test_step_costs_interpolate_in_k_and_batch_and_read_back(tmp_path):
+    """The batch rule prices a step with a batched cost profile (the one form specgym tune reads too)."""
+    costs = _costs({1: 1.0, 4: 10.0})  # SYNTHETIC
+    rule = BatchLookupK(costs, k_max=4)
+    assert rule.step_ms(1, 3).tolist() == pytest.approx([55.0, 56.0, 57.0, 58.0])
+    assert _ms(costs, 4, 4) == pytest.approx(70.0 + 40.0)  # 4 drafts over 4 sequences: K = 1 each
+    assert _ms(costs, 4, 2) == pytest.approx(70.0 + 20.0)  # half a draft each: between K 0 and 1
+    assert _ms(costs, 7, 0) == pytest.approx(70.0 + 3 * 5.0)  # beyond the grid: the last two sizes' slope
+    noisy = BatchLookupK(BatchCostProfile("n", (1,), (0.0,), ((50.0, 49.0, 53.0),), (0.0,), source="synthetic"), 2)
+    assert noisy.step_ms(1, 2).tolist() == [50.0, 50.0, 53.0]  # non-decreasing in the drafts verified
+    assert load_batch_profile(save_batch_profile(costs, tmp_path / "c.json")) == costs
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(SpecgymError, match="not a batched cost profile"):
+        load_batch_profile(tmp_path / "bad.json")
+    with pytest.raises(SpecgymError, match="k_max"):
+        BatchLookupK(costs, k_max=8)  # the profile prices K up to 4
+    # medians with noise (SYNTHETIC): a least-squares line per batch size, slope >= 0, the medians kept
+    cells = {(1, 0): 61.0, (1, 1): 84.0, (1, 2): 64.0, (1, 4): 45.0, (4, 0): 54.0, (4, 1): 78.0, (4, 2): 100.0,
+             (4, 4): 150.0}
+    fit = step_profile("s", cells, 4, "synthetic", {})
+    assert fit.verify_ms[0] == pytest.approx([63.5] * 5)  # a falling line: flat at the mean
+    slope = 209.5 / 8.75  # sum((K - mean K) * (ms - mean ms)) / sum((K - mean K) ** 2)
+    assert np.diff(fit.verify_ms[1]) == pytest.approx([slope] * 4)
+    assert fit.hardware["measured_step_ms"] == [[61.0, 84.0, 64.0, 45.0], [54.0, 78.0, 100.0, 150.0]]
+    assert step_profile("s", cells, 4, "synthetic", {}, line=False).verify_ms[1] == (54.0, 78.0, 100.0, 125.0, 150.0)
+    with pytest.raises(SpecgymError, match="missing"):
+        step_profile("s", {(1, 0): 1.0, (1, 4): 2.0, (2, 0): 1.0}, 4, "synthetic", {})
+
+
+def test_the_batch_rule_maximises_the_steps_tokens_per_ms():
+    """Against brute force over every K vector of a three-row step (SYNTHETIC costs and acceptance counts)."""
+    import itertools
+
+    rule = BatchLookupK(_costs({1: 2.0, 4: 6.0}, k_max=3), k_max=3)
+    rows = [(_counts(rule, 1, 6), 2, 3), (_counts(rule, 0, 2), 1, 3), (rule.new_request(), 4, 2)]
+    surv = [rule.survival(req, n, length) for req, n, length in rows]
+    for batch in (1, 3, 4):
+        ks = rule.choose(rows, batch)
+
+        def rate(kv):
+            return (batch + sum(s[:k].sum() for s, k in zip(surv, kv))) / rule.step_ms(batch, 9)[sum(kv)]
+
+        best = max(rate(kv) for kv in itertools.product(*(range(length + 1) for _, _, length in rows)))
+        assert rate(ks) == pytest.approx(best), (batch, ks)
+
+
+def test_the_batch_rule_turns_lookup_off_where_a_draft_costs_the_whole_batch():
+    """SYNTHETIC: at batch 1 a draft token costs 0.2% of a step, at batch 16 two thirds of what a sequence's token
+    does; the same requests draft at 1 and are refused at 16, and a request whose lookups keep being accepted still
+    drafts."""
+    rule = BatchLookupK(_costs({1: 0.1, 16: 4.0}, {1: 50.0, 16: 100.0}), k_max=4)
+    fresh = [(rule.new_request(), 1, 4) for _ in range(16)]  # one-token matches: no counts yet (the prior)
+    assert rule.choose(fresh[:1], 1).tolist() == [4]
+    assert rule.choose(fresh, 16).tolist() == [0] * 16
+    good = _counts(rule, 1, 30)  # two-token matches, all accepted (pooled over n = 2 and its own)
+    assert rule.choose([(good, 2, 4)] + fresh[1:], 16).tolist() == [4] + [0] * 15
+    assert rule.choose([], 4).tolist() == [] and rule.choose([(good, 2, 0)], 1).tolist() == [0]  # no match: K = 0
+
+
+def test_the_batch_rule_learns_acceptance_per_match_length():
+    rule = BatchLookupK(_costs({1: 1.0}), k_max=4)
+    req = rule.new_request()
+    before = rule.survival(req, 3, 4)
+    rule.observe(req, 3, drafted=4, accepted=1)  # judged: position 1 accepted, position 2 rejected
+    assert rule.tried[3].tolist() == [1, 1, 0, 0] and rule.accepted[3].tolist() == [1, 0, 0, 0]
+    after = rule.survival(req, 3, 4)
+    assert after[0] > before[0] and after[1] < after[0]
+    assert rule.survival(rule.new_request(), 1, 4).tolist() == pytest.approx(before.tolist())  # other n: prior
+
+
+def test_the_proposer_under_batch_marginal(tmp_path):
+    """Through ``propose`` as vLLM calls it: lookup's own proposals cut to the rule's K; K = 0 where a draft token
+    costs the whole step (SYNTHETIC costs) although the lookup found drafts; ``fill:K`` drafts exactly K per row."""
+    answers = _answers(4, seed=5)
+    cheap = save_batch_profile(_costs({1: 0.1, 4: 0.1}, {1: 50.0, 4: 50.0}, k_max=K), tmp_path / "cheap.json")
+    dear = save_batch_profile(_costs({1: 30.0, 4: 30.0}, {1: 50.0, 4: 50.0}, k_max=K), tmp_path / "dear.json")
+    on = SpecgymProposer(_config(), controller=f"batch-marginal:{cheap}", profile="cpu-smollm2")
+    res = _serve(on, answers)
+    stats = on.specgym_configure()
+    assert res["proposed"] > 0 and res["accepted"] > 0 and stats["declined"] == 0
+    assert stats["k_chosen"][K] > 0 and sum(stats["k_chosen"]) == stats["rows"]
+    off = SpecgymProposer(_config(), controller=f"batch-marginal:{dear}", profile="cpu-smollm2")
+    assert _serve(off, answers)["proposed"] == 0
+    stats = off.specgym_configure()
+    assert stats["declined"] > 0 and stats["k_chosen"][0] == stats["rows"]
+    fill = SpecgymProposer(_config(), controller="fill:3", profile="cpu-smollm2")
+    buf = np.zeros((2, 64), np.int32)
+    buf[0, :5], buf[1, :6] = [1, 2, 3, 4, 5], [7, 8, 9, 10, 11, 12]
+    assert fill.propose([[5], [12]], np.array([5, 6]), buf) == [[5, 5, 5], [12, 12, 12]]
+    with pytest.raises(SpecgymError, match="fill:K needs K in 0..4"):
+        fill.specgym_configure({"controller": "fill:9"})
+    with pytest.raises(SpecgymError, match="SPECGYM_PROPOSER_STEPS"):
+        SpecgymProposer(_config(), controller="batch-marginal", profile="cpu-smollm2")
 
 
 # --- the draft model for requests without a lookup match (agents/vllm_draft.py) ---

@@ -12,7 +12,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from specgym.envs.core.admission import AdmissionSchedule
 from specgym.envs.engines.serving.vllm_engine import VllmRun
+from specgym.envs.profiles import load_batch_profile
 from specgym.errors import SpecgymError
 from specgym.eval.bench import vllm_proposer as vp
 from specgym.eval.bench.vllm_proposer import ProposerPlan, proposer_section
@@ -34,8 +36,25 @@ class FakeEngine:
             return base * (1.0 if k == 0 else 0.8)  # K = 0 costs plain's step
         return base
 
+    cpu = True  # the fill runs' logs carry step CPU times
+
+    def fill_run(self, prompts, lengths, b: int, k: int) -> VllmRun:
+        """A ``fill:K`` run (the step-cost pass): a prefill step, then steady steps of ``step_ms(b, K)`` each."""
+        steps = max(lengths)
+        ms = [30.0] + [step_ms(b, k)] * steps
+        log = {"batch": [b] * (steps + 1), "prefill_tokens": [sum(map(len, prompts))] + [0] * steps,
+               "new_requests": [b] + [0] * steps, "drafts": [0] + [b * k] * steps,
+               "start_s": (np.concatenate([[0.0], np.cumsum(ms)[:-1]]) / 1000.0).tolist(),
+               "core_cpu_ms": [1.0] * (steps + 1), "worker_cpu_ms": [m / 2 - 1.0 for m in ms]}  # CPU: half the wall
+        if not self.cpu:
+            log["core_cpu_ms"] = log["worker_cpu_ms"] = []
+        self.calls.append((self.kind, b, None, f"fill:{k}"))
+        return VllmRun(sum(ms) / 1000, sum(lengths), log, {}, [[0] * n for n in lengths], [], {})
+
     def serve(self, prompts, lengths, *, schedule, table=None, proposer=None) -> VllmRun:
-        conc = schedule.limit_at(0.0)
+        conc = AdmissionSchedule.of(schedule).limit_at(0.0)
+        if proposer is not None and proposer.startswith("fill:"):
+            return self.fill_run(prompts, lengths, conc, int(proposer[5:]))
         k = table[0] if table else 0 if proposer in (None, "fixed:0@ngram") else 3
         self.calls.append((self.kind, conc, table, proposer))
         outputs = [list(self.answers[tuple(p)][:n]) for p, n in zip(prompts, lengths)]
@@ -53,6 +72,11 @@ class FakeEngine:
                    * len(lengths), start_s=[0.0] * len(lengths))  # per step: CPU time = the wall time here
         return VllmRun(tokens * self.ms(conc, k) / 1000.0, tokens, log, {}, outputs, ids,
                        stats if self.kind == "specgym" else {})
+
+
+def step_ms(b: int, k: int) -> float:
+    """SYNTHETIC step time of the fake proposer engine at batch ``b``, ``k`` drafts per row."""
+    return 40.0 + 5.0 * b + 3.0 * b * k
 
 
 def _args(tmp_path: Path, **kw) -> SimpleNamespace:
@@ -210,3 +234,37 @@ def test_a_bare_run_predictor_rule_gets_one_fitted_on_the_fit_split(tmp_path):
     assert json.loads(saved.read_text())["drafters"] == ["draft", "ngram", "head"]
     assert {c[3] for c in calls if c[0] == "specgym"} == {f"drafter-marginal:{saved}"}
     assert res["pair"] == "smollm2" and [r["policy"] for r in res["rows"]][-1] == "specgym:drafter-marginal"
+
+
+def test_batch_marginal_runs_on_step_costs_measured_in_the_proposers_engine(tmp_path):
+    """A bare batch-marginal row: the section first times the proposer's engine with every row drafting K filler
+    tokens (fill:K) at each concurrency and K of the grid, saves the medians (CPU-time clock, the wall clock's kept),
+    and serves the row on that file (the fake engine's SYNTHETIC step times come back exactly)."""
+    res, calls = _run(tmp_path, vllm_controllers="batch-marginal,fixed:0@ngram", vllm_ngram_k="2,5")
+    path = tmp_path / "out" / vp.STEP_COSTS_FILE
+    costs = load_batch_profile(path)  # a batched cost profile, the form specgym tune reads
+    ks = costs.hardware["measured_ks"]
+    assert costs.batch_sizes == (1, 2) and ks == list(vp.step_ks(5)) == [0, 1, 2, 4, 5] and costs.max_k == 5
+    assert np.allclose(costs.verify_ms, [[step_ms(b, k) / 2 for k in range(6)] for b in (1, 2)])
+    assert costs.hardware["clock"] == "cpu" and "cpu clock" in costs.description
+    assert np.allclose(costs.hardware["wall_ms"], [[step_ms(b, k) for k in ks] for b in (1, 2)])
+    # the medians, kept (a line per batch size fits them exactly here)
+    assert np.allclose(costs.hardware["measured_step_ms"], [[step_ms(b, k) / 2 for k in ks] for b in (1, 2)])
+    assert "measured in vLLM fake" in costs.description
+    assert np.allclose(res["step_costs"]["verify_ms"], costs.verify_ms)
+    fills = [c for c in calls if c[3] and c[3].startswith("fill:")]
+    assert {(c[1], c[3]) for c in fills} == {(b, f"fill:{k}") for b in (1, 2) for k in ks}
+    assert calls.index(fills[-1]) < min(i for i, c in enumerate(calls) if c[3] and c[3].startswith("batch"))
+    assert {c[3] for c in calls if c[3] and c[3].startswith("batch")} == {f"batch-marginal:{path}"}
+    assert [r["policy"] for r in res["rows"]][:5] == ["plain", "ngram:2", "ngram:5", "specgym:batch-marginal",
+                                                      "specgym:fixed:0@ngram"]
+    with pytest.raises(SpecgymError, match="not a batched cost profile"):
+        (tmp_path / "bad.json").write_text("[]")
+        _run(tmp_path, vllm_controllers=f"batch-marginal:{tmp_path / 'bad.json'}")
+
+
+def test_step_costs_fall_back_to_the_wall_clock_without_cpu_times(tmp_path, monkeypatch):
+    monkeypatch.setattr(FakeEngine, "cpu", False)
+    _run(tmp_path, vllm_controllers="batch-marginal", vllm_ngram_k="2", vllm_concurrency="1", vllm_repeats=1)
+    costs = load_batch_profile(tmp_path / "out" / vp.STEP_COSTS_FILE)
+    assert costs.hardware["clock"] == "wall" and np.allclose(costs.verify_ms, [[step_ms(1, k) for k in (0, 1, 2)]])

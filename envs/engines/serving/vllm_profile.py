@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +140,39 @@ def build_profile(name: str, batch_sizes: Sequence[int], spec_ms: dict[tuple[int
                             hardware=hw)
 
 
+def step_profile(name: str, cells: dict[tuple[int, int], float], k_max: int, description: str,
+                 hardware: dict[str, Any], line: bool = True) -> BatchCostProfile:
+    """A batched profile from median step times per ``(batch, K)`` cell, K measured on a sparse grid (0, 1, 2, 4, ...):
+    the steps of a proposer drafting exactly K per row (drafting inside ``verify_ms``, as :func:`build_profile`).
+
+    With ``line``, each batch size's medians are replaced by their least-squares line in K (slope >= 0): on a machine
+    that other jobs share one cell's median can be off by a third, and a rule that prices the step K by K would
+    follow the noise. Between the measured K the line (or, without ``line``, linear interpolation) gives every
+    ``K = 0..k_max``. The medians are kept in ``hardware`` (``measured_ks``, ``measured_step_ms``).
+
+    Raises:
+        SpecgymError: A batch size lacks a K of the grid, or the grid does not reach ``k_max``.
+    """
+    sizes = sorted({b for b, _ in cells})
+    ks = sorted({k for _, k in cells})
+    missing = [(b, k) for b in sizes for k in ks if (b, k) not in cells]
+    if missing or not ks or ks[0] != 0 or ks[-1] < k_max:
+        raise SpecgymError(f"step profile {name!r}: need every batch at K = 0 .. {k_max}'s grid; measured {ks}, "
+                           f"missing (batch, K) = {missing}")
+    raw = np.array([[float(cells[(b, k)]) for k in ks] for b in sizes])
+    x, every = np.asarray(ks, dtype=np.float64), np.arange(k_max + 1, dtype=np.float64)
+    if line and len(ks) > 1:
+        slope = np.maximum(((raw - raw.mean(1, keepdims=True)) @ (x - x.mean())) / ((x - x.mean()) ** 2).sum(), 0)
+        grid = raw.mean(1, keepdims=True) + slope[:, None] * (every - x.mean())
+    else:
+        grid = np.array([np.interp(every, x, row) for row in raw])
+    grid = np.maximum(grid, 1e-6)
+    hw = {**hardware, "measured_ks": ks, "measured_step_ms": raw.tolist(), "fit": "line in K" if line else "none"}
+    zeros = tuple(0.0 for _ in sizes)
+    return BatchCostProfile(name, tuple(sizes), zeros, tuple(tuple(r) for r in grid.tolist()), zeros,
+                            source="measured", description=description, hardware=hw)
+
+
 def plain_profile(profile: BatchCostProfile) -> BatchCostProfile:
     """The same profile with K = 0 priced as an engine without speculation (``hardware["plain_step_ms"]``)."""
     plain = profile.hardware.get("plain_step_ms")
@@ -181,7 +214,7 @@ class CellTimes:
 
 
 def measure_cells(engine: Any, prompts: Sequence[Sequence[int]], batch_sizes: Sequence[int], ks: Sequence[int],
-                  tokens: int, repeats: int = 1) -> CellTimes:
+                  tokens: int, repeats: int = 1, proposer: Callable[[int], str] | None = None) -> CellTimes:
     """Serve ``b`` prompts at concurrency ``b`` with a fixed K for every cell (round-robin over the cells, so that a
     machine whose speed drifts hits every cell alike) and collect the steady step costs on both clocks.
 
@@ -189,9 +222,11 @@ def measure_cells(engine: Any, prompts: Sequence[Sequence[int]], batch_sizes: Se
         engine: A :class:`~specgym.envs.engines.serving.vllm_engine.VllmEngine` (``ks`` = ``[0]`` without speculation).
         prompts: Prompt token ids to draw from (cycled).
         tokens: New tokens per request.
+        proposer: A ``custom_class`` engine (specgym's proposer): the proposer spec that drafts exactly K per row
+            (``fill:K``), instead of the Dynamic SD table.
     """
     out = CellTimes()
-    spec = engine.config.k_max > 0
+    spec = proposer is None and engine.config.k_max > 0
     runs: list[dict[str, Any]] = []
     offset = 0
     for _ in range(repeats):
@@ -199,8 +234,11 @@ def measure_cells(engine: Any, prompts: Sequence[Sequence[int]], batch_sizes: Se
             for k in ks:
                 chosen = [prompts[(offset + i) % len(prompts)] for i in range(b)]
                 offset += b
-                table = [k] * (engine.config.max_num_seqs + 1) if spec else None
-                run = engine.serve(chosen, [tokens] * b, table=table, schedule=[(1e12, b)])
+                if proposer is not None:
+                    run = engine.serve(chosen, [tokens] * b, proposer=proposer(k), schedule=[(1e12, b)])
+                else:
+                    table = [k] * (engine.config.max_num_seqs + 1) if spec else None
+                    run = engine.serve(chosen, [tokens] * b, table=table, schedule=[(1e12, b)])
                 runs.append(run.log)
                 for clock in CLOCKS:
                     out.steps[clock].setdefault((b, k), []).extend(steady_steps(run.log, b, k, clock).tolist())

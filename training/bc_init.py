@@ -198,7 +198,8 @@ def alloc_demonstrations(spec: str, make_env: Callable[[], Any], episodes: int, 
 
 def clone_into(model: Any, venv: Any, obs: np.ndarray, labels: np.ndarray, epochs: int = 10,
                lr: float = 1e-3, batch: int = 1024, seed: int = 0, smoothing: float = 0.1) -> dict[str, float]:
-    """Fit ``model``'s actor to ``labels`` (cross-entropy) on ``obs`` normalised with statistics set in ``venv``.
+    """Fit ``model``'s actor to ``labels`` (cross-entropy) on ``obs`` normalised with statistics set in ``venv``;
+    ``obs`` also join the range ``venv`` records for the policy's guard (a ``RangeVecNormalize``).
 
     ``smoothing`` (label smoothing) keeps the clone stochastic (about 95/5 for two actions): a deterministic
     clone gives PPO no exploration and vanishing policy gradients; the argmax is still the baseline's decision.
@@ -209,6 +210,9 @@ def clone_into(model: Any, venv: Any, obs: np.ndarray, labels: np.ndarray, epoch
     rms.mean = obs.mean(0).astype(np.float64)
     rms.var = obs.var(0).astype(np.float64)
     rms.count = float(len(obs))
+    include = getattr(venv, "include", None)  # RangeVecNormalize: the demonstrations join the guard's range
+    if callable(include):
+        include(obs)
     x = torch.as_tensor(venv.normalize_obs(obs.copy()), dtype=torch.float32)
     y = torch.as_tensor(labels)
     opt = torch.optim.Adam(actor_parameters(model), lr=lr)

@@ -27,6 +27,12 @@ class RangeVecNormalize(VecNormalize):
         self.obs_low = lo if self.obs_low is None else np.minimum(self.obs_low, lo)
         self.obs_high = hi if self.obs_high is None else np.maximum(self.obs_high, hi)
 
+    def include(self, obs: np.ndarray) -> None:
+        """Raw observations a policy was fitted on outside the env's steps (behaviour cloning's demonstrations, a
+        ``(n, obs_dim)`` array) join the range: they are its experience too, and a clone validated before PPO steps
+        would otherwise carry the range of the ``reset()`` observations alone."""
+        self._record(np.asarray(obs))
+
     def step_wait(self) -> Any:
         """SB3's step, then the raw observations join the range."""
         out = super().step_wait()

@@ -610,7 +610,7 @@ def _lookup_rule(arg: str | None, k_max: int) -> LookupRule:
     return LookupRule(3 if arg is None else int(arg))
 
 
-#: Who may draft a tree (``TREE_SPEC@DRAFTER``, live only: the replay has no per-start ranks of the head yet).
+#: Who may draft a tree (``TREE_SPEC@DRAFTER``; a head tree replays from a recording with ``ranks_head``).
 TREE_DRAFTERS = (IMPLICIT_DRAFTER, HEAD_DRAFTER)
 #: The row of ``SPEC@DRAFTER`` where ``SPEC`` is a chain rule (``marginal@head``): keyed by its ``@``.
 ON_DRAFTER = "@"

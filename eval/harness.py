@@ -25,7 +25,7 @@ import numpy as np
 
 import specgym.catalogue as catalogue
 from specgym.agents.specs import EVAL_KINDS, Resolution, Resolved, resolve
-from specgym.envs.core.controller import Controller
+from specgym.envs.core.controller import Controller, fits_itself
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.kinds import KindName, kind_row, load_runner
 from specgym.envs.core.rounds import DEFAULT_K_MAX
@@ -166,12 +166,14 @@ def run_controllers(replay: Replay, named: Specs, refs: References,
 @dataclass
 class ReplayState:
     """What the runners of one evaluation share: the replay, its references, the traced requests, and the tree
-    replay engine (built on first use: it refuses v1 and sampled traces with one line)."""
+    replay engine (built on first use: it refuses v1 and sampled traces with one line) and the head's
+    (``head_tree_engines``, by drafter: trees drafted by the draft head, from ``ranks_head``)."""
 
     replay: Replay
     refs: References
     trace: Sequence[int]
     tree_engine: TreeEngine | None = None
+    head_tree_engines: dict[str, TreeEngine] = field(default_factory=dict)
 
     def ticks(self, tick: Callable[[], None] | None) -> None:
         """Advance a progress callback by every request at once (runners that serve the split in one go)."""
@@ -197,24 +199,44 @@ def run_drafter(state: ReplayState, row: Resolved, tick: Callable[[], None] | No
     return run_drafter_controller(rp.engine, rp.requests, row.controller, trace=state.trace, on_request=tick)
 
 
-def run_tree(state: ReplayState, row: Resolved, tick: Callable[[], None] | None) -> RunResult:
-    """A tree controller on the tree replay engine after its ``prepare``, or the tree oracle's plan."""
+def tree_engine_for(state: ReplayState, spec: str, drafter: str | None) -> TreeEngine:
+    """The evaluation's tree replay engine for trees drafted by ``drafter`` (``None``: the draft model; ``head``:
+    the draft head, from the recording's ``ranks_head`` column), built on first use; a workload that cannot replay
+    them is refused in one line naming ``spec`` and the missing column."""
     rp = state.replay
-    if state.tree_engine is None:
-        state.tree_engine = TreeEngine(rp.workload, rp.profile, rp.engine.k_max)
+    if drafter is None:
+        if state.tree_engine is None:
+            state.tree_engine = TreeEngine(rp.workload, rp.profile, rp.engine.k_max)
+        return state.tree_engine
+    engine = state.head_tree_engines.get(drafter)
+    if engine is None:
+        try:
+            engine = TreeEngine(rp.workload, rp.profile, rp.engine.k_max, drafter=drafter)
+        except SpecgymError as exc:
+            raise SpecgymError(f"{spec}: {exc} (or run it live: specgym generate, specgym bench live)") from None
+        state.head_tree_engines[drafter] = engine
+    return engine
+
+
+def run_tree(state: ReplayState, row: Resolved, tick: Callable[[], None] | None) -> RunResult:
+    """A tree controller on the tree replay engine after its ``prepare``, or the tree oracle's plan; trees drafted
+    by the head (``TREE_SPEC@head``) on the head's engine (:func:`tree_engine_for`)."""
+    rp = state.replay
+    drafter = None if row.controller is None else row.controller.drafter
+    engine = tree_engine_for(state, row.spec, drafter)
     if row.controller is None:
-        result = run_tree_oracle(state.tree_engine, rp.requests, row.spec)
-    elif row.controller.drafter is not None:
-        raise SpecgymError(f"{row.spec}: trees drafted by the {row.controller.drafter} run live only (specgym "
-                           "generate, specgym bench live): the tree replay reads the draft model's ranks, and "
-                           "recordings hold no per-start ranks of the head yet")
+        result = run_tree_oracle(engine, rp.requests, row.spec)
+    elif drafter is not None and fits_itself(row.controller):
+        raise SpecgymError(f"{row.spec}: a tree rule fitted on the draft model's columns cannot replay "
+                           f"{drafter}-drafted trees (the recording holds the {drafter}'s ranks, not what it fits on): "
+                           f"run it live")
     else:
         try:
             row.controller.prepare(rp.workload, rp.profile)
         except SpecgymError as exc:  # name the row: a tree controller prepares on the train split
             why = " (it fits itself on the train split before it runs)" if "'train'" in str(exc) else ""
             raise SpecgymError(f"{row.spec}: {exc}{why}") from None
-        result = run_tree_controller(state.tree_engine, rp.requests, row.controller)
+        result = run_tree_controller(engine, rp.requests, row.controller)
         note = getattr(row.controller, "signal_note", None)
         result.notes = [note] if note else []
     state.ticks(tick)

@@ -1,5 +1,6 @@
 """Trees drafted by the draft head, live: greedy output equals plain decoding, each round accepts what the head's
-recorded ranks predict, the caches and the head's feature follow the accepted path, EAGLE-2 runs on the head.
+recorded ranks predict, the caches and the head's feature follow the accepted path, EAGLE-2 runs on the head; and
+recorded (``ranks_head``, ``topk_head``) and replayed: the tree replay of a recorded request gives the live rounds.
 
 The pair is the tiny RANDOM Llama of tests/conftest.py (its weights scaled by 8 so that its greedy text varies) and a
 head built with ``build_head`` whose input layer is a least-squares fit of the target's next feature on these
@@ -287,17 +288,210 @@ def test_head_ranks_agree_with_the_recorded_head_runs(pair):
         assert lead.tolist() == head_runs(eng.head, feats, seq, len(ids), 6).tolist()
 
 
-def test_a_tree_spec_names_the_head_and_replay_refuses_it():
-    """``TREE_SPEC@head`` builds the tree rule with ``drafter = "head"`` (what the live tree runner reads); the
-    replay, which has no per-start ranks of the head, refuses it in one line; other drafters are refused."""
+def test_a_tree_spec_names_the_head():
+    """``TREE_SPEC@head`` builds the tree rule with ``drafter = "head"`` (what the live tree runner and the head's
+    tree replay read); other drafters are refused."""
     from specgym.agents.specs import build
-    from specgym.eval.harness import EvalConfig, evaluate
 
     r = build("tree-eagle:5:3:10@head", kinds=("tree",))
     assert (r.controller.drafter, r.controller.name, r.entry.kind) == ("head", "tree-eagle:5:3:10@head", "tree")
     assert build("tree-static:2-2-1", kinds=("tree",)).controller.drafter is None
     with pytest.raises(SpecgymError, match="drafted by the draft model or @head, not @ngram"):
         build("tree-static:2-2-1@ngram", kinds=("tree",))
-    cfg = EvalConfig(workload="midpair-greedy", controllers="tree-static:2-2-1@head", max_requests=4, bootstrap=0)
-    with pytest.raises(SpecgymError, match="run live only"):
-        evaluate(cfg)
+
+
+# ------------------------------------------------------------------------------------------ recorded and replayed
+TEXTS = ("def f(x):\n    return x + 1\n", "the cat sat on the mat. ", "12 + 7 = 19, 3 * 4 =")
+
+
+@pytest.fixture(scope="module")
+def recorded(pair, tmp_path_factory):
+    """``(path, workload)``: the three prompts recorded greedily (``specgym record``'s recorder) by the pair with its
+    head, so the trace carries ``ranks_head`` and ``topk_head``."""
+    from specgym.envs.engines.live.model_loading import LivePair
+    from specgym.envs.engines.live.recorder import RecordingSpec, record_workload
+    from specgym.envs.workloads.prompts import PromptSpec
+    from specgym.envs.workloads.trace_format import load_workload
+
+    tok, eng, _, _ = pair
+    live_pair = LivePair(eng.target, eng.target, tok, "tiny-target", "tiny-target", head=eng.head)
+    out = tmp_path_factory.mktemp("rec") / "head.parquet"
+    specs = [PromptSpec(f"q{i}", t, "code") for i, t in enumerate(TEXTS)]
+    record_workload(live_pair, specs, out, RecordingSpec(N, 0.0, PROFILE, seed=0, split_fractions=(0.0, 0.0, 1.0)))
+    return out, load_workload(out)
+
+
+def _replayed(tree_eng, r, play):
+    req = tree_eng.start(r)
+    rounds = []
+    while not req.done:
+        rounds.append(play(req))
+    return rounds
+
+
+def test_a_recording_stores_the_heads_per_start_ranks(pair, recorded):
+    """``ranks_head[g]`` is :func:`head_ranks` of the start ``g`` capped at 64 (the cap also where the head cannot
+    propose the token or past the completion), int8; its leading zeros are the head chain's runs; ``topk_head`` holds
+    the head's top-8 probabilities there (uint16, times 65535), descending."""
+    from specgym.envs.engines.live.model_loading import encode_prompt
+    from specgym.envs.workloads.workload import HEAD_RANK_CAP, HEAD_TOPK_SCALE
+
+    tok, eng, _, _ = pair
+    _, wl = recorded
+    assert wl.ranks_head.dtype == np.int8 and wl.ranks_head.shape == (wl.n_positions, 8)
+    assert wl.topk_head.dtype == np.uint16 and wl.topk_head.shape == (wl.n_positions, 64)
+    assert wl.signal_meta["head_ranks"]["version"] == 1 and wl.signal_meta["head_ranks"]["depth"] == 8
+    for r in range(wl.n_requests):
+        ids = encode_prompt(tok, wl.prompt_text[r])
+        comp = wl.token_id[wl.span(r)].tolist()
+        want = recorded_head_ranks(eng.target, eng.head, ids, comp, 8)
+        rows = wl.ranks_head[wl.span(r)].astype(np.int64)
+        np.testing.assert_array_equal(rows, np.minimum(want, HEAD_RANK_CAP))
+        assert (rows[-1, 1:] == HEAD_RANK_CAP).all()
+        lead = np.where((rows == 0).all(axis=1), 8, (rows != 0).argmax(axis=1))
+        np.testing.assert_array_equal(lead, np.minimum(wl.runs[HEAD_DRAFTER][wl.span(r)], 8))
+    top = wl.topk_head.reshape(wl.n_positions, 8, 8).astype(np.float64) / HEAD_TOPK_SCALE
+    assert (np.diff(top, axis=2) <= 0).all() and top[:, 0, 0].min() > 0 and (top.sum(axis=2) <= 1 + 1e-3).all()
+    assert ((wl.ranks_head > 0) & (wl.ranks_head < HEAD_RANK_CAP)).sum() > 20  # deep off-spine ranks are exercised
+
+
+def test_an_older_recording_gains_the_head_ranks(pair, recorded):
+    """``with_head_ranks`` adds to a recording without them exactly the columns the recorder writes."""
+    from specgym.envs.engines.live.model_loading import LivePair
+    from specgym.envs.engines.live.recorder import with_head_ranks
+
+    tok, eng, _, _ = pair
+    _, wl = recorded
+    meta = {k: v for k, v in wl.signal_meta.items() if k != "head_ranks"}
+    bare = wl.with_columns({k: v for k, v in wl.flat_columns().items() if not k.endswith("_head") or
+                            k.startswith("runs_")}, signal_meta=meta)
+    assert bare.ranks_head is None and bare.topk_head is None
+    again = with_head_ranks(bare, LivePair(eng.target, eng.target, tok, "t", "t", head=eng.head))
+    np.testing.assert_array_equal(again.ranks_head, wl.ranks_head)
+    np.testing.assert_array_equal(again.topk_head, wl.topk_head)
+    assert again.signal_meta == wl.signal_meta
+    with pytest.raises(SpecgymError, match="no draft head"):
+        with_head_ranks(bare, LivePair(eng.target, eng.target, tok, "t", "t"))
+
+
+def test_replayed_head_trees_accept_what_the_live_head_trees_accept(pair, recorded):
+    """Every shape, every recorded request: the tree replay of the head tree (``drafter="head"``, from
+    ``ranks_head``) gives the live head tree's rounds on the same prompt: positions, accepted tokens, nodes and
+    (priced by the same profile) times; the vectorised static replay gives the same totals; EAGLE-2 with beam 1 (a
+    chain, so its replay is exact) too."""
+    from specgym.baselines.tree_eagle import EagleTree
+    from specgym.envs.engines.live.model_loading import encode_prompt
+    from specgym.envs.engines.replay.tree_engine import TreeEngine
+
+    tok, eng, _, _ = pair
+    _, wl = recorded
+    tree_eng = TreeEngine(wl, PROFILE, 8, drafter=HEAD_DRAFTER)
+    deep = 0
+    for tree in SHAPES:
+        static = tree_eng.run_static(np.arange(wl.n_requests), tree)
+        for r in range(wl.n_requests):
+            live = _play(eng, encode_prompt(tok, wl.prompt_text[r]), tree).tree_result
+            assert live.tokens == wl.token_id[wl.span(r)].tolist()
+            rep = _replayed(tree_eng, r, lambda q: q.play(tree))
+            assert [(o.position, o.accepted, o.nodes) for o in rep] == \
+                [(o.position, o.accepted, o.nodes) for o in live.rounds], (tree, r)
+            assert [o.time_ms for o in rep] == pytest.approx([o.time_ms for o in live.rounds])
+            assert (static["rounds"][r], static["accepted"][r]) == (len(live.rounds), live.accepted)
+            assert static["time_ms"][r] == pytest.approx(live.time_ms)
+            deep += sum(o.accepted >= 2 for o in rep)
+    assert deep > 20
+    chain = EagleTree(4, 1, 4)
+    for r in range(wl.n_requests):
+        live = run_live_tree(eng, encode_prompt(tok, wl.prompt_text[r]), make("tree-eagle:4:1:4", 8, kinds=("tree",)),
+                             N, drafter=HEAD_DRAFTER)
+        rep = _replayed(tree_eng, r, chain.play)
+        assert [(o.position, o.accepted) for o in rep] == [(o.position, o.accepted) for o in live.rounds]
+        assert all(o.approximate for o in rep)
+
+
+def test_the_modelled_eagle_scores_are_the_heads_true_path_probabilities(pair, recorded):
+    """``draft_topk`` of a head request reads ``topk_head`` at the round's start: at depth 1 the head's real top-8
+    probabilities of the round's root, as EAGLE-2 live sees them (to the storage's 1/65535)."""
+    from specgym.envs.engines.live.model_loading import encode_prompt
+    from specgym.envs.engines.replay.tree_engine import TreeEngine
+
+    tok, eng, _, _ = pair
+    _, wl = recorded
+    req = TreeEngine(wl, PROFILE, 8, drafter=HEAD_DRAFTER).start(0)
+    live = LiveTreeRequest(eng, encode_prompt(tok, wl.prompt_text[0]), N, drafter=HEAD_DRAFTER)
+    with torch.inference_mode():
+        f = eng.head.step(live.feature[None], torch.tensor([live.seq[-1]]))
+        want = torch.topk(torch.softmax(eng.head.scores(f).float(), -1), 8).values[0].numpy()
+    np.testing.assert_allclose(req.draft_topk(5)[0], want, atol=2e-5)
+    assert req.draft_topk(12).shape == (12, 8) and not req.draft_topk(12)[8:].any()
+
+
+def test_eval_replays_head_trees_from_the_recording(recorded):
+    """``specgym eval`` runs ``TREE_SPEC@head`` rows on a recording with ``ranks_head``: the static head tree's
+    totals are the tree engine's; EAGLE-2 on the head is labelled approximate."""
+    from specgym.envs.engines.replay.tree_engine import TreeEngine
+    from specgym.eval.harness import EvalConfig, evaluate
+
+    path, wl = recorded
+    rep = evaluate(EvalConfig(workload=str(path), controllers="fixed:3@head,tree-static:2-2-1@head,"
+                                                              "tree-eagle:4:2:6@head", split="all", bootstrap=0,
+                              profile=PROFILE))
+    rows = {row["controller"]: row for row in rep["rows"]}
+    static = TreeEngine(wl, PROFILE, 8, drafter=HEAD_DRAFTER).run_static(np.arange(wl.n_requests),
+                                                                        TreeShape.from_widths((2, 2, 1)))
+    assert rows["tree-static:2-2-1@head"]["total_time_ms"] == pytest.approx(static["time_ms"].sum())
+    assert "tree-eagle:4:2:6@head (approximate)" in rows
+
+
+def test_replay_of_head_trees_refuses_in_one_line(recorded):
+    """Without ``ranks_head`` (every shipped trace so far) the row is refused naming the column; a rule fitted on the
+    draft model's columns and one that observes the spine's confidences are refused on the head; the engine refuses
+    trees deeper than the recorded depth and other drafters."""
+    from specgym.envs.engines.replay.tree_engine import TreeEngine
+    from specgym.eval.harness import EvalConfig, evaluate
+
+    path, wl = recorded
+    cases = [("midpair-greedy", "tree-static:2-2-1@head", "has no 'ranks_head' column"),
+             (str(path), "tree-sequoia:32@head", "fitted on the draft model's columns"),
+             (str(path), "tree-chain:fixed:3@head", "observes the spine's confidences")]
+    for workload, spec, match in cases:
+        with pytest.raises(SpecgymError, match=match) as err:
+            evaluate(EvalConfig(workload=workload, controllers=spec, split="all", max_requests=2, bootstrap=0,
+                                profile=PROFILE if workload == str(path) else None))
+        assert "\n" not in str(err.value)
+    with pytest.raises(SpecgymError, match="holds 8 depths"):
+        TreeEngine(wl, PROFILE, 12, drafter=HEAD_DRAFTER).start(0).play(TreeShape.chain(10))
+    with pytest.raises(SpecgymError, match="not 'ngram'"):
+        TreeEngine(wl, PROFILE, 8, drafter="ngram")
+    # topk_head is optional: without it static head trees replay, EAGLE-2 on the head is refused naming it
+    from specgym.baselines.tree_eagle import EagleTree
+
+    lean = TreeEngine(wl.with_columns({k: v for k, v in wl.flat_columns().items() if k != "topk_head"}), PROFILE, 8,
+                      drafter=HEAD_DRAFTER)
+    assert lean.start(0).play(TreeShape.from_widths((2, 1))).produced >= 1
+    with pytest.raises(SpecgymError, match="no 'topk_head' column"):
+        EagleTree(4, 2, 6).play(lean.start(0))
+
+
+def test_the_head_rank_columns_are_checked_on_load(recorded, tmp_path):
+    """A trace whose ``head_ranks`` block has another version, or lacks it beside the columns, is refused in one
+    line naming the file and the field; a trace without the columns (the shipped ones) loads with ``None``."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from specgym.envs.workloads.trace_format import META_KEY, load_workload, read_workload_file, workload_to_table
+
+    _, wl = recorded
+    for change, match in ((lambda m: m["signals"]["head_ranks"].update(version=2), "head_ranks.version' is 2"),
+                          (lambda m: m["signals"].pop("head_ranks"), "needs metadata field 'signals.head_ranks'")):
+        table = workload_to_table(wl)
+        meta = json.loads(table.schema.metadata[META_KEY])
+        change(meta)
+        bad = tmp_path / "bad.parquet"
+        pq.write_table(table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()}), bad)
+        with pytest.raises(SpecgymError, match=match) as err:
+            read_workload_file(bad)
+        assert str(bad) in str(err.value) and "\n" not in str(err.value)
+    old = load_workload("midpair-greedy")
+    assert old.ranks_head is None and old.topk_head is None

@@ -57,6 +57,7 @@ def test_round_trip(pair, tmp_path, temperature):
         assert 0 < back.p_accept.min() and back.p_accept.max() <= 1.0
     assert not (out.parent / (out.name + ".partial.jsonl")).exists()
     assert stats["positions"] == back.n_positions
+    assert back.ranks_head is None and "head_ranks" not in back.signal_meta  # a pair without a head: no head ranks
     _check_signal_columns(pair, back, temperature)
     if temperature == 0:  # a greedy recording holds the prompt-lookup drafter's per-start runs, from its token ids
         from specgym.envs.core.ngram_proposer import ngram_runs

@@ -15,6 +15,7 @@ from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.signals import TOPK
 from specgym.envs.workloads.validation import validate_workload
 from specgym.envs.workloads.workload import (
+    HEAD_RANKS_META,
     META_KEY,
     POSITION_COLUMNS,
     REQUEST_COLUMNS,
@@ -22,6 +23,7 @@ from specgym.envs.workloads.workload import (
     SIGNAL_COLUMNS,
     SUPPORTED_VERSIONS,
     Workload,
+    head_ranks_depth,
 )
 from specgym.errors import SpecgymError
 from specgym.io import atomic_path, atomic_paths
@@ -103,12 +105,16 @@ def read_workload_file(path: str | Path) -> Workload:
     if not isinstance(signal_meta, dict):
         raise SpecgymError(f"{where}: metadata field 'signals' must be an object")
     sketch_dim = (signal_meta.get("hidden_sketch") or {}).get("dim")
+    head_depth = head_ranks_depth(signal_meta, where)
+    widths = {"topk": TOPK, "sketch": sketch_dim, "head_depth": head_depth,
+              "head_topk": None if head_depth is None else head_depth * TOPK}
     for col in SIGNAL_COLUMNS if version >= 2 else ():
         if col in names:
             offs, values = _list_column(pa, table, col, where)
             if not np.array_equal(offs, offsets_ref):
                 raise SpecgymError(f"{where}: column {col!r} lengths differ from {first_col!r} (inconsistent lengths)")
-            flats[col] = _signal_values(pa, values, col, TOPK if col == "draft_topk" else sketch_dim, where)
+            kind = SIGNAL_COLUMNS[col][1]
+            flats[col] = _signal_values(pa, values, col, None if kind is None else widths[kind], where)
     prompt_col = table.column("prompt_text")
     prompt_text = None if prompt_col.null_count == len(prompt_col) else [t or "" for t in prompt_col.to_pylist()]
     wl = Workload(
@@ -242,10 +248,12 @@ def _list_column(pa: Any, table: Any, col: str, where: str) -> tuple[np.ndarray,
 def _signal_values(pa: Any, values: Any, col: str, width: int | None, where: str) -> np.ndarray:
     """The numpy array of a signal column's values; the Arrow type must be exactly the format's."""
     dtype, kind = SIGNAL_COLUMNS[col]
-    want = {np.int32: pa.int32(), np.int8: pa.int8(), np.bool_: pa.bool_(), np.float32: pa.float32()}[dtype]
+    want = {np.int32: pa.int32(), np.int8: pa.int8(), np.bool_: pa.bool_(), np.float32: pa.float32(),
+            np.uint16: pa.uint16()}[dtype]
     if kind is not None:
         if width is None:
-            raise SpecgymError(f"{where}: column {col!r} needs metadata field 'signals.hidden_sketch'")
+            block = HEAD_RANKS_META if kind.startswith("head") else "hidden_sketch"
+            raise SpecgymError(f"{where}: column {col!r} needs metadata field 'signals.{block}'")
         if not pa.types.is_fixed_size_list(values.type) or values.type.list_size != width \
                 or values.type.value_type != want:
             raise SpecgymError(f"{where}: column {col!r} must be a list of fixed_size_list<{want}>[{width}], "

@@ -40,9 +40,26 @@ temperature (greedy: ``softmax(d_i)``; sampled: ``softmax(d_i / T)``) and ``t_i`
   hidden state (after the final layer norm) times a fixed seeded random projection ``(hidden, D)``, stored exactly
   in the metadata (``signals.hidden_sketch``, :func:`~specgym.envs.core.signals.projection_to_meta`).
 
+* ``ranks_head`` (``list<fixed_size_list<int8>[J]>``) and ``topk_head`` (``list<fixed_size_list<uint16>[8 J]>``),
+  recorded for a pair with a draft head (:mod:`specgym.envs.engines.live.draft_head`): per START ``g`` (the round
+  that produces completion token ``g`` first), ``ranks_head[g, j]`` = the rank of ``t_{g+j}`` among the head's scores
+  after ``j + 1`` head steps from that start along the completion (the first from the target's hidden state before
+  the last accepted token with that token, each next from the previous step's feature with the true token: the live
+  head tree's steps, :mod:`specgym.envs.engines.live.head_tree`), ``j = 0..J-1``; 0 = top-1, ties by the head's
+  column; stored as ``min(rank, 64)`` (a node has at most 64 children, so the cap loses nothing a tree reads), and 64
+  where the head cannot propose the token or ``g + j`` is past the completion. Unlike ``target_rank`` it depends on
+  the start (the head's feature there is its own prediction), hence one row per start. ``topk_head[g, 8j : 8j+8]`` =
+  the head's 8 largest probabilities at the same step, descending, times 65535 (0 past the completion). The tree
+  replay of head trees (``TREE_SPEC@head``) reads them; a greedy round of a rank-defined tree at ``g`` accepts
+  ``TreeShape.accepted(ranks_head[g], room)``.
+
 The metadata block ``signals`` describes them (``topk``, ``lookup_max_n``, ``vocab_size``, ``rank``,
-``hidden_sketch``). The loader checks every present column (list type, per-request lengths equal to ``p_accept``'s,
-value type, ranges, and the identities above) and names the file and the field in a one-line error.
+``hidden_sketch``; ``head_ranks`` = ``{"version": 1, "depth": J, "cap": 64, "topk": 8, "topk_scale": 65535, ...}``,
+present exactly when ``ranks_head`` is, and a version other than 1 is refused in one line; ``topk_head``, which only
+EAGLE-2's modelled replay on the head reads and which takes most of the bytes (about 130 per position compressed,
+``ranks_head`` about 4), needs ``ranks_head`` and may be left out). The loader checks every present column (list
+type, per-request lengths equal to ``p_accept``'s, value type, ranges, and the identities above) and names the file
+and the field in a one-line error.
 
 **Sharded workloads.** A workload too large for memory (millions of requests) is stored as a *dataset folder*
 (written by :mod:`specgym.envs.workloads.dataset`):

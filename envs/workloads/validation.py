@@ -9,6 +9,8 @@ from specgym.envs.core.cost import DRAFTER_KINDS
 from specgym.envs.core.lookup import LOOKUP_MAX_N
 from specgym.envs.core.signals import TOPK, projection_from_meta
 from specgym.envs.workloads.workload import (
+    HEAD_RANK_CAP,
+    HEAD_RANKS_META,
     RUNS_DTYPE,
     RUNS_KINDS,
     RUNS_PREFIX,
@@ -16,6 +18,7 @@ from specgym.envs.workloads.workload import (
     SOURCE_KINDS,
     SPLITS,
     Workload,
+    head_ranks_depth,
 )
 from specgym.errors import SpecgymError
 
@@ -114,7 +117,12 @@ def _validate_signals(wl: Workload, where: str) -> None:
         raise SpecgymError(f"{where}: field 'hidden_sketch' and metadata field 'signals.hidden_sketch' must come "
                            "together")
     sketch_dim = None if sketch_meta is None else projection_from_meta(sketch_meta, where).shape[1]
-    widths = {"topk": TOPK, "sketch": sketch_dim}
+    head_depth = head_ranks_depth(wl.signal_meta, where)
+    if (head_depth is None) != (wl.ranks_head is None) or (wl.ranks_head is None and wl.topk_head is not None):
+        raise SpecgymError(f"{where}: field 'ranks_head' and metadata field 'signals.{HEAD_RANKS_META}' must come "
+                           f"together, and 'topk_head' needs them")
+    widths = {"topk": TOPK, "sketch": sketch_dim, "head_depth": head_depth,
+              "head_topk": None if head_depth is None else head_depth * TOPK}
     for col, (dtype, width) in SIGNAL_COLUMNS.items():
         arr = getattr(wl, col)
         if arr is None:
@@ -156,6 +164,12 @@ def _validate_signals(wl: Workload, where: str) -> None:
                      "disagrees with lookup_token == draft_token")
     if wl.hidden_sketch is not None:
         fail("hidden_sketch", ~np.isfinite(wl.hidden_sketch), "has a non-finite value")
+    if wl.ranks_head is not None:
+        fail("ranks_head", (wl.ranks_head < 0) | (wl.ranks_head > HEAD_RANK_CAP),
+             f"has a value outside [0, {HEAD_RANK_CAP}]")
+    if wl.topk_head is not None:
+        blocks = wl.topk_head.reshape(n, -1, TOPK).astype(np.int32)
+        fail("topk_head", np.diff(blocks, axis=2) > 0, "is not sorted in descending order within each depth")
     greedy = np.repeat(wl.temperature == 0, np.diff(off))
     if greedy.any() and wl.p_accept is not None:
         if wl.draft_token is not None and wl.token_id is not None:

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from specgym.envs.core.cost import DRAFTER_KINDS, CostProfile
+from specgym.envs.core.cost import DRAFTER_KINDS, TREE_NODE_LIMIT, CostProfile
 from specgym.envs.core.kinds import IMPLICIT_DRAFTER
-from specgym.envs.core.signals import SignalColumns, projection_from_meta
+from specgym.envs.core.signals import TOPK, SignalColumns, projection_from_meta
 from specgym.envs.workloads.loops import is_looped
 from specgym.errors import SpecgymError
 
@@ -29,7 +29,8 @@ SPLITS = ("train", "val", "test")
 #: Per-position columns of formats v1/v2 (required there; optional in v3, where an absent one loads as ``None``).
 POSITION_COLUMNS = ("p_accept", "draft_conf", "draft_entropy", "target_entropy")
 #: Optional per-position signal columns of format v2 (numpy dtype, trailing width: None = scalar per position,
-#: "topk" = TOPK, "sketch" = the metadata's hidden_sketch.dim).
+#: "topk" = TOPK, "sketch" = the metadata's hidden_sketch.dim, "head_depth" / "head_topk" = the metadata's
+#: head_ranks.depth / depth * topk).
 SIGNAL_COLUMNS: dict[str, tuple[Any, str | None]] = {
     "token_id": (np.int32, None),
     "draft_token": (np.int32, None),
@@ -39,7 +40,21 @@ SIGNAL_COLUMNS: dict[str, tuple[Any, str | None]] = {
     "lookup_token": (np.int32, None),
     "lookup_agree": (np.bool_, None),
     "hidden_sketch": (np.float32, "sketch"),
+    "ranks_head": (np.int8, "head_depth"),
+    "topk_head": (np.uint16, "head_topk"),
 }
+#: The ``signals`` metadata block that describes ``ranks_head`` and ``topk_head`` (the draft head's per-start ranks
+#: and top-k probabilities, for the tree replay of head trees): its ``version``, ``depth``, ``cap``, ``topk`` and
+#: ``topk_scale`` (:func:`head_ranks_meta`).
+HEAD_RANKS_META = "head_ranks"
+#: The one version of the ``head_ranks`` block this specgym reads (another is refused in one line).
+HEAD_RANKS_VERSION = 1
+#: ``ranks_head`` stores ``min(rank, cap)``: a node has at most ``TREE_NODE_LIMIT = 64`` children, so no tree accepts
+#: a token of rank 64 or more, and the cap (also written where the head cannot propose the token, or past the
+#: completion) loses nothing a tree replay reads.
+HEAD_RANK_CAP = TREE_NODE_LIMIT
+#: ``topk_head`` stores each probability ``p`` as ``round(p * HEAD_TOPK_SCALE)`` (uint16).
+HEAD_TOPK_SCALE = 65535
 REQUEST_COLUMNS = ("request_id", "category", "temperature", "prompt_len", "prompt_text", "split")
 SOURCE_KINDS = ("recorded", "synthetic", "published", "imported")
 #: Format v3: the column of a drafter's per-start runs is ``RUNS_PREFIX + name`` (``list<int16>``).
@@ -77,6 +92,10 @@ class Workload:
         token_id, draft_token, target_rank, draft_topk, lookup_len, lookup_token, lookup_agree, hidden_sketch:
             the optional v2 signal columns (module docstring), flat over positions (``draft_topk`` ``(n, 8)``,
             ``hidden_sketch`` ``(n, D)``); ``None`` where absent.
+        ranks_head, topk_head: the draft head's per-start ranks ``(n, J)`` int8 and top-k probabilities
+            ``(n, J * 8)`` uint16 (module :mod:`~specgym.envs.workloads.trace_format`); ``None`` where absent
+            (``topk_head``, which only EAGLE-2's modelled replay reads, may be dropped from a trace that keeps
+            ``ranks_head``).
         signal_meta: the ``signals`` metadata block (empty without signal columns).
         runs: format v3: ``{drafter: flat int16 runs}``, ``runs[g]`` = the draft tokens a round starting at ``g``
             accepts with a long enough draft (bonus excluded); empty in a per-position trace.
@@ -108,6 +127,8 @@ class Workload:
     lookup_token: np.ndarray | None = None
     lookup_agree: np.ndarray | None = None
     hidden_sketch: np.ndarray | None = None
+    ranks_head: np.ndarray | None = None
+    topk_head: np.ndarray | None = None
     signal_meta: dict[str, Any] = field(default_factory=dict)
     runs: dict[str, np.ndarray] = field(default_factory=dict)
     drafters: list[dict[str, Any]] = field(default_factory=list)
@@ -322,6 +343,40 @@ class Workload:
             **({"signals": self.signal_meta} if self.signal_meta else {}),
             **({"drafters": self.drafters} if self.drafters else {}),
         }
+
+
+def head_ranks_meta(depth: int) -> dict[str, Any]:
+    """The ``signals.head_ranks`` metadata block of a recording with ``ranks_head`` / ``topk_head`` of ``depth``
+    columns."""
+    return {"version": HEAD_RANKS_VERSION, "depth": int(depth), "cap": HEAD_RANK_CAP, "topk": TOPK,
+            "topk_scale": HEAD_TOPK_SCALE, "drafter": "head",
+            "rank": "ranks_head[g, j]: rank of completion token g + j among the draft head's scores after j + 1 "
+                    "steps from the round start at g along the completion (0 = top-1, ties by the head's column), "
+                    "min(rank, cap); cap where the head cannot propose it or past the completion",
+            "topk_head": "topk_head[g, 8 j : 8 j + 8]: the head's 8 largest probabilities there, descending, times "
+                         "topk_scale (0 past the completion)"}
+
+
+def head_ranks_depth(signal_meta: dict[str, Any], where: str) -> int | None:
+    """The depth ``J`` of the ``head_ranks`` block, ``None`` without one; a block of another version or with a bad
+    depth, cap or scale raises one line naming ``where``."""
+    meta = signal_meta.get(HEAD_RANKS_META)
+    if meta is None:
+        return None
+    if not isinstance(meta, dict) or meta.get("version") != HEAD_RANKS_VERSION:
+        got = meta.get("version") if isinstance(meta, dict) else meta
+        raise SpecgymError(f"{where}: metadata field 'signals.{HEAD_RANKS_META}.version' is {got!r}; this specgym "
+                           f"reads version {HEAD_RANKS_VERSION} of the draft head's ranks")
+    depth = meta.get("depth")
+    if not isinstance(depth, int) or not 1 <= depth <= 127:
+        raise SpecgymError(f"{where}: metadata field 'signals.{HEAD_RANKS_META}.depth' must be an int in [1, 127], "
+                           f"got {depth!r}")
+    want = {"cap": HEAD_RANK_CAP, "topk": TOPK, "topk_scale": HEAD_TOPK_SCALE}
+    for key, value in want.items():
+        if meta.get(key) != value:
+            raise SpecgymError(f"{where}: metadata field 'signals.{HEAD_RANKS_META}.{key}' must be {value}, got "
+                               f"{meta.get(key)!r}")
+    return depth
 
 
 def _gather_index(old_offsets: np.ndarray, idx: np.ndarray, new_offsets: np.ndarray) -> np.ndarray:

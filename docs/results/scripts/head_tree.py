@@ -8,9 +8,23 @@
    head; tokens/s over the whole set (the engine's ``timing="cpu"``: the thread's CPU time, which leaves out the time
    other jobs preempted it), each row's output checked against plain decoding.
 
+3. With ``--replay TRACE`` (a greedy recording of the pair that carries the head's per-start ranks ``ranks_head``,
+   e.g. ``specgym record --pair smollm2 ...`` of the val and test prompts), instead of 1 and 2: replay against live
+   on the first ``--prompts`` val requests of the trace (one per category): the head chain ``fixed:3@head``, a static
+   head tree and EAGLE-2 on the head (``tree-eagle:5:3:10@head``), each decoded live (CPU time) and replayed from
+   the trace (chain: ``runs_head``; trees: ``ranks_head`` / ``topk_head``, priced by the trace's profile): tokens per
+   round, how many requests' rounds (position, accepted) are identical, and the speedup over plain decoding, live
+   (measured) and replayed (predicted). Each live output is checked against the recorded completion.
+
+``--add-ranks OUT`` writes such a trace without regenerating: the val and test requests of the shipped
+``smollm2-greedy`` recording with the head's ranks added by the recorder's code
+(:func:`~specgym.envs.engines.live.recorder.with_head_ranks`, one teacher-forced target forward per request).
+
 One torch thread. The figures are measured on a shared machine: label them "measured while other jobs ran".
 
-Run: ``python docs/results/scripts/head_tree.py [--prompts 4] [--tokens 64] [--repeats 15]`` (a few minutes).
+Run: ``python docs/results/scripts/head_tree.py [--prompts 4] [--tokens 64] [--repeats 15]`` (a few minutes);
+``python docs/results/scripts/head_tree.py --add-ranks out/head-ranks/smollm2-valtest-greedy.parquet`` then
+``python docs/results/scripts/head_tree.py --replay out/head-ranks/smollm2-valtest-greedy.parquet [--prompts 4]``.
 """
 
 from __future__ import annotations
@@ -18,16 +32,23 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
 
+import numpy as np
 import torch
 
+from specgym.baselines.tree_eagle import EagleTree
 from specgym.catalogue import pair_models
 from specgym.envs.core.kinds import HEAD_DRAFTER
 from specgym.envs.core.tree import TreeShape
 from specgym.envs.engines.live.engine import LiveEngine
 from specgym.envs.engines.live.model_loading import encode_prompt, load_pair
+from specgym.envs.engines.live.recorder import with_head_ranks
 from specgym.envs.engines.live.tree import LiveTreeRequest, ancestor_matrix, tree_mask, tree_parents
+from specgym.envs.engines.replay.trace_engine import TraceEngine
+from specgym.envs.engines.replay.tree_engine import TreeEngine
 from specgym.envs.workloads.prompts import read_prompts
+from specgym.envs.workloads.trace_format import load_workload, save_workload
 from specgym.paths import WORKLOADS_DIR
 
 NODES = (0, 1, 2, 4, 8, 16, 32)
@@ -86,16 +107,109 @@ def decode(eng: LiveEngine, ids: list[int], n: int, how: tuple) -> tuple[list[in
     return tr.tokens, tr.time_ms, len(tr.rounds), tr.drafted
 
 
+def _live_rounds(eng: LiveEngine, ids: list[int], n: int, how: tuple) -> tuple[list[int], float, list[tuple]]:
+    """One live request: ``(tokens, cpu ms, [(position, accepted), ...])`` of plain decoding or a head row."""
+    kind, arg = how
+    if kind == "plain":
+        res = eng.run_plain(ids, n)
+        return res.tokens, res.time_ms, [(r.position, 0) for r in res.rounds]
+    if kind == "chain":
+        req = eng.start(ids, n)
+        while not req.done:
+            req.play(arg, drafter=HEAD_DRAFTER)
+        return req.result.tokens, req.result.time_ms, [(r.position, r.accepted) for r in req.result.rounds]
+    treq = LiveTreeRequest(eng, ids, n, drafter=HEAD_DRAFTER)
+    while not treq.done:
+        if kind == "tree":
+            treq.play_tree(arg)
+        else:
+            treq.play_eagle(*arg)
+    tr = treq.tree_result
+    return tr.tokens, tr.time_ms, [(r.position, r.accepted) for r in tr.rounds]
+
+
+def _replayed_rounds(chain: TraceEngine, tree: TreeEngine, r: int, how: tuple) -> tuple[float, list[tuple]]:
+    """One replayed request: ``(predicted ms, [(position, accepted), ...])``."""
+    kind, arg = how
+    if kind in ("plain", "chain"):
+        req = chain.start(r)
+        out = []
+        while not req.done:
+            o = req.play(0 if kind == "plain" else arg)
+            out.append((o.time_ms, (o.position, o.accepted)))
+    else:
+        ctrl = EagleTree(*arg) if kind == "eagle" else None
+        treq = tree.start(r)
+        out = []
+        while not treq.done:
+            t = ctrl.play(treq) if ctrl is not None else treq.play(arg)
+            out.append((t.time_ms, (t.position, t.accepted)))
+    return sum(t for t, _ in out), [x for _, x in out]
+
+
+def replay_vs_live(pair: Any, eng: LiveEngine, trace: str, prompts: int) -> None:
+    """Part 3 (module docstring)."""
+    wl = load_workload(trace)
+    chain = TraceEngine(wl, wl.profile, 8, drafter=HEAD_DRAFTER)
+    tree = TreeEngine(wl, wl.profile, 8, drafter=HEAD_DRAFTER)
+    picked, seen = [], set()
+    for r in range(wl.n_requests):
+        if wl.split[r] == "val" and wl.category[r] not in seen and len(picked) < prompts:
+            seen.add(wl.category[r])
+            picked.append(r)
+    rows = [("plain", ("plain", None)), ("fixed:3@head", ("chain", 3)),
+            ("tree-static:2-2-1@head", ("tree", TreeShape.from_widths((2, 2, 1)))),
+            ("tree-eagle:5:3:10@head", ("eagle", (5, 3, 10)))]
+    tot = {name: [0, 0.0, 0.0, 0, 0, 0, True] for name, _ in rows}  # tokens, live ms, replay ms, live/replay rounds,
+    for r in picked:  # same rounds, identical output; rows interleaved per prompt
+        ids = encode_prompt(pair.tokenizer, wl.prompt_text[r])
+        truth = wl.token_id[wl.span(r)].tolist()
+        for name, how in rows:
+            toks, ms, live = _live_rounds(eng, ids, len(truth), how)
+            pred, rep = _replayed_rounds(chain, tree, r, how)
+            t = tot[name]
+            t[0] += len(toks)
+            t[1] += ms
+            t[2] += pred
+            t[3] += len(live)
+            t[4] += len(rep)
+            t[5] += live == rep
+            t[6] = bool(t[6] and toks == truth)
+    ids = ", ".join(str(wl.request_id[r]) for r in picked)
+    print(f"3. replay vs live, {len(picked)} val requests of {wl.name} ({ids}), greedy; live: CPU time, measured while "
+          f"other jobs ran; replay: profile {wl.profile.name}\n{'row':<24} {'live tok/rnd':>12} {'replay tok/rnd':>14} "
+          f"{'same rounds':>11} {'live x plain':>12} {'replay x plain':>14} output ok")
+    plain = tot["plain"]
+    for name, (tok, live_ms, rep_ms, lr, rr, same, ok) in tot.items():
+        print(f"{name:<24} {tok / lr:>12.2f} {tok / rr:>14.2f} {f'{same}/{len(picked)}':>11} "
+              f"{plain[1] / live_ms:>12.3f} {plain[2] / rep_ms:>14.3f} {ok}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--replay", default=None, metavar="TRACE", help="part 3 only: replay vs live on this recording")
+    ap.add_argument("--add-ranks", default=None, metavar="OUT",
+                    help="write smollm2-greedy's val and test requests with the head's ranks to OUT, and stop")
     args = ap.parse_args()
     torch.set_num_threads(1)
     draft, target = pair_models("smollm2")
     pair = load_pair(str(draft), str(target))
     eng = LiveEngine.from_pair(pair, k_max=8, timing="cpu")
+    if args.add_ranks:
+        wl = load_workload("smollm2-greedy")
+        sub = wl.subset(np.flatnonzero(np.isin(wl.split, ["val", "test"])))
+        t0 = time.perf_counter()
+        out = with_head_ranks(sub.with_columns(sub.flat_columns(), name="smollm2-valtest-greedy"), pair)
+        save_workload(out, args.add_ranks, overwrite=True)
+        print(f"{args.add_ranks}: {out.n_requests} requests, {out.n_positions} positions, head ranks added in "
+              f"{time.perf_counter() - t0:.1f} s")
+        return
+    if args.replay:
+        replay_vs_live(pair, eng, args.replay, args.prompts)
+        return
     specs, seen = [], set()
     for p in read_prompts(WORKLOADS_DIR / "smollm2-prompts.jsonl"):
         if p.split == "val" and p.category not in seen and len(specs) < args.prompts:

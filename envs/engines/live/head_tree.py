@@ -12,9 +12,10 @@ last accepted node.
 
 :func:`grow_head_tree` grows a rank-defined :class:`TreeShape`; :func:`grow_head_eagle` grows EAGLE-2's dynamic tree
 (every generated node scored by its path confidence, the product of the head's probabilities; the ``beam`` best
-of each depth expanded); :func:`head_ranks` is what a recording would store so the tree replay predicts head trees
-(the rank of the target's token among the head's scores at each depth from each round start: unlike a draft model's
-rank, a head's depends on where the round started, because its feature there is its own prediction).
+of each depth expanded); :func:`head_ranks` / :func:`head_rank_table` are what a recording stores so the tree
+replay plays head trees (``ranks_head``, ``topk_head``: the rank of the target's token among the head's scores, and
+the head's top probabilities, at each depth from each round start: unlike a draft model's rank, a head's depends on
+where the round started, because its feature there is its own prediction).
 """
 
 from __future__ import annotations
@@ -159,12 +160,28 @@ def head_ranks(head: Any, features: Any, ids: list[int], prompt_len: int, depth:
         prompt_len: Prompt length (at least 2).
         depth: Deepest tree to replay (columns).
     """
+    return head_rank_table(head, features, ids, prompt_len, depth)[0]
+
+
+def head_rank_table(head: Any, features: Any, ids: list[int], prompt_len: int, depth: int,
+                    topk: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`head_ranks` and, with ``topk``, the head's ``topk`` largest probabilities at the same steps.
+
+    The steps are the live head tree's (:func:`grow_head_tree`): the start's feature is one head step from the
+    target's hidden state before the last accepted token with that token, each deeper one a step from the previous
+    feature with the true token; every start of the completion is one row of the same batched steps.
+
+    Returns:
+        ``rank`` ``(n, depth)`` int16 (:data:`NO_RANK` where none) and ``probs`` ``(n, depth, topk)`` float32
+        (softmax over the head's vocabulary, descending; zeros past the completion).
+    """
     import torch
 
     n = len(ids) - prompt_len
     out = np.full((max(n, 0), depth), NO_RANK, dtype=np.int16)
+    probs = np.zeros((max(n, 0), depth, topk), dtype=np.float32)
     if n <= 0:
-        return out
+        return out, probs
     if prompt_len < 2:
         raise SpecgymError("draft head ranks need a prompt of at least 2 tokens")
     dev = features.device
@@ -181,11 +198,16 @@ def head_ranks(head: Any, features: Any, ids: list[int], prompt_len: int, depth:
                 break
             want = seq[torch.clamp(starts + j, max=len(ids) - 1)]
             c = col[want]
-            rank = token_rank(head.scores(f), c.clamp_min(0))
+            scores = head.scores(f)
+            rank = token_rank(scores, c.clamp_min(0))
             ok = live & (c >= 0)
+            alive = live.cpu().numpy()
             out[:, j] = np.where(ok.cpu().numpy(), np.minimum(rank.cpu().numpy(), NO_RANK - 1), NO_RANK)
+            if topk:
+                top = torch.topk(torch.softmax(scores.float(), -1), min(topk, scores.shape[-1]), dim=-1).values
+                probs[alive, j, : top.shape[1]] = top.cpu().numpy()[alive]
             tok = want
-    return out
+    return out, probs
 
 
 def recorded_head_ranks(target: Any, head: Any, prompt: list[int], completion: list[int], depth: int) -> np.ndarray:

@@ -23,6 +23,11 @@ exactly (:func:`~specgym.envs.core.ngram_proposer.ngram_runs`, vLLM's ``ngram`` 
 the live engine's ``prompt_lookup_min/max``), so the drafter-choice controllers replay on it what the live engine's
 n-gram drafter does.
 
+A pair with a **draft head** adds its per-start runs (``runs_head``) and, for the tree replay of head trees, its
+per-start ranks and top-8 probabilities (``ranks_head``, ``topk_head``, depth :data:`HEAD_RANKS_DEPTH`;
+:func:`head_rank_columns`; every request, sampled ones too, the ranks being those of its tokens), a greedy
+request's both from one teacher-forced target forward; :func:`with_head_ranks` adds the ranks to an older recording.
+
 Prompts: a prompts file (:mod:`specgym.envs.workloads.prompts`).
 
 Trace extraction is batched: the teacher-forced forwards of ``batch`` requests run together (right-padded).
@@ -51,12 +56,13 @@ from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.kinds import HEAD_DRAFTER, IMPLICIT_DRAFTER, NGRAM_DRAFTER
 from specgym.envs.core.lookup import LOOKUP_MAX_N, lookup_columns
 from specgym.envs.core.ngram_proposer import ngram_runs
-from specgym.envs.core.rounds import K_MAX_LIMIT
+from specgym.envs.core.rounds import DEFAULT_K_MAX, K_MAX_LIMIT
 from specgym.envs.core.signals import TOPK, projection_to_meta, sketch_projection
 from specgym.envs.engines.live.clock import host_generator
-from specgym.envs.engines.live.draft_head import recorded_head_runs
+from specgym.envs.engines.live.draft_head import head_runs, target_features
 from specgym.envs.engines.live.draft_stats import draft_stats, token_rank, top_probs
 from specgym.envs.engines.live.engine import LiveEngine
+from specgym.envs.engines.live.head_tree import NO_RANK, head_rank_table
 from specgym.envs.engines.live.model_loading import LivePair, encode_prompt
 from specgym.envs.engines.live.sampled_runs import SAMPLED_RUNS_SOURCE, request_sampled_runs
 from specgym.envs.workloads.dataset import DEFAULT_SHARD_REQUESTS, chunks, write_dataset
@@ -69,6 +75,7 @@ from specgym.envs.workloads.trace_format import (
     save_workload,
     workload_from_requests,
 )
+from specgym.envs.workloads.workload import HEAD_RANK_CAP, HEAD_RANKS_META, HEAD_TOPK_SCALE, head_ranks_meta
 from specgym.errors import SpecgymError
 from specgym.io import check_output, sha256_file
 from specgym.paths import portable_name
@@ -79,6 +86,9 @@ GREEDY_RUNS_SOURCE = ("the leading matches of each start's proposal with the gre
                       "token ids; the draft head's from one teacher-forced target forward)")
 #: The train/val/test fractions of a recording without ``--splits``.
 DEFAULT_SPLITS = (0.8, 0.1, 0.1)
+#: Depth ``J`` of the draft head's per-start ranks a recording stores (``ranks_head``, ``topk_head``): the tree
+#: replay's default deepest tree (``DEFAULT_K_MAX``); head trees deeper than it are refused in replay.
+HEAD_RANKS_DEPTH = DEFAULT_K_MAX
 
 
 @dataclass(frozen=True)
@@ -271,10 +281,17 @@ class Recorder:
 
     def _runs(self, r: dict[str, Any]) -> dict[str, Any]:
         """A request's per-start runs of the whole-proposal drafters, proposals of up to ``K_MAX_LIMIT`` tokens: of
-        prompt lookup and, for a pair with one, the draft head (:func:`request_drafter_runs`)."""
-        runs = request_drafter_runs(self.engine, self.pair.head, r["_prompt_ids"], r["completion"],
-                                    r["temperature"], r["request_id"])
-        return {f"{name}_runs": arr.tolist() for name, arr in runs.items()}
+        prompt lookup and, for a pair with one, the draft head (:func:`request_drafter_runs`); with a head also its
+        per-start ranks (:func:`head_rank_columns`), the head's runs and ranks from one target forward."""
+        head, features, cols = self.pair.head, None, {}
+        if head is not None:
+            ids = [int(t) for t in r["_prompt_ids"]] + [int(t) for t in r["completion"]]
+            features = target_features(self.engine.target, ids)
+            cols = head_rank_columns(head, features, ids, len(r["_prompt_ids"]))
+        runs = request_drafter_runs(self.engine, head, r["_prompt_ids"], r["completion"], r["temperature"],
+                                    r["request_id"], features=features)
+        return {**{f"{name}_runs": arr.tolist() for name, arr in runs.items()},
+                **{name: arr.tolist() for name, arr in cols.items()}}
 
     def signal_meta(self) -> dict[str, Any]:
         """The ``signals`` metadata block of the traces this recorder writes."""
@@ -283,6 +300,8 @@ class Recorder:
                                         "ties by token id"}
         if self.sketch is not None:
             meta["hidden_sketch"] = projection_to_meta(self.sketch, self.sketch_seed)
+        if self.pair.head is not None:
+            meta[HEAD_RANKS_META] = head_ranks_meta(HEAD_RANKS_DEPTH)
         return meta
 
     def record(self, spec: PromptSpec, n: int, temperature: float, seed: int) -> dict[str, Any]:
@@ -459,7 +478,8 @@ def _partial_header(pair: LivePair, prompts: Sequence[PromptSpec], spec: Recordi
     return {"draft": pair.draft_name, "target": pair.target_name, "temperature": spec.temperature,
             "max_new_tokens": spec.length_text, "seed": spec.seed, "gen_k": spec.gen_k,
             "prompts": sha256_file(spec.prompts_path)[:16] if spec.prompts_path else len(prompts),
-            "format": 2, "hidden_sketch": spec.hidden_sketch, **({"stop_at_eos": True} if spec.stop_at_eos else {})}
+            "format": 2, "hidden_sketch": spec.hidden_sketch, **({"stop_at_eos": True} if spec.stop_at_eos else {}),
+            **({HEAD_RANKS_META: HEAD_RANKS_DEPTH} if pair.head is not None else {})}
 
 
 def _record_missing(rec: Recorder, prompts: Sequence[PromptSpec], spec: RecordingSpec, done: dict[str, dict],
@@ -528,25 +548,47 @@ def _assemble(rec: Recorder, prompts: Sequence[PromptSpec], spec: RecordingSpec,
 
 
 def request_drafter_runs(engine: LiveEngine, head: Any, prompt_ids: Sequence[int], completion: Sequence[int],
-                         temperature: float, request_id: str) -> dict[str, np.ndarray]:
+                         temperature: float, request_id: str, features: Any = None) -> dict[str, np.ndarray]:
     """One request's per-start runs of prompt lookup and, given a ``head``, the draft head, proposals of up to
     ``K_MAX_LIMIT`` tokens: greedy, the leading matches with the completion
-    (:func:`~specgym.envs.core.ngram_proposer.ngram_runs`,
-    :func:`~specgym.envs.engines.live.draft_head.recorded_head_runs`);
+    (:func:`~specgym.envs.core.ngram_proposer.ngram_runs`, :func:`~specgym.envs.engines.live.draft_head.head_runs`
+    over the target's teacher-forced ``features`` of ``prompt + completion``, computed here when not given);
     sampled, one seeded draw of exact speculative sampling per start
     (:func:`~specgym.envs.engines.live.sampled_runs.request_sampled_runs`), which needs the target's lean forward (none
     without it: such a recording offers the draft model only)."""
     if temperature == 0:
         out: dict[str, np.ndarray] = {NGRAM_DRAFTER: ngram_runs(prompt_ids, completion, K_MAX_LIMIT, *engine.ngram_n)}
         if head is not None:
-            out[HEAD_DRAFTER] = recorded_head_runs(engine.target, head, list(prompt_ids), list(completion),
-                                                   K_MAX_LIMIT)
+            ids = [int(t) for t in prompt_ids] + [int(t) for t in completion]
+            feats = target_features(engine.target, ids) if features is None else features
+            out[HEAD_DRAFTER] = head_runs(head, feats, ids, len(prompt_ids), K_MAX_LIMIT)
         return out
     runner = engine.runner_of(engine.target)
     if runner is None:
         return {}
     return request_sampled_runs(runner, prompt_ids, completion, temperature, request_id, K_MAX_LIMIT, engine.vocab,
                                 engine.ngram_n, head)
+
+
+def head_rank_columns(head: Any, features: Any, ids: Sequence[int], prompt_len: int,
+                      depth: int = HEAD_RANKS_DEPTH) -> dict[str, np.ndarray]:
+    """One request's ``ranks_head`` ``(n, depth)`` int8 and ``topk_head`` ``(n, depth * 8)`` uint16: the draft
+    head's per-start ranks and top-8 probabilities along the completion
+    (:func:`~specgym.envs.engines.live.head_tree.head_rank_table`, the live head tree's steps), ranks capped at
+    :data:`~specgym.envs.workloads.workload.HEAD_RANK_CAP` (where the head cannot propose the token and past the
+    completion too), probabilities times :data:`~specgym.envs.workloads.workload.HEAD_TOPK_SCALE`.
+
+    Args:
+        head: The pair's draft head.
+        features: The target's teacher-forced last hidden states over ``ids``.
+        ids: Prompt then completion token ids.
+        prompt_len: Prompt length (at least 2).
+        depth: Columns ``J``.
+    """
+    ranks, probs = head_rank_table(head, features, list(ids), prompt_len, depth, topk=TOPK)
+    capped = np.where(ranks == NO_RANK, HEAD_RANK_CAP, np.minimum(ranks, HEAD_RANK_CAP)).astype(np.int8)
+    scaled = np.rint(np.clip(probs, 0.0, 1.0) * HEAD_TOPK_SCALE).astype(np.uint16)
+    return {"ranks_head": capped, "topk_head": scaled.reshape(len(ranks), depth * TOPK)}
 
 
 def drafter_entries(names: Sequence[str], temperatures: np.ndarray) -> list[dict[str, Any]]:
@@ -590,6 +632,29 @@ def with_drafter_runs(wl: Workload, pair: LivePair, engine: LiveEngine | None = 
             parts[n].append(runs[n])
     cols = {**wl.flat_columns(), **{f"runs_{n}": np.concatenate(parts[n]) for n in names}}
     return wl.with_columns(cols, drafters=drafter_entries(names, wl.temperature))
+
+
+def with_head_ranks(wl: Workload, pair: LivePair, depth: int = HEAD_RANKS_DEPTH) -> Workload:
+    """A recorded workload with the draft head's per-start ranks added (``ranks_head``, ``topk_head`` and the
+    ``signals.head_ranks`` block: :func:`head_rank_columns`), recomputed per request from its prompt text and token
+    ids as the recorder stores them, one teacher-forced target forward each; a workload that holds them is returned
+    as is. How an older recording of a pair with a head gains what the tree replay of head trees reads."""
+    if wl.ranks_head is not None:
+        return wl
+    if pair.head is None:
+        raise SpecgymError(f"workload {wl.name!r}: the pair has no draft head, so there are no head ranks to add")
+    if wl.token_id is None or not wl.prompt_text:
+        raise SpecgymError(f"workload {wl.name!r}: the draft head's ranks need a recording with prompt texts and "
+                           f"token ids")
+    parts: dict[str, list[np.ndarray]] = {"ranks_head": [], "topk_head": []}
+    for r in range(wl.n_requests):
+        prompt = encode_prompt(pair.tokenizer, wl.prompt_text[r])
+        ids = prompt + wl.token_id[wl.span(r)].tolist()
+        cols = head_rank_columns(pair.head, target_features(pair.target, ids), ids, len(prompt), depth)
+        for name in parts:
+            parts[name].append(cols[name])
+    flat = {**wl.flat_columns(), **{name: np.concatenate(arrs) for name, arrs in parts.items()}}
+    return wl.with_columns(flat, signal_meta={**wl.signal_meta, HEAD_RANKS_META: head_ranks_meta(depth)})
 
 
 def draft_fit_split(draft: str, prompts: str | None) -> dict[str, str]:

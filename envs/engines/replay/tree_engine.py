@@ -14,6 +14,16 @@ them needs the draft's probabilities at off-path nodes, which the trace does not
 Refused, with a one-line error: traces without ``target_rank`` (format v1, synthetic presets) and sampled traces
 (temperature > 0): tree rejection sampling accepts a node with a probability that depends on the draft and target
 distributions at off-path nodes, which the trace does not record, so no replay of it would be exact.
+
+**Trees drafted by the draft head** (``drafter="head"``, ``TREE_SPEC@head``): a head's rank depends on where the
+round started (its feature there is its own prediction), so they play from the recording's per-start column
+``ranks_head`` (``ranks_head[g, j]``: the rank of token ``g + j`` among the head's scores ``j + 1`` steps after the
+start ``g``, capped at 64, :mod:`~specgym.envs.workloads.trace_format`): a round at ``i`` accepts
+``tree.accepted(ranks_head[i], room)``, exact for greedy rank-defined trees as above. EAGLE-2 on the head is modelled
+from ``topk_head[i]`` (the head's top-8 probabilities at each depth from that start) as the draft model's from
+``draft_topk``, approximate alike. Rounds are priced with the profile's ``head`` drafter
+(:meth:`CostProfile.led_by`), as the live head trees are. Trees deeper than the column's depth are refused, and so
+are controllers that observe the spine's confidences (the recording holds none of the head's): one line each.
 """
 
 from __future__ import annotations
@@ -23,17 +33,31 @@ from collections.abc import Sequence
 import numpy as np
 
 from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile
+from specgym.envs.core.kinds import HEAD_DRAFTER, IMPLICIT_DRAFTER
 from specgym.envs.core.rounds import DEFAULT_K_MAX, RequestContext, RoundOutcome
 from specgym.envs.core.signals import TOPK
 from specgym.envs.core.tree import TreeRoundOutcome, TreeShape
 from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.workloads.trace_format import Workload
+from specgym.envs.workloads.workload import HEAD_TOPK_SCALE
 from specgym.errors import SpecgymError
 
+#: The column that holds the draft head's per-start ranks (what the replay of ``@head`` trees reads).
+HEAD_RANKS_COLUMN = "ranks_head"
 
-def check_tree_workload(workload: Workload) -> None:
-    """Raise unless ``workload`` can be tree-replayed: greedy, with the ``target_rank`` column."""
-    if workload.target_rank is None:
+
+def check_tree_workload(workload: Workload, drafter: str | None = None) -> None:
+    """Raise unless ``workload`` can be tree-replayed for ``drafter`` (``None``/``draft``: the draft model, needing
+    ``target_rank``; ``head``: the draft head, needing ``ranks_head``): greedy, with the ranks."""
+    if drafter not in (None, IMPLICIT_DRAFTER, HEAD_DRAFTER):
+        raise SpecgymError(f"tree replay plays trees drafted by the draft model or the {HEAD_DRAFTER!r}, not "
+                           f"{drafter!r}")
+    if drafter == HEAD_DRAFTER:
+        if workload.ranks_head is None:
+            raise SpecgymError(f"workload {workload.name!r} has no {HEAD_RANKS_COLUMN!r} column (the draft head's "
+                               f"per-start ranks, written by specgym record for a pair with a head): tree replay of "
+                               f"@head trees needs it")
+    elif workload.target_rank is None:
         raise SpecgymError(f"workload {workload.name!r} has no 'target_rank' column (trace format v2, recorded): "
                            "tree replay needs the ranks")
     if (np.asarray(workload.temperature) > 0).any():
@@ -45,36 +69,51 @@ class TreeEngine:
     """Replays tree rounds over one greedy workload under one cost profile.
 
     Args:
-        workload: A greedy trace with ``target_rank`` (:func:`check_tree_workload`).
+        workload: A greedy trace with ``target_rank`` (``ranks_head`` for the head; :func:`check_tree_workload`).
         profile: Cost profile; defaults to the workload's own.
-        max_depth: Deepest tree accepted (``k_max`` of the chain engine; the profile must price it as a chain).
+        max_depth: Deepest tree accepted (``k_max`` of the chain engine; the profile must price it as a chain; for
+            the head at most the depth of ``ranks_head``).
         node_budget: Most draft nodes a tree may have (at most :data:`TREE_NODE_LIMIT`).
+        drafter: Who drafts the trees: ``None`` the draft model, ``"head"`` the draft head (module docstring).
     """
 
     def __init__(self, workload: Workload, profile: CostProfile | None = None, max_depth: int = DEFAULT_K_MAX,
-                 node_budget: int = TREE_NODE_LIMIT):
-        check_tree_workload(workload)
+                 node_budget: int = TREE_NODE_LIMIT, drafter: str | None = None):
+        check_tree_workload(workload, drafter)
         if not 1 <= node_budget <= TREE_NODE_LIMIT:
             raise SpecgymError(f"node_budget must be in [1, {TREE_NODE_LIMIT}], got {node_budget}")
         self.chain = TraceEngine(workload, profile, max_depth, seed=0)  # contexts and draft features
         self.workload = workload
+        self.drafter = HEAD_DRAFTER if drafter == HEAD_DRAFTER else None
         self.profile = self.chain.profile
         self.max_depth = self.chain.k_max
         self.node_budget = int(node_budget)
         self.t_ar = self.chain.t_ar
-        assert workload.target_rank is not None
-        self.ranks = workload.target_rank.astype(np.int64)
+        table = self.chain.table
+        #: ``(n, J)`` per-start ranks of the head (``None`` for the draft model, whose ranks are per position)
+        self.rank_rows: np.ndarray | None = None
+        if self.drafter == HEAD_DRAFTER:
+            assert workload.ranks_head is not None
+            self.rank_rows = workload.ranks_head.astype(np.int64)
+            self.max_depth = min(self.max_depth, self.rank_rows.shape[1])
+            self.profile = self.profile.led_by(HEAD_DRAFTER, "model")
+            table = self.profile.round_table(self.chain.k_max)
+            self.ranks = self.rank_rows[:, 0]  # the first draft token's rank of each start
+        else:
+            assert workload.target_rank is not None
+            self.ranks = workload.target_rank.astype(np.int64)
         self._ranks_list: list[int] = self.ranks.tolist()
         self._times: dict[TreeShape, list[float]] = {}
         # a context term: a tree round at depth d >= 1 costs per_kv[1] per cached token, a plain step per_kv[0]
-        table = self.chain.table
         self.per_kv = (float(table.per_kv[0]), float(table.per_kv[1])) if table.has_context else None
 
     def check(self, tree: TreeShape) -> None:
         """Raise if ``tree`` is deeper or larger than this engine allows."""
         if tree.depth > self.max_depth or tree.nodes > self.node_budget:
+            column = (f" (the recording's {HEAD_RANKS_COLUMN!r} holds {self.max_depth} depths)"
+                      if self.rank_rows is not None and self.max_depth < self.chain.k_max else "")
             raise SpecgymError(f"tree {tree.name!r} (depth {tree.depth}, {tree.nodes} nodes) exceeds this engine's "
-                               f"max_depth {self.max_depth} / node_budget {self.node_budget}")
+                               f"max_depth {self.max_depth} / node_budget {self.node_budget}{column}")
 
     def times(self, tree: TreeShape) -> list[float]:
         """``times[d]`` = time of ``tree`` clipped to depth ``d`` (cached per tree object)."""
@@ -106,7 +145,8 @@ class TreeEngine:
         last = len(self.ranks) - 1
         for d in range(tree.depth):
             alive &= d < room
-            r = self.ranks[np.minimum(pos + d, last)]
+            r = self.ranks[np.minimum(pos + d, last)] if self.rank_rows is None else \
+                self.rank_rows[np.minimum(pos, last), d]
             alive &= r < width
             nxt = tree.child[node, np.minimum(r, width - 1)]
             alive &= nxt >= 0
@@ -155,7 +195,8 @@ class TreeReplayRequest:
         done: True once ``position == N``.
     """
 
-    __slots__ = ("engine", "r", "context", "position", "length", "done", "_ranks", "_conf", "_ent", "_base", "_kv0")
+    __slots__ = ("engine", "r", "context", "position", "length", "done", "_ranks", "_rows", "_topk", "_conf", "_ent",
+                 "_base", "_kv0")
 
     def __init__(self, engine: TreeEngine, r: int):
         wl = engine.workload
@@ -167,20 +208,35 @@ class TreeReplayRequest:
         self.length = sl.stop - sl.start
         self.done = False
         self._ranks = engine._ranks_list
+        rows = engine.rank_rows
+        self._rows: list[list[int]] | None = None if rows is None else rows[sl].tolist()  # the head's, per start
+        self._topk = None if rows is None or wl.topk_head is None else \
+            wl.topk_head[sl].reshape(sl.stop - sl.start, -1, TOPK).astype(np.float32) / HEAD_TOPK_SCALE
         self._conf = wl.require("draft_conf", "tree replay")[sl]
         self._ent = wl.require("draft_entropy", "tree replay")[sl]
         self._base = sl.start
         self._kv0 = int(wl.prompt_len[r])
 
     def ranks(self, n: int) -> list[int]:
-        """The target's ranks at the next ``n`` positions (what a clairvoyant controller knows)."""
+        """The target's ranks at the next ``n`` positions (what a clairvoyant controller knows); for the head its
+        ranks at depths ``1..n`` of a round starting here (at most the recorded depth)."""
+        if self._rows is not None:
+            return self._rows[self.position][:n]
         b = self._base + self.position
         return self._ranks[b : b + n]
 
     def draft_topk(self, n: int) -> np.ndarray:
         """The draft's top-8 probabilities at the next ``n`` positions, ``(n, 8)`` (zero rows past the request's end
-        or where the trace has no ``draft_topk``)."""
+        or where the trace has no ``draft_topk``); for the head, at depths ``1..n`` of a round starting here
+        (``topk_head``; zero rows past the recorded depth)."""
         rows = np.zeros((n, TOPK), np.float32)
+        if self._rows is not None:
+            if self._topk is None:
+                raise SpecgymError(f"workload {self.engine.workload.name!r} has no 'topk_head' column (the draft "
+                                   "head's top-8 probabilities per start), which EAGLE-2 on the head needs in replay")
+            got = self._topk[self.position][: min(n, self.length - self.position)]
+            rows[: len(got)] = got
+            return rows
         topk = self.engine.workload.draft_topk
         if topk is not None:
             b = self._base + self.position
@@ -203,7 +259,7 @@ class TreeReplayRequest:
         times = self.engine.times(tree)
         room = min(self.length - i - 1, tree.depth)
         b = self._base + i
-        accepted = tree.accepted(self._ranks[b : b + room], room)
+        accepted = tree.accepted(self._ranks[b : b + room] if self._rows is None else self._rows[i][:room], room)
         nodes = int(tree.nodes_upto[room])
         time_ms = times[room]
         if self.engine.per_kv is not None:
@@ -216,13 +272,23 @@ class TreeReplayRequest:
         self.done = self.position >= self.length
         return TreeRoundOutcome(i, room, nodes, accepted, produced, time_ms, self.done, approximate)
 
+    def _no_head_features(self) -> None:
+        if self._rows is not None:
+            raise SpecgymError(f"workload {self.engine.workload.name!r}: a tree controller that observes the spine's "
+                               "confidences cannot replay @head trees (the recording holds the head's ranks and top-8 "
+                               "probabilities, not its confidences along the spine): run it live")
+
     def draft_features(self, position: int) -> tuple[float, float]:
-        """(draft_conf, draft_entropy) of the true-path draft token for ``position``."""
+        """(draft_conf, draft_entropy) of the true-path draft token for ``position`` (the draft model's; refused for
+        the head)."""
+        self._no_head_features()
         return float(self._conf[position]), float(self._ent[position])
 
     def as_round(self, o: TreeRoundOutcome) -> RoundOutcome:
         """The tree round as a chain :class:`RoundOutcome` for the shared features: ``planned_k = drafted =
-        depth`` (the true path's draft tokens; their confidences are the trace's correct-prefix ones)."""
+        depth`` (the true path's draft tokens; their confidences are the trace's correct-prefix ones; refused for
+        the head)."""
+        self._no_head_features()
         i = o.position
         return RoundOutcome(i, o.depth, o.depth, o.accepted, o.produced, o.time_ms,
                             self._conf[i : i + o.depth], self._ent[i : i + o.depth], o.done)

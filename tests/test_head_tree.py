@@ -495,3 +495,23 @@ def test_the_head_rank_columns_are_checked_on_load(recorded, tmp_path):
         assert str(bad) in str(err.value) and "\n" not in str(err.value)
     old = load_workload("midpair-greedy")
     assert old.ranks_head is None and old.topk_head is None
+
+
+def test_the_shipped_real_pair_recording_replays_head_trees(tmp_path):
+    """``smollm2-greedy`` ships with the head's per-start ranks and top-8 (added by ``with_head_ranks``), so a user's
+    ``specgym eval`` runs head trees in replay with no recording of their own; a static head tree accepts more per
+    round than the head chain it extends."""
+    import json
+
+    from specgym.cli import main
+    from specgym.envs.workloads.trace_format import cached_workload
+
+    wl = cached_workload("smollm2-greedy")
+    assert wl.ranks_head is not None and wl.topk_head is not None and len(wl.ranks_head) == len(wl.token_id)
+    out = tmp_path / "ev"
+    assert main(["eval", "--workload", "smollm2-greedy", "--split", "val", "--controllers",
+                 "fixed:3@head,tree-static:2-2-1@head,tree-eagle:5:3:10@head", "--no-plots", "--out", str(out)]) == 0
+    rows = {r["spec"]: r for r in json.loads((out / "report.json").read_text())["rows"]}
+    chain, tree = rows["fixed:3@head"], rows["tree-static:2-2-1@head"]
+    assert tree["mean_accept_len"] > chain["mean_accept_len"] > 1.0
+    assert rows["tree-eagle:5:3:10@head"]["throughput_tok_s"] > 0

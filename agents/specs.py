@@ -59,6 +59,7 @@ from specgym.baselines.sglang_adaptive import SGLangAdaptiveSpec
 from specgym.baselines.speclane import SpecLane
 from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_eagle import EagleTree
+from specgym.baselines.tree_eagle_fit import FittedEagleTree
 from specgym.baselines.tree_predicted import PredictedTree
 from specgym.baselines.tree_static import SequoiaTree, StaticTree
 from specgym.baselines.trtllm_offswitch import TRTLLMOffSwitch
@@ -546,6 +547,11 @@ def _tree_sequoia(arg: str | None, k_max: int) -> SequoiaTree:
 
 
 def _tree_eagle(arg: str | None, k_max: int) -> EagleTree:
+    if arg is not None and arg.strip().lower() == "fit":  # tree-eagle:fit[@DRAFTER]: fitted in prepare
+        return FittedEagleTree(k_max)
+    if arg is not None and (len(arg.split(":")) != 3 or not all(p.strip().isdigit() for p in arg.split(":"))):
+        raise SpecgymError(f"tree-eagle takes DEPTH:BEAM:M (e.g. tree-eagle:3:3:3), or fit to fit them on the fit "
+                           f"split (tree-eagle:fit@head), got {arg!r}")
     depth, beam, m = _ints(arg, ":") if arg is not None else (5, 4, 16)
     if depth > k_max or m > TREE_NODE_LIMIT:
         raise SpecgymError(f"DEPTH <= k_max {k_max}, M <= {TREE_NODE_LIMIT}")
@@ -689,7 +695,9 @@ for _row in (
     # tree: a draft tree per round
     Entry("tree-sequoia", "tree", "rule", _tree_sequoia, "tree-sequoia[:BUDGET]", _const("tree-sequoia"),
           needs=("tree",), level="tree"),
-    Entry("tree-eagle", "tree", "rule", _tree_eagle, "tree-eagle[:DEPTH:BEAM:M]", _const("tree-eagle"),
+    Entry("tree-eagle", "tree", "rule", _tree_eagle,
+          "tree-eagle[:DEPTH:BEAM:M|:fit] (EAGLE-2's rule, default 5:4:16; fit: all three fitted on the fit split)",
+          _const("tree-eagle"),
           needs=("tree",), level="tree"),
     Entry("tree-static", "tree", "fixed", _tree_static, "tree-static:W1-W2-..", _const("tree-static:2-2-1"),
           needs=("tree",), level="tree"),

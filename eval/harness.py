@@ -226,19 +226,19 @@ def run_tree(state: ReplayState, row: Resolved, tick: Callable[[], None] | None)
     engine = tree_engine_for(state, row.spec, drafter)
     if row.controller is None:
         result = run_tree_oracle(engine, rp.requests, row.spec)
-    elif drafter is not None and fits_itself(row.controller):
+    elif drafter is not None and fits_itself(row.controller) and not getattr(row.controller, "fits_on_drafter", False):
         raise SpecgymError(f"{row.spec}: a tree rule fitted on the draft model's columns cannot replay "
                            f"{drafter}-drafted trees (the recording holds the {drafter}'s ranks, not what it fits on): "
                            f"run it live")
     else:
-        try:
-            row.controller.prepare(rp.workload, rp.profile)
+        try:  # the notes it returns, on how it fitted this workload, go in the row's notes
+            notes = list(row.controller.prepare(rp.workload, rp.profile))
         except SpecgymError as exc:  # name the row: a tree controller prepares on the train split
             why = " (it fits itself on the train split before it runs)" if "'train'" in str(exc) else ""
             raise SpecgymError(f"{row.spec}: {exc}{why}") from None
         result = run_tree_controller(engine, rp.requests, row.controller)
         note = getattr(row.controller, "signal_note", None)
-        result.notes = [note] if note else []
+        result.notes = notes + ([note] if note else [])
     state.ticks(tick)
     return result
 

@@ -107,7 +107,8 @@ bench-vllm: $(VLLM_STAMP)
 	  --json out/bench-vllm.json --force
 
 # the real pair's training data at scale (issue 54): the target writes ~6,000 prompts itself (Magpie) and its greedy
-# and T = 0.7 answers (~2.3M tokens); ~12 h on this CPU with 2 workers; resumable (run it again to continue)
+# and T = 0.7 answers (~2.3M tokens); ~4.5-5 h on this CPU with 2 workers (continuous batching, 32 slots each; estimated
+# from measured rates, not yet run whole); resumable (run it again to continue)
 data-smollm2: $(STAMP)
 	$(SPECGYM) data generate --target smollm2 --out build/data-smollm2 --prompts 6000 --max-new-tokens 256 \
 		--samples 1 --temperature 0.7 --workers 2 --resume

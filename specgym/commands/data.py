@@ -46,7 +46,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--target-passages", type=float_range(0.0, 1.0), default=0.5,
                    help="fraction of passages the target writes; the rest are standard-library docstrings (PSF-2.0) "
                         "(default %(default)s)")
-    g.add_argument("--batch", type=positive_int, default=8, help="rows per generate call (default %(default)s)")
+    g.add_argument("--batch", type=positive_int, default=32,
+                   help="rows decoded side by side (continuous batching's slots; rows per generate call for a model "
+                        "outside the Llama family) (default %(default)s)")
     g.add_argument("--shard-size", type=positive_int, default=64,
                    help="prompts per shard file, the unit of resumption (default %(default)s)")
     g.add_argument("--seed", type=nonneg_int, default=0, help="seed of every draw (default %(default)s)")

@@ -1,9 +1,11 @@
-"""Batched generation with a Hugging Face causal LM on the CPU: rows of token ids, left-padded, sorted by length.
+"""Batched generation with a Hugging Face causal LM on the CPU: rows of token ids in, each row's new tokens out.
 
-The batching of :func:`~specgym.training.models.distill.sample_answers` (left padding, so that every row ends where
-generation starts; a seed per batch) as a function of its own, for callers that need the ids and where each row
-stopped rather than logits: the data generator's prompt, passage and answer stages
-(:mod:`specgym.training.models.data_gen`).
+For the data generator's prompt, passage and answer stages (:mod:`specgym.training.models.data_gen`), which need
+the ids and where each row stopped rather than logits. A Llama-family model runs under continuous batching
+(:mod:`specgym.training.models.continuous_batch`: ``batch`` slots, a finished row's slot takes the next row at once,
+each row sampled from a generator seeded by ``(seed, row index)``); any other model goes through transformers'
+``generate`` over static batches of rows sorted by length and left-padded (the batching of
+:func:`~specgym.training.models.distill.sample_answers`), where a batch runs until its longest row ends.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from specgym.training.models.continuous_batch import ContextTooShort, continuous_generate, row_seed, supported
 
 
 @dataclass
@@ -40,10 +44,13 @@ def generate_rows(model: Any, rows: Sequence[Sequence[int]], *, pad_id: int, sto
                   on_batch: Callable[[int, int], None] | None = None) -> list[Generation]:
     """Continue every row of token ids; returns one :class:`Generation` per row, in the order of ``rows``.
 
-    Rows are sorted by length and cut into batches of ``batch`` (little padding), each left-padded with ``pad_id``
-    under an attention mask. ``temperature`` 0 is greedy; above 0 each batch samples from the temperature-scaled
-    distribution (nucleus ``top_p``; no top-k) after ``torch.manual_seed(seed + batch index)``, so a run is
-    repeatable on one machine.
+    A model :func:`~specgym.training.models.continuous_batch.supported` runs under continuous batching with ``batch``
+    slots: greedy rows are those a one-row greedy ``generate`` writes, and above temperature 0 row ``i`` draws from
+    its own generator seeded by ``row_seed(seed, i)``, so its text depends on its prompt, ``seed`` and ``i`` only
+    (not on ``batch`` or the other rows). Any other model (or rows too long for the model's context) goes through
+    ``generate`` over batches of ``batch`` rows sorted by length and left-padded with ``pad_id``, each sampled after
+    ``torch.manual_seed(seed + batch index)`` (repeatable on one machine for one ``batch``). Sampling is from the
+    temperature-scaled distribution cut to its nucleus ``top_p`` (no top-k) either way.
 
     Args:
         model: The causal LM (eval mode).
@@ -53,10 +60,29 @@ def generate_rows(model: Any, rows: Sequence[Sequence[int]], *, pad_id: int, sto
         max_new_tokens: Longest continuation.
         temperature: 0 for greedy decoding, else the sampling temperature.
         top_p: Nucleus sampling mass (1 keeps the whole distribution).
-        seed: Base seed of the batches' sampling.
-        batch: Rows per ``generate`` call.
-        on_batch: Called after every batch with ``(rows done in it, new tokens in it)`` (a progress bar).
+        seed: Base seed of the sampling.
+        batch: Slots of the continuous batching (rows per ``generate`` call on the fallback).
+        on_batch: Called as rows finish with ``(rows finished, their new tokens)`` (a progress bar; after each
+            decode step that finished rows, or each ``generate`` call on the fallback).
     """
+    if rows and all(rows) and supported(model):
+        try:
+            news = continuous_generate(model, rows, stop_ids=stop_ids, max_new_tokens=max_new_tokens,
+                                       temperature=temperature, top_p=top_p,
+                                       seeds=[row_seed(seed, i) for i in range(len(rows))], slots=batch,
+                                       on_batch=on_batch)
+        except ContextTooShort:
+            pass
+        else:
+            return [cut_at_stop(ids, stop_ids) for ids in news]
+    return _generate_static(model, rows, pad_id=pad_id, stop_ids=stop_ids, max_new_tokens=max_new_tokens,
+                            temperature=temperature, top_p=top_p, seed=seed, batch=batch, on_batch=on_batch)
+
+
+def _generate_static(model: Any, rows: Sequence[Sequence[int]], *, pad_id: int, stop_ids: Sequence[int],
+                     max_new_tokens: int, temperature: float, top_p: float, seed: int, batch: int,
+                     on_batch: Callable[[int, int], None] | None) -> list[Generation]:
+    """``generate`` over static batches of ``batch`` rows sorted by length (the models the slotted forward lacks)."""
     import torch
 
     order = sorted(range(len(rows)), key=lambda i: (len(rows[i]), i))

@@ -94,7 +94,8 @@ class DataConfig:
         dedup_threshold: Request Jaccard similarity at which a prompt is a near-duplicate (dropped).
         group_threshold: Prompt Jaccard similarity at which two prompts share a source (one split).
         min_words: Fewest words of a user turn.
-        batch: Rows per ``generate`` call.
+        batch: Rows decoded side by side (continuous batching's slots; rows per ``generate`` call for a model it
+            does not run).
         shard_size: Items per shard file (the unit of resumption and of work given to a worker).
         seed: The seed of every draw (steering, passages, sampling, splits).
     """
@@ -117,7 +118,7 @@ class DataConfig:
     dedup_threshold: float = 0.7
     group_threshold: float = 0.5
     min_words: int = 4
-    batch: int = 8
+    batch: int = 32
     shard_size: int = 64
     seed: int = 0
 

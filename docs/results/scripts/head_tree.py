@@ -86,46 +86,33 @@ def verify_cost(eng: LiveEngine, ids: list[int], repeats: int) -> list[tuple[int
     return out
 
 
+def _live_rounds(eng: LiveEngine, ids: list[int], n: int, how: tuple) -> tuple[list[int], float, list[tuple], int]:
+    """One live request of plain decoding, the head chain or a head tree: ``(tokens, ms, [(position, accepted),
+    ...], nodes verified)``."""
+    kind, arg = how
+    if kind == "plain":
+        res = eng.run_plain(ids, n)
+        return res.tokens, res.time_ms, [(r.position, 0) for r in res.rounds], 0
+    if kind == "chain":
+        req = eng.start(ids, n)
+        while not req.done:
+            req.play(arg, drafter=HEAD_DRAFTER)
+        r = req.result
+        return r.tokens, r.time_ms, [(x.position, x.accepted) for x in r.rounds], r.drafted
+    treq = LiveTreeRequest(eng, ids, n, drafter=HEAD_DRAFTER)
+    while not treq.done:
+        if kind == "tree":
+            treq.play_tree(arg)
+        else:
+            treq.play_eagle(*arg)
+    tr = treq.tree_result
+    return tr.tokens, tr.time_ms, [(x.position, x.accepted) for x in tr.rounds], tr.drafted
+
+
 def decode(eng: LiveEngine, ids: list[int], n: int, how: tuple) -> tuple[list[int], float, int, int]:
     """One request: ``(tokens, ms, rounds, nodes verified)`` of plain decoding, the head chain or a head tree."""
-    kind, arg = how
-    if kind == "plain":
-        res = eng.run_plain(ids, n)
-        return res.tokens, res.time_ms, len(res.rounds), 0
-    if kind == "chain":
-        req = eng.start(ids, n)
-        while not req.done:
-            req.play(arg, drafter=HEAD_DRAFTER)
-        return req.result.tokens, req.result.time_ms, len(req.result.rounds), req.result.drafted
-    treq = LiveTreeRequest(eng, ids, n, drafter=HEAD_DRAFTER)
-    while not treq.done:
-        if kind == "tree":
-            treq.play_tree(arg)
-        else:
-            treq.play_eagle(*arg)
-    tr = treq.tree_result
-    return tr.tokens, tr.time_ms, len(tr.rounds), tr.drafted
-
-
-def _live_rounds(eng: LiveEngine, ids: list[int], n: int, how: tuple) -> tuple[list[int], float, list[tuple]]:
-    """One live request: ``(tokens, cpu ms, [(position, accepted), ...])`` of plain decoding or a head row."""
-    kind, arg = how
-    if kind == "plain":
-        res = eng.run_plain(ids, n)
-        return res.tokens, res.time_ms, [(r.position, 0) for r in res.rounds]
-    if kind == "chain":
-        req = eng.start(ids, n)
-        while not req.done:
-            req.play(arg, drafter=HEAD_DRAFTER)
-        return req.result.tokens, req.result.time_ms, [(r.position, r.accepted) for r in req.result.rounds]
-    treq = LiveTreeRequest(eng, ids, n, drafter=HEAD_DRAFTER)
-    while not treq.done:
-        if kind == "tree":
-            treq.play_tree(arg)
-        else:
-            treq.play_eagle(*arg)
-    tr = treq.tree_result
-    return tr.tokens, tr.time_ms, [(r.position, r.accepted) for r in tr.rounds]
+    tokens, ms, rounds, nodes = _live_rounds(eng, ids, n, how)
+    return tokens, ms, len(rounds), nodes
 
 
 def _replayed_rounds(chain: TraceEngine, tree: TreeEngine, r: int, how: tuple) -> tuple[float, list[tuple]]:
@@ -165,7 +152,7 @@ def replay_vs_live(pair: Any, eng: LiveEngine, trace: str, prompts: int) -> None
         ids = encode_prompt(pair.tokenizer, wl.prompt_text[r])
         truth = wl.token_id[wl.span(r)].tolist()
         for name, how in rows:
-            toks, ms, live = _live_rounds(eng, ids, len(truth), how)
+            toks, ms, live, _ = _live_rounds(eng, ids, len(truth), how)
             pred, rep = _replayed_rounds(chain, tree, r, how)
             t = tot[name]
             t[0] += len(toks)

@@ -29,6 +29,7 @@ from specgym.agents.policy_controller import PolicyController
 from specgym.agents.tree_policy import TreePolicyController
 from specgym.envs.core.batch import BATCH_FEATURE_NAMES
 from specgym.envs.core.drafter_features import DRAFTER_FEATURE_NAMES, DRAFTER_FEATURE_VERSION
+from specgym.envs.core.drafter_features import SLOTS as DRAFTER_SLOTS
 from specgym.envs.core.drafter_features import n_actions as drafter_actions
 from specgym.envs.core.features import FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS, feature_names
 from specgym.envs.core.kinds import TOKEN_LEVEL_MODES, KindName, ModeName
@@ -122,9 +123,9 @@ class ActionSpace:
 
 
 def _drafter_cap_values(k_min: int, n_actions: int, shapes: list[list[int]] | None) -> list[Any]:
-    """0: plain; then slot s (the engine's drafters in order) with K = 1..k_max."""
-    k_max = (n_actions - 1) // 2
-    return ["plain", *(f"slot{s}:{k}" for s in range(2) for k in range(1, k_max + 1))]
+    """0: plain; then slot s (the engine's drafters in order, :data:`DRAFTER_SLOTS` of them) with K = 1..k_max."""
+    k_max = (n_actions - 1) // DRAFTER_SLOTS
+    return ["plain", *(f"slot{s}:{k}" for s in range(DRAFTER_SLOTS) for k in range(1, k_max + 1))]
 
 
 #: The action types of the modes: a draft cap ``k_min + a``, a stop or continue per draft token, a menu of tree

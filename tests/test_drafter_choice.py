@@ -432,3 +432,18 @@ def test_a_drafter_mode_artifact_is_a_drafter_row(wl, tmp_path):
     np.testing.assert_array_equal(res.tokens, wl.lengths)
     with pytest.raises(SpecgymError, match="k_max"):
         run_drafter_controller(TraceEngine(wl, k_max=4), wl.split_indices("all")[:1], row.controller)
+
+
+def test_the_drafter_modes_action_labels_name_every_action_the_policy_decodes():
+    """``policy.json``'s action labels (``agents/modes.py``) and ``decision_of`` agree on every index: one label per
+    action, slot and K as decoded (the labels once assumed two slots)."""
+    from specgym.agents.modes import ACTIONS
+    from specgym.envs.core.drafter_features import SLOTS, decision_of, n_actions
+
+    drafters = [f"d{s}" for s in range(SLOTS)]
+    for k_max in (4, 8):
+        labels = ACTIONS["drafter_cap"].values(1, n_actions(k_max), None)
+        assert len(labels) == n_actions(k_max) and labels[0] == "plain"
+        for a, label in enumerate(labels[1:], start=1):
+            dec = decision_of(a, drafters, k_max)
+            assert label == f"slot{drafters.index(dec.drafter)}:{dec.k}"

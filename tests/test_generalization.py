@@ -210,3 +210,22 @@ def test_policy_card_ships_the_best_seed_on_validation(tmp_path):
     assert "**(shipped)**" in card and "± " in card and "speclane-mix@777000" in card
     assert card_main(argv) == 2  # refused: exists
     assert card_main([*argv, "--force"]) == 0
+
+
+def test_a_shipped_card_says_at_the_top_what_its_export_warned_of():
+    """A policy exported with --force below its teacher or its fixed reference carries the warning in policy.json;
+    its card says so in a Status section before anything else (and a card without a warning has none)."""
+    import specgym.catalogue as catalogue
+    from specgym.agents.artifact import list_policies
+    from specgym.training.policy_card import _warning_section
+
+    assert _warning_section({}) == []
+    assert _warning_section({"warning": "r is BELOW its teacher t (0.9x)"})[0].startswith("## Status")
+    seen = 0
+    for name in list_policies():
+        folder = catalogue.resolve("policy", name)
+        meta = json.loads((folder / "policy.json").read_text())
+        card = (folder / "README.md").read_text()
+        assert ("## Status" in card) == bool(meta.get("warning")), name
+        seen += bool(meta.get("warning"))
+    assert seen >= 1  # smollm2-drafter: below drafter-marginal on val (0.990x), shipped as the learned row

@@ -92,6 +92,7 @@ def card_markdown(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], s
     if kind_row(get_mode(mode).kind).drafts_trees:
         return _tree_card(name, meta, runs, shipped, reproduce)
     L = _intro(name, meta, mode)
+    L += _warning_section(meta)
     L += _distribution_section(meta.get("training", {}), distribution)
     L += _guard_section(meta)
     L += _training_section(meta.get("training", {}), runs, shipped, bool(distribution), bool(suite),
@@ -149,6 +150,17 @@ def _distribution_section(tr: dict[str, Any], distribution: dict[str, Any] | Non
                 f"{prof['verify_slope_per_token'][0]}-{prof['verify_slope_per_token'][1]} per token, round overhead "
                 f"{prof['overhead_share_of_t_ar'][0]}-{prof['overhead_share_of_t_ar'][1]} x t_AR; "
                 f"{distribution['own_profile_share']:.0%} of episodes keep the workload's own profile.", ""]
+
+
+def _warning_section(meta: dict[str, Any]) -> list[str]:
+    """What the export warned of (a policy below its fixed reference or its teacher on validation, exported with
+    ``--force``): said at the top of the card, not only in ``policy.json``."""
+    warning = meta.get("warning")
+    if not warning:
+        return []
+    return ["## Status: below its reference on validation", "",
+            f"**{warning}.** The rule it is below is the one to deploy; this policy is shipped as the learned row of "
+            "the comparisons.", ""]
 
 
 def _guard_section(meta: dict[str, Any]) -> list[str]:

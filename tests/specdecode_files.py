@@ -54,3 +54,15 @@ def synthetic_file(path: Path, n: int = 12, seed: int = 0, min_gen: int = 8, max
         delta = 0 if (mismatch_every == 0 or i % mismatch_every) else int(rng.choice([-3, -1, 2, 5]))
         reqs.append(request(rng, f"q{i}", int(rng.integers(min_gen, max_gen)), delta))
     return write_file(path, reqs)
+
+
+def two_drafter_file(path: Path, n: int, seed: int = 11) -> Path:
+    """A SYNTHETIC file of ``n`` requests with EAGLE-like runs and n-gram-like runs (30% of them tripled), over a
+    12-token vocabulary so that context lookups match: the drafter-choice tests' workload."""
+    rng = np.random.default_rng(seed)
+    reqs = []
+    for i in range(n):
+        r = request(rng, f"q{i}", int(rng.integers(20, 90)), vocab=12)
+        r["acc_ngram"]["acc_len"] = [int(a) * (3 if rng.random() < 0.3 else 1) for a in r["acc_ngram"]["acc_len"]]
+        reqs.append(r)
+    return write_file(path, reqs)

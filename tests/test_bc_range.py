@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from specdecode_files import request, write_file
+from specdecode_files import two_drafter_file
 
 from specgym.envs.workloads.specdecode import import_file
 
@@ -23,13 +23,7 @@ K_MAX = 8
 @pytest.fixture(scope="module")
 def wl(tmp_path_factory):
     """A SYNTHETIC two-drafter workload (EAGLE-like and n-gram-like runs)."""
-    rng = np.random.default_rng(11)
-    reqs = []
-    for i in range(24):
-        r = request(rng, f"q{i}", int(rng.integers(20, 90)), vocab=12)
-        r["acc_ngram"]["acc_len"] = [int(a) * (3 if rng.random() < 0.3 else 1) for a in r["acc_ngram"]["acc_len"]]
-        reqs.append(r)
-    return import_file(write_file(tmp_path_factory.mktemp("bcr") / "combined_instructcoder.jsonl", reqs)).workload
+    return import_file(two_drafter_file(tmp_path_factory.mktemp("bcr") / "combined_instructcoder.jsonl", 24)).workload
 
 
 def _covers(lo: np.ndarray, hi: np.ndarray, obs: np.ndarray) -> bool:

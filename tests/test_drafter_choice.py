@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from specdecode_files import request, shared_files, synthetic_file, write_file
+from specdecode_files import shared_files, synthetic_file, two_drafter_file
 
 from specgym.agents.specs import build, expand, resolve
 from specgym.agents.traits import Traits
@@ -34,14 +34,7 @@ K_MAX = 12
 @pytest.fixture(scope="module")
 def wl(tmp_path_factory):
     """A SYNTHETIC two-drafter workload (EAGLE-like and n-gram-like runs), with repeats so lookups match."""
-    rng = np.random.default_rng(11)
-    reqs = []
-    for i in range(30):
-        r = request(rng, f"q{i}", int(rng.integers(20, 90)), vocab=12)
-        r["acc_ngram"]["acc_len"] = [int(a) * (3 if rng.random() < 0.3 else 1) for a in r["acc_ngram"]["acc_len"]]
-        reqs.append(r)
-    path = write_file(tmp_path_factory.mktemp("dc") / "combined_instructcoder.jsonl", reqs)
-    return import_file(path).workload
+    return import_file(two_drafter_file(tmp_path_factory.mktemp("dc") / "combined_instructcoder.jsonl", 30)).workload
 
 
 @pytest.fixture(scope="module")

@@ -60,6 +60,7 @@ from specgym.baselines.speclane import SpecLane
 from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_eagle import EagleTree
 from specgym.baselines.tree_eagle_fit import FittedEagleTree
+from specgym.baselines.tree_hybrid import TreeHybrid
 from specgym.baselines.tree_predicted import PredictedTree
 from specgym.baselines.tree_static import SequoiaTree, StaticTree
 from specgym.baselines.trtllm_offswitch import TRTLLMOffSwitch
@@ -86,7 +87,7 @@ from specgym.envs.core.kinds import (
 )
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.envs.core.run_predictor import load_run_predictor
-from specgym.envs.core.tree import TreeShape
+from specgym.envs.core.tree import TreeController, TreeShape
 from specgym.errors import SpecgymError
 
 Factory = Callable[[str | None, int], Any]
@@ -257,6 +258,9 @@ def lookup(spec: str, kinds: Sequence[str] = EVAL_KINDS, k_max: int = DEFAULT_K_
         entry = TABLE.get((kind, prefix))
         if entry is not None:
             return spec, arg, entry
+        base, at, drafter = prefix.rpartition("@")
+        if at and arg is None and kind_row(kind).drafts_trees and (kind, base) in TABLE:  # tree-hybrid@head
+            return spec, f"@{drafter}", TABLE[(kind, base)]
     other = [k for k in KINDS if k not in kinds and (k, prefix) in TABLE]
     why = (f"a {other[0]} controller, not {' or '.join(kinds)}" if other else f"unknown controller {prefix!r}")
     raise _bad(spec, why, kinds, k_max)
@@ -564,6 +568,26 @@ def _tree_chain(arg: str | None, k_max: int) -> ChainAsTree:
     return ChainAsTree(make(arg, k_max))
 
 
+def _tree_hybrid(arg: str | None, k_max: int) -> TreeHybrid:
+    """``tree-hybrid[:M:KN][:TREE_SPEC]`` (the ``@DRAFTER`` of the inner trees is taken off by :func:`build`)."""
+    parts = (arg or "").split(":")
+    m = kn = None
+    if len(parts) >= 2 and parts[0].strip().isdigit() and parts[1].strip().isdigit():
+        m, kn = int(parts[0]), int(parts[1])
+        parts = parts[2:]
+    elif parts[0].strip().isdigit():
+        raise SpecgymError(f"tree-hybrid takes M:KN (both, e.g. tree-hybrid:2:8) before an optional tree spec, got "
+                           f"{arg!r}")
+    inner = ":".join(parts).strip() or "tree-eagle:fit"
+    if "@" in inner:
+        raise SpecgymError(f"tree-hybrid names its drafter at the end (tree-hybrid:{inner.replace('@', '')}"
+                           f"@{inner.rpartition('@')[2]}), not inside, got {arg!r}")
+    ctrl = build(inner, k_max, ("tree",)).controller
+    if not isinstance(ctrl, TreeController) or isinstance(ctrl, TreeHybrid):
+        raise SpecgymError(f"tree-hybrid's model side is a tree controller other than itself, got {inner!r}")
+    return TreeHybrid(ctrl, m, kn, k_max)
+
+
 def _tree_predicted(arg: str | None, k_max: int) -> PredictedTree:
     if not arg:
         raise SpecgymError("tree-predicted needs a predictor, e.g. tree-predicted:midpair")
@@ -705,6 +729,10 @@ for _row in (
           _const("tree-oracle"), needs=("tree",), level="tree", live=False),
     Entry("tree-predicted", "tree", "predictor", _tree_predicted, "tree-predicted:NAME|FILE",
           _tree_predicted_all, needs=("tree", "predictor"), level="tree", live=False),
+    Entry("tree-hybrid", "tree", "rule", _tree_hybrid,
+          "tree-hybrid[:M:KN][:TREE_SPEC][@DRAFTER] (prompt lookup at KN on a context match of M+ tokens, else the "
+          "tree of TREE_SPEC, default tree-eagle:fit; M and KN fitted on the fit split when not given)",
+          needs=("tree",), level="tree"),
     Entry("tree-chain", "tree", "rule", _tree_chain, "tree-chain:SPEC (a chain controller as width-1 trees)",
           level="tree"),
     Entry("tree-ppo", "tree", "learned", _policy("tree-ppo"), "tree-ppo:NAME|DIR (exported tree policy)",

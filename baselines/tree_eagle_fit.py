@@ -241,3 +241,13 @@ class FittedEagleTree(EagleTree):
         """One live round with the fitted parameters."""
         self._fitted()
         return super().play_live(req)
+
+
+def eagle_outcomes(engine: TreeEngine, reqs: np.ndarray, depth: int, beam: int,
+                   budget: int) -> tuple[np.ndarray, np.ndarray]:
+    """Accepted tokens and time of one :class:`EagleTree` round ``(depth, beam, budget)`` started at every position
+    of ``reqs`` (flat, request after request), all at once, as its scalar replay plays each (what a rule that
+    plays the tree between other rounds fits on: :mod:`specgym.baselines.tree_hybrid`)."""
+    depth = min(depth, engine.max_depth)
+    acc, tm = _outcomes(engine, _positions(engine, np.asarray(reqs, np.int64), depth), beam, [(depth, beam, budget)])
+    return acc[0].astype(np.int64), tm[0]

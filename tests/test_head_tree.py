@@ -409,6 +409,44 @@ def test_replayed_head_trees_accept_what_the_live_head_trees_accept(pair, record
         assert all(o.approximate for o in rep)
 
 
+def test_the_hybrid_live_equals_plain_and_replays_round_for_round(pair, recorded):
+    """``tree-hybrid`` live (prompt-lookup chains on a context match, head trees otherwise): the output is plain
+    decoding's, both kinds of round are played, and the tree replay of the recording gives the live rounds
+    (positions, accepted tokens; times priced by the same profile, the n-gram drafter's for a lookup chain, where
+    the replay's modelled proposal length is the live one)."""
+    from specgym.envs.engines.live.model_loading import encode_prompt
+    from specgym.envs.engines.replay.tree_engine import TreeEngine
+
+    tok, eng, _, _ = pair
+    _, wl = recorded
+    assert "ngram" in wl.drafter_names and wl.lookup_len is not None
+    tree_eng = TreeEngine(wl, PROFILE, 8, drafter=HEAD_DRAFTER)
+    kinds = {"lookup": 0, "tree": 0}
+    for spec in ("tree-hybrid:1:4:tree-static:2-2-1@head", "tree-hybrid:2:8:tree-eagle:3:2:5@head"):
+        for r in range(wl.n_requests):
+            ids = encode_prompt(tok, wl.prompt_text[r])
+            ctrl = make(spec, 8, kinds=("tree",))
+            live = run_live_tree(eng, ids, ctrl, N)
+            assert live.tokens == wl.token_id[wl.span(r)].tolist(), (spec, r)
+            if "eagle" in spec:  # EAGLE-2's replay is approximate: its rounds are not the live ones
+                continue
+            req, replayed, lookup_at = tree_eng.start(r), make(spec, 8, kinds=("tree",)), []
+            replayed.reset(req.context)
+            rep = []
+            while not req.done:
+                lookup_at.append(req.lookup_len() >= replayed.m)
+                rep.append(replayed.play(req))
+            # a lookup chain's length is modelled as its cap (the recording keeps its run): live, a proposal whose
+            # match lies near the context's end is shorter; the rounds are the same
+            assert [(o.position, o.accepted) for o in rep] == [(o.position, o.accepted) for o in live.rounds]
+            assert all(a.nodes >= b.nodes for a, b in zip(rep, live.rounds))
+            same = [(a.time_ms, b.time_ms) for a, b in zip(rep, live.rounds) if a.nodes == b.nodes]
+            assert 2 * len(same) >= len(rep) and [a for a, _ in same] == pytest.approx([b for _, b in same])
+            kinds["lookup"] += sum(lookup_at)
+            kinds["tree"] += len(lookup_at) - sum(lookup_at)
+    assert kinds["lookup"] > 5 and kinds["tree"] > 5, kinds
+
+
 def test_the_modelled_eagle_scores_are_the_heads_true_path_probabilities(pair, recorded):
     """``draft_topk`` of a head request reads ``topk_head`` at the round's start: at depth 1 the head's real top-8
     probabilities of the round's root, as EAGLE-2 live sees them (to the storage's 1/65535)."""

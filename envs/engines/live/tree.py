@@ -36,6 +36,11 @@ its own features (no draft cache, no mask: a head node's feature holds its path)
 the target's hidden states, and the one at the last accepted node is the head's next feature. The draft model's
 cache is then left as it is (it catches up whenever the draft model drafts again). Priced, under a profile, as the
 profile's ``head`` drafter (:meth:`CostProfile.led_by`).
+
+**Prompt-lookup chains between trees** (:meth:`LiveTreeRequest.play_lookup`, the hybrid
+:mod:`~specgym.baselines.tree_hybrid`): a round may draft a chain by context lookup instead (vLLM's ``ngram``, as the
+chain engine's prompt lookup), verified as a width-1 tree in the same forward path (a chain needs no mask), so the
+head's feature and the caches stay where the tree rounds expect them. Priced, under a profile, as the lookup drafter.
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specgym.envs.core.cost import CostProfile
-from specgym.envs.core.kinds import HEAD_DRAFTER, IMPLICIT_DRAFTER
+from specgym.envs.core.kinds import HEAD_DRAFTER, IMPLICIT_DRAFTER, NGRAM_DRAFTER
+from specgym.envs.core.ngram_proposer import ngram_propose
 from specgym.envs.core.tree import TreeController, TreeRoundOutcome, TreeShape
 from specgym.envs.engines.live.draft_stats import draft_stats
 from specgym.envs.engines.live.engine import LiveEngine, LiveRequest
@@ -153,6 +159,24 @@ class LiveTreeRequest(LiveRequest):
         with self.engine._torch.inference_mode():
             return self._play_tree(tree, stats)
 
+    def lookup_len(self) -> int:
+        """The context lookup's match length of the sequence so far (what a lookup switch reads before the round)."""
+        return self.round_start().lookup_len
+
+    def play_lookup(self, k: int) -> TreeRoundOutcome:
+        """One round drafting a chain of up to ``k`` tokens by prompt lookup (none without a match: a plain step),
+        verified as a width-1 tree; the draft model's cache, if any, is left to catch up when it drafts again."""
+        if self.done:
+            raise SpecgymError("request already finished; start a new one")
+        with self.engine._torch.inference_mode():
+            r0 = self.engine._clock()
+            cap = max(0, min(int(k), self.k_max, self.length - self.position - 1))
+            drafts = ngram_propose(self.seq, cap, *self.engine.ngram_n) if cap else []
+            n = len(drafts)
+            self._check_room("lookup chain", n)
+            return self._verify_commit([self.seq[-1], *drafts], list(range(-1, n)), list(range(n + 1)),
+                                       [-1] * (n + 1), r0, 0, n, n, priced_as=NGRAM_DRAFTER)
+
     def _draft_tree(self, tree: TreeShape, room: int, nodes: int, anc: np.ndarray, stats: bool) -> list[int]:
         """Tokens of nodes ``0..nodes`` (node 0 = the root, the last accepted token), one draft forward per depth."""
         eng, torch, seq = self.engine, self.engine._torch, self.seq
@@ -215,15 +239,19 @@ class LiveTreeRequest(LiveRequest):
                                f"context of {self.engine.context}")
 
     def _verify_commit(self, tokens: list[int], parent: list[int], depth_of: list[int], dslots: list[int], r0: float,
-                       draft_depth: int, room: int, nodes: int, anc: np.ndarray | None = None) -> TreeRoundOutcome:
+                       draft_depth: int, room: int, nodes: int, anc: np.ndarray | None = None,
+                       priced_as: str | None = None) -> TreeRoundOutcome:
         """Verify nodes ``0..n`` (breadth-first; node 0 the root) in one target forward, walk the greedy path, keep
         its cache entries (``dslots[v]``: node ``v``'s draft-cache slot, -1 = not fed), record the round. With a
-        draft head, the target's hidden state at the last accepted node becomes the head's next feature."""
+        draft head, the target's hidden state at the last accepted node becomes the head's next feature.
+        ``priced_as``: the drafter whose costs price the round under a profile (default: the request's; a lookup
+        chain's, ``ngram``). A chain (every node the child of the one before) is verified without a mask."""
         eng, torch, seq = self.engine, self.engine._torch, self.seq
         i = self.position
         prefix = len(seq) - 1
         target = self.runners[1]
-        positions, mask = (None, None) if len(tokens) == 1 else (
+        chain = parent == list(range(-1, len(tokens) - 1))
+        positions, mask = (None, None) if chain else (
             [prefix + d for d in depth_of],
             tree_mask(ancestor_matrix(parent) if anc is None else anc, 0, len(tokens), prefix, eng.device))
         out = target(tokens, self.tcache, hidden=eng.head is not None, positions=positions, mask=mask)
@@ -249,7 +277,10 @@ class LiveTreeRequest(LiveRequest):
             self.dcache.compact(prefix + 1, fed[: fed.index(-1)] if -1 in fed else fed)
         new, accepted, produced, measured_ms = self._commit([tokens[u] for u in path] + [extra], 0, r0)
         if isinstance(eng.timing, CostProfile):
-            prof = eng.timing.led_by(HEAD_DRAFTER, "model") if self.drafter == HEAD_DRAFTER else eng.timing
+            if priced_as == NGRAM_DRAFTER:
+                prof = eng.timing.led_by(NGRAM_DRAFTER, "lookup")
+            else:
+                prof = eng.timing.led_by(HEAD_DRAFTER, "model") if self.drafter == HEAD_DRAFTER else eng.timing
             time_ms = prof.tree_round_time(room, nodes) + max(draft_depth - room, 0) * prof.draft_ms
         else:
             time_ms = measured_ms

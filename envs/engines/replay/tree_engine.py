@@ -24,6 +24,13 @@ from ``topk_head[i]`` (the head's top-8 probabilities at each depth from that st
 ``draft_topk``, approximate alike. Rounds are priced with the profile's ``head`` drafter
 (:meth:`CostProfile.led_by`), as the live head trees are. Trees deeper than the column's depth are refused, and so
 are controllers that observe the spine's confidences (the recording holds none of the head's): one line each.
+
+**Prompt-lookup chains between trees** (:meth:`TreeReplayRequest.play_lookup`, the hybrid
+:mod:`~specgym.baselines.tree_hybrid`): a round may instead draft a chain by context lookup, played as the chain
+replay plays it (the recorded lookup drafter's run from that start, its cap clipped to the request's end, no match:
+a plain step; priced by that drafter's round table and context term) and reported as a width-1 tree round. As in
+the chain replay, a proposal's length is modelled as its cap: live, a match whose continuation runs into the end of
+the context proposes fewer tokens (the same accepted run, a narrower verify).
 """
 
 from __future__ import annotations
@@ -106,6 +113,22 @@ class TreeEngine:
         self._times: dict[TreeShape, list[float]] = {}
         # a context term: a tree round at depth d >= 1 costs per_kv[1] per cached token, a plain step per_kv[0]
         self.per_kv = (float(table.per_kv[0]), float(table.per_kv[1])) if table.has_context else None
+        lookups = self.chain.lookup_drafters()
+        #: The recorded lookup drafter whose chains :meth:`TreeReplayRequest.play_lookup` plays (``None``: none)
+        self.lookup_drafter: str | None = lookups[0] if lookups and workload.lookup_len is not None else None
+
+    def lookup_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
+        """What a lookup chain reads, flat: ``(lookup_len, runs, caps, base, per_kv)`` (the context lookup's match
+        length and the lookup drafter's runs and proposal caps per start; its round table's base and context
+        columns by draft tokens); one line when the workload records no lookup drafter or no context lookup."""
+        name = self.lookup_drafter
+        if name is None:
+            raise SpecgymError(f"workload {self.workload.name!r} has no prompt-lookup drafter with per-start runs and "
+                               f"'lookup_len' column: a tree round cannot give way to a lookup chain in replay")
+        assert self.workload.lookup_len is not None
+        table = self.chain.table_for(name)
+        return (self.workload.lookup_len.astype(np.int64), self.chain.runs(name), self.chain.proposal_caps(name),
+                table.base, table.per_kv)
 
     def check(self, tree: TreeShape) -> None:
         """Raise if ``tree`` is deeper or larger than this engine allows."""
@@ -216,6 +239,30 @@ class TreeReplayRequest:
         self._ent = wl.require("draft_entropy", "tree replay")[sl]
         self._base = sl.start
         self._kv0 = int(wl.prompt_len[r])
+
+    def seek(self, position: int) -> None:
+        """Move to completion position ``position`` (a fit that replays one round from every position)."""
+        if not 0 <= position < self.length:
+            raise SpecgymError(f"position {position} outside the request's completion of {self.length} tokens")
+        self.position, self.done = int(position), False
+
+    def lookup_len(self) -> int:
+        """The context lookup's match length at the next position (what a lookup switch reads before the round)."""
+        return int(self.engine.lookup_columns()[0][self._base + self.position])
+
+    def play_lookup(self, k: int) -> TreeRoundOutcome:
+        """One round drafting a chain of up to ``k`` tokens by prompt lookup (module docstring), as a width-1 tree."""
+        if self.done:
+            raise SpecgymError("request already finished; start a new one")
+        found, runs, caps, base, per_kv = self.engine.lookup_columns()
+        i = self.position
+        g = self._base + i
+        drafted = max(0, min(int(k), self.length - i - 1, len(base) - 1, self.length if caps is None else int(caps[g])))
+        accepted = min(int(runs[g]), drafted)
+        time_ms = float(base[drafted] + per_kv[drafted] * (self._kv0 + i))
+        self.position = i + accepted + 1
+        self.done = self.position >= self.length
+        return TreeRoundOutcome(i, drafted, drafted, accepted, accepted + 1, time_ms, self.done)
 
     def ranks(self, n: int) -> list[int]:
         """The target's ranks at the next ``n`` positions (what a clairvoyant controller knows); for the head its

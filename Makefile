@@ -25,7 +25,7 @@ VLLM_PIP    := $(VLLM_PY) -m pip install --quiet --no-index --no-deps --find-lin
 PKG_FILES := $(shell find specgym envs agents baselines training eval data -type f -not -path '*/__pycache__/*' \
                -not -name '*.pyc' 2>/dev/null | LC_ALL=C sort)
 
-.PHONY: data-smollm2 prompts-smollm2 drafter-smollm2 head-smollm2 predictor-smollm2 policies-smollm2 bench-live-smollm2 bench-live-smollm2-t07 gpu-check docs results-pages install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree models \
+.PHONY: data-smollm2 prompts-smollm2 drafter-smollm2 head-smollm2 predictor-smollm2 policies-smollm2 bench-live-smollm2 bench-live-smollm2-t07 gpu-check docs results-pages install vllm-env vllm-env-or-reason bench-vllm demo test test-fast lint bench results policies policies-generalist policies-midpair policies-midpair-predicted policies-tree policies-tree-smollm2 models \
         models-midpair models-tinypair predictors profile record record-midpair record-midpair-greedy record-midpair-t08 record-tinypair clean FORCE
 
 $(VENV)/.files: FORCE
@@ -196,6 +196,17 @@ policies-tree: $(STAMP)
 	$(VENV)/bin/specgym eval --workload midpair-greedy --profile gpu-like-published --force --out out/eval-tree \
 		--controllers all,tree-ppo:midpair-tree
 
+# the real pair's tree policy on its draft head's trees (tree.yaml's smollm2-greedy entry: drafter head, priced by
+# cpu-smollm2; ~4 min quiet), against the rule trees on val
+policies-tree-smollm2: $(STAMP)
+	OMP_NUM_THREADS=1 $(VENV)/bin/specgym train --workload smollm2-greedy --mode tree --seed 0 \
+		--out runs/smollm2-head-tree-s0 --force
+	$(VENV)/bin/specgym export runs/smollm2-head-tree-s0 --out runs/smollm2-head-tree-s0/policy --force
+	$(PY) -m specgym.commands.policy_card data/policies/smollm2-head-tree --force --runs runs/smollm2-head-tree-s0 \
+		--reproduce "make policies-tree-smollm2"
+	$(VENV)/bin/specgym eval --workload smollm2-greedy --split val --force --out out/eval-tree-smollm2 --no-plots \
+		--controllers tree-ppo:smollm2-head-tree,tree-eagle:fit@head,tree-hybrid@head,fixed:3@head,lookup-switch
+
 # --- rebuilding the shipped model pairs and their traces (long; one torch thread each, offline; never in CI) -------
 # midpair (the default pair): speculation pays on a CPU. tinypair: the overhead-bound contrast.
 LIVE_ENV := HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -237,21 +248,21 @@ SMOL_WORK := build/draft-smollm2
 prompts-smollm2: $(STAMP)  # seconds: the 246 chat prompts in 8 categories with their train/val/test splits
 	$(PY) -m specgym.training.models.chat_prompts data/workloads/smollm2-prompts.jsonl
 
-drafter-smollm2: $(STAMP)  # ~25 min target answers, 55 min distillation, ~3 min held-out figures and export
-	$(SPECGYM) train-draft --target smollm2 --prompts smollm2-prompts --work-dir $(SMOL_WORK) \
-		--stages answers,init,train --budget-min 55
-	$(SPECGYM) train-draft --target smollm2 --prompts smollm2-prompts --work-dir $(SMOL_WORK) \
-		--stages export --draft-vocab 4096 --out data/models/smollm2/draft --force
+# both drafters learn from the data folder `make data-smollm2` writes (issue 54), read as it is (no answer generated
+# again): a seeded pick of 2,000 of its train-split answers (greedy and T = 0.7) and 300 of its val-split greedy answers
+# held out for the cards' figures, the same pick for both; a run refuses the folder until its answers stage is done
+drafter-smollm2: $(STAMP)  # ~40 min target top-k over 2,300 answers, 55 min distillation, ~5 min held-out figures, export
+	$(SPECGYM) train-draft --target smollm2 --data build/data-smollm2 --max-answers 2000 --max-val-answers 300 \
+		--work-dir $(SMOL_WORK) --stages answers,init,train --budget-min 55
+	$(SPECGYM) train-draft --target smollm2 --data build/data-smollm2 --max-answers 2000 --max-val-answers 300 \
+		--work-dir $(SMOL_WORK) --stages export --draft-vocab 4096 --out data/models/smollm2/draft --force
 
-# the draft head (EAGLE-style, on the target's last hidden state) trained on the same answers and a second sampled set
-# (another seed): answers (~25 + ~20 min), features (~15 min), training (~15 min) and export (~4 min); the recordings
-# (record-smollm2) then store its runs and the profile (profile-smollm2) its cost
-head-smollm2: $(STAMP)
-	$(SPECGYM) train-draft --target smollm2 --prompts smollm2-prompts --work-dir $(SMOL_WORK) --stages answers
-	$(SPECGYM) train-draft --target smollm2 --prompts smollm2-prompts --work-dir $(SMOL_WORK)-b --stages answers \
-		--temperatures 0.7,1.0 --seed 1000
-	$(SPECGYM) train-head --target smollm2 --work-dir $(SMOL_WORK) --extra-answers $(SMOL_WORK)-b --steps 3000 \
-		--out data/models/smollm2/head --force
+# the draft head (EAGLE-style, on the target's last hidden state) on the same answers: features (~40 min, one
+# teacher-forced forward per answer), training (~15 min) and export (~4 min); the recordings (record-smollm2) then
+# store its runs and the profile (profile-smollm2) its cost
+head-smollm2: $(STAMP)  # ~60 min
+	$(SPECGYM) train-head --target smollm2 --data build/data-smollm2 --max-answers 2000 --max-val-answers 300 \
+		--work-dir $(SMOL_WORK) --steps 3000 --out data/models/smollm2/head --force
 
 profile: profile-midpair profile-tinypair profile-smollm2
 record: record-midpair record-tinypair record-smollm2

@@ -30,7 +30,7 @@ from specgym.agents.modes import MODES, PolicyMode, get_mode
 from specgym.agents.policy_controller import GUARD_MARGIN, TEACHERS
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor
 from specgym.envs.core.features import FEATURE_VERSION
-from specgym.envs.core.kinds import ModeName, runs_in
+from specgym.envs.core.kinds import HEAD_DRAFTER, ModeName, runs_in
 from specgym.envs.core.rounds import DEFAULT_K_MAX
 from specgym.errors import SpecgymError
 from specgym.io import atomic_dir, atomic_write_bytes, atomic_write_text, sha256_file
@@ -65,6 +65,8 @@ class PolicyArtifact:
             normalisation), or ``None`` for a policy exported without one. Outside it (by more than
             :data:`~specgym.agents.policy_controller.GUARD_MARGIN` of the feature's bound), a chain policy hands its
             decisions to ``teacher``.
+        drafter: Tree mode: who drafts its trees (``None`` the draft model; ``head`` the pair's draft head, whose
+            spine features it observes as NaN, in training as in deployment).
         teacher: The rule that decides where the policy is outside its range (``marginal``; ``planned:`` on the
             embedded predictor for a predictor-reading policy; ``drafter-marginal`` for a drafter policy; ``goodput``
             for a batch policy), or ``None`` (no guard).
@@ -88,6 +90,7 @@ class PolicyArtifact:
     obs_low: np.ndarray | None = None
     obs_high: np.ndarray | None = None
     teacher: str | None = None
+    drafter: str | None = None
 
     @property
     def row(self) -> PolicyMode:
@@ -146,6 +149,9 @@ class PolicyArtifact:
                                                              for s in self.shapes)):
             raise SpecgymError(f"tree policy action menu must list width tuples of depth <= k_max "
                                f"{self.k_max}, widths >= 1")
+        if self.drafter not in (None, HEAD_DRAFTER) or (self.drafter is not None and mode.action != "tree_widths"):
+            raise SpecgymError(f"policy field 'drafter': {self.drafter!r}; only a tree policy names one, and only "
+                               f"{HEAD_DRAFTER!r} (trees drafted by the draft head; none: the draft model)")
         if self.n_actions != want:
             raise SpecgymError(f"policy has {self.n_actions} actions, {self.mode} mode with k in "
                                f"[{self.k_min}, {self.k_max}] needs {want}")
@@ -211,10 +217,10 @@ def artifact_arrays(art: PolicyArtifact) -> dict[str, np.ndarray]:
 #: feature version, the action mapping...) is refused on load, like a modified weights file.
 FUNCTION_FIELDS = ("format", "format_version", "mode", "feature_version", "features", "obs_dim", "k_min", "k_max",
                    "action_mapping", "network", "obs_normalization", "weights_file", "weights_sha256", "predictor",
-                   "guard")
+                   "guard", "drafter")
 
 
-_LATER_FIELDS = ("predictor", "guard")
+_LATER_FIELDS = ("predictor", "guard", "drafter")
 
 
 def function_sha256(meta: dict[str, Any]) -> str:
@@ -253,6 +259,8 @@ def artifact_meta(art: PolicyArtifact, weights_sha256: str) -> dict[str, Any]:
     }
     if art.predictor is not None:
         meta["predictor"] = art.predictor
+    if art.drafter is not None:
+        meta["drafter"] = art.drafter
     if art.teacher is not None:
         meta["guard"] = {"teacher": art.teacher, "margin": GUARD_MARGIN, "arrays": ["obs_low", "obs_high"],
                          "rule": "outside [obs_low - margin * bound, obs_high + margin * bound] in any feature, the "
@@ -329,7 +337,7 @@ def load_policy(path: str | Path, expect_mode: str | None = None) -> PolicyArtif
         norm = meta["obs_normalization"]
         known = {"format", "format_version", "mode", "feature_version", "features", "obs_dim", "k_min", "k_max",
                  "action_mapping", "network", "obs_normalization", "weights_file", "weights_sha256",
-                 "function_sha256", "predictor", "guard"}
+                 "function_sha256", "predictor", "guard", "drafter"}
         art = PolicyArtifact(
             mode=meta["mode"], k_min=int(meta["k_min"]), k_max=int(meta["k_max"]), weights=weights, biases=biases,
             activation=meta["network"]["activation"],
@@ -344,6 +352,7 @@ def load_policy(path: str | Path, expect_mode: str | None = None) -> PolicyArtif
             obs_low=arrays.get("obs_low") if meta.get("guard") else None,
             obs_high=arrays.get("obs_high") if meta.get("guard") else None,
             teacher=(meta.get("guard") or {}).get("teacher"),
+            drafter=meta.get("drafter"),
         )
     except (KeyError, TypeError, ValueError, OSError) as exc:
         raise SpecgymError(f"{folder}: malformed policy artifact ({type(exc).__name__}: {exc})") from None

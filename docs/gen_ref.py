@@ -47,7 +47,8 @@ def rst_to_md(text: str) -> str:
 
 
 def _esc(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A table cell: ``|`` escaped, one line, and ``][`` broken (``[:M:KN][:TREE_SPEC]`` is no reference link)."""
+    return text.replace("|", "\\|").replace("\n", " ").replace("][", "]\\[")
 
 
 # ----------------------------------------------------------------------------------------------------------------

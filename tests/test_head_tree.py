@@ -447,6 +447,38 @@ def test_the_hybrid_live_equals_plain_and_replays_round_for_round(pair, recorded
     assert kinds["lookup"] > 5 and kinds["tree"] > 5, kinds
 
 
+def test_a_head_tree_policy_decides_live_as_in_replay(pair, recorded, tmp_path):
+    """A tree policy on the head (random, untrained) decides every live round as it decides the replayed round: it
+    observes the same rounds (priced by the same profile, as the head) without spine features in both."""
+    from tree_policies import tree_artifact
+
+    from specgym.agents.artifact import write_artifact
+    from specgym.envs.engines.live.model_loading import encode_prompt
+    from specgym.envs.engines.replay.tree_engine import TreeEngine
+
+    tok, eng, _, _ = pair
+    _, wl = recorded
+    path = write_artifact(tree_artifact(HEAD_DRAFTER, seed=5), tmp_path / "policy")
+    tree_eng = TreeEngine(wl, PROFILE, 8, drafter=HEAD_DRAFTER)
+    shapes = set()
+    for r in range(wl.n_requests):
+        live_ctrl, rep_ctrl = (make(f"tree-ppo:{path}", 8, kinds=("tree",)) for _ in range(2))
+        chosen: list[tuple[str, ...]] = []
+        real = live_ctrl.propose_tree
+        live_ctrl.propose_tree = lambda: chosen.append(real().name) or real()  # type: ignore[method-assign]
+        live = run_live_tree(eng, encode_prompt(tok, wl.prompt_text[r]), live_ctrl, N)
+        assert live.tokens == wl.token_id[wl.span(r)].tolist()
+        req = tree_eng.start(r)
+        rep_ctrl.reset(req.context)
+        replayed = []
+        while not req.done:
+            replayed.append(rep_ctrl.propose_tree().name)
+            rep_ctrl.play(req)
+        assert replayed == chosen
+        shapes |= set(chosen)
+    assert len(shapes) > 1
+
+
 def test_the_modelled_eagle_scores_are_the_heads_true_path_probabilities(pair, recorded):
     """``draft_topk`` of a head request reads ``topk_head`` at the round's start: at depth 1 the head's real top-8
     probabilities of the round's root, as EAGLE-2 live sees them (to the storage's 1/65535)."""

@@ -73,13 +73,13 @@ def test_a_workload_without_a_lookup_drafter_cannot_fit_a_switch():
 
 def test_a_chain_rule_decides_one_drafters_k(smollm2):
     """``marginal@head`` is a drafter-choice row: the marginal rule, priced by the head's round costs, decides the
-    head's K every round; a rule that reads the default drafter's confidence is refused."""
+    head's K every round; a rule that reads the head's entropy (not recorded) is refused."""
     wl, prof = smollm2
     row = build("marginal@head")
     assert row.kind == "drafter" and isinstance(row.controller, ChainOnDrafter)
     assert row.controller.name == "marginal@head" and row_of("assc@ngram").kind == "drafter"
-    with pytest.raises(SpecgymError, match="confidence:0.4@head: confidence:0.4 reads draft_conf"):
-        build("confidence:0.4@head")
+    with pytest.raises(SpecgymError, match="entropy@head: entropy reads draft_entropy"):
+        build("entropy@head")  # the head's confidence is recorded (confidence@head runs), its entropy is not
     with pytest.raises(SpecgymError, match="'@DRAFTER' picks a drafter"):
         build("marginal@head", kinds=("chain",))
     specs, _ = expand("all", traits=Traits.of(wl))

@@ -19,7 +19,7 @@ import yaml
 
 import specgym.catalogue as catalogue
 from specgym.agents.specs import build as build_spec
-from specgym.envs.core.kinds import MODE_NAMES
+from specgym.envs.core.kinds import HEAD_DRAFTER, MODE_NAMES
 from specgym.envs.core.rounds import K_MAX_LIMIT
 from specgym.envs.profiles import load_profile
 from specgym.errors import SpecgymError
@@ -85,6 +85,7 @@ class PPOConfig:
     batch_requests: int = 96
     profile: str | None = None
     profile_jitter: float | None = None
+    drafter: str | None = None
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -157,6 +158,8 @@ class PPOConfig:
             raise bad("max_batch", "and batch_requests must be >= 1")
         if self.domains not in (None, "generalist"):
             raise bad("domains", "must be null or 'generalist'")
+        if self.drafter not in (None, HEAD_DRAFTER):
+            raise bad("drafter", f"must be null (trees drafted by the draft model) or {HEAD_DRAFTER!r} (tree mode)")
         if self.profile_jitter is not None and not (1.0 <= self.profile_jitter <= 10.0):
             raise bad("profile_jitter", "must be null or a spread in [1, 10] (each cost factor within [1/spread, "
                                         "spread])")

@@ -42,6 +42,8 @@ def env_config(run: TrainingRun, workload: Any, split: str) -> dict[str, Any]:
                            "outcome_seed": ppo.outcome_seed, "profile": ppo.profile}
     if ppo.predictor is not None:
         cfg["predictor"] = run.predictor
+    if ppo.drafter is not None:  # tree mode: trees drafted by the head (checked against the mode by specgym train)
+        cfg["drafter"] = ppo.drafter
     if isinstance(workload, DomainDistribution):
         return {**cfg, "domains": workload, "workload": workload.workloads[0]}
     return {**cfg, "workload": workload}
@@ -51,9 +53,10 @@ def make_env_fn(run: TrainingRun, split: str | None = None) -> Callable[[], gym.
     """A zero-argument env factory of a run: the mode's env (its Gymnasium id, :attr:`PolicyMode.env_id`), then
     ``SB3ActionWrapper`` where actions are draft caps, the token-value reward and (token-level modes) shaping. The
     batch env is rewarded in tokens per step time by itself (no reward wrapper). ``split`` ``None``: the training
-    requests, the workload's fit split (:attr:`Workload.fit_split`)."""
-    rc, ppo, workload = run.config, run.config.ppo, run.workload
+    requests: the workload's fit split (:attr:`Workload.fit_split`; where that is val, its fit rows,
+    :attr:`TrainingRun.fit_workload`)."""
     fitting = split is None
+    rc, ppo, workload = run.config, run.config.ppo, run.fit_workload if fitting else run.workload
     split = workload.fit_split if split is None else split
     row = get_mode(rc.mode)
     if kind_row(row.kind).serving_step:

@@ -86,7 +86,8 @@ def run_metrics(run: RunFiles, picked: str) -> dict[str, Any] | None:
 
 
 def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, k_max: int,
-                        meta: dict[str, Any] | None = None, predictor: Any = None) -> PolicyArtifact:
+                        meta: dict[str, Any] | None = None, predictor: Any = None,
+                        drafter: str | None = None) -> PolicyArtifact:
     """Build a :class:`PolicyArtifact` from an in-memory SB3 PPO model and its ``VecNormalize`` (or None).
 
     Args:
@@ -96,6 +97,7 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
         k_min, k_max: The K range of the env (action ``a`` in K mode means ``K = k_min + a``).
         meta: Training record stored in ``policy.json``.
         predictor: The acceptance predictor the observations were computed with (embedded in the artifact).
+        drafter: Tree mode: who drafted the trees it learned on (``None`` the draft model, ``head``).
     """
     layers, acts = actor_layers(model)
     if acts - {"Tanh", "ReLU"} or len(acts) > 1:
@@ -121,7 +123,7 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
                          feature_version=row.feature_version, features=row.features(row.feature_version),
                          predictor=None if predictor is None else predictor.to_dict(), meta=dict(meta or {}),
                          shapes=shapes, obs_low=None if seen is None else seen[0],
-                         obs_high=None if seen is None else seen[1], teacher=teacher)
+                         obs_high=None if seen is None else seen[1], teacher=teacher, drafter=drafter)
     art.validate()
     return art
 
@@ -131,7 +133,8 @@ def run_artifact(model: Any, vecnorm: Any | None, cfg: RunConfig, predictor: Acc
     """:func:`artifact_from_model` for a run: its mode, K range and acceptance predictor (``predictor``: the run's,
     already loaded: :attr:`~specgym.training.run.TrainingRun.predictor` or
     :func:`~specgym.training.run.load_run_predictor`), so validation, the summary and export price the same policy."""
-    return artifact_from_model(model, vecnorm, cfg.mode, cfg.ppo.k_min, cfg.ppo.k_max, meta, predictor)
+    return artifact_from_model(model, vecnorm, cfg.mode, cfg.ppo.k_min, cfg.ppo.k_max, meta, predictor,
+                               cfg.ppo.drafter)
 
 
 def load_run_model(run: RunFiles, which: str = "best") -> tuple[Any, Any, str, RunConfig]:

@@ -65,8 +65,9 @@ def _run_record(run: Path) -> dict[str, Any]:
     if summary.is_file():  # the kept model's full validation figures (the state's history keeps two ratios)
         val = json.loads(summary.read_text()).get("val") or {}
         best.setdefault("oracle_ratio", val.get("oracle_ratio", math.nan))
-        if "speedup_vs_sequoia" in val:  # tree runs
-            best.setdefault("speedup_vs_sequoia", val["speedup_vs_sequoia"])
+        for key in ("speedup_vs_sequoia", "speedup_vs_eagle-head"):  # tree runs (on the draft model; the head)
+            if key in val:
+                best.setdefault(key, val[key])
     return {"run": run.name, "config": cfg, "state": state, "best": best}
 
 
@@ -232,33 +233,51 @@ def _suite_section(suite: dict[str, Any], suite_specs: list[str], runs: list[dic
 
 
 def _tree_card(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], shipped: str, reproduce: str) -> str:
-    """The card of a tree-mode policy (``tree-ppo:NAME``)."""
+    """The card of a tree-mode policy (``tree-ppo:NAME``): trees drafted by the draft model (compared with
+    ``tree-sequoia``) or by the draft head (compared with ``tree-eagle:fit@head``)."""
     tr = meta.get("training", {})
     cfg = tr.get("config", {})
+    head = meta.get("drafter") is not None
+    ref, key = ("tree-eagle:fit@head", "speedup_vs_eagle-head") if head else ("tree-sequoia", "speedup_vs_sequoia")
+    profile = cfg.get("profile") or "the workload's own"
+    kept = next((r["best"].get(key) for r in runs if r["run"] == shipped), None)
+    where = _fit_split(tr.get("workload"))
+    rows = ("val split's fit rows (`Workload.learning_requests`); the model kept is the best on its other val rows"
+            if where == "val" else "train split; the model kept is the best on the workload's val split")
     menu = ", ".join("-".join(map(str, s)) or "plain" for s in meta.get("action_mapping", {}).get("values", []))
     L = [f"# specgym policy `{name}`", "",
          "A PPO policy (stable-baselines3, exported to numpy: `policy.npz` + `policy.json`, no pickle) in **tree "
          "mode** (`specgym/SpecDecodeTree-v0`): per round it picks the draft tree from a menu of static shapes "
          f"(per-depth widths: {menu}). It reads the cost profile and the request's verified history through the "
          f"shared feature code (feature version {meta.get('feature_version')}). Greedy decoding only (exact tree "
-         "replay needs greedy traces with ranks).", "",
+         "replay needs greedy traces with ranks)." + (
+             " Its trees are drafted by the pair's **draft head** (`policy.json` `drafter: head`; the recording's "
+             "`ranks_head`): it observes every round priced as the head's and without the spine's confidence and "
+             "entropy (the recording holds none of the head's), in replay and live alike." if head else ""), "",
+         *(["## Status: below its reference on validation", "",
+            f"**{kept:.3f}x `{ref}` on validation.** The rule is the one to deploy; this policy is shipped as the "
+            "learned row of the comparisons (its menu of static shapes cannot express a confidence-chosen tree).", ""]
+           if kept is not None and kept < 1.0 else []),
          "Use it by name (a tree controller):", "", "```bash",
-         f"specgym eval --workload {tr.get('workload')} --profile {cfg.get('profile')} --controllers "
-         f"all,tree-ppo:{name}", "```", "",
+         f"specgym eval --workload {tr.get('workload')}" + (f" --profile {cfg['profile']}" if cfg.get("profile")
+                                                            else "") +
+         (f" --split val --controllers tree-ppo:{name},{ref},fixed:3@head" if head else
+          f" --controllers all,tree-ppo:{name}"), "```", "",
          "## Training", "",
-         f"Workload `{tr.get('workload')}` ({_fit_split(tr.get('workload'))} split), rounds priced with the "
-         f"`{cfg.get('profile')}` profile. PPO, "
+         f"Workload `{tr.get('workload')}` ({rows}), rounds priced with {profile if not cfg.get('profile') else ''}"
+         f"{'`' + cfg['profile'] + '`' if cfg.get('profile') else ''} profile. PPO, "
          f"{cfg.get('timesteps', 0):,} environment steps per seed (the shipped model is the one kept at "
          f"{tr.get('timesteps', 0):,}), net {cfg.get('net_arch')} {cfg.get('activation')}, learning rate "
          f"{cfg.get('learning_rate')} ({cfg.get('lr_schedule')}), entropy coefficient {cfg.get('ent_coef')}; from "
-         "scratch. The model kept is the best on the workload's val split. One torch thread.", "",
-         "| seed | run | steps | wall time | best val: vs best fixed K | vs tree-sequoia | oracle ratio |",
+         "scratch. One torch thread.", "",
+         f"| seed | run | steps | wall time | best val: vs best fixed K | vs {ref} | oracle ratio |",
          "|---|---|---:|---:|---:|---:|---:|"]
-    L += _seed_rows(runs, shipped, "speedup_vs_sequoia")
+    L += _seed_rows(runs, shipped, key)
     L += ["", f"Reproduce: `{reproduce}` (trains, exports the best model on validation and writes this card).", "",
           "## Limitations", "",
-          "* Trained on replayed traces priced by a cost profile (an illustrative GPU-like one by default): live "
-          "figures depend on the tree engine and hardware.",
+          "* Trained on replayed traces priced by a cost profile" + ("" if head else " (an illustrative GPU-like one "
+                                                                      "by default)") +
+          ": live figures depend on the tree engine and hardware.",
           "* The menu is static shapes chosen before the round's first draft forward: it cannot react to the "
           "round's draft distribution (the dynamic `tree-predicted:NAME` rule does).",
           "* The feature version is pinned: a specgym whose features changed refuses to load this policy.", ""]

@@ -142,6 +142,9 @@ def _new_run(req: TrainRequest, run: RunFiles) -> TrainingRun:
             raise SpecgymError(f"--mode drafter: workload {wl.name!r} holds one drafter ({one}); drafter choice "
                                f"needs two (e.g. an imported SpecDecode-Bench file)")
         ppo = resolve_config(req.mode, wl.name, req.config_file, overrides)  # bad input fails before rmtree
+    if ppo.drafter is not None and get_mode(req.mode).action != "tree_widths":
+        raise SpecgymError(f"--hyperparams drafter={ppo.drafter}: only --mode tree names who drafts (its trees); "
+                           f"this run is --mode {req.mode}")
     if req.timesteps is not None:
         ppo.timesteps = int(req.timesteps)
         ppo.validate("--timesteps")
@@ -305,7 +308,7 @@ def _train(req: TrainRequest, training: TrainingRun, console: Any) -> dict[str, 
         raise SpecgymError(f"--timesteps {target:,} is below the checkpoint at {start:,} timesteps in {run.root}: "
                            f"--resume continues a run, it cannot shorten it")
     # validate the cloned policy before PPO starts: the kept best model is never worse (on val) than the clone
-    validator, key = make_validator(cfg, wl)
+    validator, key = make_validator(cfg, training.select_workload)  # never the rows it learns from
     val = ValidationCallback(training, validator, key, console,
                              at_start=bool(ppo.bc_init) and start == 0 and ppo.eval_freq > 0 and not req.resume)
     progress = ProgressCallback(target, start, console)
@@ -316,7 +319,10 @@ def _train(req: TrainRequest, training: TrainingRun, console: Any) -> dict[str, 
         cbs.append(CriticWarmupCallback(ppo.bc_warmup))
     label = (f"the generalist distribution ({len(wl.workloads)} workloads x randomised profiles)" if ppo.domains
              else wl.label)
-    console.print(f"[bold]specgym train[/bold] {cfg.mode} mode on {label} ({wl.fit_split} split): "
+    where = f"{wl.fit_split} split" if ppo.domains or wl.fit_split == "train" else \
+        (f"val split: {training.fit_workload.n_requests} requests to learn from, "
+         f"{training.select_workload.n_requests} to choose the best model on")
+    console.print(f"[bold]specgym train[/bold] {cfg.mode} mode on {label} ({where}): "
                   f"{start:,} -> {target:,} timesteps, n_envs {ppo.n_envs}, token_value "
                   f"{cfg.token_value_resolved:.3f}; run folder {run.root}", highlight=False)
     t0 = time.perf_counter()
@@ -382,7 +388,7 @@ def _behaviour_clone(training: TrainingRun, model: Any, venv: Any, teacher: str,
     if MODES[cfg.mode].env_demonstrations:  # the teacher is the budget rule the policy calibrates
         obs, labels = alloc_demonstrations(teacher, make_env_fn(training), ppo.bc_passes, seed)
     else:
-        obs, labels = demonstrations(teacher, training_distribution(cfg, training.workload), cfg.mode, ppo.k_min,
+        obs, labels = demonstrations(teacher, training_distribution(cfg, training.fit_workload), cfg.mode, ppo.k_min,
                                      ppo.k_max, passes=ppo.bc_passes, seed=seed, predictor=training.predictor)
     bc = clone_into(model, venv, obs, labels, epochs=ppo.bc_epochs, seed=seed)
     bc["seconds"] = round(time.perf_counter() - t_bc, 1)

@@ -111,6 +111,25 @@ class TrainingRun:
     state: RunState = field(default_factory=RunState)
 
     @cached_property
+    def fit_workload(self) -> Any:
+        """What the policy learns from (its episodes, its behaviour cloning): the workload, or, where it fits on val
+        (:attr:`Workload.fit_split`), val's fit rows of :meth:`Workload.learning_requests` only, so the
+        validation that keeps the best model never scores requests the policy trained on."""
+        wl = self.workload
+        if not hasattr(wl, "learning_requests") or wl.fit_split == "train":
+            return wl  # a domain distribution, or train to learn from and val to choose on
+        return wl.subset(wl.learning_requests()[0])
+
+    @cached_property
+    def select_workload(self) -> Any:
+        """What the best model is chosen on (its ``val`` split): the workload, or, where it fits on val, val's
+        choice rows of :meth:`Workload.learning_requests` (disjoint from :attr:`fit_workload`)."""
+        wl = self.workload
+        if not hasattr(wl, "learning_requests") or wl.fit_split == "train":
+            return wl
+        return wl.subset(wl.learning_requests()[1])
+
+    @cached_property
     def predictor(self) -> AcceptancePredictor | None:
         """The run's acceptance predictor (:func:`load_run_predictor`), loaded on first use and once per run."""
         return load_run_predictor(self.config)

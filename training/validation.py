@@ -34,7 +34,8 @@ from specgym.eval.stats import geomean
 #: The baselines a validation compares with: (short name in the figures, the baseline's spec).
 COMPARED_BASELINES = (("marginal", "marginal"), ("speclane", "speclane"), ("confidence", "confidence:0.4"),
                       ("goodput", "goodput"), ("sequoia", "tree-sequoia"), ("lookup-rule", "lookup-rule:3"),
-                      ("drafter-marginal", "drafter-marginal"), ("budget", "the budget rule"))
+                      ("drafter-marginal", "drafter-marginal"), ("budget", "the budget rule"),
+                      ("eagle-head", "tree-eagle:fit@head"))
 _LABEL = dict(COMPARED_BASELINES)
 _SHORT = {spec: name for name, spec in COMPARED_BASELINES}
 
@@ -138,10 +139,12 @@ def validate_policy(artifact: PolicyArtifact, workload: Any, split: str = "val",
                     seed: int = 0, profile: str | CostProfile | None = None) -> ValidationResult:
     """A K-, token- or tree-mode policy against the best fixed K and its mode's compared baselines
     (:attr:`~specgym.agents.modes.PolicyMode.compared`: ``speclane``; ``confidence:0.4`` too in token mode;
-    ``tree-sequoia`` in tree mode), under ``profile`` (the run's; default the workload's own)."""
+    ``tree-sequoia`` in tree mode; EAGLE-2 fitted on the head's trees, ``tree-eagle:fit@head``, for a tree policy on
+    the head), under ``profile`` (the run's; default the workload's own)."""
     row = artifact.row
     policy = row.controller(artifact, f"{row.spec_prefix} (training)", artifact.k_max)
-    return _single(policy, artifact.k_max, row.compared, workload, split, max_requests, seed, profile)
+    compared = row.compared if artifact.drafter is None else (f"tree-eagle:fit@{artifact.drafter}",)
+    return _single(policy, artifact.k_max, compared, workload, split, max_requests, seed, profile)
 
 
 def generalist_cells(seed: int = 9000) -> list[tuple[str, Workload, CostProfile]]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from specgym.envs.core.controller import Prepared
 from specgym.envs.core.request import Request, Totals, check_needs
-from specgym.envs.core.rounds import RequestContext, RoundOutcome, RoundStart
+from specgym.envs.core.rounds import DraftStep, RequestContext, RoundOutcome, RoundStart
 from specgym.errors import SpecgymError
 
 #: The drafter of a plain target step (no draft phase); ``K = 0`` with any drafter is the same round.
@@ -43,7 +43,8 @@ class DrafterDecision:
 class DrafterController(Prepared, ABC):
     """Chooses the drafter and draft cap of each round.
 
-    Lifecycle per request: ``reset(ctx, drafters)``, then repeatedly ``propose(start)`` -> ``observe(outcome)``.
+    Lifecycle per request: ``reset(ctx, drafters)``, then repeatedly ``propose(start)`` -> (``keep_drafting(step)``
+    after the drafter's tokens j = 1..K-1, when :attr:`token_level` after ``reset``) -> ``observe(outcome)``.
 
     Attributes:
         name: Display name used in reports.
@@ -64,6 +65,10 @@ class DrafterController(Prepared, ABC):
     @abstractmethod
     def propose(self, start: RoundStart) -> DrafterDecision:
         """The drafter and draft cap of the next round."""
+
+    def keep_drafting(self, step: DraftStep) -> bool:
+        """After the drafter's token ``step.index``: False stops drafting (asked only when :attr:`token_level`)."""
+        return True
 
     def observe(self, outcome: RoundOutcome) -> None:
         """Update state from a verified round (``outcome.drafter`` proposed it). Default: nothing to learn."""
@@ -110,9 +115,10 @@ def drive_drafters(controller: DrafterController, request: Request, drafters: Se
     controller.reset(request.context, drafters)
     tot = Totals()
     name = controller.name
+    keep = controller.keep_drafting if controller.token_level else None  # a stop as the drafter drafts
     while not request.done:
         dec = check_decision(controller.propose(request.round_start()), name)
-        o = request.play(0) if dec.plain else request.play(dec.k, None, drafter=dec.drafter)  # type: ignore[call-arg]
+        o = request.play(0) if dec.plain else request.play(dec.k, keep, drafter=dec.drafter)  # type: ignore[call-arg]
         controller.observe(o)
         tot.tokens += o.produced
         tot.time_ms += o.time_ms

@@ -36,6 +36,11 @@ def check_k_max(k_max: object) -> int:
     return int(k_max)
 
 
+#: The per-token draft features a round reports of its drafted tokens (:class:`RoundOutcome`, :class:`DraftStep`):
+#: what a drafter or a recording that does not carry them lists in ``RequestContext.lacks``.
+TOKEN_FEATURES = frozenset({"draft_conf", "draft_entropy"})
+
+
 @dataclass(slots=True)
 class RequestContext:
     """What a controller may know about a request before decoding starts.
@@ -53,6 +58,9 @@ class RequestContext:
             ``draft_entropy``...): its ``DraftStep`` / ``RoundOutcome`` draft features are NaN, and a controller
             whose ``needs`` meet it refuses. Empty for live engines and complete traces.
         workload: The workload's name (replay), for messages.
+        drafter_conf: The drafters other than the default whose rounds carry their own per-token draft confidence
+            (``DraftStep.conf``, ``RoundOutcome.draft_conf``; never an entropy): the draft head on a greedy request of
+            a live engine with one, or of a recording with ``topk_head``. Another drafter's rounds carry NaN.
     """
 
     request_id: str
@@ -63,6 +71,7 @@ class RequestContext:
     profile: CostProfile
     lacks: frozenset[str] = frozenset()
     workload: str = ""
+    drafter_conf: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)

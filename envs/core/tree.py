@@ -24,15 +24,23 @@ width-1 tree ``(1,) * K``: same acceptance, same time.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from specgym.envs.core.controller import Prepared
 from specgym.envs.core.cost import TREE_NODE_LIMIT
-from specgym.envs.core.rounds import RequestContext
+from specgym.envs.core.kinds import HEAD_DRAFTER
+from specgym.envs.core.rounds import TOKEN_FEATURES, RequestContext
 from specgym.errors import SpecgymError
+
+
+def head_tree_context(ctx: RequestContext) -> RequestContext:
+    """What a controller of trees drafted by the draft head knows of a request: its rounds priced as the head's
+    (:meth:`CostProfile.led_by`) and no per-token features along its spine (:data:`TOKEN_FEATURES`: a recording
+    holds the head's ranks and top-8 rows, not what its spine reports), the same in replay and live."""
+    return replace(ctx, profile=ctx.profile.led_by(HEAD_DRAFTER, "model"), lacks=ctx.lacks | TOKEN_FEATURES)
 
 
 class TreeShape:

@@ -57,9 +57,12 @@ class SpecDecodeTreeEnv(_ReplayEnvBase):
 
     ## Arguments
     ``gymnasium.make("specgym/SpecDecodeTree-v0", **config)``: the chain env's keys plus ``shapes`` (tuple of
-    width tuples) and ``node_budget`` (at most 64). ``k_max`` is the deepest tree; the profile prices verify over
-    up to ``node_budget + 1`` tokens (:meth:`CostProfile.verify_nodes`, linear extrapolation beyond the measured
-    list).
+    width tuples), ``node_budget`` (at most 64) and ``drafter`` (``None``: trees drafted by the draft model;
+    ``"head"``: by the pair's draft head, replayed from the recording's ``ranks_head``, priced as the head, and
+    observed without the spine's per-token features, which the recording does not hold: the policy then sees the
+    same live, :class:`~specgym.agents.tree_policy.TreePolicyController`). ``k_max`` is the deepest tree; the
+    profile prices verify over up to ``node_budget + 1`` tokens (:meth:`CostProfile.verify_nodes`, linear
+    extrapolation beyond the measured list).
 
     ## Info
     ``shape``, ``depth``, ``nodes``, ``accepted``, ``produced``, ``time_ms``, the reward parts, request, position,
@@ -73,14 +76,15 @@ class SpecDecodeTreeEnv(_ReplayEnvBase):
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
-        """The chain env's keys (``k_min`` unused) plus ``shapes`` and ``node_budget``."""
-        return {**super().default_config(), "shapes": DEFAULT_SHAPES, "node_budget": 64}
+        """The chain env's keys (``k_min`` unused) plus ``shapes``, ``node_budget`` and ``drafter``."""
+        return {**super().default_config(), "shapes": DEFAULT_SHAPES, "node_budget": 64, "drafter": None}
 
     def _build(self) -> None:
         super()._build()
         if self.domains is not None:
             raise SpecgymError("SpecDecodeTree-v0 does not support domains (tree replay needs one greedy v2 trace)")
-        self.tree_engine = TreeEngine(self.workload, self.engine.profile, self.k_max, int(self.config["node_budget"]))
+        self.tree_engine = TreeEngine(self.workload, self.engine.profile, self.k_max, int(self.config["node_budget"]),
+                                      drafter=self.config["drafter"])
         self.shapes = [TreeShape.from_widths(w) for w in self.config["shapes"]]
         for s in self.shapes:
             self.tree_engine.check(s)
@@ -93,6 +97,7 @@ class SpecDecodeTreeEnv(_ReplayEnvBase):
         """Start a new request; returns ``(observation, info)``."""
         self._start(seed, options)
         self.treq = self.tree_engine.start(self.request_index)
+        self.tracker.reset(self.treq.context)  # head trees: without the spine's per-token features
         return self.tracker.observation(), self._base_info()
 
     def step(self, action):
@@ -102,7 +107,7 @@ class SpecDecodeTreeEnv(_ReplayEnvBase):
         assert treq is not None
         tree = self.shapes[self._check_action(action)]
         o = treq.play(tree)
-        rnd = treq.as_round(o)
+        rnd = treq.as_round(o) if self.tree_engine.drafter is None else treq.as_round_unsignalled(o)
         info = self._round_info(rnd)
         info["shape"], info["depth"], info["nodes"] = tree.name, o.depth, o.nodes
         assert self.req is not None

@@ -6,7 +6,8 @@ drafter-smollm2``), in four resumable stages over one work folder:
 1. **answers** (:func:`sample_answers`): the target answers the *train* prompts of a prompts file (chat template
    applied by :func:`~specgym.envs.engines.live.model_loading.encode_prompt`), greedily and sampled, stopping at EOS; at
    every answer position the target's top-``k`` logits and log-normaliser are kept. Those are the distillation
-   targets, so training needs no teacher forward at all.
+   targets, so training needs no teacher forward at all. (With ``--data`` the answers are a data folder's instead,
+   teacher-forced once for the same logits, in the same format: :mod:`~specgym.training.models.data_answers`.)
 2. **init** (:func:`layer_subset_draft`): the draft starts as the target's embedding, a few of its layers and its
    final norm (a LayerSkip-style subset), so it starts close to the target's function.
 3. **train** (:func:`train_draft`): the draft's layers and final norm learn to match the target's next-token

@@ -4,7 +4,10 @@ Stages (each resumable; running the command again continues where it stopped): `
 to the train prompts and its greedy answers to the val prompts, :func:`~specgym.training.models.distill.
 sample_answers`), ``init`` (the layer subset), ``train`` (sparse distillation for a wall-clock budget), ``export``
 (held-out acceptance measured, then the draft written as a folder that borrows the target's embedding, with a
-card). ``make drafter-smollm2`` runs them all for the real pair.
+card). With ``--data`` the answers are a data folder's (its train split; its val split's greedy answers measure),
+and the answers stage only teacher-forces them for the target's top-``k`` logits
+(:mod:`~specgym.training.models.data_answers`). ``make drafter-smollm2`` runs them all for the real pair, on
+``build/data-smollm2``.
 
 Everything a run checks before it loads a model (so a refused run loads nothing and creates no work folder): the
 prompts file and its splits, ``--layers`` (against the target's depth read from its ``config.json`` or GGUF header),
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,16 @@ from specgym.errors import SpecgymError
 from specgym.io import atomic_dir
 from specgym.paths import portable_name
 from specgym.training.models.checkpoint import recover_folder, save_folder
+from specgym.training.models.data_answers import (
+    DataAnswers,
+    DataSelection,
+    check_work_answers,
+    data_command,
+    read_data_answers,
+    refuse_data_answers,
+    teacher_answers,
+    teacher_progress,
+)
 from specgym.training.models.distill import (
     CKPT_DONE,
     INIT_DONE,
@@ -69,6 +83,9 @@ class DraftBuild:
         vocab_sizes: Draft vocabularies (most frequent answer tokens) whose coverage and acceptance are reported.
         draft_vocab: The one of ``vocab_sizes`` the exported draft is restricted to
             (:mod:`specgym.envs.engines.live.draft_vocab`), or None for the full vocabulary.
+        data: Learn from a data folder's answers (``specgym data generate``: its train split, the val split held
+            out; :mod:`specgym.training.models.data_answers`) instead of answers the target generates to
+            ``prompts``; the answers stage then only teacher-forces them for the target's top-``k`` logits.
     """
 
     target: str
@@ -79,31 +96,49 @@ class DraftBuild:
     plan: AnswerPlan = field(default_factory=AnswerPlan)
     vocab_sizes: tuple[int, ...] = VOCAB_SIZES
     draft_vocab: int | None = None
+    data: DataSelection | None = None
 
 
 def run(build: DraftBuild, stages: tuple[str, ...] = STAGES, out: Path | None = None, force: bool = False) -> dict:
     """Run ``stages`` in order; returns the build's report (held-out acceptance after ``export``).
 
     Raises:
-        SpecgymError: Before any model is loaded and before the work folder is created: a bad prompts file, bad
-            ``--layers``, answers to another prompts file, a ``draft_init`` built from other layers, or a stage
-            whose input no earlier run or stage makes.
+        SpecgymError: Before any model is loaded and before the work folder is created: a bad prompts file, a data
+            folder that is not finished or is another target's, bad ``--layers``, answers to another prompts file
+            (or another pick of data answers), a ``draft_init`` built from other layers, or a stage whose input no
+            earlier run or stage makes.
     """
     work = build.work
-    prompts = read_prompts(build.prompts)
-    by_split = {s: [p for p in prompts if p.split == s] for s in ("train", "val", "test")}
-    if not by_split["train"] or not by_split["val"]:
-        raise SpecgymError(f"{build.prompts}: train-draft needs prompts whose lines name a 'split' (train and val)")
+    data: DataAnswers | None = None
+    if build.data is not None:
+        data = read_data_answers(build.data, build.target)
+        picked = {work / "answers": data.identity("train"), work / "answers_val": data.identity("val")}
+        for folder, identity in picked.items():
+            check_work_answers(folder, identity)
+        n_answers = {work / "answers": len(data.train), work / "answers_val": len(data.val)}
+
+        def progress(folder: Path) -> tuple[int, int]:
+            return teacher_progress(folder, n_answers[folder], build.plan.batch)
+    else:
+        prompts = read_prompts(build.prompts)
+        by_split = {s: [p for p in prompts if p.split == s] for s in ("train", "val", "test")}
+        if not by_split["train"] or not by_split["val"]:
+            raise SpecgymError(f"{build.prompts}: train-draft needs prompts whose lines name a 'split' (train and "
+                               f"val)")
+        source = prompts_source(build.prompts)
+        for folder in (work / "answers", work / "answers_val"):
+            refuse_data_answers(folder)
+            check_answers_source(folder, source)
+
+        def progress(folder: Path) -> tuple[int, int]:
+            return _answers_progress(folder, by_split["train" if folder.name == "answers" else "val"])
     if "export" in stages and out is None:
         raise SpecgymError("the export stage needs --out")
     check_layers(build.layers)
-    source = prompts_source(build.prompts)
-    for folder in (work / "answers", work / "answers_val"):
-        check_answers_source(folder, source)
     recover_folder(work / "draft_init", INIT_DONE)
     recover_folder(work / "draft_ckpt", CKPT_DONE)
     _check_init_layers(build, stages)
-    _check_prerequisites(build, stages, by_split)
+    _check_prerequisites(build, stages, progress)
     if "init" in stages and not init_complete(work / "draft_init"):
         check_layers(build.layers, target_depth(build.target))
     target = tok = None
@@ -115,7 +150,14 @@ def run(build: DraftBuild, stages: tuple[str, ...] = STAGES, out: Path | None = 
         return target, tok
 
     report: dict[str, Any] = {}
-    if "answers" in stages:
+    if "answers" in stages and data is not None:
+        t, _ = loaded()
+        top_k, batch = build.plan.top_k, build.plan.batch
+        report["val_tokens"] = teacher_answers(t, data.val, work / "answers_val", data.identity("val"), top_k, batch,
+                                               "target top-k (val answers)")
+        report["train_tokens"] = teacher_answers(t, data.train, work / "answers", data.identity("train"), top_k,
+                                                 batch, "target top-k (train answers)")
+    elif "answers" in stages:
         t, k = loaded()
         report["val_tokens"] = sample_answers(t, k, by_split["val"], work / "answers_val", _val_plan(build.plan),
                                               build.prompts, "target answers (val)")
@@ -135,7 +177,7 @@ def run(build: DraftBuild, stages: tuple[str, ...] = STAGES, out: Path | None = 
         report["train"] = train_draft(work, build.budget_s)
     if "export" in stages:
         assert out is not None
-        report.update(export_draft(build, out, force))
+        report.update(export_draft(build, out, force, data))
     return report
 
 
@@ -160,19 +202,22 @@ def _check_init_layers(build: DraftBuild, stages: tuple[str, ...]) -> None:
                            f"another --work-dir")
 
 
-def _check_prerequisites(build: DraftBuild, stages: tuple[str, ...], by_split: dict[str, list[Any]]) -> None:
+def _check_prerequisites(build: DraftBuild, stages: tuple[str, ...],
+                         progress: Callable[[Path], tuple[int, int]]) -> None:
     """Refuse a stage whose input neither an earlier run nor an earlier stage of this run makes, naming the stage to
-    run first (stages run in the order answers, init, train, export, whatever order they are given in)."""
+    run first (stages run in the order answers, init, train, export, whatever order they are given in).
+    ``progress(answers folder)`` is ``(finished batches, batches)``."""
     work = build.work
     init, ckpt = work / "draft_init", work / "draft_ckpt"
     for stage in (s for s in STAGES if s in stages):
         if stage in ("train", "export") and "answers" not in stages:
-            for folder, prompts in ((work / "answers", by_split["train"]), (work / "answers_val", by_split["val"])):
-                done, total = _answers_progress(folder, prompts)
+            for folder in (work / "answers", work / "answers_val"):
+                done, total = progress(folder)
                 if done < total:
                     have = "no answers" if not done else f"{done} of {total} batches of answers"
+                    same = "--data" if build.data is not None else "--prompts"
                     raise SpecgymError(f"--stages {stage}: {folder} holds {have}; run --stages answers first "
-                                       f"(same --work-dir and --prompts)")
+                                       f"(same --work-dir and {same})")
         if stage in ("train", "export") and "init" not in stages and not init_complete(init):
             what = ("is incomplete (an init stage stopped before it finished)" if init.exists()
                     else "does not exist yet")
@@ -268,8 +313,14 @@ def gguf_block_count(path: Path) -> int | None:
 
 def draft_vocab(work: Path, size: int) -> np.ndarray:
     """The ``size`` token ids most frequent in the target's train answers (ties by id), sorted by id."""
+    return answer_vocab(load_answers(work / "answers"), size)
+
+
+def answer_vocab(answers: Iterable[Any], size: int) -> np.ndarray:
+    """The ``size`` token ids most frequent in ``answers`` (anything with an ``answer`` id array; ties by id), sorted
+    by id."""
     counts = np.zeros(0, dtype=np.int64)
-    for a in load_answers(work / "answers"):
+    for a in answers:
         c = np.bincount(a.answer, minlength=counts.size)
         counts = np.pad(counts, (0, max(0, c.size - counts.size)))
         counts[: c.size] += c
@@ -277,10 +328,11 @@ def draft_vocab(work: Path, size: int) -> np.ndarray:
     return np.sort(order[:size])
 
 
-def export_draft(build: DraftBuild, out: Path, force: bool = False) -> dict[str, Any]:
+def export_draft(build: DraftBuild, out: Path, force: bool = False, data: DataAnswers | None = None) -> dict[str, Any]:
     """Measure the trained draft on the val answers and write the shipped folder: config, tokenizer, the draft's own
     weights in float16 (no embedding: :data:`BORROWED` names what comes from the target), a draft vocabulary list
-    per size, ``training_state.json`` and a README card."""
+    per size, ``training_state.json`` and a README card (``data``: the data folder's answers it learned from, which
+    its metadata and rebuild commands name)."""
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
@@ -315,17 +367,25 @@ def export_draft(build: DraftBuild, out: Path, force: bool = False) -> dict[str,
             (tmp / f"draft-vocab-{size}.json").write_text(json.dumps([int(v) for v in vocab]) + "\n")
         if build.draft_vocab is not None:
             (tmp / DRAFT_VOCAB_FILE).write_text(json.dumps({"file": f"draft-vocab-{build.draft_vocab}.json"}) + "\n")
-        meta = {"layers_from_target": build.layers, "budget_s": build.budget_s, "plan": asdict(build.plan),
-                "draft_vocab": build.draft_vocab,
-                "trained_on": {"prompts": portable_name(build.prompts), "split": "train"},
+        plan: dict[str, Any] = asdict(build.plan)
+        trained_on: dict[str, Any] = {"prompts": portable_name(build.prompts), "split": "train"}
+        source = f" --prompts {build.prompts}" if Path(build.prompts).stem != "smollm2-prompts" else ""
+        if data is not None and build.data is not None:  # the answers the data folder holds, not the plan's
+            c = data.config
+            plan.update(temperatures=[0.0] + [c["temperature"]] * bool(c["samples"]), samples=c["samples"],
+                        max_new_tokens=c["max_new_tokens"], seed=c["seed"])
+            trained_on, source = data.trained_on(), f" {build.data.options()}"
+        meta = {"layers_from_target": build.layers, "budget_s": build.budget_s, "plan": plan,
+                "draft_vocab": build.draft_vocab, "trained_on": trained_on,
                 "training": state, "heldout": report["heldout"], "val_positions": total}
         (tmp / "training_state.json").write_text(json.dumps(meta, indent=2) + "\n")
-        prompts = f" --prompts {build.prompts}" if Path(build.prompts).stem != "smollm2-prompts" else ""
-        common = f"specgym train-draft --target {build.target}{prompts} --layers {','.join(map(str, build.layers))}"
+        common = f"specgym train-draft --target {build.target}{source} --layers {','.join(map(str, build.layers))}"
         restrict = f" --draft-vocab {build.draft_vocab}" if build.draft_vocab is not None else ""
         budget = float(state.get("budget_s", build.budget_s))  # what the train stage ran with
         commands = [f"{common} --stages answers,init,train --budget-min {budget / 60:g}",
                     f"{common} --stages export{restrict} --out {out}"]
+        if build.data is not None:
+            commands.insert(0, data_command(build.target, build.data.folder))
         card = draft_card(meta, build.target, sum(int(v.numel()) for v in own.values()), commands)
         (tmp / "README.md").write_text(card, encoding="utf-8")
     return report

@@ -4,7 +4,9 @@ The head learns the target's own dynamics: from the target's last hidden state `
 produced, the next hidden state ``f_{t+1}`` and the target's next-token distribution. Its data are the target's
 answers to the *train* prompts that ``specgym train-draft --stages answers`` writes (greedy and sampled, chat
 template applied), the same answers the distilled draft learns from, so both drafters of the pair see the same
-prompts; the val prompts' greedy answers measure it.
+prompts; the val prompts' greedy answers measure it. With ``--data`` they are the answers of a data folder that
+``specgym data generate`` wrote, read directly (:mod:`specgym.training.models.data_answers`: its train split, a
+seeded pick; its val split's greedy answers held out), the same pick ``train-draft --data`` learns from.
 
 Stages (each resumable; running the command again continues where it stopped) over the draft's work folder:
 
@@ -36,9 +38,10 @@ from specgym.envs.engines.live.draft_head import HEAD_CONFIG, HEAD_WEIGHTS, buil
 from specgym.envs.engines.live.model_loading import load_model
 from specgym.errors import SpecgymError
 from specgym.io import atomic_dir
-from specgym.training.models.checkpoint import save_npz, save_torch_checkpoint
+from specgym.training.models.checkpoint import save_npz, save_torch_checkpoint, write_json_atomic
+from specgym.training.models.data_answers import DataAnswers, DataSelection, read_data_answers
 from specgym.training.models.distill import AnswerPlan, load_answers
-from specgym.training.models.draft_build import draft_vocab
+from specgym.training.models.draft_build import answer_vocab, draft_vocab
 from specgym.training.models.head_card import head_card
 from specgym.training.models.schedule import one_cycle
 
@@ -67,6 +70,9 @@ class HeadBuild:
         extra_answers: More work folders whose ``answers/`` the head also learns from (``train-draft --stages
             answers`` with another ``--seed``, typically sampled only): more of the target's answers to the same
             train prompts; the draft vocabulary and the val answers stay ``work``'s.
+        data: Learn from a data folder's train answers and be measured on its val greedy answers (the draft
+            vocabulary: the train answers' most frequent tokens), instead of ``work``'s answers; ``work`` then
+            holds only the head's features and checkpoint.
     """
 
     target: str
@@ -81,6 +87,7 @@ class HeadBuild:
     draft_vocab: int = 4096
     seed: int = 0
     extra_answers: tuple[Path, ...] = ()
+    data: DataSelection | None = None
 
 
 def collect_features(target: Any, answers: list[Any], out: Path, what: str) -> None:
@@ -143,19 +150,20 @@ class Features:
                 for lo, hi, p in zip(self.offsets[:-1], self.offsets[1:], self.prompt_len)]
 
 
-def train_head(build: HeadBuild, target: Any, feats: Features, ckpt: Path) -> dict[str, Any]:
-    """Train (or resume) the head for ``build.steps`` steps; returns the training state."""
+def train_head(build: HeadBuild, target: Any, feats: Features, ckpt: Path, ids: list[int],
+               source: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train (or resume) the head for ``build.steps`` steps over the draft vocabulary ``ids``; returns the training
+    state. ``source``: the data answers' identity, part of the recipe a resumed checkpoint must match."""
     import torch
 
     torch.manual_seed(build.seed)
-    ids = [int(i) for i in draft_vocab(build.work, build.draft_vocab)]
     emb = target.get_input_embeddings().weight.detach().float()
     head = build_head(emb.shape[1], build.mlp, emb, ids)
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=build.lr, weight_decay=build.weight_decay)
     sched = one_cycle(opt, build.lr, build.steps, pct_start=0.05)
     state: dict[str, Any] = {"step": 0, "elapsed_s": 0.0, "loss": None}
-    recipe = _recipe(build, feats)
+    recipe = _recipe(build, feats, source)
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
         _check_recipe(ckpt, saved["state"].get("recipe"), recipe, "remove it to start over")
@@ -222,10 +230,13 @@ def _head_loss(head: Any, f: Any, toks: Any, want: Any, rows: Any, unroll: int) 
     return loss
 
 
-def _recipe(build: HeadBuild, feats: Features) -> dict[str, Any]:
-    """What a checkpoint was trained with: the build's training options and the number of train sequences."""
-    recipe = {k: v for k, v in asdict(build).items() if k not in ("target", "work", "extra_answers")}
+def _recipe(build: HeadBuild, feats: Features, source: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a checkpoint was trained with: the build's training options, the number of train sequences and (data
+    answers) their identity."""
+    recipe = {k: v for k, v in asdict(build).items() if k not in ("target", "work", "extra_answers", "data")}
     recipe["sequences"] = len(feats.offsets) - 1
+    if source is not None:
+        recipe["data"] = source
     return recipe
 
 
@@ -252,9 +263,10 @@ def heldout_runs(head: Any, feats: Features, k: int = HELDOUT_K) -> dict[str, An
 
 def run(build: HeadBuild, stages: tuple[str, ...] = STAGES, out: Path | None = None, force: bool = False) -> dict:
     """Run ``stages`` in order; returns the build's report (held-out runs after ``export``)."""
-    import torch
-
+    if build.data is not None:
+        return _run_on_data(build, stages, out, force)
     work, folder = build.work, build.work / "head"
+    _check_source(folder, None)
     if not (work / "answers").is_dir() or not (work / "answers_val").is_dir():
         raise SpecgymError(f"{work}: no answers/ and answers_val/ (run `specgym train-draft --stages answers "
                            f"--work-dir {work}` first)")
@@ -275,24 +287,95 @@ def run(build: HeadBuild, stages: tuple[str, ...] = STAGES, out: Path | None = N
         for w, path in zip((work, *build.extra_answers), train_files):
             collect_features(target, load_answers(w / "answers"), path, f"train answers of {w.name}")
         collect_features(target, load_answers(work / "answers_val"), folder / "features_val.npz", "val answers")
+    ids = [int(i) for i in draft_vocab(work, build.draft_vocab)] if {"train", "export"} & set(stages) else []
+    _train_and_export(build, stages, target, train_files, ids, None, report, out, force)
+    return report
+
+
+def _train_and_export(build: HeadBuild, stages: tuple[str, ...], target: Any, train_files: list[Path], ids: list[int],
+                      data: DataAnswers | None, report: dict[str, Any], out: Path | None, force: bool) -> None:
+    """The train and export stages (whichever ``stages`` names) over the features on disk, into ``report``."""
+    import torch
+
+    folder = build.work / "head"
+    source = data.identity("train") if data is not None else None
     if "train" in stages:
         report["train"] = train_head(build, target, Features.concat([Features.load(p) for p in train_files]),
-                                     folder / "ckpt.pt")
+                                     folder / "ckpt.pt", ids, source)
     if "export" in stages:
         if out is None:
             raise SpecgymError("the export stage needs --out")
         saved = torch.load(folder / "ckpt.pt", weights_only=False)
         train_feats = Features.concat([Features.load(p) for p in train_files])
-        _check_exportable(folder / "ckpt.pt", saved["state"], build, train_feats)
-        ids = [int(i) for i in draft_vocab(work, build.draft_vocab)]
+        _check_exportable(folder / "ckpt.pt", saved["state"], build, train_feats, source)
         emb = target.get_input_embeddings().weight.detach().float()
         head = build_head(emb.shape[1], build.mlp, emb, ids)
         head.load_state_dict(saved["head"])
         head.eval()
         report["heldout"] = heldout_runs(head, Features.load(folder / "features_val.npz"))
         report["train_runs"] = heldout_runs(head, train_feats)
-        export_head(build, head, ids, saved["state"], report, out, force)
+        export_head(build, head, ids, saved["state"], report, out, force, data)
+
+
+#: The file of a head folder (``<work>/head``) that records the data answers its features are of.
+SOURCE_FILE = "source.json"
+
+
+def _check_source(folder: Path, data: DataAnswers | None) -> None:
+    """Refuse a head folder whose features or checkpoint are of other answers: data answers (``source.json``) for a
+    run without ``--data`` or with another pick, a work folder's answers for a run with ``--data``.
+
+    Raises:
+        SpecgymError: One line naming the folder and what it holds.
+    """
+    path = folder / SOURCE_FILE
+    want = {"train": data.identity("train"), "val": data.identity("val")} if data is not None else None
+    try:
+        have = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):
+        raise SpecgymError(f"{path}: unreadable; use another --work-dir") from None
+    made = any((folder / f).exists() for f in ("features_train.npz", "features_val.npz", "ckpt.pt"))
+    if have == want or (have is None and not made):
+        return
+    if want is None:
+        assert have is not None
+        raise SpecgymError(f"{folder}: holds a head made from --data {have['train']['folder']}'s answers; give that "
+                           f"--data, or use another --work-dir")
+    if have is None:
+        raise SpecgymError(f"{folder}: holds a head made from {folder.parent}'s answers, not --data "
+                           f"{want['train']['folder']}'s; use another --work-dir")
+    raise SpecgymError(f"{folder}: holds a head made from another pick of data answers ({have['train']['folder']}, "
+                       f"{have['train']['answers']} train answers); use another --work-dir, or the same --data, "
+                       f"--max-answers and --max-val-answers")
+
+
+def _run_on_data(build: HeadBuild, stages: tuple[str, ...], out: Path | None, force: bool) -> dict:
+    """:func:`run` on a data folder's answers: refusals first (an unfinished or another target's data folder, extra
+    answers, a head folder of other answers, a stage's missing input), then the stages."""
+    assert build.data is not None
+    if build.extra_answers:
+        raise SpecgymError(f"--extra-answers with --data: the data folder's train split holds the sampled answers; "
+                           f"drop --extra-answers {build.extra_answers[0]}")
+    data = read_data_answers(build.data, build.target)
+    folder = build.work / "head"
+    train_files = [folder / "features_train.npz"]
+    _check_source(folder, data)
+    _check_prerequisites(stages, train_files, folder)
+    target = load_model(build.target, "target")
+    report: dict[str, Any] = {}
+    if "features" in stages:
+        write_source(folder, data)
+        collect_features(target, data.train, train_files[0], f"train answers of {build.data.folder.name}")
+        collect_features(target, data.val, folder / "features_val.npz", "val answers")
+    ids = [int(i) for i in answer_vocab(data.train, build.draft_vocab)]
+    _train_and_export(build, stages, target, train_files, ids, data, report, out, force)
     return report
+
+
+def write_source(folder: Path, data: DataAnswers) -> None:
+    """Record the data answers a head folder's features are of (:data:`SOURCE_FILE`, before any feature)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(folder / SOURCE_FILE, {"train": data.identity("train"), "val": data.identity("val")})
 
 
 def _check_prerequisites(stages: tuple[str, ...], train_files: list[Path], folder: Path) -> None:
@@ -308,9 +391,10 @@ def _check_prerequisites(stages: tuple[str, ...], train_files: list[Path], folde
                            f"--stages train first")
 
 
-def _check_exportable(ckpt: Path, state: dict[str, Any], build: HeadBuild, feats: Features) -> None:
+def _check_exportable(ckpt: Path, state: dict[str, Any], build: HeadBuild, feats: Features,
+                      source: dict[str, Any] | None = None) -> None:
     """Export only a finished checkpoint trained as this command says, so the card never misreports its recipe."""
-    _check_recipe(ckpt, state.get("recipe"), _recipe(build, feats),
+    _check_recipe(ckpt, state.get("recipe"), _recipe(build, feats, source),
                   "export with the options it was trained with, or remove it and run --stages train")
     if state["step"] != build.steps:
         how = "stopped before the end" if state["step"] < build.steps else "more than --steps"
@@ -326,9 +410,9 @@ def _answer_plan(work: Path) -> dict[str, Any]:
 
 
 def export_head(build: HeadBuild, head: Any, ids: list[int], state: dict[str, Any], report: dict[str, Any],
-                out: Path, force: bool) -> None:
+                out: Path, force: bool, data: DataAnswers | None = None) -> None:
     """Write the head folder: config, float16 weights (no embedding: the target's, borrowed at load), the
-    vocabulary, ``training_state.json`` and a README card."""
+    vocabulary, ``training_state.json`` and a README card (``data``: the data folder's answers it learned from)."""
     import torch
     from safetensors.torch import save_file
 
@@ -340,12 +424,18 @@ def export_head(build: HeadBuild, head: Any, ids: list[int], state: dict[str, An
         cfg = {"width": head.width, "mlp": head.mlp, "vocab_file": vocab_file, "target": build.target,
                "kind": "specgym draft head (EAGLE-style recurrence, gated MLP)"}
         (tmp / HEAD_CONFIG).write_text(json.dumps(cfg, indent=2) + "\n")
-        meta = {"build": {k: str(v) if isinstance(v, Path) else [str(e) for e in v] if k == "extra_answers" else v
-                          for k, v in asdict(build).items()},
-                "trained_on": {"answers": "train prompts (train-draft --stages answers)", "split": "train",
-                               "folders": [str(w) for w in (build.work, *build.extra_answers)],
-                               "plans": {str(w): _answer_plan(w) for w in (build.work, *build.extra_answers)}},
-                "training": state, "heldout": report["heldout"], "train_runs": report["train_runs"]}
+        built = {k: str(v) if isinstance(v, Path) else [str(e) for e in v] if k == "extra_answers" else v
+                 for k, v in asdict(build).items() if k != "data"}
+        trained_on: dict[str, Any] = {
+            "answers": "train prompts (train-draft --stages answers)", "split": "train",
+            "folders": [str(w) for w in (build.work, *build.extra_answers)],
+            "plans": {str(w): _answer_plan(w) for w in (build.work, *build.extra_answers)}}
+        if data is not None and build.data is not None:
+            built["data"] = {"folder": str(build.data.folder), "max_answers": build.data.max_answers,
+                             "max_val_answers": build.data.max_val_answers, "options": build.data.options()}
+            trained_on = {"answers": "the data folder's train split (specgym data generate)", **data.trained_on()}
+        meta = {"build": built, "trained_on": trained_on, "training": state, "heldout": report["heldout"],
+                "train_runs": report["train_runs"]}
         (tmp / "training_state.json").write_text(json.dumps(meta, indent=2) + "\n")
         n_params = sum(int(v.numel()) for v in own.values())
         (tmp / "README.md").write_text(head_card(meta, build.target, n_params, out), encoding="utf-8")

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from specgym.training.models.card_common import license_section, rebuild_section
+from specgym.training.models.data_answers import data_command
 
 
 def _runs_row(label: str, r: dict[str, Any]) -> str:
@@ -40,6 +41,19 @@ def head_card(meta: dict[str, Any], target: str, n_params: int, out: Path) -> st
     n_answers = f"; {n:,} answers" if n else ""
     data = ("greedy and sampled" if not extra else
             f"greedy and sampled, and {len(extra)} more sampled set{'s' if len(extra) > 1 else ''} with other seeds")
+    source = (f"the target's answers to the train prompts (`specgym train-draft --stages answers`: {data}, chat "
+              f"template applied{n_answers})")
+    if b.get("data"):  # a data folder's answers (train-head --data)
+        t = meta["trained_on"]
+        commands = [data_command(target, b["data"]["folder"]),
+                    f"specgym train-head --target {target} {b['data']['options']} --work-dir {b['work']} --mlp "
+                    f"{b['mlp']} --steps {b['steps']} --unroll {b['unroll']} --out {out}"]
+        sampled = f" and {t['samples']} sampled at T = {t['temperature']:g}" if t.get("samples") else ""
+        source = (f"the target's answers in the data folder `{b['data']['folder']}` (`specgym data generate`: prompts "
+                  f"the target wrote itself, its greedy answer{sampled} to each, chat template applied): "
+                  f"{t['answers']:,} of its {t['of']:,} train-split answers"
+                  f"{' (a seeded pick)' if t['answers'] < t['of'] else ''}, with {t['val_answers']:,} val-split greedy "
+                  f"answers held out,")
     return "\n".join([
         f"# A draft head for `{target}`",
         "",
@@ -53,9 +67,8 @@ def head_card(meta: dict[str, Any], target: str, n_params: int, out: Path) -> st
         "",
         "## How it was made",
         "",
-        f"- **Data**: the target's answers to the train prompts (`specgym train-draft --stages answers`: {data}, "
-        f"chat template applied{n_answers}) and the target's last hidden states over them (one teacher-forced "
-        "forward each). No text from any dataset.",
+        f"- **Data**: {source} and the target's last hidden states over them (one teacher-forced forward each). No "
+        "text from any dataset.",
         f"- **Training**: unrolled {b['unroll']} steps from every position, teacher-forced on the target's tokens and "
         "fed its own predicted features; cross-entropy against the target's distribution over the draft vocabulary "
         f"plus a smooth-L1 pull to the target's features; {st['step']:,} steps of {b['batch']} starts, "

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,12 @@ class _OneStart:
     def propose_batch(self, f: Any, last: Any, k: int) -> Any:  # pragma: no cover - DraftHead's own
         raise NotImplementedError
 
+    def step(self, f: Any, tokens: Any) -> Any:  # pragma: no cover - DraftHead's own
+        raise NotImplementedError
+
+    def scores(self, f: Any) -> Any:  # pragma: no cover - DraftHead's own
+        raise NotImplementedError
+
     def sample_batch(self, f: Any, last: Any, k: int, temperature: float,
                      u: Any) -> tuple[Any, Any]:  # pragma: no cover - DraftHead's own
         raise NotImplementedError
@@ -73,6 +80,39 @@ class _OneStart:
             return []
         t = torch.tensor([int(last)], dtype=torch.long, device=f.device)
         return [int(x) for x in self.propose_batch(f.reshape(1, -1), t, k)[0].tolist()]
+
+    def propose_confident(self, f: Any, last: int, k: int,
+                          keep: Callable[[int, float], bool] | None = None) -> tuple[list[int], list[float]]:
+        """Greedy proposal of up to ``k`` tokens from one round start with the head's confidence in each: its softmax
+        maximum over the draft vocabulary there (what ``topk_head[g, j, 0]`` of a recording holds along the
+        completion). The tokens are :meth:`propose`'s, the same steps one at a time; ``keep(j, conf)``, asked after
+        token ``j < k``, stops the proposal there when False, before the head computes the next token (without it,
+        the values are read once at the end)."""
+        import torch
+
+        if k <= 0:
+            return [], []
+        tokens: list[Any] = []
+        confs: list[Any] = []
+        tok = torch.tensor([int(last)], dtype=torch.long, device=f.device)
+        f = f.reshape(1, -1)
+        for j in range(1, k + 1):
+            f = self.step(f, tok)
+            s = self.scores(f)
+            c = s.argmax(-1)
+            tok = self.ids[c]
+            conf = torch.softmax(s.float(), -1)[0, c[0]]
+            if keep is None:
+                tokens.append(tok)
+                confs.append(conf)
+                continue
+            tokens.append(int(tok[0]))
+            confs.append(float(conf))
+            if j < k and not keep(j, confs[-1]):
+                break
+        if keep is None:
+            return [int(t) for t in torch.cat(tokens).tolist()], [float(c) for c in torch.stack(confs).tolist()]
+        return tokens, confs
 
     def propose_sampled(self, f: Any, last: int, k: int, temperature: float, vocab: int,
                         generator: Any) -> tuple[list[int], list[Any]]:

@@ -29,7 +29,10 @@ transformers 5.x ``DynamicCache.crop(n)`` takes ``n <= 0`` = the number of token
 and the model forward takes ``cache=`` (``past_key_values=`` is deprecated).
 
 Draft features of each drafted token (``RoundOutcome.draft_conf`` / ``draft_entropy``) come from
-:func:`~specgym.envs.engines.live.draft_stats.draft_stats`, the definition the recorder uses for trace columns.
+:func:`~specgym.envs.engines.live.draft_stats.draft_stats`, the definition the recorder uses for trace columns. A
+greedy head round carries the head's confidence in each token (its softmax maximum, what a recording's ``topk_head``
+holds; :meth:`~specgym.envs.engines.live.draft_head._OneStart.propose_confident`) and no entropy; a token-level
+controller may stop the head after any token, before it computes the next (``RequestContext.drafter_conf``).
 
 Pre-verification signals (``signals=True``, the default): for each drafted token the engine computes online what
 the recorder writes in the v2 trace columns and hands it to the controller as
@@ -216,8 +219,11 @@ class LiveEngine:
     # ------------------------------------------------------------------------------------------ helpers
     def context_for(self, request_id: str, prompt_len: int, temperature: float,
                     category: str = "live") -> RequestContext:
-        """The :class:`RequestContext` a controller sees (costs from the engine's profile)."""
-        return RequestContext(request_id, category, float(temperature), int(prompt_len), self.k_max, self.profile)
+        """The :class:`RequestContext` a controller sees (costs from the engine's profile; on a greedy request the draft
+        head's rounds carry its confidence, ``drafter_conf``)."""
+        confident = frozenset({HEAD_DRAFTER}) if self.head is not None and temperature == 0 else frozenset()
+        return RequestContext(request_id, category, float(temperature), int(prompt_len), self.k_max, self.profile,
+                              drafter_conf=confident)
 
     def _sync(self) -> None:
         """Wait for the device before a clock is read (:func:`~specgym.envs.engines.live.clock.synchronize`)."""
@@ -368,13 +374,14 @@ class LiveRequest(Request):
     def play(self, k: int, keep_drafting: KeepDrafting | None = None, drafter: str | None = None) -> RoundOutcome:
         """Play one round with draft cap ``k``; ``keep_drafting`` may stop after draft token ``j < cap``;
         ``drafter="ngram"`` proposes by prompt lookup, ``drafter="head"`` by the draft head, instead of the draft
-        model (greedy or exact speculative sampling, as the draft model)."""
+        model (greedy or exact speculative sampling, as the draft model; ``keep_drafting`` is asked after each of
+        their tokens, with the head's confidence on a greedy request, as the head drafts)."""
         if self.done:
             raise SpecgymError("request already finished; start a new one")
         start = len(self.seq)
         with self.engine._torch.inference_mode():
             if drafter is not None and drafter != IMPLICIT_DRAFTER:
-                outcome = self._play_proposal(self.clip(k), drafter)
+                outcome = self._play_proposal(self.clip(k), drafter, keep_drafting)
             else:
                 outcome = self._play(self.clip(k), keep_drafting)
         return self._with_counterfactual(outcome, start)
@@ -400,37 +407,50 @@ class LiveRequest(Request):
         n = self.index.lookup()[0] if self.index is not None else lookup_brute(self.seq)[0]
         return RoundStart(self.position, len(self.seq), int(n))
 
-    def _propose(self, cap: int, drafter: str) -> tuple[list[int], list]:
-        """A whole proposal of up to ``cap`` tokens by prompt lookup (vLLM's ``ngram``; none when the context has no
+    def _propose(self, cap: int, drafter: str, keep_drafting: KeepDrafting | None = None
+                 ) -> tuple[list[int], list, list[float]]:
+        """A proposal of up to ``cap`` tokens by prompt lookup (vLLM's ``ngram``; none when the context has no
         match) or by the draft head (from the target's feature before the last token; none without one), with the
         distributions it was drawn from (sampling: ``None`` for prompt lookup's deterministic tokens, the head's
-        softmax for the head's draws; nothing when greedy)."""
+        softmax for the head's draws; nothing when greedy) and each token's draft confidence: the head's softmax
+        maximum on a greedy request (:attr:`RequestContext.drafter_conf`), else NaN. ``keep_drafting`` is asked after
+        each token ``j < cap``: the greedy head stops drafting there, a whole proposal is cut there."""
         eng = self.engine
         if drafter not in eng.drafter_names or drafter == IMPLICIT_DRAFTER:
             raise SpecgymError(f"the live engine serves drafters {', '.join(eng.drafter_names)}, not {drafter!r}")
         if cap <= 0:
-            return [], []
+            return [], [], []
+        i = self.position
+        if drafter == HEAD_DRAFTER and self.greedy and self.feature is not None:
+            keep = None if keep_drafting is None else \
+                (lambda j, c: keep_drafting(DraftStep(j, cap, i + j - 1, c, math.nan, None)))
+            drafts, confs = eng.head.propose_confident(self.feature, self.seq[-1], cap, keep)
+            eng._sync()
+            return drafts, [], confs
         if drafter == NGRAM_DRAFTER:
             drafts = ngram_propose(self.seq, cap, *eng.ngram_n)
-            return drafts, [] if self.greedy else [None] * len(drafts)
-        if self.feature is None:
-            return [], []
-        if self.greedy:
-            drafts, q_probs = eng.head.propose(self.feature, self.seq[-1], cap), []
+            q_probs: list = [] if self.greedy else [None] * len(drafts)
+        elif self.feature is None:
+            return [], [], []
         else:
             drafts, q_probs = eng.head.propose_sampled(self.feature, self.seq[-1], cap, self.temperature, eng.vocab,
                                                        self.gen)
-        eng._sync()
-        return drafts, q_probs
+            eng._sync()
+        if keep_drafting is not None:
+            for j in range(1, min(len(drafts), cap)):
+                if not keep_drafting(DraftStep(j, cap, i + j - 1, math.nan, math.nan, None)):
+                    drafts, q_probs = drafts[:j], q_probs[:j]
+                    break
+        return drafts, q_probs, [math.nan] * len(drafts)
 
-    def _play_proposal(self, cap: int, drafter: str) -> RoundOutcome:
-        """A round drafted by a whole-proposal drafter (prompt lookup or the draft head: :meth:`_propose`), verified
-        by the target in one forward. Priced by the engine's timing: measured, or the profile's drafter of that name
-        (a profile without a lookup drafter prices prompt lookup at no draft cost, :meth:`CostProfile.with_drafter`)."""
+    def _play_proposal(self, cap: int, drafter: str, keep_drafting: KeepDrafting | None = None) -> RoundOutcome:
+        """A round drafted by prompt lookup or the draft head (:meth:`_propose`), verified by the target in one
+        forward. Priced by the engine's timing: measured, or the profile's drafter of that name (a profile without a
+        lookup drafter prices prompt lookup at no draft cost, :meth:`CostProfile.with_drafter`)."""
         eng = self.engine
         i = self.position
         r0 = eng._clock()
-        drafts, q_probs = self._propose(cap, drafter)
+        drafts, q_probs, confs = self._propose(cap, drafter, keep_drafting)
         draft_phase_ms = (eng._clock() - r0) * 1000.0
         drafted = len(drafts)
         accepted, extra = self._verify(drafts, q_probs)
@@ -444,8 +464,8 @@ class LiveRequest(Request):
                 drafted, self.context.prompt_len + i, drafter if drafted else None)
         else:
             time_ms = measured_ms
-        nan = np.full(drafted, np.nan, dtype=np.float32)
-        outcome = RoundOutcome(i, cap, drafted, accepted, produced, time_ms, nan, nan, done=self.done,
+        outcome = RoundOutcome(i, cap, drafted, accepted, produced, time_ms, np.asarray(confs, dtype=np.float32),
+                               np.full(drafted, np.nan, dtype=np.float32), done=self.done,
                                drafter=drafter if drafted else None)
         self._record(self.result, new, outcome, time_ms)
         self.result.draft_phase_ms.append(draft_phase_ms)

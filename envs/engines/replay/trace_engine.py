@@ -34,6 +34,11 @@ For greedy traces the replay is exact (the draft proposes the target's tokens up
 features of tokens after the first rejection come from the correct-prefix trace: an approximation, since the real
 draft would be conditioned on its own wrong token; controllers only learn of the rejection at verification.
 
+Another drafter's rounds (``drafter=``) carry no draft entropy and none of the default drafter's signals, and NaN
+confidence but where the trace holds the drafter's own (:meth:`TraceEngine.drafter_confidence`: the draft head's, from
+``topk_head``, on greedy requests, named in ``RequestContext.drafter_conf``); a token-level decider is asked after each
+of its tokens as for the default drafter (where a lookup drafter has nothing to propose, never).
+
 Signals: a trace with v2 signal columns (:mod:`specgym.envs.workloads.trace_format`) gives controllers the same
 :class:`~specgym.envs.core.signals.DraftSignals` record the live engine computes online (``DraftStep.signals``: the
 round's draft tokens so far; ``RoundOutcome.signals``: every drafted token), a view of the trace rows of the round's
@@ -42,17 +47,25 @@ positions; a trace without them gives ``None``. Rows after the first rejection a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from specgym.envs.core.cost import CostProfile, RoundTable
+from specgym.envs.core.kinds import HEAD_DRAFTER
 from specgym.envs.core.replay import per_position_runs
 from specgym.envs.core.request import KeepDrafting, Request
 from specgym.envs.core.rounds import DEFAULT_K_MAX, DraftStep, RequestContext, RoundOutcome, RoundStart, check_k_max
-from specgym.envs.core.signals import DraftSignals
+from specgym.envs.core.signals import TOPK, DraftSignals
 from specgym.envs.workloads.trace_format import Workload
+from specgym.envs.workloads.workload import HEAD_TOPK_SCALE
 from specgym.errors import SpecgymError
+
+#: Another drafter of a request (:meth:`ReplayRequest._drafter`): runs, round costs (base, per KV token or None),
+#: proposal caps or None, per-start confidences ``(n, J)`` or None.
+OtherDrafter = tuple[list[int], list[float], list[float] | None, list[int] | None, list[list[float]] | None]
+#: Makes the ``DraftStep`` of token ``j`` of a round with cap ``cap``.
+KeepStep = Callable[[int, int], DraftStep]
 
 
 class TraceEngine:
@@ -82,6 +95,7 @@ class TraceEngine:
         self._runs: dict[int, np.ndarray] = {}
         self._flat_runs: dict[str, np.ndarray] = {}
         self._caps: dict[str, np.ndarray | None] = {}
+        self._confs: dict[str, np.ndarray | None] = {}
         self.signals = workload.signal_columns()
         self.lacks = workload.lacks
         self._lookups = tuple(d for d in workload.drafter_names
@@ -133,6 +147,19 @@ class TraceEngine:
             self._caps[name] = caps
         return self._caps[name]
 
+    def drafter_confidence(self, drafter: str) -> np.ndarray | None:
+        """Flat per-start confidences ``(positions, J)`` float32 of another drafter's greedy draft tokens: for the draft
+        head, ``topk_head[g, j, 0]``, its softmax maximum ``j + 1`` steps from start ``g`` along the completion (its
+        greedy token's probability: exact up to the first rejection, the correct-prefix approximation past it);
+        ``None`` for a drafter without them (prompt lookup, a trace without ``topk_head``, the engine's own drafter)."""
+        if drafter not in self._confs:
+            top = self.workload.topk_head
+            conf = None
+            if drafter == HEAD_DRAFTER and drafter != self.drafter and top is not None:
+                conf = top[:, ::TOPK].astype(np.float32) / np.float32(HEAD_TOPK_SCALE)
+            self._confs[drafter] = conf
+        return self._confs[drafter]
+
     def all_runs(self) -> np.ndarray:
         """Flat runs of every request for the engine's drafter (:meth:`runs`)."""
         return self.runs()
@@ -173,6 +200,8 @@ class TraceEngine:
             profile=self.profile,
             lacks=self.lacks,
             workload=wl.name,
+            drafter_conf=frozenset(d for d in wl.drafter_names if self.drafter_confidence(d) is not None)
+            if wl.temperature[r] == 0 else frozenset(),
         )
 
     def start(self, r: int, seed: int | None = None) -> ReplayRequest:
@@ -219,7 +248,7 @@ class ReplayRequest(Request):
         self._kv0 = int(wl.prompt_len[r])
         self._sig = engine.signals
         self._base = sl.start
-        self._other: dict[str, tuple[list[int], list[float], list[float] | None, list[int] | None]] = {}
+        self._other: dict[str, OtherDrafter] = {}
         self._lookup = wl.lookup_len[sl].tolist() if wl.lookup_len is not None else None
         caps = engine.proposal_caps()
         self._caps = None if caps is None else caps[sl].tolist()
@@ -247,8 +276,13 @@ class ReplayRequest(Request):
         cap = self.clip(int(k))
         drafted = cap
         if keep_drafting is not None and cap > 1:
-            step = self.draft_step
-            for j in range(1, cap):
+            step: KeepStep
+            if drafter is None or drafter == self.engine.drafter:
+                step, room = self.draft_step, cap
+            else:  # another drafter's tokens (none where a lookup drafter has nothing to propose)
+                caps = self._drafter(drafter)[3]
+                step, room = self._other_step(drafter), cap if caps is None else min(cap, caps[self.position])
+            for j in range(1, room):
                 if not keep_drafting(step(j, cap)):
                     drafted = j
                     break
@@ -261,30 +295,44 @@ class ReplayRequest(Request):
         p = i + j - 1
         return DraftStep(j, cap, p, float(self._conf[p]), float(self._ent[p]), self.signals(i, j))
 
+    def _other_step(self, drafter: str) -> KeepStep:
+        """The ``DraftStep`` maker of another drafter's round from the current position: its own confidence where the
+        trace holds it (:meth:`TraceEngine.drafter_confidence`), else NaN; never an entropy or signals."""
+        i = self.position
+        row = self._drafter(drafter)[4]
+        conf = row[i] if row is not None else []
+        nan = float("nan")
+        return lambda j, cap: DraftStep(j, cap, i + j - 1, conf[j - 1] if j <= len(conf) else nan, nan, None)
+
     def draft_features(self, position: int) -> tuple[float, float]:
         """(draft_conf, draft_entropy) of the token the draft proposes for ``position`` (NaN where absent)."""
         return float(self._conf[position]), float(self._ent[position])
 
-    def _drafter(self, drafter: str) -> tuple[list[int], list[float], list[float] | None, list[int] | None]:
-        """Runs, costs and proposal caps of another drafter of this request (cached)."""
+    def _drafter(self, drafter: str) -> OtherDrafter:
+        """Runs, costs, proposal caps and per-start confidences (on a request whose context names them) of another
+        drafter of this request (cached)."""
         got = self._other.get(drafter)
         if got is None:
             eng = self.engine
             table = eng.table_for(drafter)
             caps = eng.proposal_caps(drafter)
+            sl = eng.workload.span(self.r)
+            conf = eng.drafter_confidence(drafter) if drafter in self.context.drafter_conf else None
             got = self._other[drafter] = (eng.request_runs(self.r, drafter).tolist(), table.base.tolist(),
                                           table.per_kv.tolist() if table.has_context else None,
-                                          None if caps is None else caps[eng.workload.span(self.r)].tolist())
+                                          None if caps is None else caps[sl].tolist(),
+                                          None if conf is None else conf[sl].tolist())
         return got
 
     def verify(self, cap: int, drafted: int, drafter: str | None = None) -> RoundOutcome:
         """Verify ``drafted`` tokens (``<= cap``) proposed from the current position; advances the request."""
         i = self.position
-        if drafter is None or drafter == self.engine.drafter:
+        own = drafter is None or drafter == self.engine.drafter
+        if drafter is None or own:
             drafter = self.engine.drafter
             runs, times, per_kv, caps = self._runs, self._times, self._per_kv, self._caps
         else:
-            runs, times, per_kv, caps = self._drafter(drafter)
+            runs, times, per_kv, caps, conf_rows = self._drafter(drafter)
         if caps is not None and caps[i] < drafted:  # prompt lookup found nothing to propose: a plain step
             drafted = caps[i]
             drafter = drafter if drafted else None
@@ -294,11 +342,20 @@ class ReplayRequest(Request):
         self.position = i + produced
         self.done = self.position >= self.length
         time_ms = times[drafted] if per_kv is None else times[drafted] + per_kv[drafted] * (self._kv0 + i)
+        seen = self._counterfactual(i, produced, drafter) if self._seen else ()
+        if not own:  # another drafter's round: its own confidences where the trace holds them, nothing else
+            nan = np.full(drafted, np.nan, dtype=np.float32)
+            conf = nan.copy()
+            if conf_rows is not None:
+                got = conf_rows[i][:drafted]
+                conf[: len(got)] = got
+            return RoundOutcome(i, cap, drafted, accepted, produced, time_ms, conf, nan, self.done, None, drafter,
+                                seen)
         return RoundOutcome(
             i, cap, drafted, accepted, produced, time_ms,
             self._conf[i : i + drafted], self._ent[i : i + drafted], self.done,
             None if self._sig is None else DraftSignals(self._sig, self._base + i, self._base + i + drafted),
-            drafter, self._counterfactual(i, produced, drafter) if self._seen else (),
+            drafter, seen,
         )
 
     def _counterfactual(self, i: int, produced: int, played: str | None) -> tuple[tuple[str, int], ...]:
@@ -307,7 +364,7 @@ class ReplayRequest(Request):
         out = []
         for name in self._seen:
             if name != played:
-                runs, _, _, caps = self._drafter(name)
+                runs, _, _, caps, _ = self._drafter(name)
                 if caps is None or caps[i] > 0:
                     out.append((name, min(runs[i], produced)))
         return tuple(out)

@@ -43,7 +43,7 @@ from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile
 from specgym.envs.core.kinds import HEAD_DRAFTER, IMPLICIT_DRAFTER
 from specgym.envs.core.rounds import DEFAULT_K_MAX, RequestContext, RoundOutcome
 from specgym.envs.core.signals import TOPK
-from specgym.envs.core.tree import TreeRoundOutcome, TreeShape
+from specgym.envs.core.tree import TreeRoundOutcome, TreeShape, head_tree_context
 from specgym.envs.engines.replay.trace_engine import TraceEngine
 from specgym.envs.workloads.trace_format import Workload
 from specgym.envs.workloads.workload import HEAD_TOPK_SCALE
@@ -148,8 +148,10 @@ class TreeEngine:
         return t
 
     def context(self, r: int) -> RequestContext:
-        """What a controller may know about request ``r``."""
-        return self.chain.context(r)
+        """What a controller may know about request ``r`` (for head trees :func:`head_tree_context`: the head's
+        costs, without the spine's per-token features, which the recording does not hold)."""
+        ctx = self.chain.context(r)
+        return ctx if self.drafter is None else head_tree_context(ctx)
 
     def start(self, r: int) -> TreeReplayRequest:
         """Begin replaying request ``r`` from position 0."""
@@ -330,6 +332,13 @@ class TreeReplayRequest:
         the head)."""
         self._no_head_features()
         return float(self._conf[position]), float(self._ent[position])
+
+    def as_round_unsignalled(self, o: TreeRoundOutcome) -> RoundOutcome:
+        """The tree round as a chain :class:`RoundOutcome` without its spine's per-token features (NaN confidence
+        and entropy, :data:`~specgym.envs.core.rounds.TOKEN_FEATURES`): what a policy learning on head trees observes,
+        in replay as live."""
+        nan = np.full(o.depth, np.nan, np.float32)
+        return RoundOutcome(o.position, o.depth, o.depth, o.accepted, o.produced, o.time_ms, nan, nan, o.done)
 
     def as_round(self, o: TreeRoundOutcome) -> RoundOutcome:
         """The tree round as a chain :class:`RoundOutcome` for the shared features: ``planned_k = drafted =

@@ -292,6 +292,27 @@ record-smollm2-%: $(STAMP)
 		--name smollm2-$* --profile data/profiles/cpu-smollm2.json --quiet --force \
 		--out data/workloads/smollm2-$*.parquet
 
+# the real pair's frozen evaluation prompts (issue 54): the val and test prompts of the data folder `make data-smollm2`
+# writes (prompts nobody on the project wrote, split from the train prompts the drafters learn from by source), 8 per
+# category of each split (14 categories: 224 prompts), seeded, and a manifest beside them (the data folder's config and
+# prompts sha256, the seed, counts, the file's sha256); seconds, once the data folder is finished; no --force: the
+# frozen file is never replaced by a rerun (remove it and its manifest by hand to draw it again)
+.PHONY: prompts-smollm2-v2 record-smollm2-v2 record-smollm2-v2-greedy record-smollm2-v2-t07
+prompts-smollm2-v2: $(STAMP)
+	$(SPECGYM) data eval-prompts --data build/data-smollm2 --out data/workloads/smollm2-v2-prompts.jsonl \
+		--per-category 8 --seed 0
+
+# their recordings, with the drafters retrained on the data folder (drafter-smollm2, head-smollm2) and the same flags
+# as record-smollm2-%; no --splits: every prompt's split is the prompts file's (val and test only, no train split);
+# estimated <= 30 min each on a quiet machine (224 prompts, answers to EOS or 128 tokens; not yet run)
+record-smollm2-v2: record-smollm2-v2-greedy record-smollm2-v2-t07
+
+record-smollm2-v2-greedy record-smollm2-v2-t07: record-smollm2-v2-%: $(STAMP)
+	$(SPECGYM) record --pair smollm2 --prompts data/workloads/smollm2-v2-prompts.jsonl --max-new-tokens 128 --stop-at-eos \
+		--temperature $(if $(filter greedy,$*),0,0.$(subst t0,,$*)) --seed 1 --gen-k 3 --hidden-sketch 16 \
+		--name smollm2-v2-$* --profile data/profiles/cpu-smollm2.json --quiet --force \
+		--out data/workloads/smollm2-v2-$*.parquet
+
 profile-%: $(STAMP)  # ~2 min each, on a quiet machine: the pair's measured cost profiles (one sequence; batched)
 	$(SPECGYM) profile --pair $* --out data/profiles/cpu-$*.json --name cpu-$* --force
 	$(SPECGYM) profile --pair $* --batch-sizes 1,2,4,8,16,32 --out data/profiles/batch-cpu-$*.json \

@@ -28,6 +28,7 @@ import numpy as np
 import specgym.catalogue as catalogue
 from specgym.agents.modes import MODES, PolicyMode, get_mode
 from specgym.agents.policy_controller import GUARD_MARGIN, TEACHERS
+from specgym.baselines.tree_menu import menu
 from specgym.envs.core.acceptance_predictor import AcceptancePredictor
 from specgym.envs.core.features import FEATURE_VERSION
 from specgym.envs.core.kinds import HEAD_DRAFTER, ModeName, runs_in
@@ -60,7 +61,8 @@ class PolicyArtifact:
         predictor: The acceptance predictor its token-mode observations were computed with (the predictor's JSON
             document, embedded so the deployed policy sees the very predictor it was trained with), or ``None``.
         meta: Free-form training record (workload, timesteps, metrics...).
-        shapes: Tree mode: the action menu, per-depth widths of each action (``[]`` = plain decoding).
+        shapes: Tree mode: the action menu (:mod:`~specgym.baselines.tree_menu`): per-depth widths of each static
+            action (``[]`` = plain decoding) or ``"eagle:D:B:M"`` for an EAGLE-2 round.
         obs_low, obs_high: The range of every observation feature the policy saw in training (raw values, before
             normalisation), or ``None`` for a policy exported without one. Outside it (by more than
             :data:`~specgym.agents.policy_controller.GUARD_MARGIN` of the feature's bound), a chain policy hands its
@@ -86,7 +88,7 @@ class PolicyArtifact:
     features: list[str] = field(default_factory=list)
     predictor: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
-    shapes: list[list[int]] = field(default_factory=list)
+    shapes: list[list[int] | str] = field(default_factory=list)
     obs_low: np.ndarray | None = None
     obs_high: np.ndarray | None = None
     teacher: str | None = None
@@ -145,10 +147,11 @@ class PolicyArtifact:
                 raise SpecgymError(f"policy layer {i} holds non-finite weights")
             dim = w.shape[0]
         want = mode.n_actions(self.k_min, self.k_max, self.shapes)
-        if mode.action == "tree_widths" and (not want or any(len(s) > self.k_max or any(int(w) < 1 for w in s)
-                                                             for s in self.shapes)):
-            raise SpecgymError(f"tree policy action menu must list width tuples of depth <= k_max "
-                               f"{self.k_max}, widths >= 1")
+        if mode.action == "tree_widths":
+            entries = menu(self.shapes, self.k_max, "tree policy action menu")
+            if self.drafter is None and any(e.eagle is not None for e in entries):
+                raise SpecgymError("tree policy action menu: EAGLE-2 entries need a policy on the head's trees "
+                                   "(drafter: head), which observes no spine features (an EAGLE-2 round reports none)")
         if self.drafter not in (None, HEAD_DRAFTER) or (self.drafter is not None and mode.action != "tree_widths"):
             raise SpecgymError(f"policy field 'drafter': {self.drafter!r}; only a tree policy names one, and only "
                                f"{HEAD_DRAFTER!r} (trees drafted by the draft head; none: the draft model)")
@@ -347,7 +350,7 @@ def load_policy(path: str | Path, expect_mode: str | None = None) -> PolicyArtif
             feature_version=int(meta["feature_version"]), features=list(meta["features"]),
             predictor=meta.get("predictor"),
             meta={k: v for k, v in meta.items() if k not in known},
-            shapes=[[int(w) for w in s] for s in meta["action_mapping"]["values"]]
+            shapes=[str(s) if isinstance(s, str) else [int(w) for w in s] for s in meta["action_mapping"]["values"]]
             if meta["action_mapping"].get("type") == "tree_widths" else [],
             obs_low=arrays.get("obs_low") if meta.get("guard") else None,
             obs_high=arrays.get("obs_high") if meta.get("guard") else None,

@@ -99,11 +99,11 @@ class PolicyMode:
         """Its decisions are per draft token (:data:`~specgym.envs.core.kinds.TOKEN_LEVEL_MODES`)."""
         return self.name in TOKEN_LEVEL_MODES
 
-    def n_actions(self, k_min: int, k_max: int, shapes: list[list[int]] | None = None) -> int:
+    def n_actions(self, k_min: int, k_max: int, shapes: list[list[int] | str] | None = None) -> int:
         """Size of the action layer of a policy of this mode (its :data:`ACTIONS` row)."""
         return ACTIONS[self.action].count(k_min, k_max, shapes)
 
-    def action_mapping(self, k_min: int, n_actions: int, shapes: list[list[int]] | None = None) -> dict[str, Any]:
+    def action_mapping(self, k_min: int, n_actions: int, shapes: list[list[int] | str] | None = None) -> dict[str, Any]:
         """How an action index maps to a decision (recorded in ``policy.json``)."""
         return {"type": self.action, "values": ACTIONS[self.action].values(k_min, n_actions, shapes)}
 
@@ -118,11 +118,11 @@ class ActionSpace:
             ``action.values``).
     """
 
-    count: Callable[[int, int, list[list[int]] | None], int]
-    values: Callable[[int, int, list[list[int]] | None], list[Any]]
+    count: Callable[[int, int, list[list[int] | str] | None], int]
+    values: Callable[[int, int, list[list[int] | str] | None], list[Any]]
 
 
-def _drafter_cap_values(k_min: int, n_actions: int, shapes: list[list[int]] | None) -> list[Any]:
+def _drafter_cap_values(k_min: int, n_actions: int, shapes: list[list[int] | str] | None) -> list[Any]:
     """0: plain; then slot s (the engine's drafters in order, :data:`DRAFTER_SLOTS` of them) with K = 1..k_max."""
     k_max = (n_actions - 1) // DRAFTER_SLOTS
     return ["plain", *(f"slot{s}:{k}" for s in range(DRAFTER_SLOTS) for k in range(1, k_max + 1))]
@@ -135,7 +135,8 @@ ACTIONS: dict[str, ActionSpace] = {
                              lambda k_min, n, shapes: list(range(k_min, k_min + n))),
     "stop_or_continue": ActionSpace(lambda k_min, k_max, shapes: 2, lambda k_min, n, shapes: ["stop", "continue"]),
     "tree_widths": ActionSpace(lambda k_min, k_max, shapes: len(shapes or []),
-                               lambda k_min, n, shapes: [[int(w) for w in s] for s in shapes or []]),
+                               lambda k_min, n, shapes: [s if isinstance(s, str) else [int(w) for w in s]
+                                                         for s in shapes or []]),
     "drafter_cap": ActionSpace(lambda k_min, k_max, shapes: drafter_actions(k_max), _drafter_cap_values),
     "budget_gamma": ActionSpace(lambda k_min, k_max, shapes: len(ALLOC_GAMMAS),
                                 lambda k_min, n, shapes: list(ALLOC_GAMMAS)),

@@ -2,7 +2,8 @@
 
 A tree-mode artifact (``specgym train --mode tree``, ``specgym export``; :mod:`specgym.agents.artifact`
 documents the files, checksums and feature-version check) maps the observation of ``specgym/SpecDecodeTree-v0`` to
-an index into its action menu of per-depth widths (``policy.json``'s ``action_mapping``, type ``tree_widths``).
+an index into its action menu (``policy.json``'s ``action_mapping``, type ``tree_widths``: per-depth widths of a
+static tree, or an EAGLE-2 round ``eagle:D:B:M`` on a head policy, :mod:`~specgym.baselines.tree_menu`).
 The observation is the shared :class:`~specgym.envs.core.features.FeatureTracker`'s K-mode vector, fed each verified
 tree round as the chain round along its true path (:meth:`TreeReplayRequest.as_round`), exactly as the env feeds
 it, so the controller sees in deployment what the policy saw in training. It emits :class:`TreeShape` trees, the
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from specgym.agents.policy_controller import PolicyNetwork
+from specgym.baselines.tree_menu import menu
 from specgym.envs.core.features import FeatureTracker
 from specgym.envs.core.rounds import RequestContext, RoundOutcome
 from specgym.envs.core.tree import TreeController, TreeRoundOutcome, TreeShape, head_tree_context
@@ -47,7 +49,8 @@ class TreePolicyController(TreeController):
         self.name = name
         self.k_max = artifact.k_max
         self.network = PolicyNetwork(artifact)
-        self.shapes = [TreeShape.from_widths(s) for s in artifact.shapes]
+        self.menu = menu(artifact.shapes, self.k_max, f"{name}: action menu")
+        self.approximate = any(e.approximate for e in self.menu)
         self.tracker = FeatureTracker(self.k_max)
 
     @property  # type: ignore[override]
@@ -75,8 +78,12 @@ class TreePolicyController(TreeController):
         return self.network.act(self.tracker.observation())
 
     def propose_tree(self) -> TreeShape:
-        """The tree of the next round."""
-        return self.shapes[self.action()]
+        """The tree of the next round (a static entry; an EAGLE-2 entry's tree comes from the round itself)."""
+        entry = self.menu[self.action()]
+        if entry.shape is None:
+            raise SpecgymError(f"{self.name}: its action is {entry.label}, a tree chosen from the round's draft "
+                               "probabilities: call play(req) or play_live(req)")
+        return entry.shape
 
     def observe_round(self, rnd: RoundOutcome) -> None:
         """Fold a verified tree round, given as the chain round along its true path, into the features."""
@@ -85,7 +92,7 @@ class TreePolicyController(TreeController):
     def play(self, req: Any) -> TreeRoundOutcome:
         """One replayed round (:class:`TreeReplayRequest`): propose, play, observe the true-path round (a head
         tree's without its spine features)."""
-        o = req.play(self.propose_tree())
+        o = self.menu[self.action()].play(req)
         self.observe_round(req.as_round(o) if self.drafter is None else req.as_round_unsignalled(o))
         return o
 
@@ -94,7 +101,7 @@ class TreePolicyController(TreeController):
         a live chain round reports: the draft's own top-1 tokens, their confidence and entropy; for head trees
         none, as in training)."""
         head = self.drafter is not None
-        o = req.play_tree(self.propose_tree(), stats=not head)
+        o = self.menu[self.action()].play_live(req, stats=not head)
         conf, ent = (np.full(o.depth, np.nan, np.float32),) * 2 if head else (req.spine_conf, req.spine_entropy)
         self.observe_round(RoundOutcome(o.position, o.depth, o.depth, o.accepted, o.produced, o.time_ms,
                                         conf, ent, done=o.done))

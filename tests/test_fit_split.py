@@ -81,3 +81,27 @@ def test_the_recorder_reads_the_drafts_training_split(tmp_path):
     (draft / "training_state.json").write_text("{not json")
     with pytest.raises(SpecgymError, match="training_state.json: unreadable"):
         draft_fit_split(str(draft), "workloads/p.jsonl")
+
+
+def test_an_evaluation_set_fits_on_val(real):
+    """A recording of val and test prompts only (``specgym data eval-prompts``) has no train split: learners fit on
+    its val split (and say why); one with train prompts keeps fitting on train."""
+    from specgym.envs.engines.live.recorder import assemble_recording
+
+    def requests(splits):
+        rng = np.random.default_rng(0)
+        out = []
+        for i, s in enumerate(splits):
+            n = 12
+            out.append({"request_id": f"r{i}", "category": "qa", "temperature": 0.0, "prompt_len": 5, "split": s,
+                        "p_accept": rng.random(n).astype(np.float32), "draft_conf": rng.random(n).astype(np.float32),
+                        "draft_entropy": np.ones(n, np.float32), "lookup_agree": np.zeros(n, bool)})
+        return out
+
+    completions = [list(range(12)) for _ in range(4)]
+    wl, _ = assemble_recording("eval-set", {"kind": "recorded"}, real.profile, requests(["val", "val", "test", "test"]),
+                               completions, 0, None, None, {})
+    assert wl.fit_split == "val" and "no train prompts" in wl.extra["fit_split_reason"]
+    with_train, _ = assemble_recording("full", {"kind": "recorded"}, real.profile,
+                                       requests(["train", "val", "test", "test"]), completions, 0, None, None, {})
+    assert with_train.fit_split == "train"

@@ -463,20 +463,33 @@ def test_a_head_tree_policy_decides_live_as_in_replay(pair, recorded, tmp_path):
     shapes = set()
     for r in range(wl.n_requests):
         live_ctrl, rep_ctrl = (make(f"tree-ppo:{path}", 8, kinds=("tree",)) for _ in range(2))
-        chosen: list[tuple[str, ...]] = []
-        real = live_ctrl.propose_tree
-        live_ctrl.propose_tree = lambda: chosen.append(real().name) or real()  # type: ignore[method-assign]
+        chosen: list[str] = []
+        real = live_ctrl.action
+
+        def spy(real=real, ctrl=live_ctrl, chosen=chosen) -> int:
+            a = real()
+            chosen.append(ctrl.menu[a].label)
+            return a
+
+        live_ctrl.action = spy  # type: ignore[method-assign]
         live = run_live_tree(eng, encode_prompt(tok, wl.prompt_text[r]), live_ctrl, N)
         assert live.tokens == wl.token_id[wl.span(r)].tolist()
         req = tree_eng.start(r)
         rep_ctrl.reset(req.context)
         replayed = []
         while not req.done:
-            replayed.append(rep_ctrl.propose_tree().name)
+            replayed.append(rep_ctrl.menu[rep_ctrl.action()].label)
             rep_ctrl.play(req)
         assert replayed == chosen
         shapes |= set(chosen)
     assert len(shapes) > 1
+    eagle = tree_artifact(HEAD_DRAFTER, seed=2, extra=("eagle:3:2:4", "eagle:4:4:5"))
+    eagle.biases[-1][-1] = 100.0  # always the EAGLE-2 round: live, from the head's real probabilities
+    path = write_artifact(eagle, tmp_path / "eagle")
+    for r in range(wl.n_requests):
+        live = run_live_tree(eng, encode_prompt(tok, wl.prompt_text[r]), make(f"tree-ppo:{path}", 8, kinds=("tree",)),
+                             N)
+        assert live.tokens == wl.token_id[wl.span(r)].tolist() and max(o.nodes for o in live.rounds) > 4
 
 
 def test_the_modelled_eagle_scores_are_the_heads_true_path_probabilities(pair, recorded):

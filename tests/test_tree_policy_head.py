@@ -115,3 +115,75 @@ def test_only_a_tree_run_names_a_drafter(wl, tmp_path):
         train(TrainRequest(workload=str(path), mode="tree", out=tmp_path / "run", timesteps=64, seed=0,
                            overrides={"drafter": "ngram"}, quiet=True))
     assert not (tmp_path / "run").exists()
+
+
+EAGLE = ("eagle:3:2:4", "eagle:4:4:5")
+
+
+def test_a_menu_holds_eagle_rounds_on_the_head(wl, tmp_path):
+    """EAGLE-2 entries (``eagle:D:B:M``) play the rule's round in the env and in the controller (replayed
+    approximately, as the rule is), the artifact keeps them under its checksum, and they are refused where the
+    policy observes spine features (trees of the draft model) or the entry is malformed."""
+    from specgym.baselines.tree_eagle import EagleTree
+    from specgym.baselines.tree_menu import menu, menu_entry
+
+    shapes = [*(list(s) for s in DEFAULT_SHAPES), *EAGLE]
+    env = gym.make("specgym/SpecDecodeTree-v0", workload=wl, split="val", drafter="head", profile=None,
+                   shapes=shapes).unwrapped
+    engine = TreeEngine(wl, wl.profile, 8, drafter="head")
+    for a in (len(DEFAULT_SHAPES), len(DEFAULT_SHAPES) + 1):
+        env.reset(options={"request": 1})
+        req, done = engine.start(1), False
+        while not done:
+            _, _, done, _, info = env.step(a)
+            o = EagleTree(*(int(x) for x in EAGLE[a - len(DEFAULT_SHAPES)].split(":")[1:])).play(req)
+            assert (info["shape"], info["accepted"], info["nodes"]) == (EAGLE[a - len(DEFAULT_SHAPES)], o.accepted,
+                                                                        o.nodes)
+    path = write_artifact(tree_artifact("head", seed=1, extra=EAGLE), tmp_path / "p")
+    art = load_policy(path)
+    assert art.shapes[-2:] == list(EAGLE) and json.loads((path / "policy.json").read_text())[
+        "action_mapping"]["values"][-1] == "eagle:4:4:5"
+    ctrl = make(f"tree-ppo:{path}", 8, kinds=("tree",))
+    assert ctrl.approximate and [e.label for e in ctrl.menu[-2:]] == list(EAGLE)
+    obs_env = gym.make("specgym/SpecDecodeTree-v0", workload=wl, split="val", drafter="head", profile=None,
+                       shapes=shapes).unwrapped
+    for r in range(wl.n_requests):
+        obs, _ = obs_env.reset(options={"request": r})
+        req = engine.start(r)
+        ctrl.reset(req.context)
+        done = False
+        while not done:
+            np.testing.assert_allclose(ctrl.tracker.observation(), obs, rtol=1e-6)
+            a = ctrl.action()
+            o = ctrl.play(req)
+            obs, _, done, _, info = obs_env.step(a)
+            assert info["accepted"] == o.accepted
+    with pytest.raises(SpecgymError, match="EAGLE-2 entries need a policy on the head"):
+        tree_artifact(None, extra=EAGLE).validate()
+    with pytest.raises(SpecgymError, match="needs drafter 'head'"):
+        gym.make("specgym/SpecDecodeTree-v0", workload=wl, split="val", shapes=shapes)
+    for bad in ("eagle:4:4", "eagle:9:4:5", "beagle:1:1:1", [0, 1], [1] * 9, 3):
+        with pytest.raises(SpecgymError) as exc:
+            menu_entry(bad, 8)
+        assert "\n" not in str(exc.value) and "entry" in str(exc.value)
+    assert [e.label for e in menu([[], [2, 1], "eagle:2:2:3"], 8)] == ["plain", "2-1", "eagle:2:2:3"]
+    assert [e.as_json() for e in menu([[], [2, 1], "eagle:2:2:3"], 8)] == [[], [2, 1], "eagle:2:2:3"]
+
+
+def test_a_run_menu_reaches_the_exported_policy(wl, tmp_path):
+    """``shapes`` in a tree run's config is its env's menu and its artifact's (a bad entry refused in one line)."""
+    from specgym.envs.workloads.trace_format import save_workload
+    from specgym.training.export import export_run
+    from specgym.training.ppo import TrainRequest, train
+
+    path = save_workload(wl, tmp_path / "w.parquet")
+    shapes = [[], [1, 1], [2, 1], *EAGLE]
+    tiny = {"n_envs": 2, "n_steps": 32, "batch_size": 64, "n_epochs": 1, "eval_freq": 10_000, "drafter": "head",
+            "profile": None, "shapes": shapes}
+    with pytest.raises(SpecgymError, match="shapes: entry 'eagle:1' is neither"):
+        train(TrainRequest(workload=str(path), mode="tree", out=tmp_path / "bad", timesteps=64, seed=0,
+                           overrides={**tiny, "shapes": [[1], "eagle:1"]}, quiet=True))
+    train(TrainRequest(workload=str(path), mode="tree", out=tmp_path / "run", timesteps=64, seed=0, overrides=tiny,
+                       quiet=True))
+    art = load_policy(export_run(tmp_path / "run", tmp_path / "policy", force=True))
+    assert art.shapes == shapes and art.drafter == "head"

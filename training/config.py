@@ -19,6 +19,7 @@ import yaml
 
 import specgym.catalogue as catalogue
 from specgym.agents.specs import build as build_spec
+from specgym.baselines.tree_menu import menu
 from specgym.envs.core.kinds import HEAD_DRAFTER, MODE_NAMES
 from specgym.envs.core.rounds import K_MAX_LIMIT
 from specgym.envs.profiles import load_profile
@@ -86,6 +87,7 @@ class PPOConfig:
     profile: str | None = None
     profile_jitter: float | None = None
     drafter: str | None = None
+    shapes: list | None = None
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -160,6 +162,11 @@ class PPOConfig:
             raise bad("domains", "must be null or 'generalist'")
         if self.drafter not in (None, HEAD_DRAFTER):
             raise bad("drafter", f"must be null (trees drafted by the draft model) or {HEAD_DRAFTER!r} (tree mode)")
+        if self.shapes is not None:  # tree mode: the action menu (default: the env's)
+            try:
+                menu(self.shapes, self.k_max, "shapes")
+            except SpecgymError as exc:
+                raise SpecgymError(f"{origins.get('shapes', where)}: {exc}") from None
         if self.profile_jitter is not None and not (1.0 <= self.profile_jitter <= 10.0):
             raise bad("profile_jitter", "must be null or a spread in [1, 10] (each cost factor within [1/spread, "
                                         "spread])")

@@ -44,6 +44,8 @@ def env_config(run: TrainingRun, workload: Any, split: str) -> dict[str, Any]:
         cfg["predictor"] = run.predictor
     if ppo.drafter is not None:  # tree mode: trees drafted by the head (checked against the mode by specgym train)
         cfg["drafter"] = ppo.drafter
+    if ppo.shapes is not None:  # tree mode: its action menu
+        cfg["shapes"] = ppo.shapes
     if isinstance(workload, DomainDistribution):
         return {**cfg, "domains": workload, "workload": workload.workloads[0]}
     return {**cfg, "workload": workload}

@@ -87,7 +87,7 @@ def run_metrics(run: RunFiles, picked: str) -> dict[str, Any] | None:
 
 def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, k_max: int,
                         meta: dict[str, Any] | None = None, predictor: Any = None,
-                        drafter: str | None = None) -> PolicyArtifact:
+                        drafter: str | None = None, shapes: list | None = None) -> PolicyArtifact:
     """Build a :class:`PolicyArtifact` from an in-memory SB3 PPO model and its ``VecNormalize`` (or None).
 
     Args:
@@ -98,6 +98,7 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
         meta: Training record stored in ``policy.json``.
         predictor: The acceptance predictor the observations were computed with (embedded in the artifact).
         drafter: Tree mode: who drafted the trees it learned on (``None`` the draft model, ``head``).
+        shapes: Tree mode: its action menu (``None``: the tree env's default one).
     """
     layers, acts = actor_layers(model)
     if acts - {"Tanh", "ReLU"} or len(acts) > 1:
@@ -112,8 +113,9 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
         var = np.asarray(vecnorm.obs_rms.var, np.float64).copy()
         clip_obs, eps = float(vecnorm.clip_obs), float(vecnorm.epsilon)
     row = get_mode(mode)
-    # a tree menu: the tree env's default one (what `specgym train --mode tree` trains on)
-    shapes = [list(s) for s in DEFAULT_SHAPES] if row.action == "tree_widths" else []
+    # a tree menu: the run's (its config's `shapes`), else the tree env's default one
+    menu = [e if isinstance(e, str) else list(e) for e in (shapes or DEFAULT_SHAPES)] \
+        if row.action == "tree_widths" else []
     # the guard of a chain, drafter or batch policy: the range it saw in training and the rule that decides outside it
     seen = vecnorm_range(vecnorm) if row.guarded else None
     teacher = None if seen is None else row.teacher or \
@@ -122,7 +124,7 @@ def artifact_from_model(model: Any, vecnorm: Any | None, mode: str, k_min: int, 
                          obs_mean=mean, obs_var=var, clip_obs=clip_obs, epsilon=eps,
                          feature_version=row.feature_version, features=row.features(row.feature_version),
                          predictor=None if predictor is None else predictor.to_dict(), meta=dict(meta or {}),
-                         shapes=shapes, obs_low=None if seen is None else seen[0],
+                         shapes=menu, obs_low=None if seen is None else seen[0],
                          obs_high=None if seen is None else seen[1], teacher=teacher, drafter=drafter)
     art.validate()
     return art
@@ -134,7 +136,7 @@ def run_artifact(model: Any, vecnorm: Any | None, cfg: RunConfig, predictor: Acc
     already loaded: :attr:`~specgym.training.run.TrainingRun.predictor` or
     :func:`~specgym.training.run.load_run_predictor`), so validation, the summary and export price the same policy."""
     return artifact_from_model(model, vecnorm, cfg.mode, cfg.ppo.k_min, cfg.ppo.k_max, meta, predictor,
-                               cfg.ppo.drafter)
+                               cfg.ppo.drafter, cfg.ppo.shapes)
 
 
 def load_run_model(run: RunFiles, which: str = "best") -> tuple[Any, Any, str, RunConfig]:

@@ -244,11 +244,16 @@ def _tree_card(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], ship
     where = _fit_split(tr.get("workload"))
     rows = ("val split's fit rows (`Workload.learning_requests`); the model kept is the best on its other val rows"
             if where == "val" else "train split; the model kept is the best on the workload's val split")
-    menu = ", ".join("-".join(map(str, s)) or "plain" for s in meta.get("action_mapping", {}).get("values", []))
+    values = meta.get("action_mapping", {}).get("values", [])
+    dynamic = any(isinstance(s, str) for s in values)
+    menu = ", ".join(s if isinstance(s, str) else "-".join(map(str, s)) or "plain"
+                     for s in meta.get("action_mapping", {}).get("values", []))
     L = [f"# specgym policy `{name}`", "",
          "A PPO policy (stable-baselines3, exported to numpy: `policy.npz` + `policy.json`, no pickle) in **tree "
          "mode** (`specgym/SpecDecodeTree-v0`): per round it picks the draft tree from a menu of static shapes "
-         f"(per-depth widths: {menu}). It reads the cost profile and the request's verified history through the "
+         + ("(per-depth widths) and EAGLE-2 rounds (`eagle:DEPTH:BEAM:M`, confidence-chosen trees): "
+            if dynamic else "(per-depth widths: ") + f"{menu}{'' if dynamic else ')'}. It reads the cost profile "
+         "and the request's verified history through the "
          f"shared feature code (feature version {meta.get('feature_version')}). Greedy decoding only (exact tree "
          "replay needs greedy traces with ranks)." + (
              " Its trees are drafted by the pair's **draft head** (`policy.json` `drafter: head`; the recording's "
@@ -256,7 +261,9 @@ def _tree_card(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], ship
              "entropy (the recording holds none of the head's), in replay and live alike." if head else ""), "",
          *(["## Status: below its reference on validation", "",
             f"**{kept:.3f}x `{ref}` on validation.** The rule is the one to deploy; this policy is shipped as the "
-            "learned row of the comparisons (its menu of static shapes cannot express a confidence-chosen tree).", ""]
+            "learned row of the comparisons" + (" (it chooses each round's kind of tree from the verified history "
+                                                  "alone)." if dynamic else " (its menu of static shapes cannot "
+                                                  "express a confidence-chosen tree)."), ""]
            if kept is not None and kept < 1.0 else []),
          "Use it by name (a tree controller):", "", "```bash",
          f"specgym eval --workload {tr.get('workload')}" + (f" --profile {cfg['profile']}" if cfg.get("profile")
@@ -278,8 +285,10 @@ def _tree_card(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], ship
           "* Trained on replayed traces priced by a cost profile" + ("" if head else " (an illustrative GPU-like one "
                                                                       "by default)") +
           ": live figures depend on the tree engine and hardware.",
-          "* The menu is static shapes chosen before the round's first draft forward: it cannot react to the "
-          "round's draft distribution (the dynamic `tree-predicted:NAME` rule does).",
+          ("* Its EAGLE-2 entries are replayed as the rule is, approximately (off-path scores modelled): its training "
+           "signal on them is modelled too; live, they are exact." if dynamic else
+           "* The menu is static shapes chosen before the round's first draft forward: it cannot react to the "
+           "round's draft distribution (the dynamic `tree-predicted:NAME` rule does)."),
           "* The feature version is pinned: a specgym whose features changed refuses to load this policy.", ""]
     return "\n".join(L)
 

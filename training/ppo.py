@@ -151,8 +151,10 @@ def _new_run(req: TrainRequest, run: RunFiles) -> TrainingRun:
     if ppo.domains:
         token_value, note = 1.0, "per episode: 1/speedup of the model-optimal fixed K of the episode's domain"
     elif ppo.token_value == "auto":
-        tv, bk = auto_token_value(wl, ppo.k_max)
-        token_value, note = round(tv, 6), f"auto: 1/speedup of best fixed K={bk} on the train split"
+        tv, bk = auto_token_value(wl, ppo.k_max, drafter=ppo.drafter)
+        of = f" of the {ppo.drafter}" if ppo.drafter else ""
+        token_value, note = round(tv, 6), (f"auto: 1/speedup of best fixed K={bk}{of} on the rows it learns from "
+                                           f"({wl.fit_split} split)")
     else:
         token_value, note = float(ppo.token_value), ""
     cfg = RunConfig(ppo=ppo, mode=req.mode, seed=int(req.seed), token_value_resolved=token_value,

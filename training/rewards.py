@@ -114,10 +114,13 @@ def episode_token_value(workload: Any, profile: Any, k_max: int) -> float:
     return 1.0 / (costs.rate(costs.best_k(alpha), alpha) * costs.t_ar)
 
 
-def auto_token_value(workload: Any, k_max: int, split: str = "train") -> tuple[float, int]:
-    """``1 / speedup`` of the best fixed K on ``split`` (and that K): the time a token costs at a good rate."""
-    engine = TraceEngine(workload, k_max=k_max, seed=0)
-    req = workload.split_indices(split)
+def auto_token_value(workload: Any, k_max: int, split: str | None = None,
+                     drafter: str | None = None) -> tuple[float, int]:
+    """``1 / speedup`` of the best fixed K of ``drafter`` (default: the workload's default drafter) on ``split``
+    (default: the rows a policy learns from, :meth:`Workload.learning_requests`: never those a drafter learned from
+    or a model is chosen on), and that K: the time a token costs at a good rate."""
+    engine = TraceEngine(workload, k_max=k_max, seed=0, drafter=drafter)
+    req = workload.learning_requests()[0] if split is None else workload.split_indices(split)
     best_k, best_t = 1, math.inf
     for k in range(1, k_max + 1):
         v = VectorReplay(engine, req)

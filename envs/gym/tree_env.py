@@ -6,8 +6,8 @@ from typing import Any
 
 from gymnasium import spaces
 
+from specgym.baselines.tree_menu import menu
 from specgym.envs.core.features import FeatureTracker, feature_table
-from specgym.envs.core.tree import TreeShape
 from specgym.envs.engines.replay.tree_engine import TreeEngine, TreeReplayRequest
 from specgym.envs.gym.spec_env import _ReplayEnvBase
 from specgym.errors import SpecgymError
@@ -37,7 +37,9 @@ class SpecDecodeTreeEnv(_ReplayEnvBase):
     (depth, verified nodes): which nodes a (depth, budget) pair verifies needs a rule that scores off-path nodes
     (EAGLE-2's confidences), which the trace does not hold, so that pair could only be replayed approximately;
     every width shape replays exactly. A menu is also a plain ``Discrete`` space (PPO-ready), holds the chain env's
-    actions (so a tree policy can never do worse than a chain one) and lets the user add shapes.
+    actions (so a tree policy can never do worse than a chain one) and lets the user add shapes. With
+    ``drafter="head"`` a menu may also hold EAGLE-2 rounds (``"eagle:D:B:M"``, :mod:`~specgym.baselines.tree_menu`:
+    LTD's per-round depth and verify budget over EAGLE's expansion), replayed as approximately as the rule is.
 
     ## Observation Space
     The K-mode observation of :class:`~specgym.envs.gym.spec_env.SpecDecodeEnv` (the shared
@@ -85,11 +87,21 @@ class SpecDecodeTreeEnv(_ReplayEnvBase):
             raise SpecgymError("SpecDecodeTree-v0 does not support domains (tree replay needs one greedy v2 trace)")
         self.tree_engine = TreeEngine(self.workload, self.engine.profile, self.k_max, int(self.config["node_budget"]),
                                       drafter=self.config["drafter"])
-        self.shapes = [TreeShape.from_widths(w) for w in self.config["shapes"]]
-        for s in self.shapes:
-            self.tree_engine.check(s)
-            self.tree_engine.times(s)
-        self.action_space = spaces.Discrete(len(self.shapes))
+        self.menu = menu(self.config["shapes"], self.k_max, "SpecDecodeTree-v0 config shapes")
+        for e in self.menu:
+            if e.shape is not None:
+                self.tree_engine.check(e.shape)
+                self.tree_engine.times(e.shape)
+            elif self.tree_engine.drafter is None:
+                raise SpecgymError(f"SpecDecodeTree-v0 config shapes: {e.label} needs drafter 'head' (a policy on the "
+                                   "draft model's trees observes its spine features, which an EAGLE-2 round reports "
+                                   "none of)")
+            elif e.eagle is not None and (e.depth > self.tree_engine.max_depth or
+                                          min(e.eagle[2], e.eagle[1] * e.depth) > self.tree_engine.node_budget):
+                raise SpecgymError(f"SpecDecodeTree-v0 config shapes: {e.label} exceeds depth "
+                                   f"{self.tree_engine.max_depth} / node_budget {self.tree_engine.node_budget}")
+        self.shapes = [e.shape for e in self.menu]
+        self.action_space = spaces.Discrete(len(self.menu))
         self.tracker = FeatureTracker(self.k_max)
         self.treq: TreeReplayRequest | None = None
 
@@ -105,11 +117,11 @@ class SpecDecodeTreeEnv(_ReplayEnvBase):
         treq = self.treq
         self._check_running(treq is not None and not treq.done)
         assert treq is not None
-        tree = self.shapes[self._check_action(action)]
-        o = treq.play(tree)
+        entry = self.menu[self._check_action(action)]
+        o = entry.play(treq)
         rnd = treq.as_round(o) if self.tree_engine.drafter is None else treq.as_round_unsignalled(o)
         info = self._round_info(rnd)
-        info["shape"], info["depth"], info["nodes"] = tree.name, o.depth, o.nodes
+        info["shape"], info["depth"], info["nodes"] = entry.label, o.depth, o.nodes
         assert self.req is not None
         self.req.position, self.req.done = treq.position, treq.done
         info.update(self._base_info())

@@ -205,7 +205,9 @@ def open_bench(console: Any, cfg: LiveBenchConfig) -> LiveSetup:
                   f"({'ok: one token is not slower' if fwd[1] <= fwd[2] else 'ONE TOKEN IS SLOWER'})", highlight=False)
     micro = measure_profile(pair, k_max=DEFAULT_K_MAX, name=f"micro-{pair_name}", repeats=cfg.micro_repeats,
                             tree_nodes=TREE_NODE_LIMIT if tree_specs else 0)
-    cal_ids, cal_len = _encode(pair, wl, _pick(wl, "train", cfg.calibration_prompts), cfg.max_new_tokens)
+    # calibrate on train prompts; an evaluation set (val and test prompts only) on val, where its learners fit
+    cal_split = "train" if (wl.split == "train").any() else wl.fit_split
+    cal_ids, cal_len = _encode(pair, wl, _pick(wl, cal_split, cfg.calibration_prompts), cfg.max_new_tokens)
     cal_temp = float(np.median(wl.temperature[requests]))
     prof, prof_note = _profile(console, cfg, probe, pair, pair_name, (cal_ids, cal_len, cal_temp), micro,
                                bool(tree_specs))

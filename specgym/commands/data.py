@@ -1,5 +1,6 @@
 """``specgym data generate``: prompts and answers the target writes, at scale and resumable
-(:mod:`specgym.training.models.data_gen`)."""
+(:mod:`specgym.training.models.data_gen`); ``specgym data eval-prompts``: a frozen evaluation prompts file of a
+finished data folder's val and test prompts, with its manifest (:mod:`specgym.training.models.eval_prompts`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from specgym.commands.args import float_range, int_range, nonneg_int, parse_spli
 from specgym.deps import require
 from specgym.errors import SpecgymError
 from specgym.training.models.data_gen import DataConfig, check_output_folder, format_summary, generate
+from specgym.training.models.eval_prompts import DEFAULT_PER_CATEGORY, EVAL_SPLITS, build, check_outputs, write
 from specgym.training.models.magpie import CATEGORIES, check_categories
 
 
@@ -58,6 +60,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--force", action="store_true", help="start an existing data folder over (specgym's files only)")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     g.set_defaults(func=_generate)
+    e = dsub.add_parser("eval-prompts", help="a frozen evaluation prompts file: a finished data folder's val and test "
+                                             "prompts, sampled per category, with a manifest (hashes, seed, counts)")
+    e.add_argument("--data", type=path_type, default=Path("build/data-smollm2"), metavar="DIR",
+                   help="the finished data folder (default %(default)s)")
+    e.add_argument("--out", type=path_type, required=True, metavar="FILE",
+                   help="the prompts file to write (.jsonl); its manifest goes beside it as NAME.manifest.json")
+    e.add_argument("--per-category", type=positive_int, default=DEFAULT_PER_CATEGORY, metavar="N",
+                   help="prompts per category of each split, val and test (default %(default)s)")
+    e.add_argument("--seed", type=nonneg_int, default=0, metavar="S", help="the sample's seed (default %(default)s)")
+    e.add_argument("--force", action="store_true", help="replace --out and its manifest")
+    e.set_defaults(func=_eval_prompts)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -77,4 +90,21 @@ def _generate(args: argparse.Namespace) -> int:
     summary = generate(cfg, args.out, workers=args.workers, resume=args.resume, force=args.force, quiet=args.quiet)
     print(format_summary(summary))
     print(json.dumps({"summary": str(Path(args.out) / "summary.json")}))
+    return 0
+
+
+def _eval_prompts(args: argparse.Namespace) -> int:
+    check_outputs(args.out, args.force)  # an existing --out is refused before the data folder is read
+    ev = build(args.data, per_category=args.per_category, seed=args.seed)
+    command = (f"specgym data eval-prompts --data {args.data} --out {args.out} --per-category {args.per_category} "
+               f"--seed {args.seed}")
+    man_path = write(ev, args.out, force=args.force, command=command)
+    man = ev.manifest
+    for lk in ev.excluded:
+        print(f"left out (leak): {lk.line()}")
+    per_split = ", ".join(f"{s} {sum(man['counts'][s].values())}" for s in EVAL_SPLITS)
+    print(f"wrote {args.out}: {man['prompts']} prompts ({per_split}; at most {args.per_category} per category, "
+          f"seed {args.seed}) from {args.data} (config sha256 {man['data']['config_sha256'][:12]}); sha256 "
+          f"{man['sha256'][:12]}; {len(ev.excluded)} leak(s) left out")
+    print(json.dumps({"prompts": str(args.out), "manifest": str(man_path)}))
     return 0

@@ -39,6 +39,7 @@ written atomically and the partial file removed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -709,6 +710,10 @@ def assemble_recording(name: str, source: dict[str, Any], profile: CostProfile, 
                                 extra={"loop_share": summary["loop_share"],
                                        "loop_share_by_category": summary["loop_share_by_category"], **(extra or {})},
                                 signal_meta=signal_meta, drafters=drafters)
+    if "fit_split" not in wl.extra and not (wl.split == "train").any() and (wl.split == "val").any():
+        # an evaluation set (val and test prompts only, `specgym data eval-prompts`): learners fit on val
+        wl = dataclasses.replace(wl, extra={**wl.extra, "fit_split": "val", "fit_split_reason": (
+            "the prompts file holds no train prompts (an evaluation set): learners fit on val")})
     return wl, summary
 
 

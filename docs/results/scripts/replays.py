@@ -197,6 +197,50 @@ def trees_table(out: Output) -> Table:
     return {"plot": vs_chain, "columns": columns, "rows": rows}
 
 
+# --- trees-head: the real pair's head trees, the hybrid and the tree policy (smollm2-greedy, val) ----------------
+
+HEAD_TREE_ROWS = [("tree-hybrid@head", "`tree-hybrid@head` (lookup chain or the fitted EAGLE-2 tree; approximate)"),
+                  ("tree-ppo:smollm2-head-tree", "`tree-ppo:smollm2-head-tree` (approximate)"),
+                  ("tree-eagle:fit@head", "`tree-eagle:fit@head` (approximate)"),
+                  ("lookup-switch", "`lookup-switch` (chain)"), ("drafter-online", "`drafter-online` (chain)"),
+                  ("drafter-marginal", "`drafter-marginal` (chain)"),
+                  ("confidence:0.4@head", "`confidence:0.4@head` (chain)"),
+                  ("marginal@head", "`marginal@head` (chain)"),
+                  ("tree-static:2-2-1@head", "`tree-static:2-2-1@head`"),
+                  ("tree-eagle@head", "`tree-eagle@head` (EAGLE-2's published 5:4:16; approximate)")]
+HEAD_TREE_SPECS = ",".join([f"fixed:{k}@{d}" for d in ("head", "ngram") for k in range(1, 9)] +
+                           [f"fixed:{k}" for k in range(1, 9)] + [c for c, _ in HEAD_TREE_ROWS])
+
+
+def trees_head_collect(tmp: Path) -> Output:
+    """The smollm2-greedy val-split eval under cpu-smollm2: every fixed K of every drafter and the head-tree rows."""
+    args = ["--workload", "smollm2-greedy", "--split", "val", "--profile", "cpu-smollm2", "--controllers",
+            HEAD_TREE_SPECS]
+    keep = [c for c, _ in HEAD_TREE_ROWS] + [f"fixed:{k}@head" for k in range(1, 9)]
+    return {"smollm2-greedy": eval_report(tmp, args, keep)}
+
+
+def trees_head_table(out: Output) -> Table:
+    """Each row against plain decoding, the best single drafter at a fixed K and the fitted lookup switch."""
+    report = out["smollm2-greedy"]
+    single = report["best_single_drafter"]
+    columns = [{"key": "controller", "header": "controller"},
+               {"key": "tok_s", "header": "replay tok/s", "align": "right", "format": "{:.1f}"},
+               {"key": "vs_plain", "header": "vs plain [95% CI]", "align": "right", "format": CI_FORMAT,
+                "fields": CI_FIELDS},
+               {"key": "vs_single", "header": f"vs the best single drafter (`{single}`) [95% CI]", "align": "right",
+                "format": CI_FORMAT, "fields": CI_FIELDS},
+               {"key": "vs_switch", "header": "vs `lookup-switch` [95% CI]", "align": "right", "format": CI_FORMAT,
+                "fields": CI_FIELDS}]
+    rows = []
+    for controller, label in [(single, f"`{single}` (the best single drafter)"), *HEAD_TREE_ROWS]:
+        r = row_of(report, controller)
+        rows.append({"controller": label, "tok_s": r["throughput_tok_s"], "vs_plain": cell(ratio(r, "speedup_vs_ar")),
+                     "vs_single": cell(ratio(r, "speedup_vs_best_single_drafter")),
+                     "vs_switch": cell(ratio(r, "speedup_vs_lookup_rule"))})
+    return {"plot": "vs plain [95% CI]", "columns": columns, "rows": rows}
+
+
 # --- vllm-table: the Dynamic SD table under the A100 roofline model ----------------------------------------------
 
 def vllm_table_collect(tmp: Path) -> Output:
@@ -418,6 +462,11 @@ RECIPES = [
     Recipe("trees", [eval_command("midpair-greedy", "all,tree-ppo:midpair-tree", " --profile gpu-like-published")],
            trees_collect, trees_table,
            test_split="midpair-greedy, 240 requests; how often measured: not recorded"),
+    Recipe("trees-head", [eval_command("smollm2-greedy", HEAD_TREE_SPECS, " --split val --profile cpu-smollm2")],
+           trees_head_collect, trees_head_table,
+           note="smollm2-greedy's val split, its fit split: the fitted rules (tree-eagle:fit, tree-hybrid, "
+                "lookup-switch, drafter-*) are scored on the rows they were fitted on (in-sample), the tree policy "
+                "learned on half of them; its test split was not read"),
     Recipe("vllm-table", ["specgym tune vllm --workload midpair-greedy --profile batch-a100-7b-roofline "
                           "--max-batch 512 --out tuned.json"], vllm_table_collect, vllm_table_table,
            note="a roofline model of a 7B target on an A100, not a measurement"),

@@ -61,6 +61,7 @@ from specgym.baselines.tree_chain import ChainAsTree
 from specgym.baselines.tree_eagle import EagleTree
 from specgym.baselines.tree_eagle_fit import FittedEagleTree
 from specgym.baselines.tree_hybrid import TreeHybrid
+from specgym.baselines.tree_online import TreeDrafterChoice
 from specgym.baselines.tree_predicted import PredictedTree
 from specgym.baselines.tree_static import SequoiaTree, StaticTree
 from specgym.baselines.trtllm_offswitch import TRTLLMOffSwitch
@@ -588,6 +589,18 @@ def _tree_hybrid(arg: str | None, k_max: int) -> TreeHybrid:
     return TreeHybrid(ctrl, m, kn, k_max)
 
 
+def _tree_online(arg: str | None, k_max: int) -> TreeDrafterChoice:
+    """``tree-online[:TREE_SPEC]`` (the ``@DRAFTER`` of the trees is taken off by :func:`build`)."""
+    inner = (arg or "").strip() or "tree-eagle:fit"
+    if "@" in inner:
+        raise SpecgymError(f"tree-online names its drafter at the end (tree-online:{inner.replace('@', '')}"
+                           f"@{inner.rpartition('@')[2]}), not inside, got {arg!r}")
+    tree = build(inner, k_max, ("tree",)).controller
+    if not isinstance(tree, TreeController) or isinstance(tree, (TreeHybrid, TreeDrafterChoice)):
+        raise SpecgymError(f"tree-online's head rounds are a tree controller's (not a hybrid), got {inner!r}")
+    return TreeDrafterChoice(DrafterOnline(), tree, "tree-online" + ("" if arg is None else f":{inner}"))
+
+
 def _tree_predicted(arg: str | None, k_max: int) -> PredictedTree:
     if not arg:
         raise SpecgymError("tree-predicted needs a predictor, e.g. tree-predicted:midpair")
@@ -733,6 +746,9 @@ for _row in (
           "tree-hybrid[:M:KN][:TREE_SPEC][@DRAFTER] (prompt lookup at KN on a context match of M+ tokens, else the "
           "tree of TREE_SPEC, default tree-eagle:fit; M and KN fitted on the fit split when not given)",
           needs=("tree",), level="tree"),
+    Entry("tree-online", "tree", "predictor", _tree_online,
+          "tree-online[:TREE_SPEC]@head (drafter-online picks prompt lookup's chain, the head's tree of TREE_SPEC, "
+          "default tree-eagle:fit, or plain decoding every round)", needs=("tree",), level="tree"),
     Entry("tree-chain", "tree", "rule", _tree_chain, "tree-chain:SPEC (a chain controller as width-1 trees)",
           level="tree"),
     Entry("tree-ppo", "tree", "learned", _policy("tree-ppo"), "tree-ppo:NAME|DIR (exported tree policy)",

@@ -445,6 +445,22 @@ def test_the_hybrid_live_equals_plain_and_replays_round_for_round(pair, recorded
             kinds["lookup"] += sum(lookup_at)
             kinds["tree"] += len(lookup_at) - sum(lookup_at)
     assert kinds["lookup"] > 5 and kinds["tree"] > 5, kinds
+    # a drafter-choice rule choosing per round (tree-online's structure; the switch needs no fit on this recording):
+    # live equals plain, and the live rounds are the replayed ones
+    from specgym.baselines.lookup_switch import LookupSwitch
+    from specgym.baselines.tree_online import TreeDrafterChoice
+
+    def online():
+        return TreeDrafterChoice(LookupSwitch(1, 4, 3, HEAD_DRAFTER), make("tree-static:2-2-1@head", 8,
+                                                                          kinds=("tree",)), "switch")
+
+    for r in range(wl.n_requests):
+        live = run_live_tree(eng, encode_prompt(tok, wl.prompt_text[r]), online(), N)
+        assert live.tokens == wl.token_id[wl.span(r)].tolist()
+        replayed = online()
+        replayed.reset(tree_eng.context(r))
+        rep = _replayed(tree_eng, r, replayed.play)
+        assert [(o.position, o.accepted) for o in rep] == [(o.position, o.accepted) for o in live.rounds]
 
 
 def test_a_head_tree_policy_decides_live_as_in_replay(pair, recorded, tmp_path):

@@ -199,7 +199,9 @@ def trees_table(out: Output) -> Table:
 
 # --- trees-head: the real pair's head trees, the hybrid and the tree policy (smollm2-greedy, val) ----------------
 
-HEAD_TREE_ROWS = [("tree-hybrid@head", "`tree-hybrid@head` (lookup chain or the fitted EAGLE-2 tree; approximate)"),
+HEAD_TREE_ROWS = [("tree-online@head", "`tree-online@head` (drafter-online: lookup chain, head tree or plain; "
+                                       "approximate)"),
+                  ("tree-hybrid@head", "`tree-hybrid@head` (lookup chain or the fitted EAGLE-2 tree; approximate)"),
                   ("tree-ppo:smollm2-head-tree", "`tree-ppo:smollm2-head-tree` (approximate)"),
                   ("tree-eagle:fit@head", "`tree-eagle:fit@head` (approximate)"),
                   ("lookup-switch", "`lookup-switch` (chain)"), ("drafter-online", "`drafter-online` (chain)"),

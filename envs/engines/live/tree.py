@@ -53,6 +53,7 @@ import numpy as np
 from specgym.envs.core.cost import CostProfile
 from specgym.envs.core.kinds import HEAD_DRAFTER, IMPLICIT_DRAFTER, NGRAM_DRAFTER
 from specgym.envs.core.ngram_proposer import ngram_propose
+from specgym.envs.core.rounds import RoundOutcome, RoundStart
 from specgym.envs.core.tree import TreeController, TreeRoundOutcome, TreeShape
 from specgym.envs.engines.live.draft_stats import draft_stats
 from specgym.envs.engines.live.engine import LiveEngine, LiveRequest
@@ -162,6 +163,16 @@ class LiveTreeRequest(LiveRequest):
     def lookup_len(self) -> int:
         """The context lookup's match length of the sequence so far (what a lookup switch reads before the round)."""
         return self.round_start().lookup_len
+
+    def choice_round(self, o: TreeRoundOutcome, drafter: str | None, start: RoundStart) -> RoundOutcome:
+        """A played round as a drafter-choice rule observes it (the replay's
+        :meth:`~specgym.envs.engines.replay.tree_engine.TreeReplayRequest.choice_round`): a chain round of
+        ``drafter`` along the true path, no per-token features, prompt lookup's run from the verified tokens where it
+        did not play (``start.kv``: the sequence's length when the round started)."""
+        nan = np.full(o.depth, np.nan, np.float32)
+        rnd = RoundOutcome(o.position, o.depth, o.depth, o.accepted, o.produced, o.time_ms, nan, nan, o.done, None,
+                           drafter if o.depth else None)
+        return self._with_counterfactual(rnd, start.kv)
 
     def play_lookup(self, k: int) -> TreeRoundOutcome:
         """One round drafting a chain of up to ``k`` tokens by prompt lookup (none without a match: a plain step),

@@ -41,7 +41,7 @@ import numpy as np
 
 from specgym.envs.core.cost import TREE_NODE_LIMIT, CostProfile
 from specgym.envs.core.kinds import HEAD_DRAFTER, IMPLICIT_DRAFTER
-from specgym.envs.core.rounds import DEFAULT_K_MAX, RequestContext, RoundOutcome
+from specgym.envs.core.rounds import DEFAULT_K_MAX, RequestContext, RoundOutcome, RoundStart
 from specgym.envs.core.signals import TOPK
 from specgym.envs.core.tree import TreeRoundOutcome, TreeShape, head_tree_context
 from specgym.envs.engines.replay.trace_engine import TraceEngine
@@ -251,6 +251,28 @@ class TreeReplayRequest:
     def lookup_len(self) -> int:
         """The context lookup's match length at the next position (what a lookup switch reads before the round)."""
         return int(self.engine.lookup_columns()[0][self._base + self.position])
+
+    def round_start(self) -> RoundStart:
+        """What a drafter-choice rule knows before the next round (as the chain replay's request gives it)."""
+        found = self.engine.workload.lookup_len
+        i = self.position
+        return RoundStart(i, self._kv0 + i, -1 if found is None else int(found[self._base + i]))
+
+    def choice_round(self, o: TreeRoundOutcome, drafter: str | None, start: RoundStart) -> RoundOutcome:
+        """A played round as a drafter-choice rule observes it: a chain round of ``drafter`` (``None``: a plain
+        step) with ``drafted = depth`` along the true path and no per-token features, and the recorded lookup
+        drafter's run from its start where it did not play, censored at the tokens produced (what the chain
+        replay reports as its counterfactual)."""
+        nan = np.full(o.depth, np.nan, np.float32)
+        seen: tuple[tuple[str, int], ...] = ()
+        name = self.engine.lookup_drafter
+        if name is not None and drafter != name:
+            _, runs, caps, _, _ = self.engine.lookup_columns()
+            g = self._base + start.position
+            if caps is None or caps[g] > 0:
+                seen = ((name, min(int(runs[g]), o.produced)),)
+        return RoundOutcome(o.position, o.depth, o.depth, o.accepted, o.produced, o.time_ms, nan, nan, o.done, None,
+                            drafter if o.depth else None, seen)
 
     def play_lookup(self, k: int) -> TreeRoundOutcome:
         """One round drafting a chain of up to ``k`` tokens by prompt lookup (module docstring), as a width-1 tree."""

@@ -87,6 +87,7 @@ class TreeDrafterChoice(TreeController):
     def _round(self, req: Any, live: bool) -> TreeRoundOutcome:
         start = req.round_start()
         dec = self.decision = check_decision(self.choice.propose(start), self.choice.name)
+        by: str | None
         if dec.plain:
             o, by = (req.play_tree(PLAIN) if live else req.play(PLAIN)), None
         elif dec.drafter == NGRAM_DRAFTER:

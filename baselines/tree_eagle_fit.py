@@ -169,11 +169,11 @@ def replay_grid(workload: Any, profile: CostProfile, k_max: int, drafter: str | 
                if b <= (d if beam == 1 else beam + (d - 1) * beam * beam)]  # more than it grows: keeps them all
         acc, tm = _outcomes(engine, pts, beam, sub)
         grid += sub
-        totals.append(_walk(np.stack(acc).astype(np.int8), np.stack(tm), starts, lengths))
+        totals.append(walk_totals(np.stack(acc).astype(np.int8), np.stack(tm), starts, lengths))
     return grid, np.concatenate(totals)
 
 
-def _walk(acc: np.ndarray, tm: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def walk_totals(acc: np.ndarray, tm: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Total time of each combination (rows of ``acc``/``tm``: accepted tokens and time of a round at each local
     position) over the requests at ``starts``, every (combination, request) round by round at once."""
     n_combo, n_req = len(acc), len(starts)

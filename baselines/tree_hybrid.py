@@ -24,7 +24,7 @@ import numpy as np
 
 from specgym.baselines.lookup_switch import MATCH_LENGTHS
 from specgym.baselines.tree_eagle import EagleTree
-from specgym.baselines.tree_eagle_fit import eagle_outcomes
+from specgym.baselines.tree_eagle_fit import eagle_outcomes, walk_totals
 from specgym.envs.core.controller import fits_itself
 from specgym.envs.core.rounds import DEFAULT_K_MAX, RequestContext
 from specgym.envs.core.tree import TreeController, TreeRoundOutcome, TreeShape
@@ -99,25 +99,9 @@ def fit_hybrid(engine: TreeEngine, inner: TreeController, k_max: int, split: str
         tm[c] = np.where(use, base[drafted] + per_kv[drafted] * kv, t_time)
     lengths = ends - starts
     local = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    totals = _walk(acc, tm, local, lengths)
+    totals = walk_totals(acc, tm, local, lengths)
     best = int(np.argmin(totals))
     return HybridFit(grid[best][0], grid[best][1], float(totals[best]), split, len(grid))
-
-
-def _walk(acc: np.ndarray, tm: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Total time of each candidate (rows: accepted tokens and time of a round at each local position), every
-    (candidate, request) round by round at once."""
-    n_c, n_r = len(acc), len(starts)
-    cand = np.repeat(np.arange(n_c), n_r)
-    pos, end = np.tile(starts, n_c), np.tile(starts + lengths, n_c)
-    total = np.zeros(len(pos))
-    live = np.arange(len(pos))
-    while len(live):
-        p, c = pos[live], cand[live]
-        total[live] += tm[c, p]
-        pos[live] = p + acc[c, p] + 1
-        live = live[pos[live] < end[live]]
-    return total.reshape(n_c, n_r).sum(axis=1)
 
 
 class TreeHybrid(TreeController):

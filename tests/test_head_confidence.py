@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from head_pairs import TEXTS, tiny_head_pair
 
 from specgym.agents.specs import build, make
 from specgym.baselines.drafter_chain import ChainOnDrafter
@@ -122,47 +123,21 @@ def test_rules_the_head_cannot_serve_are_refused_in_one_line(smollm2):
 
 # ------------------------------------------------------------------------------------------ live, on a tiny pair
 N = 32
-TEXTS = ("def f(x):\n    return x + 1\n", "the cat sat on the mat. ", "12 + 7 = 19, 3 * 4 =")
 
 
 @pytest.fixture(scope="module")
 def pair(tiny_target):
-    """``(tokenizer, engine, plain completions by prompt)``: the tiny Llama as target (and draft) with a fitted head
-    (tests/test_head_tree.py's construction)."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    """``(tokenizer, engine, profile)``: the tiny Llama as target (and draft) with a fitted head
+    (tests/head_pairs.py)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
     from specgym.envs.core.cost import CostProfile, DraftCost
-    from specgym.envs.engines.live.draft_head import build_head, target_features
-    from specgym.envs.engines.live.engine import LiveEngine
 
-    torch.set_num_threads(1)
     profile = CostProfile("toy-head", draft_ms=0.5, verify_ms=tuple(5.0 + 0.1 * n for n in range(65)),
                           source="synthetic", drafters=(("draft", DraftCost("model", 0.0, 0.5)),
                                                         (HEAD_DRAFTER, DraftCost("model", 0.3, 0.2))))
-    tok = transformers.AutoTokenizer.from_pretrained(str(tiny_target))
-    target = transformers.AutoModelForCausalLM.from_pretrained(str(tiny_target)).eval().requires_grad_(False)
-    with torch.no_grad():
-        for p in target.parameters():
-            if p.dim() == 2:
-                p.mul_(8.0)
-    plain_eng = LiveEngine(target, target, k_max=K_MAX, timing=profile)
-    prompts = [tok(t)["input_ids"] for t in TEXTS]
-    plain = {tuple(ids): plain_eng.run_plain(ids, N).tokens for ids in prompts}
-    emb = target.get_input_embeddings().weight
-    seqs = [list(ids) + plain[tuple(ids)] for ids in prompts]
-    vocab = sorted(set(t for s in seqs for t in s[2:]) | set(range(0, len(tok), 4)))
-    head = build_head(int(emb.shape[1]), 16, emb, vocab)
-    xs, ys = [], []
-    for s in seqs:
-        h = target_features(target, s)
-        xs.append(torch.cat([h[:-1], emb[torch.tensor(s[1:])]], -1))
-        ys.append(h[1:])
-    w = torch.linalg.lstsq(torch.cat(xs).detach(), torch.cat(ys).detach()).solution
-    with torch.no_grad():
-        head.fc.weight.copy_(w.T)
-        head.down.weight.zero_()
-    head.eval().requires_grad_(False)
-    return tok, LiveEngine(target, target, k_max=K_MAX, timing=profile, head=head), profile
+    tok, eng, _, _ = tiny_head_pair(tiny_target, profile, N, K_MAX)
+    return tok, eng, profile
 
 
 @pytest.fixture(scope="module")

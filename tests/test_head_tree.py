@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from head_pairs import TEXTS, tiny_head_pair
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -38,33 +39,9 @@ SHAPES = [TreeShape.chain(3), TreeShape.from_widths((2, 2, 1)), TreeShape.from_w
 
 @pytest.fixture(scope="module")
 def pair(tiny_target):
-    """``(tokenizer, engine, plain completions by prompt)``: the tiny Llama as target (and draft) with a fitted head."""
-    tok = transformers.AutoTokenizer.from_pretrained(str(tiny_target))
-    target = transformers.AutoModelForCausalLM.from_pretrained(str(tiny_target)).eval().requires_grad_(False)
-    with torch.no_grad():
-        for p in target.parameters():
-            if p.dim() == 2:
-                p.mul_(8.0)
-    plain_eng = LiveEngine(target, target, k_max=8, timing=PROFILE)
-    prompts = [tok(p)["input_ids"] for p in ("def f(x):\n    return x + 1\n", "the cat sat on the mat. ",
-                                            "12 + 7 = 19, 3 * 4 =")]
-    plain = {tuple(ids): plain_eng.run_plain(ids, N).tokens for ids in prompts}
-    emb = target.get_input_embeddings().weight
-    seqs = [list(ids) + plain[tuple(ids)] for ids in prompts]
-    vocab = sorted(set(t for s in seqs for t in s[2:]) | set(range(0, len(tok), 4)))  # a reduced draft vocabulary
-    head = build_head(int(emb.shape[1]), 16, emb, vocab)
-    xs, ys = [], []
-    for s in seqs:
-        h = target_features(target, s)
-        xs.append(torch.cat([h[:-1], emb[torch.tensor(s[1:])]], -1))
-        ys.append(h[1:])
-    w = torch.linalg.lstsq(torch.cat(xs).detach(), torch.cat(ys).detach()).solution
-    with torch.no_grad():
-        head.fc.weight.copy_(w.T)
-        head.down.weight.zero_()
-    head.eval().requires_grad_(False)
-    eng = LiveEngine(target, target, k_max=8, timing=PROFILE, head=head)
-    return tok, eng, prompts, plain
+    """``(tokenizer, engine, prompt ids, plain completions by prompt)``: the tiny Llama as target (and draft) with a
+    fitted head (tests/head_pairs.py)."""
+    return tiny_head_pair(tiny_target, PROFILE, N)
 
 
 def _play(eng, ids, tree, n=N):
@@ -301,7 +278,6 @@ def test_a_tree_spec_names_the_head():
 
 
 # ------------------------------------------------------------------------------------------ recorded and replayed
-TEXTS = ("def f(x):\n    return x + 1\n", "the cat sat on the mat. ", "12 + 7 = 19, 3 * 4 =")
 
 
 @pytest.fixture(scope="module")

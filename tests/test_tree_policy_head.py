@@ -75,14 +75,9 @@ def test_the_artifact_names_its_drafter_and_its_checksum_covers_it(tmp_path):
             bad.validate()
 
 
-def test_the_controller_sees_what_the_env_saw(wl, tmp_path):
-    """``tree-ppo`` on a head policy plays the head's trees (no ``@head`` needed) and, request by request, takes the
-    decisions the env's observations give; a draft-model policy is refused on the head and the other way round."""
-    path = write_artifact(tree_artifact("head", seed=3), tmp_path / "p")
-    ctrl = make(f"tree-ppo:{path}", 8, kinds=("tree",))
-    assert isinstance(ctrl, TreePolicyController) and ctrl.drafter == "head"
-    env = gym.make("specgym/SpecDecodeTree-v0", workload=wl, split="val", drafter="head", profile=None).unwrapped
-    engine = TreeEngine(wl, wl.profile, 8, drafter="head")
+def _decides_as_the_env(ctrl, env, engine, wl) -> set[int]:
+    """Every request replayed by ``ctrl`` and stepped in ``env`` with its actions: the same observations before every
+    round and the same outcomes; returns the actions taken."""
     actions = set()
     for r in range(wl.n_requests):
         obs, _ = env.reset(options={"request": r})
@@ -93,10 +88,21 @@ def test_the_controller_sees_what_the_env_saw(wl, tmp_path):
             np.testing.assert_allclose(ctrl.tracker.observation(), obs, rtol=1e-6)
             a = ctrl.action()
             actions.add(a)
-            ctrl.play(req)
-            obs, _, done, _, _ = env.step(a)
-            assert req.done == done
-    assert len(actions) > 1
+            o = ctrl.play(req)
+            obs, _, done, _, info = env.step(a)
+            assert (req.done, info["accepted"]) == (done, o.accepted)
+    return actions
+
+
+def test_the_controller_sees_what_the_env_saw(wl, tmp_path):
+    """``tree-ppo`` on a head policy plays the head's trees (no ``@head`` needed) and, request by request, takes the
+    decisions the env's observations give; a draft-model policy is refused on the head and the other way round."""
+    path = write_artifact(tree_artifact("head", seed=3), tmp_path / "p")
+    ctrl = make(f"tree-ppo:{path}", 8, kinds=("tree",))
+    assert isinstance(ctrl, TreePolicyController) and ctrl.drafter == "head"
+    env = gym.make("specgym/SpecDecodeTree-v0", workload=wl, split="val", drafter="head", profile=None).unwrapped
+    engine = TreeEngine(wl, wl.profile, 8, drafter="head")
+    assert len(_decides_as_the_env(ctrl, env, engine, wl)) > 1
     assert make(f"tree-ppo:{path}@head", 8, kinds=("tree",)).drafter == "head"
     other = write_artifact(tree_artifact(None), tmp_path / "q")
     with pytest.raises(SpecgymError, match="trained on trees drafted by the draft model"):
@@ -147,17 +153,7 @@ def test_a_menu_holds_eagle_rounds_on_the_head(wl, tmp_path):
     assert ctrl.approximate and [e.label for e in ctrl.menu[-2:]] == list(EAGLE)
     obs_env = gym.make("specgym/SpecDecodeTree-v0", workload=wl, split="val", drafter="head", profile=None,
                        shapes=shapes).unwrapped
-    for r in range(wl.n_requests):
-        obs, _ = obs_env.reset(options={"request": r})
-        req = engine.start(r)
-        ctrl.reset(req.context)
-        done = False
-        while not done:
-            np.testing.assert_allclose(ctrl.tracker.observation(), obs, rtol=1e-6)
-            a = ctrl.action()
-            o = ctrl.play(req)
-            obs, _, done, _, info = obs_env.step(a)
-            assert info["accepted"] == o.accepted
+    _decides_as_the_env(ctrl, obs_env, engine, wl)
     with pytest.raises(SpecgymError, match="EAGLE-2 entries need a policy on the head"):
         tree_artifact(None, extra=EAGLE).validate()
     with pytest.raises(SpecgymError, match="needs drafter 'head'"):

@@ -31,16 +31,18 @@ from specgym.training.run_folder import RunFiles, load_model, load_vecnormalize,
 from specgym.training.sb3_actor import actor_layers
 
 #: The validation figures (``speedup_vs_X``) of the rules a policy hands its decisions to, or calibrates (its
-#: teacher): a policy below one of them, or below its mode's fixed reference (``speedup_vs_best_fixed``: the best
+#: teacher), or replaces (``eagle-head``: EAGLE-2 fitted on the head's trees, what a tree policy on the head is
+#: compared with): a policy below one of them, or below its mode's fixed reference (``speedup_vs_best_fixed``: the best
 #: fixed K, batch: the best static K), is exported only with ``force``.
-TEACHER_FIGURES = ("marginal", "planned", "goodput", "drafter-marginal", "budget")
+TEACHER_FIGURES = {**{t: f"its teacher {t}" for t in ("marginal", "planned", "goodput", "drafter-marginal", "budget")},
+                   "eagle-head": "the rule it replaces, tree-eagle:fit@head"}
 
 
 def below_verdict(metrics: Mapping[str, Any] | None, mode: str) -> str | None:
     """What a policy's validation figures put it below (its mode's fixed reference, its teacher), or None: at or
     above both, or no figures (a run that never validated)."""
     below = []
-    for key, what in (("best_fixed", get_mode(mode).reference), *((t, f"its teacher {t}") for t in TEACHER_FIGURES)):
+    for key, what in (("best_fixed", get_mode(mode).reference), *TEACHER_FIGURES.items()):
         x = (metrics or {}).get(f"speedup_vs_{key}")
         if isinstance(x, (int, float)) and x < 1.0:
             below.append(f"{what} ({x:.3f}x)")

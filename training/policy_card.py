@@ -240,7 +240,6 @@ def _tree_card(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], ship
     head = meta.get("drafter") is not None
     ref, key = ("tree-eagle:fit@head", "speedup_vs_eagle-head") if head else ("tree-sequoia", "speedup_vs_sequoia")
     profile = cfg.get("profile") or "the workload's own"
-    kept = next((r["best"].get(key) for r in runs if r["run"] == shipped), None)
     where = _fit_split(tr.get("workload"))
     rows = ("val split's fit rows (`Workload.learning_requests`); the model kept is the best on its other val rows"
             if where == "val" else "train split; the model kept is the best on the workload's val split")
@@ -259,12 +258,7 @@ def _tree_card(name: str, meta: dict[str, Any], runs: list[dict[str, Any]], ship
              " Its trees are drafted by the pair's **draft head** (`policy.json` `drafter: head`; the recording's "
              "`ranks_head`): it observes every round priced as the head's and without the spine's confidence and "
              "entropy (the recording holds none of the head's), in replay and live alike." if head else ""), "",
-         *(["## Status: below its reference on validation", "",
-            f"**{kept:.3f}x `{ref}` on validation.** The rule is the one to deploy; this policy is shipped as the "
-            "learned row of the comparisons" + (" (it chooses each round's kind of tree from the verified history "
-                                                  "alone)." if dynamic else " (its menu of static shapes cannot "
-                                                  "express a confidence-chosen tree)."), ""]
-           if kept is not None and kept < 1.0 else []),
+         *_warning_section(meta),
          "Use it by name (a tree controller):", "", "```bash",
          f"specgym eval --workload {tr.get('workload')}" + (f" --profile {cfg['profile']}" if cfg.get("profile")
                                                             else "") +

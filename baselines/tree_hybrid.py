@@ -25,7 +25,7 @@ import numpy as np
 from specgym.baselines.lookup_switch import MATCH_LENGTHS
 from specgym.baselines.tree_eagle import EagleTree
 from specgym.baselines.tree_eagle_fit import eagle_outcomes, walk_totals
-from specgym.envs.core.controller import fits_itself
+from specgym.baselines.tree_wrapper import TreeWrapper
 from specgym.envs.core.rounds import DEFAULT_K_MAX, RequestContext
 from specgym.envs.core.tree import TreeController, TreeRoundOutcome, TreeShape
 from specgym.envs.engines.replay.tree_engine import TreeEngine
@@ -104,7 +104,7 @@ def fit_hybrid(engine: TreeEngine, inner: TreeController, k_max: int, split: str
     return HybridFit(grid[best][0], grid[best][1], float(totals[best]), split, len(grid))
 
 
-class TreeHybrid(TreeController):
+class TreeHybrid(TreeWrapper):
     """Prompt lookup at ``K_n`` on a context match of ``m`` tokens, else ``inner``'s tree (module docstring).
 
     Args:
@@ -114,9 +114,6 @@ class TreeHybrid(TreeController):
         k_max: The largest cap the fit tries.
     """
 
-    #: Fits on the columns of the drafter its inner tree is drafted by (its inner's permitting).
-    fits_on_drafter = True
-
     def __init__(self, inner: TreeController, m: int | None = None, k_lookup: int | None = None,
                  k_max: int = DEFAULT_K_MAX) -> None:
         if (m is None) != (k_lookup is None):
@@ -124,32 +121,16 @@ class TreeHybrid(TreeController):
                                "them")
         if m is not None and k_lookup is not None and not (1 <= m <= NEVER and 1 <= k_lookup <= k_max):
             raise SpecgymError(f"tree-hybrid:M:KN needs M in 1..{NEVER} and KN in 1..{k_max}, got {m}:{k_lookup}")
-        self.inner, self.m, self.k_lookup, self.k_max = inner, m, k_lookup, k_max
+        super().__init__(inner)
+        self.m, self.k_lookup, self.k_max = m, k_lookup, k_max
         self.fitted: HybridFit | None = None
         self._fits = m is None
-        self.approximate = inner.approximate
         self._label = "tree-hybrid" + ("" if self._fits else f":{m}:{k_lookup}") + f":{inner.name}"
         self.name = self._label
 
-    @property  # type: ignore[override]
-    def drafter(self) -> str | None:
-        """Who drafts the inner trees (``TREE_SPEC@head`` sets it on both)."""
-        return self.inner.drafter
-
-    @drafter.setter
-    def drafter(self, value: str | None) -> None:
-        self.inner.drafter = value
-
-    def check_live(self) -> None:
-        """The inner controller's check."""
-        self.inner.check_live()
-
     def prepare(self, workload: Any, profile: Any) -> list[str]:
         """Prepare the inner controller, then fit ``(m, K_n)`` on the fit split (a given switch fits nothing)."""
-        if fits_itself(self.inner) and self.drafter is not None and not getattr(self.inner, "fits_on_drafter", False):
-            raise SpecgymError(f"{self.name}: {self.inner.name} fits on the draft model's columns, not the "
-                               f"{self.drafter}'s")
-        notes = list(self.inner.prepare(workload, profile)) if fits_itself(self.inner) else []
+        notes = self.prepare_inner(workload, profile)
         if not self._fits:
             return notes
         engine = TreeEngine(workload, profile, self.k_max, drafter=self.drafter)

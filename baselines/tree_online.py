@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specgym.envs.core.controller import fits_itself
+from specgym.baselines.tree_wrapper import TreeWrapper
 from specgym.envs.core.drafter_choice import DrafterController, DrafterDecision, check_decision
 from specgym.envs.core.kinds import NGRAM_DRAFTER
 from specgym.envs.core.rounds import RequestContext
@@ -31,7 +31,7 @@ from specgym.errors import SpecgymError
 PLAIN = TreeShape.from_widths(())
 
 
-class TreeDrafterChoice(TreeController):
+class TreeDrafterChoice(TreeWrapper):
     """A drafter-choice rule picks each round's drafter and K; the tree drafter's rounds are ``tree``'s.
 
     Args:
@@ -44,35 +44,21 @@ class TreeDrafterChoice(TreeController):
     """
 
     def __init__(self, choice: DrafterController, tree: TreeController, name: str) -> None:
-        self.choice, self.tree, self.name = choice, tree, name
-        self.approximate = tree.approximate
+        super().__init__(tree)
+        self.choice, self.name = choice, name
         self.decision: DrafterDecision | None = None
 
-    @property  # type: ignore[override]
-    def drafter(self) -> str | None:
-        """Who drafts the trees (``@head`` sets it on the inner tree controller)."""
-        return self.tree.drafter
-
-    @drafter.setter
-    def drafter(self, value: str | None) -> None:
-        self.tree.drafter = value
-
-    #: Fits on the columns of the drafter its trees are drafted by (its inner tree's permitting).
-    fits_on_drafter = True
-
-    def check_live(self) -> None:
-        """The inner tree controller's check."""
-        self.tree.check_live()
+    @property
+    def tree(self) -> TreeController:
+        """The tree controller of the tree drafter's rounds (the wrapped one)."""
+        return self.inner
 
     def prepare(self, workload: Any, profile: Any) -> list[str]:
         """Fit the choice rule on the workload's fit split (its chains) and the inner tree controller."""
         if self.drafter is None:
             raise SpecgymError(f"{self.name}: the trees are drafted by the draft head (tree-online@head); the draft "
                                "model's trees share no engine with prompt lookup's chains here")
-        notes = list(self.choice.prepare(workload, profile))
-        if fits_itself(self.tree):
-            notes += list(self.tree.prepare(workload, profile))
-        return notes
+        return list(self.choice.prepare(workload, profile)) + self.prepare_inner(workload, profile)
 
     def reset(self, ctx: RequestContext) -> None:
         """Start a request: the choice rule among prompt lookup and the tree drafter (plain always allowed)."""

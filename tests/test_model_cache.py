@@ -242,6 +242,14 @@ def test_an_intact_shipped_gguf_is_hashed_on_conversion_only(cache, shipped, con
     assert model_cache.gguf_folder(shipped) == folder and converted == [shipped]
 
 
+def test_a_reinstalled_shipped_gguf_reuses_its_entry(cache, shipped, converted):
+    """A fresh install writes the same bytes with a new modification time: its entry is keyed by the recorded
+    checksum, so it is not converted again (each clone or venv used to add ~0.5 GB to the cache)."""
+    folder = model_cache.gguf_folder(shipped)
+    os.utime(shipped, ns=(1, 1))
+    assert model_cache.gguf_folder(shipped) == folder and converted == [shipped]
+
+
 def test_a_gguf_of_your_own_has_no_checksum(cache, gguf, converted, tmp_path):
     assert catalogue.shipped_target_record(gguf) is None
     model_cache.gguf_folder(gguf)

@@ -91,6 +91,33 @@ def test_a_borrowing_draft_gets_its_target_tensors(cache, tmp_path):
         model_cache.materialized_draft(draft, target)
 
 
+def test_a_copy_of_a_borrowing_draft_reuses_its_entry(cache, tmp_path):
+    """Every fresh clone used to add a cache entry (keyed by the weights' modification time and the folder): the key
+    is the content now, so a copy shares the entry and a changed file gets its own."""
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    target = tmp_path / "target"
+    target.mkdir()
+    save_file({"model.embed_tokens.weight": np.ones((4, 3), np.float32)}, str(target / "model.safetensors"))
+    draft = tmp_path / "one" / "draft"
+    draft.mkdir(parents=True)
+    save_file({"model.norm.weight": np.ones(3, np.float32)}, str(draft / "model.safetensors"))
+    (draft / "config.json").write_text("{}")
+    rec = {"target": str(target), "tensors": {"model.embed_tokens.weight": "model.embed_tokens.weight"}}
+    (draft / model_cache.BORROW_FILE).write_text(json.dumps(rec))
+    full = model_cache.materialized_draft(draft, target)
+    copy = tmp_path / "two" / "draft"
+    shutil.copytree(draft, copy)
+    (copy / "model.safetensors").touch()
+    assert model_cache.materialized_draft(copy, target) == full
+    (copy / "config.json").write_text('{"changed": 1}')
+    changed = model_cache.materialized_draft(copy, target)
+    assert changed != full and (changed / "config.json").read_text() == '{"changed": 1}'
+    assert len(list((cache / "drafts").iterdir())) == 2
+
+
 def test_a_damaged_borrow_record_is_one_line(tmp_path):
     (tmp_path / model_cache.BORROW_FILE).write_text('{"target": 3}')
     with pytest.raises(SpecgymError, match="specgym-borrow.json: expected"):

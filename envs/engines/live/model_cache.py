@@ -11,11 +11,13 @@ load from there offline afterwards:
   tensors (the token embedding, the tied output layer) it shares with that target, shipped without them to keep the
   repository small. The file names the target and the tensors; materializing copies them from the target's folder.
 
-The cache is ``$SPECGYM_CACHE`` or ``~/.cache/specgym``; an entry is keyed by what it was made from (the GGUF's
-size, modification time and first MiB; the draft's weights file, its borrow record and its target), written to a
-temporary folder (``.specgym-tmp-<entry>.<pid>.<random>.tmp``, as :mod:`specgym.io` names its temporaries) and
-renamed into place, so an interrupted conversion leaves no half-made entry and the next run starts over. Safe to
-share:
+The cache is ``$SPECGYM_CACHE`` or ``~/.cache/specgym``; an entry is keyed by the content it was made from, never by
+where that content lies, so a fresh clone or a new virtual environment reuses the entry an earlier one made (a shipped
+target: the sha256 its record names; another GGUF: its size, modification time and first MiB, as hashing gigabytes on
+every load would cost more than it saves; a draft: the sha256 of each of its files, its borrow record included, and its
+target's entry). An entry is written to a temporary folder (``.specgym-tmp-<entry>.<pid>.<random>.tmp``, as
+:mod:`specgym.io` names its temporaries) and renamed into place, so an interrupted conversion leaves no half-made
+entry and the next run starts over. Safe to share:
 
 * one conversion of an entry at a time: a run holds a lock on ``.<entry>.lock`` (removed afterwards) while it
   converts, and a second run waits for it, then uses its entry (where the file system has no locks, both convert
@@ -73,6 +75,15 @@ def _file_key(path: Path) -> str:
     with open(path, "rb") as f:
         head = hashlib.sha256(f.read(1 << 20)).hexdigest()
     return f"{st.st_size}:{st.st_mtime_ns}:{head}"
+
+
+def _gguf_key(path: Path) -> str:
+    """A shipped target of the recorded size is keyed by the checksum its record names (its bytes are checked against
+    it before a conversion), so every install of the package shares one entry; any other GGUF by :func:`_file_key`."""
+    rec = shipped_target_record(path)
+    if rec is not None and rec.get("sha256") and rec.get("size") in (None, path.stat().st_size):
+        return f"sha256:{rec['sha256']}"
+    return _file_key(path)
 
 
 def _finished(folder: Path) -> bool:
@@ -197,7 +208,7 @@ def gguf_folder(gguf: str | Path, option: str = "--target") -> Path:
     if not path.is_file():
         raise SpecgymError(f"{option} {gguf}: GGUF file not found")
     try:
-        key = _key(_file_key(path))
+        key = _key(_gguf_key(path))
     except OSError as exc:
         raise SpecgymError(f"{option} {gguf}: cannot read ({exc.strerror or exc})") from None
     dest = cache_root() / "gguf" / f"{path.stem}-{key}"
@@ -255,6 +266,13 @@ def _convert_gguf(path: Path, out: Path, option: str) -> None:
                                                          "dtype": "float32"}, indent=2) + "\n")
 
 
+def _entry_name(folder: Path) -> str:
+    """A target folder as a draft's key names it: a cache entry by its name (which is its content key), any other
+    folder by its resolved path."""
+    folder = folder.resolve()
+    return folder.name if folder.parent.parent == cache_root().resolve() else str(folder)
+
+
 def borrowing(folder: str | Path) -> dict | None:
     """The borrow record of a draft folder (:data:`BORROW_FILE`), or None for an ordinary model folder."""
     f = Path(folder) / BORROW_FILE
@@ -285,7 +303,8 @@ def materialized_draft(folder: str | Path, target_folder: str | Path) -> Path:
     own = folder / "model.safetensors"
     if not own.is_file():
         raise SpecgymError(f"{folder}: borrowing draft without model.safetensors")
-    key = _key(_file_key(own), json.dumps(rec, sort_keys=True), str(target_folder.resolve()))
+    files = sorted(f for f in folder.iterdir() if f.is_file())
+    key = _key(*(f"{f.name}:{sha256_file(f)}" for f in files), _entry_name(target_folder))
     dest = cache_root() / "drafts" / f"{folder.name}-{key}"
 
     def make(tmp: Path) -> None:

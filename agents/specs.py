@@ -67,7 +67,7 @@ from specgym.baselines.tree_static import SequoiaTree, StaticTree
 from specgym.baselines.trtllm_offswitch import TRTLLMOffSwitch
 from specgym.baselines.ucb import UCBBandit
 from specgym.baselines.vllm_adaptive import VLLMAdaptiveVerification
-from specgym.envs.core.acceptance_predictor import load_predictor
+from specgym.envs.core.acceptance_predictor import load_draft_predictor
 from specgym.envs.core.batch import BatchController
 from specgym.envs.core.cost import TREE_NODE_LIMIT
 from specgym.envs.core.drafter_choice import parse_drafter_k
@@ -604,7 +604,8 @@ def _tree_online(arg: str | None, k_max: int) -> TreeDrafterChoice:
 def _tree_predicted(arg: str | None, k_max: int) -> PredictedTree:
     if not arg:
         raise SpecgymError("tree-predicted needs a predictor, e.g. tree-predicted:midpair")
-    return PredictedTree(load_predictor(catalogue.resolve("predictor", arg)), f"tree-predicted:{arg}", k_max)
+    name = f"tree-predicted:{arg}"
+    return PredictedTree(load_draft_predictor(catalogue.resolve("predictor", arg), name), name, k_max)
 
 
 def _static(arg: str | None, k_max: int) -> StaticK:
@@ -723,7 +724,8 @@ for _row in (
           level="token"),
     Entry("ucb", "chain", "rule", _no_arg(UCBBandit), "ucb", _const("ucb")),
     Entry("predicted", "chain", "predictor", lambda a, k: make_predicted(a, k),
-          "predicted:NAME|FILE (acceptance predictor)", _predictors, needs=("predictor",), level="token"),
+          "predicted:NAME|FILE (acceptance predictor; FILE@head: one trained on the draft head's tokens)", _predictors,
+          needs=("predictor",), level="token"),
     Entry("planned", "chain", "predictor", lambda a, k: make_planned(a, k),
           "planned:NAME|FILE (optimal stopping on an acceptance predictor)", _planned_all, needs=("predictor",),
           level="token"),

@@ -15,7 +15,10 @@ engine asks :meth:`ChainOnDrafter.keep_drafting` after each draft token. So ``co
 ``cumulative:H@head`` run there; the head has no recorded entropy, so its context still ``lacks`` ``draft_entropy`` (and
 the feature tracker, which reads confidence and entropy together, keeps its no-feature path: ``marginal@head`` is the
 same rule with or without the head's confidence), and a rule that reads entropy (``entropy@head``) or the default
-drafter's signals is refused in one line.
+drafter's signals is refused in one line. Each head ``DraftStep`` also carries the head's top-8 probabilities there
+(``drafter_topk``), what ``predicted:NAME@head`` reads: a predictor trained on the head's tokens
+(:mod:`specgym.baselines.predicted_marginal`); an inner rule with ``serve_drafter`` is told the drafter it serves
+first, and refuses one it cannot (a draft-model predictor ``@head``) in its own words.
 
 **Without it** (prompt lookup, whose proposal carries no confidence; the head on a sampled request or on a recording
 without ``topk_head``) the rule sees NaN confidence, as on a per-start trace, and a token-level rule's stops
@@ -29,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -60,6 +64,9 @@ class ChainOnDrafter(DrafterController):
 
     def __init__(self, inner: Controller, drafter: str, kind: str | None = None) -> None:
         name = f"{inner.name}@{drafter}"
+        serve = getattr(inner, "serve_drafter", None)
+        if serve is not None:  # a predictor of one drafter's tokens: refused on another's, naming its file
+            serve(drafter)
         if drafter in CONFIDENT_DRAFTERS and inner.needs - CONFIDENCE == {"draft_entropy"}:
             raise SpecgymError(f"{name}: {inner.name} reads draft_entropy, which the draft head's rounds do not carry "
                                f"(a recording stores its top-8 probabilities, not its entropy; rules reading its "
@@ -76,6 +83,12 @@ class ChainOnDrafter(DrafterController):
         self.family = getattr(inner, "family", "rule")
         self.token_level = False
         self._confident = False
+
+    def bind_signals(self, src: Any) -> str | None:
+        """Fit an inner rule that reads an acceptance predictor to the workload or engine ``src`` it is about to serve
+        (its ``bind_signals``: another pair's predictor is refused); returns its note, if any."""
+        bind = getattr(self.inner, "bind_signals", None)
+        return bind(src) if bind is not None else None
 
     def reset(self, ctx: RequestContext, drafters: Sequence[str]) -> None:
         """Start a request: the inner rule sees it priced by the drafter's round costs, lacking the draft features the

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import specgym.catalogue as catalogue
 from specgym.baselines.predicted_marginal import PredictedMarginal
-from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_predictor
+from specgym.envs.core.acceptance_predictor import AcceptancePredictor, load_draft_predictor
 from specgym.envs.core.rounds import DraftStep, RequestContext
 from specgym.envs.core.stopping_plan import StoppingPlan
 from specgym.errors import SpecgymError
@@ -72,4 +72,5 @@ def make_planned(arg: str | None, k_max: int) -> PlannedStop:
     """Registry factory of ``planned:NAME|PATH``."""
     if not arg:
         raise SpecgymError("planned needs a shipped predictor name or a predictor .json path, e.g. planned:midpair")
-    return PlannedStop(load_predictor(catalogue.resolve("predictor", arg)), name=f"planned:{arg}")
+    return PlannedStop(load_draft_predictor(catalogue.resolve("predictor", arg), f"planned:{arg}"),
+                       name=f"planned:{arg}")

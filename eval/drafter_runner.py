@@ -17,16 +17,17 @@ from specgym.baselines.drafter_fixed import FixedDrafter
 from specgym.baselines.drafter_oracle import drafter_oracle_times, round_choice
 from specgym.envs.core.drafter_choice import DrafterController, drive_drafters
 from specgym.envs.engines.replay.trace_engine import TraceEngine, VectorReplay
-from specgym.eval.runner import RunResult, serve_one_by_one
+from specgym.eval.runner import RunResult, bind_to_workload, serve_one_by_one
 
 
 def run_drafter_controller(engine: TraceEngine, requests: np.ndarray, ctrl: DrafterController,
                            trace: Iterable[int] = (), on_request: Callable[[], None] | None = None) -> RunResult:
-    """Serve ``requests`` one at a time with ``ctrl`` (its ``prepare`` on the workload first: the notes it returns,
-    on how the controller fits this workload, go in the row's notes)."""
+    """Serve ``requests`` one at a time with ``ctrl`` (its ``prepare`` on the workload first, and a predictor it reads
+    fitted to the workload, :func:`~specgym.eval.runner.bind_to_workload`: another pair's is refused; the notes of
+    both, on how the controller fits this workload, go in the row's notes)."""
     requests = np.asarray(requests, dtype=np.int64)
     drafters = engine.workload.drafter_names
-    notes = list(ctrl.prepare(engine.workload, engine.profile))
+    notes = list(ctrl.prepare(engine.workload, engine.profile)) + bind_to_workload(ctrl, engine.workload)
     trace = set(int(t) for t in trace)
     if type(ctrl) is FixedDrafter and not trace:
         engine.workload.drafter_info(ctrl.drafter)  # an unknown drafter: one line

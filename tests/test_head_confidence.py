@@ -108,7 +108,8 @@ def test_rules_the_head_cannot_serve_are_refused_in_one_line(smollm2):
     wl, eng = smollm2
     for spec, fragment in (("entropy@head", "entropy reads draft_entropy, which the draft head's rounds do not carry"),
                            ("confidence@ngram", "reads draft_conf, which ngram's proposals do not carry"),
-                           ("predicted:midpair@head", "predicted:midpair reads draft_entropy"),
+                           ("predicted:midpair@head", "predicted:midpair@head: predictor .*midpair.json predicts the "
+                                                      "draft model's tokens"),
                            ("entropy@ngram", "of the default drafter.s tokens")):
         with pytest.raises(SpecgymError, match=fragment) as err:
             build(spec, K_MAX, kinds=("drafter",))
@@ -176,7 +177,7 @@ def test_the_heads_confident_proposal_is_its_greedy_proposal(pair):
     head.step = lambda *a: calls.append(1) or step(*a)
     try:
         asked = []
-        got, _ = head.propose_confident(f, 5, 6, lambda j, c: asked.append((j, c)) or j < 2)
+        got, _ = head.propose_confident(f, 5, 6, lambda j, c, p: asked.append((j, c)) or j < 2)
     finally:
         del head.step
     assert got == toks[:2] and len(calls) == 2 and [j for j, _ in asked] == [1, 2]
@@ -217,3 +218,38 @@ def test_live_confidence_on_the_head_needs_a_greedy_request(pair):
     with pytest.raises(SpecgymError, match=r"confidence:0.4@head reads the head's draft confidence.*temperature 0.7"):
         drive_drafters(make("confidence:0.4@head", K_MAX, kinds=("drafter",)),
                        eng.start([5, 6, 7], 8, temperature=0.7, seed=1), eng.drafter_names)
+
+
+def test_live_head_predictor_rounds_are_the_replayed_rounds(pair, recorded, tmp_path):
+    """``predicted:FILE@head`` (a hand-set head predictor: the head's top-8, position and index, not trained) plays the
+    same rounds live as in replay: the live head's ``DraftStep`` carries its top-8 (``drafter_topk``, from its softmax)
+    as the recording's ``topk_head`` does, and the predictor prices every judged step."""
+    from specgym.envs.core.acceptance_predictor import HEAD_GROUPS, AcceptancePredictor, save_predictor
+    from specgym.envs.engines.live.model_loading import encode_prompt
+
+    tok, eng, profile = pair
+    wl = recorded
+    w = np.array([[1.0, -0.5, 0.8, 0.2, 0.5, -0.3, 0.4, 0.2, 0.0, -0.6]]).T
+    pred = AcceptancePredictor("hand-head", HEAD_GROUPS, "logistic", np.zeros(10), np.ones(10), ((w, np.zeros(1)),),
+                               threshold=1.0, drafter=HEAD_DRAFTER)
+    path = save_predictor(pred, tmp_path / "hand-head.json")
+    spec = f"predicted:{path}@head"
+    rep_eng = TraceEngine(wl, profile, K_MAX)
+    priced = stopped = 0
+    for r in range(wl.n_requests):
+        ids = encode_prompt(tok, wl.prompt_text[r])
+        req = eng.start(ids, N)
+        ctrl = make(spec, K_MAX, kinds=("drafter",))
+        steps = []
+        keep = ctrl.inner.keep_drafting
+        ctrl.inner.keep_drafting = lambda step: steps.append(step) or keep(step)
+        live = _rounds(ctrl, req, eng.drafter_names)
+        assert req.result.tokens == wl.token_id[wl.span(r)].tolist()
+        rep = _rounds(make(spec, K_MAX, kinds=("drafter",)), rep_eng.start(r), wl.drafter_names)
+        assert [(o.position, o.drafted, o.accepted) for o in live] == \
+            [(o.position, o.drafted, o.accepted) for o in rep], r
+        assert all(len(s.drafter_topk) == 8 and s.drafter_topk[0] == pytest.approx(s.conf, abs=1e-6) for s in steps)
+        assert ctrl.inner.fallbacks == 0
+        priced += ctrl.inner.predicted
+        stopped += sum(0 < o.drafted < o.planned_k for o in live)
+    assert priced > 10 and stopped > 3  # the predictor really stops the head mid-round

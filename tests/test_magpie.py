@@ -229,6 +229,32 @@ def test_generate_end_to_end_then_resume_after_an_interrupted_shard(tiny_chat, t
         data_gen.generate(_cfg(tiny_chat, shard_size=4, seed=1), out, workers=1, resume=True, quiet=True)
 
 
+def test_answer_prompts_answers_a_prefix_of_whole_shards_and_a_resume_extends_it(tiny_chat, tmp_path):
+    """--answer-prompts N answers the shards of the first N prompts; the drafters' commands wait for exactly those;
+    a resume with a larger N keeps every finished shard and answers more (the one option a resume may change)."""
+    from specgym.training.models import data_gen
+    from specgym.training.models.data_answers import check_data_folder
+
+    out = tmp_path / "d"
+    every = data_gen.generate(_cfg(tiny_chat, shard_size=4), tmp_path / "every", workers=1, quiet=True)
+    part = data_gen.generate(_cfg(tiny_chat, shard_size=4, answer_prompts=5), out, workers=1, quiet=True)
+    assert every["prompts"] == part["prompts"] > 8  # more than the two shards answered
+    assert list(_answers(out)) == ["00000.jsonl", "00001.jsonl"] and part["answered_prompts"] == 8
+    assert _answers(out) == {k: v for k, v in _answers(tmp_path / "every").items() if k in _answers(out)}
+    check_data_folder(out, _cfg(tiny_chat).target)  # finished: both planned shards are there
+    (out / "answers" / "00001.jsonl").unlink()
+    with pytest.raises(SpecgymError, match=r"answers stage is not finished \(1 of 2 shards\)"):
+        check_data_folder(out, _cfg(tiny_chat).target)
+    first = _answers(out)["00000.jsonl"]
+    more = data_gen.generate(_cfg(tiny_chat, shard_size=4, answer_prompts=9), out, workers=1, resume=True, quiet=True)
+    assert _answers(out)["00000.jsonl"] == first and len(_answers(out)) == 3
+    assert more["answered_prompts"] == min(12, every["prompts"])
+    assert json.loads((out / "config.json").read_text())["answer_prompts"] == 9
+    with pytest.raises(SpecgymError, match="another configuration"):  # any other option still fixes the folder
+        data_gen.generate(_cfg(tiny_chat, shard_size=4, answer_prompts=9, seed=1), out, workers=1, resume=True,
+                          quiet=True)
+
+
 def test_two_workers_write_the_same_shards_as_one(tiny_chat, tmp_path):
     from specgym.training.models.data_gen import generate
 

@@ -9,6 +9,17 @@ validation log loss is kept (:func:`select_predictor`).
 Measures (:func:`predictor_metrics`): AUC (soft labels count each position as accepted with weight ``p`` and
 rejected with ``1 - p``), log loss, expected calibration error (10 equal-width bins), against calibrated
 confidence (the ``conf``-only logistic: Platt scaling of the draft's confidence).
+
+**The draft head's tokens** (``drafter="head"``, ``specgym predictor train --drafter head``): a recording with the
+head's per-start runs and top-8 (``runs_head``, ``topk_head``) gives one example per greedy request's start ``g`` and
+depth ``j = 1..J`` (``J``: ``topk_head``'s depth, at most the room left before the request's end) at which the head's
+first ``j - 1`` tokens were accepted (``runs_head[g] >= j - 1``): the head's token ``j`` is then judged, accepted iff
+``runs_head[g] >= j`` (:func:`head_dataset`). Its inputs are
+:func:`~specgym.envs.core.acceptance_predictor.head_features` of ``topk_head[g, j - 1]`` (converted by
+:func:`~specgym.envs.engines.replay.trace_engine.head_topk`, as replay converts them), the token's position ``g + j -
+1`` and ``j``: the function a ``DraftStep`` of the head is priced with. The fitting, the choice of model kind and the
+decision threshold (tuned on ``predicted:NAME@head``) are the draft model's, unchanged; no continuation models (the
+``planned:`` controller does not plan the head).
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from specgym.baselines.drafter_chain import ChainOnDrafter
 from specgym.baselines.predicted_marginal import PredictedMarginal
 from specgym.envs.core.acceptance_predictor import (
     GROUP_SIGNALS,
@@ -28,12 +40,16 @@ from specgym.envs.core.acceptance_predictor import (
     AcceptancePredictor,
     check_groups,
     design_matrix,
+    head_design_matrix,
 )
+from specgym.envs.core.kinds import HEAD_DRAFTER, IMPLICIT_DRAFTER
+from specgym.envs.core.signals import TOPK
 from specgym.envs.core.stopping_plan import ContinuationModel, fit_continuation
-from specgym.envs.engines.replay.trace_engine import TraceEngine
+from specgym.envs.engines.replay.trace_engine import TraceEngine, head_topk
 from specgym.envs.workloads.loops import is_looped
 from specgym.envs.workloads.trace_format import Workload
 from specgym.errors import SpecgymError
+from specgym.eval.drafter_runner import run_drafter_controller
 from specgym.eval.runner import run_controller
 
 
@@ -47,10 +63,13 @@ class Dataset:
 
 
 def workload_dataset(wl: Workload, split: str, groups: tuple[str, ...], max_rows: int | None = None,
-                     seed: int = 0, requests: np.ndarray | None = None) -> Dataset:
-    """The predictor's design matrix and labels over the positions of ``split``'s requests (or of ``requests``)."""
-    groups = check_groups(groups)
+                     seed: int = 0, requests: np.ndarray | None = None, drafter: str = IMPLICIT_DRAFTER) -> Dataset:
+    """The predictor's design matrix and labels over the positions of ``split``'s requests (or of ``requests``):
+    the draft model's tokens, or with ``drafter`` ``head`` the head's (:func:`head_dataset`)."""
+    groups = check_groups(groups, drafter=drafter)
     reqs = wl.split_indices(split) if requests is None else np.asarray(requests)
+    if drafter == HEAD_DRAFTER:
+        return head_dataset(wl, groups, reqs, max_rows, seed)
     rows = np.concatenate([np.arange(wl.offsets[r], wl.offsets[r + 1]) for r in reqs]) if len(reqs) else \
         np.zeros(0, np.int64)
     pos = np.concatenate([np.arange(wl.offsets[r + 1] - wl.offsets[r]) for r in reqs]) if len(reqs) else rows
@@ -73,6 +92,43 @@ def workload_dataset(wl: Workload, split: str, groups: tuple[str, ...], max_rows
         keep = np.sort(np.random.default_rng(seed).choice(len(y), max_rows, replace=False))
         x, y, loops = x[keep], y[keep], loops[keep]
     return Dataset(x, y, loops)
+
+
+def head_dataset(wl: Workload, groups: tuple[str, ...], requests: np.ndarray, max_rows: int | None = None,
+                 seed: int = 0) -> Dataset:
+    """The head predictor's design rows and labels over the greedy requests of ``requests``: one per start ``g`` and
+    depth ``j`` whose earlier head tokens were accepted (see the module docstring); subsampled to ``max_rows``.
+
+    Raises:
+        SpecgymError: ``wl`` lacks ``topk_head`` or ``runs_head``.
+    """
+    top_head = wl.topk_head
+    missing = [c for c, have in (("topk_head", top_head is not None), ("runs_head", HEAD_DRAFTER in wl.runs))
+               if not have]
+    if top_head is None or missing:
+        raise SpecgymError(f"workload {wl.name!r} lacks the draft head's column(s) {', '.join(map(repr, missing))}: "
+                           f"record it with a pair that has a draft head (specgym record), or train on the draft "
+                           f"model's tokens (without --drafter head)")
+    reqs = np.asarray(requests, dtype=np.int64)
+    reqs = reqs[wl.temperature[reqs] == 0.0]  # the head's confidence is carried on greedy requests only
+    depth = top_head.shape[1] // TOPK
+    rows = np.concatenate([np.arange(wl.offsets[r], wl.offsets[r + 1]) for r in reqs]) if len(reqs) else \
+        np.zeros(0, np.int64)
+    g = np.concatenate([np.arange(wl.offsets[r + 1] - wl.offsets[r]) for r in reqs]) if len(reqs) else rows
+    room = np.concatenate([np.full(wl.offsets[r + 1] - wl.offsets[r], wl.offsets[r + 1] - wl.offsets[r]) for r in
+                           reqs]) - g - 1 if len(reqs) else rows  # tokens a round from g may draft
+    loop = np.concatenate([np.full(wl.offsets[r + 1] - wl.offsets[r], request_loops(wl, int(r))) for r in reqs]) \
+        if len(reqs) else np.zeros(0, bool)
+    runs = np.asarray(wl.runs[HEAD_DRAFTER], dtype=np.int64)[rows]
+    j = np.arange(1, depth + 1)[None, :]
+    judged = (j <= room[:, None]) & (runs[:, None] >= j - 1)
+    at, col = np.nonzero(judged)
+    if max_rows is not None and len(at) > max_rows:
+        keep = np.sort(np.random.default_rng(seed).choice(len(at), max_rows, replace=False))
+        at, col = at[keep], col[keep]
+    topk = head_topk(top_head[rows[at]])[np.arange(len(at)), col]
+    x = head_design_matrix(groups, topk, g[at] + col, col + 1)
+    return Dataset(x, (runs[at] >= col + 1).astype(np.float64), loop[at])
 
 
 def missing_signals(wl: Workload, groups: tuple[str, ...]) -> str:
@@ -142,8 +198,8 @@ def _loss_grad(theta: np.ndarray, x: np.ndarray, y: np.ndarray, shapes: list[tup
 
 def fit_predictor(train: Dataset, groups: tuple[str, ...], kind: str = "logistic", hidden_units: int = 16,
                   l2: float = 1e-4, seed: int = 0, name: str = "predictor", hidden_dim: int = 0,
-                  max_iter: int = 400) -> AcceptancePredictor:
-    """Fit one model (``logistic`` or ``mlp``) by L-BFGS on standardised inputs."""
+                  max_iter: int = 400, drafter: str = IMPLICIT_DRAFTER) -> AcceptancePredictor:
+    """Fit one model (``logistic`` or ``mlp``) by L-BFGS on standardised inputs (of ``drafter``'s tokens)."""
     from scipy.optimize import minimize
 
     if kind not in MODEL_KINDS:
@@ -163,21 +219,23 @@ def fit_predictor(train: Dataset, groups: tuple[str, ...], kind: str = "logistic
     res = minimize(_loss_grad, theta0, args=(xs, train.y, shapes, l2), jac=True, method="L-BFGS-B",
                    options={"maxiter": max_iter})
     layers = tuple((w.copy(), b.copy()) for w, b in _unpack(res.x, shapes))
-    return AcceptancePredictor(name, groups, kind, mean, scale, layers, hidden_dim)
+    return AcceptancePredictor(name, groups, kind, mean, scale, layers, hidden_dim, drafter=drafter)
 
 
 def select_predictor(wl: Workload | Sequence[Workload], groups: tuple[str, ...], name: str,
                      kinds: tuple[str, ...] = MODEL_KINDS, max_rows: int | None = 200_000,
                      seed: int = 0, progress: Callable[[int, int], None] | None = None,
-                     ) -> tuple[AcceptancePredictor, dict[str, Any]]:
+                     drafter: str = IMPLICIT_DRAFTER) -> tuple[AcceptancePredictor, dict[str, Any]]:
     """Fit every kind on the train split (of every workload given: e.g. one pair's greedy and sampled traces, so one
     predictor serves every temperature), keep the one with the lowest validation log loss, then choose its decision
     threshold on validation (:func:`tune_threshold`: the largest geometric-mean speed over the workloads); returns it
     and the validation figures of every candidate. With the ``hidden`` group it also carries a fallback selected the
-    same way without it, for deployments that cannot read the draft's hidden state (transformers' ``generate()``)."""
+    same way without it, for deployments that cannot read the draft's hidden state (transformers' ``generate()``).
+    ``drafter`` ``head``: a predictor of the draft head's tokens (see the module docstring)."""
     wls = [wl] if isinstance(wl, Workload) else list(wl)
-    groups = check_groups(groups)
-    steps = len(kinds) * (2 if "hidden" in groups else 1) + len(wls) + 1  # fits, thresholds, continuations
+    groups = check_groups(groups, drafter=drafter)
+    head = drafter == HEAD_DRAFTER
+    steps = len(kinds) * (2 if "hidden" in groups else 1) + len(wls) + (0 if head else 1)  # fits, thresholds, conts
     done = [0]
 
     def tick() -> None:
@@ -185,7 +243,7 @@ def select_predictor(wl: Workload | Sequence[Workload], groups: tuple[str, ...],
         if progress is not None:
             progress(done[0], steps)
 
-    best, candidates = select_kind(wls, groups, name, kinds, max_rows, seed, tick)
+    best, candidates = select_kind(wls, groups, name, kinds, max_rows, seed, tick, drafter)
     speeds = []
     for w in wls:
         speeds.append(tune_threshold(w, best)[1])
@@ -200,25 +258,28 @@ def select_predictor(wl: Workload | Sequence[Workload], groups: tuple[str, ...],
         fallback_groups = tuple(g for g in groups if g != "hidden")
         fallback, figures = select_kind(wls, fallback_groups, f"{name}-fallback", kinds, max_rows, seed, tick)
         candidates["fallback"] = {"groups": list(fallback_groups), **figures}
-    continuation = fit_continuations(wls, best)
-    tick()
+    continuation = {} if head else fit_continuations(wls, best)
+    if not head:
+        tick()
     return dataclasses.replace(best, threshold=threshold, continuation=continuation, fallback=fallback), candidates
 
 
 def select_kind(wls: Sequence[Workload], groups: tuple[str, ...], name: str, kinds: tuple[str, ...],
-                max_rows: int | None = 200_000, seed: int = 0,
-                tick: Callable[[], None] | None = None) -> tuple[AcceptancePredictor, dict[str, Any]]:
-    """Fit every model kind on ``groups`` over the train splits; the one with the lowest validation log loss and the
-    validation figures of every kind."""
+                max_rows: int | None = 200_000, seed: int = 0, tick: Callable[[], None] | None = None,
+                drafter: str = IMPLICIT_DRAFTER) -> tuple[AcceptancePredictor, dict[str, Any]]:
+    """Fit every model kind on ``groups`` (of ``drafter``'s tokens) over the train splits; the one with the lowest
+    validation log loss and the validation figures of every kind."""
     sketch = getattr(wls[0], "hidden_sketch", None)
     hidden_dim = int(sketch.shape[1]) if "hidden" in groups and sketch is not None else 0
     per = max_rows // len(wls) if max_rows else None
-    train = _concat([workload_dataset(w, "train", groups, per, seed, requests=w.learning_requests()[0]) for w in wls])
-    val = _concat([workload_dataset(w, "val", groups, requests=w.learning_requests()[1]) for w in wls])
+    train = _concat([workload_dataset(w, "train", groups, per, seed, requests=w.learning_requests()[0],
+                                      drafter=drafter) for w in wls])
+    val = _concat([workload_dataset(w, "val", groups, requests=w.learning_requests()[1], drafter=drafter)
+                   for w in wls])
     figures: dict[str, Any] = {}
     best: AcceptancePredictor | None = None
     for kind in kinds:
-        pred = fit_predictor(train, groups, kind, name=name, hidden_dim=hidden_dim, seed=seed)
+        pred = fit_predictor(train, groups, kind, name=name, hidden_dim=hidden_dim, seed=seed, drafter=drafter)
         figures[kind] = predictor_metrics(pred.predict_matrix(val.x), val.y)
         if tick is not None:
             tick()
@@ -263,12 +324,21 @@ def tune_threshold(wl: Workload, pred: AcceptancePredictor, split: str | None = 
                    grid: tuple[float, ...] = THRESHOLDS, seed: int = 0) -> tuple[float, dict[float, float]]:
     """The decision threshold of the ``predicted:`` controller that decodes ``split`` fastest in replay (``None``:
     the requests a choice is made on, :meth:`Workload.learning_requests`; the workload's own profile, common random
-    numbers); returns it and the tokens/s of every grid point."""
+    numbers); returns it and the tokens/s of every grid point. A head predictor is tuned as ``predicted:NAME@head``
+    on the greedy requests (where the head's rounds carry what it reads)."""
     engine = TraceEngine(wl, wl.profile, seed=seed)
     requests = wl.learning_requests()[1] if split is None else wl.split_indices(split)
+    if pred.on_head:
+        requests = requests[wl.temperature[requests] == 0.0]
+
+    def time_ms(t: float) -> float:
+        ctrl = PredictedMarginal(pred, threshold=t)
+        if pred.on_head:
+            return float(run_drafter_controller(engine, requests, ChainOnDrafter(ctrl, HEAD_DRAFTER)).time_ms.sum())
+        return float(run_controller(engine, requests, ctrl).time_ms.sum())
+
     tokens = float(wl.lengths[requests].sum())
-    speed = {t: tokens / float(run_controller(engine, requests, PredictedMarginal(pred, threshold=t))
-                               .time_ms.sum()) * 1000.0 for t in grid}
+    speed = {t: tokens / time_ms(t) * 1000.0 for t in grid}
     return max(grid, key=lambda t: speed[t]), speed
 
 

@@ -18,6 +18,17 @@ groups, feature version and a checksum over every field that changes its output.
   agreement times the match length / 4;
 * ``hidden``: the draft hidden-state sketch (``D`` values), when recorded.
 
+**The draft head's tokens** (``drafter`` ``head``, ``predicted:NAME@head``): a predictor may predict the acceptance
+of another drafter's tokens than the pair's draft model's. The draft head's rounds carry no entropy and none of the
+draft model's signals, only the head's top-8 probabilities at each draft token (what a recording's ``topk_head``
+stores and what the live head computes as it drafts: ``DraftStep.drafter_topk``), so its inputs are
+:func:`head_features`, by group (:data:`HEAD_GROUPS`): ``conf`` (``logit`` of the top-1), ``shape`` without the
+entropy (top-2, ``top1 - top2``, ``log(top1 / top2)``, the top-8 mass), ``position`` (its log, as above; head rounds
+are greedy, so no temperature) and ``index`` (the token's index ``j`` in the round: one-hot of 1..3 and ``min(j,
+16) / 8``, since the head drifts from the target's features as it drafts on). One function computes them for training
+(:func:`head_design_matrix`) and for a ``DraftStep`` (:meth:`AcceptancePredictor.predict_step`). The drafter is a field
+of the artifact, covered by its checksum (absent, as in every older file: the draft model's tokens).
+
 Every column is standardised with the training set's mean and scale (stored). **Models**: ``logistic`` (one
 linear layer) or ``mlp`` (one tanh hidden layer), chosen by validation log loss.
 
@@ -57,6 +68,7 @@ from typing import Any
 
 import numpy as np
 
+from specgym.envs.core.kinds import HEAD_DRAFTER, IMPLICIT_DRAFTER
 from specgym.envs.core.rounds import DraftStep
 from specgym.envs.core.signals import sketch_identity, sketch_identity_from_meta
 from specgym.envs.core.stopping_plan import ContinuationModel
@@ -65,6 +77,10 @@ from specgym.io import atomic_write_text
 
 PREDICTOR_VERSION = 1
 SIGNAL_GROUPS = ("conf", "shape", "position", "lookup", "hidden")
+#: The signal groups of a predictor of the draft head's tokens (:func:`head_features`).
+HEAD_GROUPS = ("conf", "shape", "position", "index")
+#: The drafters whose tokens a predictor may predict: the pair's draft model (the default) and the draft head.
+PREDICTOR_DRAFTERS = (IMPLICIT_DRAFTER, HEAD_DRAFTER)
 MODEL_KINDS = ("logistic", "mlp")
 _LOGIT_CLIP = 12.0
 _ENTROPY_SCALE = 8.0
@@ -193,9 +209,21 @@ class SignalSource:
                    tuple(g for g in SIGNAL_GROUPS if g in groups), ident, signatures, tuple(model_roots))
 
 
-def group_columns(groups: tuple[str, ...], hidden_dim: int = 0) -> list[str]:
-    """Names of the design-matrix columns of ``groups``, in order."""
+def drafter_groups(drafter: str = IMPLICIT_DRAFTER) -> tuple[str, ...]:
+    """The signal groups a predictor of ``drafter``'s tokens may read, in canonical order."""
+    return HEAD_GROUPS if drafter == HEAD_DRAFTER else SIGNAL_GROUPS
+
+
+def group_columns(groups: tuple[str, ...], hidden_dim: int = 0, drafter: str = IMPLICIT_DRAFTER) -> list[str]:
+    """Names of the design-matrix columns of ``groups`` (of a predictor of ``drafter``'s tokens), in order."""
     names: list[str] = []
+    if drafter == HEAD_DRAFTER:
+        for g in HEAD_GROUPS:
+            if g not in groups:
+                continue
+            names += {"conf": ["logit_conf"], "shape": ["top2", "top1_minus_top2", "log_top1_over_top2", "top8_mass"],
+                      "position": ["log_position"], "index": ["index_1", "index_2", "index_3", "index_scaled"]}[g]
+        return names
     for g in SIGNAL_GROUPS:
         if g not in groups:
             continue
@@ -212,12 +240,63 @@ def group_columns(groups: tuple[str, ...], hidden_dim: int = 0) -> list[str]:
     return names
 
 
-def check_groups(groups: tuple[str, ...] | list[str], where: str = "groups") -> tuple[str, ...]:
-    """Validated groups in canonical order (``conf`` always included)."""
-    unknown = [g for g in groups if g not in SIGNAL_GROUPS]
+def check_groups(groups: tuple[str, ...] | list[str], where: str = "groups",
+                 drafter: str = IMPLICIT_DRAFTER) -> tuple[str, ...]:
+    """Validated groups of a predictor of ``drafter``'s tokens in canonical order (``conf`` always included)."""
+    allowed = drafter_groups(drafter)
+    unknown = [g for g in groups if g not in allowed]
     if unknown:
-        raise SpecgymError(f"{where}: unknown signal group(s) {unknown}; choose from {', '.join(SIGNAL_GROUPS)}")
-    return tuple(g for g in SIGNAL_GROUPS if g in set(groups) | {"conf"})
+        whose = " of the draft head's tokens" if drafter == HEAD_DRAFTER else ""
+        raise SpecgymError(f"{where}: unknown signal group(s) {unknown}{whose}; choose from {', '.join(allowed)}")
+    return tuple(g for g in allowed if g in set(groups) | {"conf"})
+
+
+def _logit(conf: float) -> float:
+    c = min(max(conf, _EPS), 1.0 - _EPS)
+    return min(max(math.log(c) - math.log1p(-c), -_LOGIT_CLIP), _LOGIT_CLIP)
+
+
+def _shape(tk: list[float]) -> list[float]:
+    """The entropy-free ``shape`` inputs of a top-8: top-2, ``top1 - top2``, ``log(top1 / top2)``, the mass."""
+    t1, t2 = tk[0], tk[1]
+    ratio = math.log(max(t1, _EPS)) - math.log(max(t2, _EPS))
+    return [t2, t1 - t2, min(ratio, _LOGIT_CLIP), math.fsum(tk)]
+
+
+def head_features(groups: tuple[str, ...], topk: Any, position: int, index: int) -> list[float] | None:
+    """The inputs of a predictor of the draft head's tokens (:data:`HEAD_GROUPS`) for one draft token, in plain
+    Python floats: the one definition training (:func:`head_design_matrix`) and deployment
+    (:meth:`AcceptancePredictor.predict_step`) share. ``None`` when ``topk`` is absent.
+
+    Args:
+        groups: Signal groups, canonical order.
+        topk: The head's 8 largest probabilities at the token, descending (the first is its confidence).
+        position: The token's completion position.
+        index: The token's 1-based index ``j`` in its round.
+    """
+    if topk is None:
+        return None
+    tk = [float(v) for v in topk]
+    row = [_logit(tk[0])]
+    if "shape" in groups:
+        row += _shape(tk)
+    if "position" in groups:
+        row += [math.log1p(position) / _LOG_POS]
+    if "index" in groups:
+        j = int(index)
+        row += [1.0 if j == 1 else 0.0, 1.0 if j == 2 else 0.0, 1.0 if j == 3 else 0.0, min(j, 16) / 8.0]
+    return row
+
+
+def head_design_matrix(groups: tuple[str, ...], topk: np.ndarray, position: np.ndarray,
+                       index: np.ndarray) -> np.ndarray:
+    """:func:`head_features` of ``n`` draft tokens, ``(n, F)`` float64 (``topk`` ``(n, 8)``, ``position`` and
+    ``index`` ``(n,)``): row by row through the deployment path's function, so training sees what deployment does."""
+    tk = np.asarray(topk).tolist()
+    pos, idx = np.asarray(position).tolist(), np.asarray(index).tolist()
+    width = len(group_columns(groups, drafter=HEAD_DRAFTER))
+    rows = [head_features(groups, t, p, j) for t, p, j in zip(tk, pos, idx)]
+    return np.asarray(rows, dtype=np.float64).reshape(len(rows), width)
 
 
 def design_matrix(groups: tuple[str, ...], conf: np.ndarray, entropy: np.ndarray, position: np.ndarray,
@@ -269,15 +348,11 @@ def design_row(groups: tuple[str, ...], conf: float, entropy: float, position: i
     """One row of :func:`design_matrix` in plain Python floats: the deployment path (a draft step costs a few
     microseconds here against ~30 through numpy's per-call overhead). ``tests/test_predictor.py`` proves it equal to
     :func:`design_matrix` row by row; change both together."""
-    c = min(max(conf, _EPS), 1.0 - _EPS)
-    row = [min(max(math.log(c) - math.log1p(-c), -_LOGIT_CLIP), _LOGIT_CLIP)]
+    row = [_logit(conf)]
     if "shape" in groups:
         if topk is None:
             return None
-        tk = [float(v) for v in topk]
-        t1, t2 = tk[0], tk[1]
-        ratio = math.log(max(t1, _EPS)) - math.log(max(t2, _EPS))
-        row += [min(entropy, _ENTROPY_SCALE) / _ENTROPY_SCALE, t2, t1 - t2, min(ratio, _LOGIT_CLIP), math.fsum(tk)]
+        row += [min(entropy, _ENTROPY_SCALE) / _ENTROPY_SCALE, *_shape([float(v) for v in topk])]
     if "position" in groups:
         row += [math.log1p(position) / _LOG_POS, float(temperature)]
     if "lookup" in groups:
@@ -313,6 +388,8 @@ class AcceptancePredictor:
         meta: Provenance and measured figures (workload, pair, AUC...): does not change the function.
         fallback: A predictor on fewer signal groups, asked where a step lacks one of this predictor's signals
             (its threshold and continuation models are not used: the decisions are priced by this predictor's).
+        drafter: Whose draft tokens it predicts (:data:`PREDICTOR_DRAFTERS`): the pair's draft model
+            (``draft``, every older file) or the draft head (``head``: :func:`head_features`, ``predicted:NAME@head``).
     """
 
     name: str
@@ -327,6 +404,7 @@ class AcceptancePredictor:
     meta: dict[str, Any] | None = None
     continuation: dict[str, ContinuationModel] = field(default_factory=dict)
     fallback: AcceptancePredictor | None = None
+    drafter: str = IMPLICIT_DRAFTER
     _first: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
     _linear: tuple[list[float], float] | None = field(init=False, repr=False, compare=False)
 
@@ -341,7 +419,12 @@ class AcceptancePredictor:
     @property
     def columns(self) -> list[str]:
         """Design-matrix column names."""
-        return group_columns(self.groups, self.hidden_dim)
+        return group_columns(self.groups, self.hidden_dim, self.drafter)
+
+    @property
+    def on_head(self) -> bool:
+        """True for a predictor of the draft head's tokens."""
+        return self.drafter == HEAD_DRAFTER
 
     def predict_matrix(self, x: np.ndarray) -> np.ndarray:
         """Acceptance probabilities of unstandardised design rows ``x`` ``(n, F)``."""
@@ -354,9 +437,12 @@ class AcceptancePredictor:
         return 1.0 / (1.0 + np.exp(-z))
 
     def predict_step(self, step: DraftStep, temperature: float) -> float | None:
-        """P(the draft token of ``step`` is accepted), or ``None`` when the step lacks a signal this predictor reads."""
+        """P(the draft token of ``step`` is accepted), or ``None`` when the step lacks a signal this predictor reads
+        (a head predictor reads ``step.drafter_topk``)."""
         sig = step.signals
-        if sig is None:
+        if self.drafter == HEAD_DRAFTER:
+            row = head_features(self.groups, step.drafter_topk, step.position, step.index)
+        elif sig is None:
             row = design_row(self.groups, step.conf, step.entropy, step.position, temperature)
         else:
             cols, last = sig.columns, sig.stop - 1
@@ -406,6 +492,8 @@ class AcceptancePredictor:
             SpecgymError: ``src`` comes from another pair; with ``strict``, anything but this predictor fitting.
         """
         draft, target = self.pair
+        if self.drafter == HEAD_DRAFTER:  # the head drafts from the target's features: its pair is the target
+            draft = None
         for mine, theirs, role in ((target, src.target, "target"), (draft, src.draft, "draft")):
             if not same_model(mine, theirs):
                 raise SpecgymError(
@@ -433,7 +521,11 @@ class AcceptancePredictor:
                       f"estimated from calibrated confidence (as marginal does)")
 
     def _missing(self, src: SignalSource) -> str | None:
-        """Why ``src`` cannot feed this predictor alone (None: it can)."""
+        """Why ``src`` cannot feed this predictor alone (None: it can). A head predictor reads the head's top-8,
+        which a request carries exactly where it carries the head's confidence: checked per request, by the chain
+        rule on the head (:class:`~specgym.baselines.drafter_chain.ChainOnDrafter`), as for ``confidence:T@head``."""
+        if self.drafter == HEAD_DRAFTER:
+            return None
         lacking = [g for g in self.groups if g not in src.groups]
         if lacking:
             cols = [c for g in lacking for c in GROUP_SIGNALS[g]]
@@ -469,6 +561,8 @@ class AcceptancePredictor:
             body["continuation"] = {g: m.to_dict() for g, m in sorted(self.continuation.items())}
         if self.fallback is not None:
             body["fallback"] = self.fallback.to_dict()
+        if self.drafter != IMPLICIT_DRAFTER:  # absent from older artifacts (the draft model's), whose checksum stays
+            body["drafter"] = self.drafter
         return body
 
     @classmethod
@@ -480,8 +574,11 @@ class AcceptancePredictor:
         if version != PREDICTOR_VERSION:
             raise SpecgymError(f"{where}: predictor version {version!r}, this specgym reads version "
                                f"{PREDICTOR_VERSION}: retrain it with specgym predictor train")
+        drafter = d.get("drafter", IMPLICIT_DRAFTER)
+        if drafter not in PREDICTOR_DRAFTERS:
+            raise SpecgymError(f"{where}: field 'drafter' must be one of {PREDICTOR_DRAFTERS}, got {drafter!r}")
         try:
-            groups = check_groups(list(d["groups"]), f"{where}: field 'groups'")
+            groups = check_groups(list(d["groups"]), f"{where}: field 'groups'", drafter)
             kind = str(d["kind"])
             hidden_dim = int(d["hidden_dim"])
             threshold = float(d["threshold"])
@@ -503,7 +600,7 @@ class AcceptancePredictor:
         if not 0.0 < threshold <= 10.0:
             raise SpecgymError(f"{where}: field 'threshold' must be in (0, 10], got {threshold!r}")
         pred = cls(str(d.get("name", "predictor")), groups, kind, mean, scale, layers, hidden_dim, threshold,
-                   version, d.get("meta") or {}, continuation, fallback)
+                   version, d.get("meta") or {}, continuation, fallback, drafter)
         if d.get("columns") != pred.columns:
             raise SpecgymError(f"{where}: field 'columns' does not match groups {list(groups)} (signal list "
                                f"mismatch)")
@@ -547,6 +644,20 @@ def save_predictor(pred: AcceptancePredictor, path: str | Path, overwrite: bool 
 _LOADED: dict[tuple[str, int, int], AcceptancePredictor] = {}
 
 
+def load_draft_predictor(path: str | Path, rule: str) -> AcceptancePredictor:
+    """:func:`load_predictor` for a rule that reads the draft model's tokens (``planned``, ``tree-predicted``).
+
+    Raises:
+        SpecgymError: The file predicts the draft head's tokens (one line naming the rule, the file and the rule that
+            runs it: ``predicted:FILE@head``).
+    """
+    pred = load_predictor(path)
+    if pred.on_head:
+        raise SpecgymError(f"{rule}: predictor {path} predicts the draft head's tokens (trained with --drafter head), "
+                           f"which {rule.split(':')[0]} does not serve; it runs as predicted:{path}@head")
+    return pred
+
+
 def load_predictor(path: str | Path) -> AcceptancePredictor:
     """Read a predictor JSON file (pickle-free); defects raise one line naming the file.
 
@@ -575,6 +686,9 @@ def workload_predictions(pred: AcceptancePredictor, wl: Any, model_roots: tuple[
     Raises:
         SpecgymError: ``wl`` comes from another pair, or no model of the chain fits its signals.
     """
+    if pred.on_head:
+        raise SpecgymError(f"predictor {pred.name!r} predicts the draft head's tokens, not the draft model's positions "
+                           f"of workload {wl.name!r}: use it as predicted:{pred.name}@head")
     use, _ = pred.for_source(SignalSource.of_workload(wl, model_roots))
     if use is None:
         raise SpecgymError(f"predictor {pred.name!r}: workload {wl.name!r} lacks the signals of every model of its "

@@ -13,6 +13,7 @@ round produces ``accepted + 1`` tokens. ``K = 0`` is a plain autoregressive targ
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,6 +87,10 @@ class DraftStep:
         entropy: Entropy (nats) of the draft distribution at this token (NaN when the engine has none).
         signals: Pre-verification signals of the round's draft tokens ``1..j`` (this token last:
             ``signals.topk[-1]``), or ``None`` when the engine has none (a trace without signal columns).
+        drafter_topk: Another drafter's ``TOPK = 8`` largest probabilities at this token, descending (``conf`` is the
+            first): the draft head's on a request that carries its confidence (``RequestContext.drafter_conf``), from
+            ``topk_head`` in replay and from the head's softmax live; what a head acceptance predictor reads. ``None``
+            for the default drafter (its top-k is in ``signals``) and for a drafter without them.
     """
 
     index: int
@@ -94,6 +99,7 @@ class DraftStep:
     conf: float
     entropy: float
     signals: DraftSignals | None = None
+    drafter_topk: Sequence[float] | None = None
 
 
 @dataclass(slots=True)

@@ -54,6 +54,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--shard-size", type=positive_int, default=64,
                    help="prompts per shard file, the unit of resumption (default %(default)s)")
     g.add_argument("--seed", type=nonneg_int, default=0, help="seed of every draw (default %(default)s)")
+    g.add_argument("--answer-prompts", type=nonneg_int, default=0, metavar="N",
+                   help="answer only the first N prompts (whole shards; the prompts file takes the categories in turn "
+                        "and mixes the splits); 0: every prompt; the one option --resume may change (raise it to "
+                        "answer more) (default %(default)s)")
     g.add_argument("--workers", type=int_range(1, 64), default=2,
                    help="processes of one torch thread each (default %(default)s: both cores here)")
     g.add_argument("--resume", action="store_true", help="continue an existing data folder (same options)")
@@ -84,7 +88,7 @@ def _generate(args: argparse.Namespace) -> int:
                      temperature=args.temperature, prompt_temperature=args.prompt_temperature,
                      prompt_top_p=args.prompt_top_p, per_passage=args.per_passage,
                      target_passages=args.target_passages, batch=args.batch, shard_size=args.shard_size,
-                     seed=args.seed).check()
+                     seed=args.seed, answer_prompts=args.answer_prompts).check()
     check_output_folder(args.out, cfg, args.resume, args.force)  # before torch is imported: a refusal is instant
     require("hf", "data generate")
     summary = generate(cfg, args.out, workers=args.workers, resume=args.resume, force=args.force, quiet=args.quiet)

@@ -1,7 +1,9 @@
 """``specgym predictor``: train and measure acceptance predictors (:mod:`specgym.envs.core.acceptance_predictor`).
 
 * ``specgym predictor train --workload W --out FILE``: fit every model kind on W's train split, keep the one with the
-  lowest validation log loss, write it (pickle-free JSON with its signal groups, version and checksum);
+  lowest validation log loss, write it (pickle-free JSON with its signal groups, version and checksum); with
+  ``--drafter head``, a predictor of the draft head's tokens (``predicted:FILE@head``) on a recording with
+  ``topk_head`` and ``runs_head``, shown beside the head's calibrated confidence (a ``conf``-only logistic);
 * ``specgym predictor eval --predictor P --workload W``: prediction quality vs calibrated confidence, the
   ``predicted:P`` controller's speed vs ``marginal``, the best fixed K and both oracles (paired intervals), an
   ablation per signal group, every figure split by requests with and without repetition loops
@@ -21,22 +23,27 @@ from specgym.baselines.drafter_marginal import fit_on_fit_split
 from specgym.commands.args import bootstrap_type, int_range, path_type
 from specgym.console import make_progress
 from specgym.envs.core.acceptance_predictor import (
+    HEAD_GROUPS,
     MODEL_KINDS,
+    PREDICTOR_DRAFTERS,
     SignalSource,
     check_groups,
     load_predictor,
     save_predictor,
 )
+from specgym.envs.core.kinds import HEAD_DRAFTER
 from specgym.envs.core.run_predictor import save_run_predictor
 from specgym.envs.profiles import load_profile
 from specgym.envs.workloads.trace_format import SPLITS, cached_workload
 from specgym.errors import SpecgymError
 from specgym.io import atomic_write_text, check_output
 from specgym.paths import MODEL_ROOTS, default_workload_name
-from specgym.training.predictor import predictor_metrics, select_predictor, workload_dataset
+from specgym.training.predictor import predictor_metrics, select_kind, select_predictor, workload_dataset
 from specgym.training.predictor_report import predictor_report, report_markdown
 
 DEFAULT_GROUPS = "conf,shape,position,lookup"
+#: The groups of a predictor of the draft head's tokens unless told (``--drafter head``).
+HEAD_DEFAULT_GROUPS = ",".join(HEAD_GROUPS)
 #: The fewest train positions a predictor is fitted on (``--max-rows``): fewer fit noise.
 MIN_TRAIN_ROWS = 1000
 
@@ -62,8 +69,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--workload", default=None,
                    help="workload name or path with v2 signals, or several comma-separated (one pair's greedy and "
                         "sampled traces: one predictor for every temperature) (default: the default workload)")
-    t.add_argument("--groups", default=DEFAULT_GROUPS,
-                   help="signal groups, from conf,shape,position,lookup,hidden (default %(default)s)")
+    t.add_argument("--groups", default=None,
+                   help=f"signal groups, from conf,shape,position,lookup,hidden (default {DEFAULT_GROUPS}); with "
+                        f"--drafter head from {HEAD_DEFAULT_GROUPS} (default: all)")
+    t.add_argument("--drafter", choices=PREDICTOR_DRAFTERS, default=PREDICTOR_DRAFTERS[0],
+                   help="whose draft tokens it predicts: the pair's draft model (default) or the draft head "
+                        "(head: one example per greedy start and depth of topk_head/runs_head; use it as "
+                        "predicted:FILE@head)")
     t.add_argument("--kinds", default="logistic,mlp", help="model kinds to try (default %(default)s)")
     t.add_argument("--name", default=None, help="predictor name (default: the output file's stem)")
     t.add_argument("--max-rows", type=max_rows_type, default=200_000,
@@ -123,7 +135,9 @@ def _train_runs(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     """Fit, choose and save a predictor."""
     check_output(args.out, args.force, "file", suffixes=(".json",))
-    groups = check_groups([g.strip() for g in args.groups.split(",") if g.strip()], "--groups")
+    head = args.drafter == HEAD_DRAFTER
+    text = args.groups or (HEAD_DEFAULT_GROUPS if head else DEFAULT_GROUPS)
+    groups = check_groups([g.strip() for g in text.split(",") if g.strip()], "--groups", args.drafter)
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     bad = [k for k in kinds if k not in MODEL_KINDS]
     if bad or not kinds:
@@ -142,7 +156,11 @@ def _train(args: argparse.Namespace) -> int:
     with make_progress(transient=True) as bar:  # fits, decision thresholds, continuation models
         task = bar.add_task("fitting the predictor", total=None)
         pred, candidates = select_predictor(wls, groups, name, kinds, max_rows=args.max_rows or None,
-                                            progress=lambda i, n: bar.update(task, completed=i, total=n))
+                                            progress=lambda i, n: bar.update(task, completed=i, total=n),
+                                            drafter=args.drafter)
+        if head:  # what it adds to the head's own confidence, calibrated (Platt), on the same rows
+            candidates["confidence"] = select_kind(wls, ("conf",), f"{name}-confidence", ("logistic",),
+                                                   args.max_rows or None, drafter=args.drafter)[1]["logistic"]
     chosen = candidates[pred.kind]
     if not chosen["positions"] or not chosen["auc"] > 0.5:
         raise SpecgymError(f"{args.out}: not written: the {pred.kind} predictor's validation AUC is "
@@ -150,20 +168,23 @@ def _train(args: argparse.Namespace) -> int:
                            f"on more positions: --max-rows 0, or a larger workload)")
     tests = {}
     for wl in wls:
-        test = workload_dataset(wl, "test", groups)
+        test = workload_dataset(wl, "test", groups, drafter=args.drafter)
         if len(test.y):
             tests[wl.name] = predictor_metrics(pred.predict_matrix(test.x), test.y)
     workloads = ",".join(wl.name for wl in wls)
     pred = dataclasses.replace(pred, meta={
         "workload": workloads, "workloads": [wl.name for wl in wls], "synthetic": any(wl.is_synthetic for wl in wls),
-        "pair_target": sources[0].target, "pair_draft": sources[0].draft,
+        "pair_target": sources[0].target, "pair_draft": None if head else sources[0].draft,
+        **({"drafter": HEAD_DRAFTER} if head else {}),
         **({"hidden_sketch": sources[0].sketch} if "hidden" in groups else {}), "groups": list(groups),
         "validation": candidates, "test": tests,
-        "reproduce": f"specgym predictor train --workload {workloads} --groups {','.join(groups)} --out {args.out}"})
+        "reproduce": f"specgym predictor train --workload {workloads} --groups {','.join(groups)}"
+                     f"{' --drafter head' if head else ''} --out {args.out}"})
     save_predictor(pred, args.out, overwrite=args.force)
-    for kind in kinds:
+    for kind in kinds + (("confidence",) if head else ()):
         m = candidates[kind]
-        print(f"  {kind:<9} validation AUC {m['auc']:.3f}, log loss {m['log_loss']:.4f}, ECE {m['ece']:.3f}")
+        print(f"  {kind:<9} validation AUC {m['auc']:.3f}, log loss {m['log_loss']:.4f}, ECE {m['ece']:.3f}"
+              + (" (the head's confidence alone, calibrated)" if kind == "confidence" else ""))
     for wname, speed in candidates["threshold"]["val_tok_s"].items():
         print(f"  decision threshold {pred.threshold:g}; {wname} validation tok/s by threshold: "
               + ", ".join(f"{t} {v:.1f}" for t, v in speed.items()))
@@ -173,7 +194,8 @@ def _train(args: argparse.Namespace) -> int:
         print(f"  fallback  {pred.fallback.kind} on {', '.join(fb['groups'])} (where a step lacks the hidden sketch): "
               f"validation AUC {m['auc']:.3f}, log loss {m['log_loss']:.4f}")
     extra = "".join(f"; {w} test AUC {m['auc']:.3f}, log loss {m['log_loss']:.4f}" for w, m in tests.items())
-    print(f"wrote {args.out}: {pred.kind} on {', '.join(groups)} ({len(pred.columns)} inputs){extra}")
+    use = f"; use it as predicted:{args.out}@head" if head else ""
+    print(f"wrote {args.out}: {pred.kind} on {', '.join(groups)} ({len(pred.columns)} inputs){extra}{use}")
     return 0
 
 
@@ -183,6 +205,10 @@ def _eval(args: argparse.Namespace) -> int:
         if path is not None:
             check_output(path, args.force, "file", option, suffixes=(f".{option[2:]}",))
     pred = load_predictor(catalogue.resolve("predictor", args.predictor))
+    if pred.on_head:
+        raise SpecgymError(f"{args.predictor}: predictor eval measures predictors of the draft model's tokens; this "
+                           f"one predicts the draft head's: measure it with specgym eval --controllers "
+                           f"predicted:{args.predictor}@head,marginal@head,confidence:0.4@head")
     wl = _workload(args.workload)
     active, note = pred.for_source(SignalSource.of_workload(wl, MODEL_ROOTS))  # another pair's: refused in one line
     if active is None:

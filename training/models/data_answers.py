@@ -35,6 +35,7 @@ from specgym.errors import SpecgymError
 from specgym.io import sha256_file
 from specgym.paths import portable_name
 from specgym.training.models.checkpoint import save_npz, write_json_atomic
+from specgym.training.models.data_gen import answer_shards
 from specgym.training.models.distill import batch_files
 
 #: The seed of the pick of answers (fixed: every command and run picks the same answers from a folder).
@@ -175,7 +176,7 @@ def check_data_folder(folder: Path, target: str) -> dict[str, Any]:
     size = config.get("shard_size")
     if not isinstance(size, int) or size < 1:
         raise SpecgymError(f"{path}: shard_size {size!r} is not a positive integer; the data folder is damaged")
-    total = math.ceil(n_prompts / size)
+    total = answer_shards(n_prompts, config)
     done = sum(1 for k in range(total) if (folder / "answers" / f"{k:05d}.jsonl").is_file())
     if done < total:
         raise SpecgymError(f"{where}: its answers stage is not finished ({done} of {total} shards); wait for "

@@ -98,6 +98,10 @@ class DataConfig:
             does not run).
         shard_size: Items per shard file (the unit of resumption and of work given to a worker).
         seed: The seed of every draw (steering, passages, sampling, splits).
+        answer_prompts: Answer only the first this many prompts of ``prompts.jsonl``, rounded up to whole shards
+            (:func:`answer_shards`); 0: every prompt. The prompts file is in the seed plan's order, which takes the
+            categories in turn and mixes the splits, so any prefix spreads over both. The only option a ``--resume``
+            may change: a larger value answers more prompts, keeping every finished shard.
     """
 
     target: str = "smollm2"
@@ -121,6 +125,7 @@ class DataConfig:
     batch: int = 32
     shard_size: int = 64
     seed: int = 0
+    answer_prompts: int = 0
 
     def check(self) -> DataConfig:
         """Refuse values no run can use (one line naming the field); returns the config."""
@@ -130,6 +135,8 @@ class DataConfig:
                      "shard_size", "min_words"):
             if getattr(self, name) < 1:
                 raise SpecgymError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be >= 1")
+        if self.answer_prompts < 0:
+            raise SpecgymError(f"--answer-prompts {self.answer_prompts}: must be >= 0 (0: every prompt)")
         if self.samples < 0 or self.oversample < 1 or not 0 <= self.target_passages <= 1:
             raise SpecgymError(f"--samples {self.samples}, --oversample {self.oversample}, --target-passages "
                                f"{self.target_passages}: need samples >= 0, oversample >= 1, 0 <= target-passages "
@@ -143,6 +150,20 @@ class DataConfig:
 
 def _doc(cfg: DataConfig) -> dict[str, Any]:
     return json.loads(json.dumps(asdict(cfg)))
+
+
+#: The configuration fields a ``--resume`` may change (:attr:`DataConfig.answer_prompts`); the others fix the data.
+RESUMABLE_CHANGES = ("answer_prompts",)
+
+
+def answer_shards(n_prompts: int, config: dict[str, Any]) -> int:
+    """How many answer shards a data folder of ``n_prompts`` prompts plans (``config``: its ``config.json``): every
+    prompt's, or the shards holding its first ``answer_prompts`` (a folder written before the option: every prompt's).
+    ``train-draft``/``train-head --data`` and ``data eval-prompts`` wait for exactly these."""
+    size = int(config["shard_size"])
+    total = math.ceil(n_prompts / size)
+    limit = int(config.get("answer_prompts") or 0)
+    return min(total, math.ceil(limit / size)) if limit > 0 else total
 
 
 def check_output_folder(out: Path, cfg: DataConfig, resume: bool, force: bool) -> None:
@@ -167,7 +188,8 @@ def check_output_folder(out: Path, cfg: DataConfig, resume: bool, force: bool) -
             have = json.loads(path.read_text(encoding="utf-8"))
         except ValueError:
             raise SpecgymError(f"{path}: unreadable; pass --force to start the folder over") from None
-        diff = [f"{k} {have.get(k)!r} there, {v!r} now" for k, v in _doc(cfg).items() if have.get(k) != v]
+        diff = [f"{k} {have.get(k)!r} there, {v!r} now" for k, v in _doc(cfg).items()
+                if have.get(k, 0 if k in RESUMABLE_CHANGES else None) != v and k not in RESUMABLE_CHANGES]
         if diff:
             raise SpecgymError(f"--resume {out}: started with another configuration ({'; '.join(diff)}); give the "
                                f"same options, or --force to start over")
@@ -181,7 +203,7 @@ def open_output(out: Path, cfg: DataConfig, resume: bool, force: bool) -> None:
         remove_owned(out)
     if not out.exists():
         make_owned_dir(out, OWNER, OWNED)
-    if not (out / "config.json").is_file():
+    if not (out / "config.json").is_file() or resume:  # a resume may have changed answer_prompts: recorded
         write_atomic(out / "config.json", [_doc(cfg)], as_lines=False)
 
 
@@ -528,8 +550,10 @@ def _prompts(cfg: DataConfig, out: Path, raw_jobs: list[Job], texts: dict[str, d
 
 
 def _answer_jobs(cfg: DataConfig, out: Path, prompts: list[dict[str, Any]]) -> list[Job]:
+    """The answers stage's shards: every prompt's, or those of the first ``answer_prompts`` (:func:`answer_shards`)."""
     items = [{k: p[k] for k in ("id", "split", "category", "source", "prompt")} for p in prompts]
-    return _shards("answers", out / "answers", items, cfg.shard_size, 1 + cfg.samples)
+    jobs = _shards("answers", out / "answers", items, cfg.shard_size, 1 + cfg.samples)
+    return jobs[:answer_shards(len(prompts), _doc(cfg))]
 
 
 def generate(cfg: DataConfig, out: Path, workers: int = 2, resume: bool = False, force: bool = False,
@@ -603,7 +627,9 @@ def summarize(cfg: DataConfig, out: Path, prompts: list[dict[str, Any]], stats: 
     for p in prompts:
         if p["passage"] is not None:
             licenses[p["license"]["passage"]] = licenses.get(p["license"]["passage"], 0) + 1
+    answered = sum(len(job.items) for job in _answer_jobs(cfg, out, prompts))
     return {"folder": str(out), "target": cfg.target, "prompts": len(prompts), "asked": cfg.prompts,
+            "answered_prompts": answered,
             "answer_tokens": {**modes, "total": sum(modes.values())}, "answers_stopped": stops,
             "per_category": cats, "per_split": {k: {**v, "sources": len(v["sources"])} for k, v in splits.items()},
             "sources": len(sizes), "largest_source": max(sizes.values(), default=0), "rejected": reasons,
@@ -632,7 +658,8 @@ def _stage_figures(out: Path, stats: dict[str, dict[str, Any]]) -> dict[str, Any
 def format_summary(s: dict[str, Any]) -> str:
     """The summary as a few lines of text (the command prints it; ``summary.json`` holds all of it)."""
     lines = [f"{s['folder']}: {s['prompts']:,} prompts (asked {s['asked']:,}), {s['sources']:,} sources (largest "
-             f"{s['largest_source']}), {s['answer_tokens']['total']:,} answer tokens (greedy "
+             f"{s['largest_source']}), {s.get('answered_prompts', s['prompts']):,} answered: "
+             f"{s['answer_tokens']['total']:,} answer tokens (greedy "
              f"{s['answer_tokens']['greedy']:,}, sampled {s['answer_tokens']['sampled']:,}); {s['wall_s']:.0f} s "
              f"with {s['workers']} worker(s)"]
     lines.append("per split: " + ", ".join(f"{k} {v['prompts']} prompts / {v['sources']} sources / "

@@ -82,12 +82,12 @@ class _OneStart:
         return [int(x) for x in self.propose_batch(f.reshape(1, -1), t, k)[0].tolist()]
 
     def propose_confident(self, f: Any, last: int, k: int,
-                          keep: Callable[[int, float], bool] | None = None) -> tuple[list[int], list[float]]:
+                          keep: Callable[[int, float, Any], bool] | None = None) -> tuple[list[int], list[float]]:
         """Greedy proposal of up to ``k`` tokens from one round start with the head's confidence in each: its softmax
         maximum over the draft vocabulary there (what ``topk_head[g, j, 0]`` of a recording holds along the
-        completion). The tokens are :meth:`propose`'s, the same steps one at a time; ``keep(j, conf)``, asked after
-        token ``j < k``, stops the proposal there when False, before the head computes the next token (without it,
-        the values are read once at the end)."""
+        completion). The tokens are :meth:`propose`'s, the same steps one at a time; ``keep(j, conf, probs)``, asked
+        after token ``j < k`` with the head's softmax there (``(1, draft vocabulary)``), stops the proposal there when
+        False, before the head computes the next token (without it, the values are read once at the end)."""
         import torch
 
         if k <= 0:
@@ -101,14 +101,15 @@ class _OneStart:
             s = self.scores(f)
             c = s.argmax(-1)
             tok = self.ids[c]
-            conf = torch.softmax(s.float(), -1)[0, c[0]]
+            probs = torch.softmax(s.float(), -1)
+            conf = probs[0, c[0]]
             if keep is None:
                 tokens.append(tok)
                 confs.append(conf)
                 continue
             tokens.append(int(tok[0]))
             confs.append(float(conf))
-            if j < k and not keep(j, confs[-1]):
+            if j < k and not keep(j, confs[-1], probs):
                 break
         if keep is None:
             return [int(t) for t in torch.cat(tokens).tolist()], [float(c) for c in torch.stack(confs).tolist()]

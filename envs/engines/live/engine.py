@@ -414,7 +414,9 @@ class LiveRequest(Request):
         distributions it was drawn from (sampling: ``None`` for prompt lookup's deterministic tokens, the head's
         softmax for the head's draws; nothing when greedy) and each token's draft confidence: the head's softmax
         maximum on a greedy request (:attr:`RequestContext.drafter_conf`), else NaN. ``keep_drafting`` is asked after
-        each token ``j < cap``: the greedy head stops drafting there, a whole proposal is cut there."""
+        each token ``j < cap``: the greedy head stops drafting there (its ``DraftStep`` carries the head's top-8
+        probabilities there, :func:`~specgym.envs.engines.live.draft_stats.top_probs` of its softmax: what a recording's
+        ``topk_head`` holds and a head acceptance predictor reads), a whole proposal is cut there."""
         eng = self.engine
         if drafter not in eng.drafter_names or drafter == IMPLICIT_DRAFTER:
             raise SpecgymError(f"the live engine serves drafters {', '.join(eng.drafter_names)}, not {drafter!r}")
@@ -423,7 +425,8 @@ class LiveRequest(Request):
         i = self.position
         if drafter == HEAD_DRAFTER and self.greedy and self.feature is not None:
             keep = None if keep_drafting is None else \
-                (lambda j, c: keep_drafting(DraftStep(j, cap, i + j - 1, c, math.nan, None)))
+                (lambda j, c, probs: keep_drafting(DraftStep(j, cap, i + j - 1, c, math.nan, None,
+                                                             top_probs(probs)[0].tolist())))
             drafts, confs = eng.head.propose_confident(self.feature, self.seq[-1], cap, keep)
             eng._sync()
             return drafts, [], confs

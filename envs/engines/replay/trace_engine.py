@@ -68,6 +68,14 @@ OtherDrafter = tuple[list[int], list[float], list[float] | None, list[int] | Non
 KeepStep = Callable[[int, int], DraftStep]
 
 
+def head_topk(rows: np.ndarray) -> np.ndarray:
+    """The draft head's top-8 probabilities, float32 ``(..., J, 8)``, from ``topk_head`` rows (uint16 ``(..., 8 J)``,
+    scaled by ``HEAD_TOPK_SCALE``): the one conversion replay (:meth:`TraceEngine.drafter_confidence`,
+    :meth:`TraceEngine.drafter_topk`) and the head acceptance predictor's training read."""
+    rows = np.asarray(rows)
+    return (rows.astype(np.float32) / np.float32(HEAD_TOPK_SCALE)).reshape(*rows.shape[:-1], -1, TOPK)
+
+
 class TraceEngine:
     """Replays rounds over one workload under one cost profile and one seed.
 
@@ -156,9 +164,18 @@ class TraceEngine:
             top = self.workload.topk_head
             conf = None
             if drafter == HEAD_DRAFTER and drafter != self.drafter and top is not None:
-                conf = top[:, ::TOPK].astype(np.float32) / np.float32(HEAD_TOPK_SCALE)
+                conf = head_topk(top)[:, :, 0]
             self._confs[drafter] = conf
         return self._confs[drafter]
+
+    def drafter_topk(self, drafter: str, g: int) -> list[list[float]] | None:
+        """Another drafter's top-8 probabilities ``(J, 8)`` at its greedy draft tokens from the flat start ``g``
+        (:func:`head_topk` of ``topk_head[g]``: row ``j - 1`` for token ``j``, its first value the confidence
+        :meth:`drafter_confidence` gives), or ``None`` where it has no confidences."""
+        top = self.workload.topk_head
+        if top is None or self.drafter_confidence(drafter) is None:
+            return None
+        return head_topk(top[g]).tolist()
 
     def all_runs(self) -> np.ndarray:
         """Flat runs of every request for the engine's drafter (:meth:`runs`)."""
@@ -296,13 +313,16 @@ class ReplayRequest(Request):
         return DraftStep(j, cap, p, float(self._conf[p]), float(self._ent[p]), self.signals(i, j))
 
     def _other_step(self, drafter: str) -> KeepStep:
-        """The ``DraftStep`` maker of another drafter's round from the current position: its own confidence where the
-        trace holds it (:meth:`TraceEngine.drafter_confidence`), else NaN; never an entropy or signals."""
+        """The ``DraftStep`` maker of another drafter's round from the current position: its own confidence and top-8
+        where the trace holds them (:meth:`TraceEngine.drafter_confidence`, :meth:`TraceEngine.drafter_topk`), else
+        NaN and ``None``; never an entropy or signals."""
         i = self.position
         row = self._drafter(drafter)[4]
         conf = row[i] if row is not None else []
+        top = self.engine.drafter_topk(drafter, self._base + i) if row is not None else None
         nan = float("nan")
-        return lambda j, cap: DraftStep(j, cap, i + j - 1, conf[j - 1] if j <= len(conf) else nan, nan, None)
+        return lambda j, cap: DraftStep(j, cap, i + j - 1, conf[j - 1] if j <= len(conf) else nan, nan, None,
+                                        top[j - 1] if top is not None and j <= len(top) else None)
 
     def draft_features(self, position: int) -> tuple[float, float]:
         """(draft_conf, draft_entropy) of the token the draft proposes for ``position`` (NaN where absent)."""

@@ -255,6 +255,36 @@ def test_answer_prompts_answers_a_prefix_of_whole_shards_and_a_resume_extends_it
                           quiet=True)
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie nobody reaps counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_worker_ends_with_the_run_that_started_it():
+    """A killed `data generate` (SIGTERM skips its pool's close) left its workers generating a shard for minutes."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    worker = ("import os, time; from specgym.training.models.data_gen import _exit_with_parent; "
+              "_exit_with_parent(os.getppid(), 0.05); print(os.getpid(), flush=True); time.sleep(60)")
+    run = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time; subprocess.Popen([sys.executable, "
+                            f"'-c', {worker!r}]); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    pid = int(run.stdout.readline())
+    assert _alive(pid)
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+
+
 def test_two_workers_write_the_same_shards_as_one(tiny_chat, tmp_path):
     from specgym.training.models.data_gen import generate
 

@@ -327,8 +327,25 @@ def _set_threads() -> None:
     transformers.utils.logging.set_verbosity_error()
 
 
-def _worker(cfg_doc: dict, tasks: Any, results: Any) -> None:
-    """A worker process: one torch thread, the target loaded once, shards from ``tasks`` until a None."""
+def _exit_with_parent(parent: int, every_s: float = 2.0) -> None:
+    """End this worker as soon as the run that started it is gone (killed: ``SIGTERM`` or ``SIGKILL`` skip its
+    ``close``), instead of finishing a shard nobody collects; its finished shards are kept, and the next run
+    overwrites the temporary file of the shard it was writing."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _worker(cfg_doc: dict, tasks: Any, results: Any, parent: int | None = None) -> None:
+    """A worker process: one torch thread, the target loaded once, shards from ``tasks`` until a None (or until the
+    run that started it, ``parent``, is gone)."""
+    if parent is not None:
+        _exit_with_parent(parent)
     try:
         _set_threads()
         cfg = config_from(cfg_doc)
@@ -410,8 +427,8 @@ class _Pool:
         if not self.procs:
             ctx = multiprocessing.get_context("spawn")
             self.tasks, self.results = ctx.Queue(), ctx.Queue()
-            self.procs = [ctx.Process(target=_worker, args=(_doc(self.cfg), self.tasks, self.results), daemon=True)
-                          for _ in range(self.workers)]
+            self.procs = [ctx.Process(target=_worker, args=(_doc(self.cfg), self.tasks, self.results, os.getpid()),
+                                      daemon=True) for _ in range(self.workers)]
             for p in self.procs:
                 p.start()
         for job in pending:

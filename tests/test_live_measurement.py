@@ -183,6 +183,32 @@ def test_verdict_reads_the_interval():
     assert verdict(None, 1.2) == "faster"
 
 
+def test_rows_by_category_and_without_loops():
+    """Every row over plain and the best fixed K on each category's prompts and on the answers that do not loop; the
+    rows below plain decoding on a category are named."""
+    from types import SimpleNamespace
+
+    from specgym.eval.bench.live_report import _Paired, _subsets, below_plain
+    from specgym.eval.stats import PairedBootstrap
+
+    # prompts 0-1 code (row "a" slower than plain there), 2-3 chat; prompt 3's answer loops (row "a" is fast there)
+    per = np.array([[10.0, 10, 10, 10], [8, 8, 8, 8], [12, 12, 6, 2]])  # fixed:0 (plain), fixed:2, a
+    wl = SimpleNamespace(category=np.array(["code", "code", "chat", "chat", "x"]),
+                         looped=lambda: np.array([False, False, False, True, False]))
+    setup = SimpleNamespace(wl=wl, requests=np.array([0, 1, 2, 3]))
+    paired = _Paired(["fixed:0", "fixed:2", "a"], per, per.sum(1), 0, 1, PairedBootstrap(4, 200, seed=0))
+    subs = _subsets(setup, paired)
+    assert set(subs) == {"category:code", "category:chat", "no_loops"}
+    assert subs["category:code"]["prompts"] == 2 and subs["no_loops"]["prompts"] == 3
+    assert subs["category:code"]["rows"]["a"]["vs_plain"] == pytest.approx(20 / 24)
+    assert subs["category:chat"]["rows"]["a"]["vs_plain"] == pytest.approx(20 / 8)
+    assert subs["no_loops"]["rows"]["a"]["vs_best_fixed"] == pytest.approx(24 / 30)
+    lo, hi = subs["no_loops"]["rows"]["a"]["vs_plain_ci"]
+    assert lo <= 30 / 30 <= hi
+    below = below_plain(subs)
+    assert len(below) == 1 and below[0].startswith("a on code 0.833x [95% CI")
+
+
 def test_machine_calibration_line():
     m = machine_calibration()
     assert m["numpy_gflops"] > 0 and m["copy_gb_s"] > 0 and m["python_mloops_s"] > 0
@@ -218,6 +244,10 @@ def test_live_bench_paired_rows_on_the_shipped_pair(tmp_path):
     assert CostProfile.from_dict(r["profile"]).hardware["method"] == "rounds"
     assert set(r["target_forward_ms"]) == {"1", "2"}
     assert len(r["times_ms"]["marginal"]) == r["prompts"]
+    cats = [k for k in r["subsets"] if k.startswith("category:")]
+    assert cats and sum(r["subsets"][k]["prompts"] for k in cats) == r["prompts"]
+    assert set(r["subsets"][cats[0]]["rows"]) == set(rows)
+    assert "below plain decoding on a category:" in (tmp_path / "out.txt").read_text()
     # one calibration request after each prompt, its cap cycling through every K: the replay is priced by their fit
     cal = r["calibration_rounds"]["draft"]
     assert {row[0] for row in cal} == set(range(len(r["pricing_profile"]["verify_ms"])))

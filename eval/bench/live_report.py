@@ -110,6 +110,47 @@ def _rows(setup: LiveSetup, m: Measurement, pred: Prediction, paired: _Paired) -
     return rows
 
 
+def _subsets(setup: LiveSetup, paired: _Paired) -> dict[str, dict[str, Any]]:
+    """Every row over plain decoding and over the whole set's best fixed K, with paired intervals, on each category's
+    prompts and on the prompts whose answer does not end in a repetition loop (``no_loops``).
+
+    The loop flag is :meth:`~specgym.envs.workloads.workload.Workload.looped` (the one definition) of the recorded
+    answer: greedy answers equal the recording's, cut to ``--max-new-tokens`` where it is given. A shipped default
+    below 1.0x plain on a category is a bug (issue 54), so the JSON keeps every cell and the summary names the rows
+    below."""
+    wl, req = setup.wl, np.asarray(setup.requests)
+    cats = np.asarray(wl.category)[req]
+    masks = {f"category:{c}": cats == c for c in dict.fromkeys(cats.tolist())}
+    looped = wl.looped()
+    if looped is not None:
+        masks["no_loops"] = ~looped[req]
+    out: dict[str, dict[str, Any]] = {}
+    for name, mask in masks.items():
+        idx = np.flatnonzero(mask)
+        if not len(idx):
+            continue
+        per = paired.per_prompt[:, idx]
+        tot, boot = per.sum(axis=1), PairedBootstrap(len(idx), paired.boot.resamples, seed=0)
+        ref, best = paired.plain, paired.best_fixed
+        out[name] = {"prompts": int(len(idx)), "rows": {spec: {
+            "vs_plain": float(tot[ref] / tot[i]), "vs_plain_ci": boot.ratio_ci(per[ref], per[i]),
+            "vs_best_fixed": float(tot[best] / tot[i]), "vs_best_fixed_ci": boot.ratio_ci(per[best], per[i]),
+        } for i, spec in enumerate(paired.specs)}}
+    return out
+
+
+def below_plain(subsets: dict[str, dict[str, Any]]) -> list[str]:
+    """``ROW on CATEGORY 0.93x [lo, hi]`` for every row whose speed over plain decoding is below 1 on a category."""
+    out = []
+    for name, sub in subsets.items():
+        if not name.startswith("category:"):
+            continue
+        for spec, r in sub["rows"].items():
+            if r["vs_plain"] < 1.0 and spec != PLAIN:
+                out.append(f"{spec} on {name.split(':', 1)[1]} {r['vs_plain']:.3f}x" + _ci(r["vs_plain_ci"]))
+    return out
+
+
 def _chain_rows(setup: LiveSetup, rows: list[LiveRow]) -> list[LiveRow]:
     return [r for r in rows if r.controller not in setup.tree_specs and r.controller not in setup.drafter_specs]
 
@@ -174,6 +215,7 @@ def _result(cfg: LiveBenchConfig, setup: LiveSetup, m: Measurement, pred: Predic
         "best_speedup": best.speedup, "prediction_error": _errors(rows),
         "tree_vs_chain": extra["tree_vs_chain"], "tree_shapes": extra["tree_shapes"],
         "approximate_predictions": extra["approximate_predictions"], "hf_generate": extra["hf_generate"],
+        "subsets": extra["subsets"],
         "bootstrap": {"resamples": cfg.resamples, "level": 0.95, "unit": "prompt"},
         "max_new_tokens": cfg.max_new_tokens or f"recorded lengths (mean {n_tok / n_p:.0f})",
         "times_ms": {s: m.times[i].tolist() for i, s in enumerate(specs)},
@@ -227,11 +269,26 @@ def _print_summary(console: Any, result: dict[str, Any]) -> None:
     if (tvc := result["tree_vs_chain"]) is not None:
         console.print(f"tree vs chain (live, this machine): fastest tree {tvc['tree']} runs {tvc['ratio']:.3f}x the "
                       f"fastest chain {tvc['chain']}" + _ci(tvc["ci"]) + f": {tvc['verdict']}", highlight=False)
+    _print_subsets(console, result)
     if (hf := result["hf_generate"]) is not None:
         console.print(f"transformers generate(assistant_model=...) with {hf['controller']}: "
                       f"{hf['assisted_tok_s']:.1f} tok/s vs plain generate() {hf['plain_tok_s']:.1f} tok/s "
                       f"({hf['assisted_tok_s'] / hf['plain_tok_s']:.3f}x), outputs identical: {hf['identical']}",
                       highlight=False)
+
+
+def _print_subsets(console: Any, result: dict[str, Any]) -> None:
+    """The rows on the answers that do not loop (over plain and the best fixed K), and every row below plain decoding
+    on a category (all cells: the JSON's ``subsets``)."""
+    subs, best = result["subsets"], result["best_fixed"]
+    if (nl := subs.get("no_loops")) is not None:
+        looping = result["prompts"] - nl["prompts"]
+        cells = [f"{spec} {r['vs_plain']:.3f}x plain, {r['vs_best_fixed']:.3f}x {best}" + _ci(r["vs_best_fixed_ci"])
+                 for spec, r in nl["rows"].items() if spec != PLAIN]
+        console.print(f"without the looping answers ({looping} of {result['prompts']} prompts left out): "
+                      + "; ".join(cells), highlight=False)
+    below = below_plain(subs)
+    console.print("below plain decoding on a category: " + ("; ".join(below) if below else "none"), highlight=False)
 
 
 def _ci(ci: tuple[float, float] | None) -> str:
@@ -245,6 +302,7 @@ def report(console: Any, cfg: LiveBenchConfig, setup: LiveSetup, m: Measurement,
     paired = _Paired.of(setup, m, cfg.resamples)
     rows = _rows(setup, m, pred, paired)
     extra = _comparisons(setup, rows, paired, ctrls)
+    extra["subsets"] = _subsets(setup, paired)
     extra["hf_generate"] = None
     if cfg.hf_generate:  # transformers' assisted generation drafts chains: the best chain controller
         best_chain = max(_chain_rows(setup, rows), key=lambda r: r.tok_s)

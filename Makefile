@@ -288,6 +288,25 @@ bench-live-smollm2: $(STAMP)
 		--controllers fixed:1,fixed:2,fixed:3,fixed:4,fixed:2@ngram,fixed:3@ngram,fixed:4@ngram,fixed:2@head,fixed:3@head,fixed:4@head,assc,speclane,hf-heuristic,marginal,predicted:smollm2,planned:smollm2,ppo:smollm2-token,ppo:smollm2-drafter,lookup-rule:3,drafter-marginal \
 		--json out/bench-live-smollm2.json --force
 
+# issue 54's live tables on the frozen v2 split (prompts nobody on the project wrote; the drafters retrained on the data
+# folder): the strongest simple baselines (every drafter at every fixed K 1..8, the two-line lookup-switch, adaptive K
+# on the head) beside the online and learned rows; 2 test prompts per category (28), one pass, a quiet machine, one
+# thread (~70 min each, estimated; not yet run). Each row is also reported by category and without the looping answers.
+K_1_8    := 1 2 3 4 5 6 7 8
+V2_FIXED := $(foreach k,$(K_1_8),fixed:$(k)) $(foreach d,@ngram @head,$(foreach k,$(K_1_8),fixed:$(k)$(d)))
+V2_ROWS  := $(subst $(space),$(comma),$(strip $(V2_FIXED))),marginal,marginal@head,confidence:0.4@head,predicted:smollm2-head@head,lookup-switch,lookup-rule:3,drafter-marginal,drafter-online,tree-online@head,ppo:smollm2-drafter
+# sampled requests carry no draft confidence: the rows that read it, and the head's trees, are greedy-only
+V2_ROWS_SAMPLED := $(subst $(comma)confidence:0.4@head$(comma)predicted:smollm2-head@head,,$(subst $(comma)tree-online@head,,$(V2_ROWS)))
+.PHONY: bench-live-smollm2-v2 bench-live-smollm2-v2-t07
+bench-live-smollm2-v2: $(STAMP)
+	$(SPECGYM) bench live --workload data/workloads/smollm2-v2-greedy.parquet --prompts 2 --repeats 1 \
+		--profile cpu-smollm2 --controllers $(V2_ROWS) --json out/bench-live-smollm2-v2.json --force
+
+bench-live-smollm2-v2-t07: $(STAMP)
+	$(SPECGYM) bench live --workload data/workloads/smollm2-v2-t07.parquet --prompts 2 --repeats 1 \
+		--profile cpu-smollm2 --controllers $(V2_ROWS_SAMPLED) \
+		--json out/bench-live-smollm2-v2-t07.json --force
+
 bench-live-smollm2-t07: $(STAMP)
 	$(SPECGYM) bench live --workload smollm2-t07 --prompts 6 --repeats 1 --profile cpu-smollm2 \
 		--controllers fixed:1,fixed:2,fixed:3,fixed:2@ngram,fixed:3@ngram,fixed:1@head,fixed:2@head,fixed:3@head,fixed:4@head,assc,speclane,hf-heuristic,marginal,predicted:smollm2,planned:smollm2,drafter-marginal \

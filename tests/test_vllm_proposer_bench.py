@@ -103,6 +103,21 @@ def _run(tmp_path: Path, wrong: str | None = None, **kw) -> tuple[dict, list]:
     return out["vllm_proposer"], calls
 
 
+def test_the_heldout_ngram_k_is_chosen_on_other_repetitions():
+    """A K that is fastest in one repetition by luck is compared on the others, where it is ordinary: the held-out
+    reference is the honest one where the in-hindsight best is the largest of several noisy cells."""
+    def runs(*wall_s: float) -> list[VllmRun]:
+        return [VllmRun(w, 100, {}, {}, [], [], {}) for w in wall_s]
+
+    ngram = {"ngram:2": runs(10.0, 10.0, 10.0), "ngram:7": runs(8.0, 12.0, 12.0)}  # K 7: one lucky repetition
+    ours = runs(9.0, 9.0, 9.0)
+    ratio, chosen = vp.heldout_ngram(ngram, ours)
+    assert chosen == ["ngram:7", "ngram:2", "ngram:2"]
+    # chosen on 0, K 7 compared on 1-2: 24 / 18; chosen on 1 or 2, K 2 compared on the other two: 20 / 18
+    assert ratio == pytest.approx((24 / 18 + 20 / 18 + 20 / 18) / 3)
+    assert vp.heldout_ngram(ngram, ours[:1]) == (None, [])
+
+
 def test_every_row_is_served_interleaved_and_summarized(tmp_path):
     res, calls = _run(tmp_path)
     policies = ["plain", "ngram:2", "ngram:4", "specgym:marginal@ngram", "specgym:fixed:0@ngram"]
@@ -126,6 +141,8 @@ def test_every_row_is_served_interleaved_and_summarized(tmp_path):
     rows = {(r["concurrency"], r["policy"]): r for r in res["rows"]}
     for c in (1, 2):
         assert rows[(c, "specgym:marginal@ngram")]["vs_best_ngram"] == pytest.approx(0.9 / 0.8)
+        assert rows[(c, "specgym:marginal@ngram")]["vs_heldout_ngram"] == pytest.approx(0.9 / 0.8)  # no noise here
+        assert rows[(c, "specgym:marginal@ngram")]["heldout_ngram_k"] == ["ngram:4", "ngram:4"]
         assert sm[f"k0_vs_plain@{c}"] == pytest.approx(1.0) and sm[f"k0_vs_plain_cpu@{c}"] == pytest.approx(1.0)
         assert rows[(c, "specgym:marginal@ngram")]["vs_plain_cpu"] == pytest.approx(1 / 0.8)
         assert rows[(c, "ngram:2")]["vs_plain"] == pytest.approx(1 / 0.95)

@@ -3,7 +3,8 @@
 It observes through :class:`~specgym.envs.core.drafter_features.DrafterFeatureTracker`, the code
 ``specgym/SpecDecodeDrafter-v0`` trains it with, and plays the argmax of its actor's logits as the round's
 (drafter, K) (:func:`~specgym.envs.core.drafter_features.decision_of`): the same protocol in the env, the harness
-and a live engine.
+and a live engine. The tracker computes the feature version the artifact records, so a policy trained before the
+online features (version 2) sees exactly the vector it was trained on.
 
 **The guard** (as a chain policy's, :mod:`specgym.agents.policy_controller`): a policy exported with the range of
 every feature it saw in training and the teacher ``drafter-marginal`` hands a round whose observation leaves that
@@ -43,12 +44,13 @@ class DrafterPolicyController(DrafterController):
         self.artifact = artifact
         self.name = name or "ppo-drafter"
         self.network = PolicyNetwork(artifact)
-        self.tracker = DrafterFeatureTracker(artifact.k_max)
+        # the vector of the version it was trained on (a version-2 policy: version 3's prefix, exactly)
+        self.tracker = DrafterFeatureTracker(artifact.k_max, artifact.feature_version)
         self.teacher: DrafterMarginal | None = None
         self.guard: RangeGuard | None = None
         if artifact.teacher is not None and artifact.obs_low is not None:
             self.teacher = DrafterMarginal()
-            self.guard = RangeGuard(artifact, *feature_bounds(), self.name)
+            self.guard = RangeGuard(artifact, *feature_bounds(artifact.feature_version), self.name)
 
     def prepare(self, workload: Any, profile: Any) -> list[str]:
         """Fit the teacher (a guarded policy); a note when the workload holds fewer drafters than the policy

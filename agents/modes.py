@@ -28,7 +28,7 @@ from specgym.agents.drafter_policy import DrafterPolicyController
 from specgym.agents.policy_controller import PolicyController
 from specgym.agents.tree_policy import TreePolicyController
 from specgym.envs.core.batch import BATCH_FEATURE_NAMES
-from specgym.envs.core.drafter_features import DRAFTER_FEATURE_NAMES, DRAFTER_FEATURE_VERSION
+from specgym.envs.core.drafter_features import DRAFTER_FEATURE_VERSION, DRAFTER_FEATURE_VERSIONS, drafter_feature_names
 from specgym.envs.core.drafter_features import SLOTS as DRAFTER_SLOTS
 from specgym.envs.core.drafter_features import n_actions as drafter_actions
 from specgym.envs.core.features import FEATURE_VERSION, SUPPORTED_FEATURE_VERSIONS, feature_names
@@ -171,8 +171,8 @@ MODES: dict[str, PolicyMode] = {m.name: m for m in (
                "specgym/SpecDecodeBatch-v0", "batch.yaml", compared=("goodput",), best_key="speedup_vs_goodput",
                guarded=True, teacher="goodput", reference="the best static K",
                decides="it chooses the draft length of each serving step."),
-    PolicyMode("drafter", "drafter", "ppo", lambda version: list(DRAFTER_FEATURE_NAMES), DRAFTER_FEATURE_VERSION,
-               (DRAFTER_FEATURE_VERSION,), "drafter_cap",
+    PolicyMode("drafter", "drafter", "ppo", drafter_feature_names, DRAFTER_FEATURE_VERSION,
+               DRAFTER_FEATURE_VERSIONS, "drafter_cap",
                lambda art, name, k_max: DrafterPolicyController(art, name), "specgym/SpecDecodeDrafter-v0",
                "drafter.yaml", compared=("lookup-rule:3", "drafter-marginal"), guarded=True,
                teacher="drafter-marginal",

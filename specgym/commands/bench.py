@@ -108,11 +108,16 @@ SECTION_FLAGS: dict[str, list[tuple[str, str, dict[str, Any]]]] = {
             choices=("draft_model", "specgym"), default="draft_model",
             help="draft_model: vLLM's draft_model proposer with K per step (fixed K, specgym's table, the plugin) "
                  "on the default pair; specgym: specgym's custom proposer (K per request, --controllers) against "
-                 "no speculation and vLLM's ngram at --ngram-k, on the real pair (--workload default "
-                 "smollm2-greedy; --k-max, --plugins, --mixed and --profile* do not apply) (default %(default)s)")),
+                 "no speculation, vLLM's ngram at --ngram-k and vLLM's draft_model at --draft-k, on the real pair "
+                 "(--workload default smollm2-greedy; --k-max, --plugins, --mixed and --profile* do not apply) "
+                 "(default %(default)s)")),
         ("--ngram-k", "vllm_ngram_k", dict(default="2,3,4,5,6,7,8",
                                            help="--proposer specgym: the K of vLLM's ngram rows; the largest is the "
                                                 "proposer's num_speculative_tokens (default %(default)s)")),
+        ("--draft-k", "vllm_draft_k", dict(
+            default="2,3,4", help="--proposer specgym: the K of vLLM's draft_model rows (draft:K, the pair's draft; "
+                                  "one engine at the largest K); empty or none skips them, and they are skipped with "
+                                  "one line where vLLM cannot build that engine here (default %(default)s)")),
         ("--controllers", "vllm_controllers", dict(
             default="batch-marginal,marginal@ngram,drafter-marginal,fixed:0@ngram",
             help="--proposer specgym: drafter specs that specgym's proposer runs over its two drafters (ngram and "

@@ -25,6 +25,7 @@ import multiprocessing
 import os
 import queue
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -331,8 +332,6 @@ def _exit_with_parent(parent: int, every_s: float = 2.0) -> None:
     """End this worker as soon as the run that started it is gone (killed: ``SIGTERM`` or ``SIGKILL`` skip its
     ``close``), instead of finishing a shard nobody collects; its finished shards are kept, and the next run
     overwrites the temporary file of the shard it was writing."""
-    import threading
-
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(every_s)

@@ -60,9 +60,9 @@ def test_the_predictor_never_chooses_on_the_rows_it_fitted(real, monkeypatch):
 
     orig = tp.workload_dataset
 
-    def spy(wl, split, groups, max_rows=None, seed=0, requests=None):
+    def spy(wl, split, groups, max_rows=None, seed=0, requests=None, **kw):
         seen.append(np.asarray(requests))
-        return orig(wl, split, groups, max_rows, seed, requests)
+        return orig(wl, split, groups, max_rows, seed, requests, **kw)
 
     monkeypatch.setattr(tp, "workload_dataset", spy)
     select_predictor(real, ("conf", "position"), "t", kinds=("logistic",))
